@@ -1,0 +1,42 @@
+# The two commands the README gives: `make test` and `make demo`. Both bootstrap .venv.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: test demo lint typecheck pytest docs coverage bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: lint typecheck pytest docs
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff format --check src tests bench
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+pytest: $(STAMP)
+	$(PY) -m coverage erase
+	$(PY) -m coverage run -m pytest
+	@echo "--- branch coverage of the pure core (src/aiokpl/_core) ---"
+	$(PY) -m coverage report --include='*/aiokpl/_core/*'
+	@echo "--- branch coverage of the whole package ---"
+	$(PY) -m coverage report --skip-covered
+
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --quiet --site-dir site
+
+demo: $(STAMP)
+	$(PY) -m aiokpl demo
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) site .coverage .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,230 @@
+"""The producer's configuration: one frozen, validated dataclass.
+
+Every field has a default that suits a typical service; each is checked when the ``Config`` is
+built, and a bad value raises :class:`~aiokpl.ConfigError` naming the field, the value and the
+allowed range, so mistakes surface at start-up rather than as odd behaviour under load.
+
+The names follow the KPL's configuration (``aws/kinesis/core/configuration.h``) in Python
+spelling, with units in the names. Credentials are never shown by ``repr``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+__all__ = ("Config",)
+
+KiB = 1024
+MiB = 1024 * KiB
+
+_SECRET_FIELDS = frozenset({"aws_access_key_id", "aws_secret_access_key", "aws_session_token"})
+_HTTP_BACKENDS = ("auto", "aiohttp", "httpx")
+
+
+@dataclass(frozen=True, slots=True, repr=False, kw_only=True)
+class Config:
+    """Settings of a :class:`~aiokpl.Producer`. Frozen; validated when built.
+
+    Use ``dataclasses.replace(config, field=value)`` (or :meth:`replace`) to derive a changed
+    copy; the copy is validated too.
+
+    Raises:
+        ConfigError: a value is outside its allowed range (the message names the field).
+        TypeError: a value has the wrong type.
+    """
+
+    # --- AWS connection ------------------------------------------------------------------
+    region: str | None = None
+    """AWS region, e.g. ``"us-east-1"``. ``None`` resolves it like botocore does (the
+    ``AWS_DEFAULT_REGION`` variable, then the profile); the producer fails at start if it is
+    still unknown and no ``endpoint_url`` is set."""
+
+    endpoint_url: str | None = None
+    """Kinesis endpoint to use instead of the region's, e.g. a local test server."""
+
+    verify_ssl: bool = True
+    """Verify the endpoint's TLS certificate."""
+
+    aws_access_key_id: str | None = None
+    """Access key id. ``None`` uses the default credential chain (environment, profile,
+    container or instance role), whose credentials refresh themselves. Never shown by
+    ``repr``."""
+
+    aws_secret_access_key: str | None = None
+    """Secret access key that goes with ``aws_access_key_id``. Never shown by ``repr``."""
+
+    aws_session_token: str | None = None
+    """Session token for temporary credentials. Never shown by ``repr``."""
+
+    profile_name: str | None = None
+    """Named profile from the AWS config files."""
+
+    # --- Aggregation ---------------------------------------------------------------------
+    aggregation_enabled: bool = True
+    """Pack several user records into one Kinesis record (KPL ``AggregationEnabled``)."""
+
+    aggregation_max_count: int = 4_294_967_295
+    """Most user records in one aggregate, 1 … 4,294,967,295 (KPL ``AggregationMaxCount``)."""
+
+    aggregation_max_size: int = 51_200
+    """Largest aggregate in bytes, 64 … 1 MiB, counted exactly as sent (magic, protobuf body
+    and digest). A single user record larger than this is sent on its own
+    (KPL ``AggregationMaxSize``)."""
+
+    # --- Collection into PutRecords requests --------------------------------------------
+    collection_max_count: int = 500
+    """Most Kinesis records in one ``PutRecords`` request, 1 … 500
+    (KPL ``CollectionMaxCount``)."""
+
+    collection_max_size: int = 5 * MiB
+    """Most bytes (partition keys plus data) in one ``PutRecords`` request,
+    52,224 … 10 MiB (KPL ``CollectionMaxSize``)."""
+
+    # --- Timing --------------------------------------------------------------------------
+    record_max_buffered_time_ms: int = 100
+    """How long a record may wait to be batched before it is sent, in milliseconds,
+    0 … 86,400,000 (KPL ``RecordMaxBufferedTime``). Larger values batch better; smaller
+    values lower latency."""
+
+    record_ttl_ms: int = 30_000
+    """How long a record may take, retries included, before it fails with ``"Expired"``,
+    in milliseconds, 100 … 86,400,000 (KPL ``RecordTtl``)."""
+
+    # --- Rate limiting -------------------------------------------------------------------
+    rate_limit_records_per_sec_per_shard: float = 1000.0
+    """Kinesis records per second the producer sends to one shard (the service limit is
+    1,000). Greater than 0."""
+
+    rate_limit_bytes_per_sec_per_shard: float = 1_048_576.0
+    """Bytes per second the producer sends to one shard (the service limit is 1 MiB).
+    Greater than 0."""
+
+    drain_interval_ms: int = 25
+    """Period of the rate limiter's drain of queued records, in milliseconds, 1 … 1,000."""
+
+    fail_if_throttled: bool = False
+    """Fail a throttled record at once instead of retrying it until its TTL
+    (KPL ``FailIfThrottled``)."""
+
+    # --- Back-pressure and limits --------------------------------------------------------
+    max_outstanding_records: int = 100_000
+    """Most records between ``put_record`` and their result; ``put_record`` waits while this
+    many are outstanding. 1 … 100,000,000."""
+
+    max_outstanding_bytes: int = 256 * MiB
+    """Most bytes (data plus partition keys) between ``put_record`` and their result;
+    ``put_record`` waits while this many are outstanding. At least ``max_record_size``,
+    at most 64 GiB."""
+
+    max_record_size: int = 1 * MiB
+    """Largest user record accepted by ``put_record`` (data plus partition key in UTF-8),
+    1 … 10 MiB. Kinesis accepts 1 MiB unless the stream's limit was raised
+    (``UpdateMaxRecordSize``)."""
+
+    # --- HTTP ----------------------------------------------------------------------------
+    request_timeout_ms: int = 6_000
+    """Time allowed for one request to Kinesis, in milliseconds, 100 … 600,000
+    (KPL ``RequestTimeout``)."""
+
+    connect_timeout_ms: int = 6_000
+    """Time allowed to open a connection, in milliseconds, 100 … 300,000
+    (KPL ``ConnectTimeout``)."""
+
+    max_connections: int = 24
+    """Most concurrent requests (and HTTP connections) to Kinesis, 1 … 256
+    (KPL ``MaxConnections``)."""
+
+    http_backend: Literal["auto", "aiohttp", "httpx"] = "auto"
+    """HTTP client under aiobotocore: ``"aiohttp"``, ``"httpx"``, or ``"auto"``: aiohttp on
+    asyncio and httpx on trio."""
+
+    def __post_init__(self) -> None:
+        for name, kind, low, high in _RULES:
+            _check(name, getattr(self, name), kind, low, high)
+        if self.http_backend not in _HTTP_BACKENDS:
+            raise ConfigError(
+                f"http_backend must be one of {', '.join(map(repr, _HTTP_BACKENDS))}; "
+                f"got {self.http_backend!r}"
+            )
+        if self.max_outstanding_bytes < self.max_record_size:
+            raise ConfigError(
+                f"max_outstanding_bytes ({self.max_outstanding_bytes}) must be at least "
+                f"max_record_size ({self.max_record_size}), or a largest record could never "
+                "be accepted"
+            )
+        if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
+            raise ConfigError("aws_access_key_id and aws_secret_access_key must be given together")
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with ``changes`` applied, validated like a new ``Config``."""
+        return dataclasses.replace(self, **changes)
+
+    def __repr__(self) -> str:
+        parts = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value == field.default:
+                continue
+            shown = "'***'" if field.name in _SECRET_FIELDS and value is not None else repr(value)
+            parts.append(f"{field.name}={shown}")
+        return f"Config({', '.join(parts)})"
+
+    __str__ = __repr__
+
+
+_OPTIONAL_STR = "optional str"
+
+# (field, kind, lowest allowed, highest allowed); bounds are inclusive.
+_RULES: tuple[tuple[str, str, float, float], ...] = (
+    ("region", _OPTIONAL_STR, 0, 0),
+    ("endpoint_url", _OPTIONAL_STR, 0, 0),
+    ("aws_access_key_id", _OPTIONAL_STR, 0, 0),
+    ("aws_secret_access_key", _OPTIONAL_STR, 0, 0),
+    ("aws_session_token", _OPTIONAL_STR, 0, 0),
+    ("profile_name", _OPTIONAL_STR, 0, 0),
+    ("verify_ssl", "bool", 0, 0),
+    ("aggregation_enabled", "bool", 0, 0),
+    ("fail_if_throttled", "bool", 0, 0),
+    ("aggregation_max_count", "int", 1, 4_294_967_295),
+    ("aggregation_max_size", "int", 64, 1 * MiB),
+    ("collection_max_count", "int", 1, 500),
+    ("collection_max_size", "int", 52_224, 10 * MiB),
+    ("record_max_buffered_time_ms", "int", 0, 86_400_000),
+    ("record_ttl_ms", "int", 100, 86_400_000),
+    ("rate_limit_records_per_sec_per_shard", "float", math.ulp(0.0), math.inf),
+    ("rate_limit_bytes_per_sec_per_shard", "float", math.ulp(0.0), math.inf),
+    ("drain_interval_ms", "int", 1, 1_000),
+    ("max_outstanding_records", "int", 1, 100_000_000),
+    ("max_outstanding_bytes", "int", 1, 64 * 1024 * MiB),
+    ("max_record_size", "int", 1, 10 * MiB),
+    ("request_timeout_ms", "int", 100, 600_000),
+    ("connect_timeout_ms", "int", 100, 300_000),
+    ("max_connections", "int", 1, 256),
+)
+
+
+def _check(name: str, value: object, kind: str, low: float, high: float) -> None:
+    if kind == _OPTIONAL_STR:
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
+        if value == "":
+            raise ConfigError(f"{name} must not be empty (use None for the default)")
+        return
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (kind == "int" and not isinstance(value, int))
+    ):
+        raise TypeError(f"{name} must be an {kind}, not {type(value).__name__}")
+    if not (low <= value <= high) or (kind == "float" and not math.isfinite(value)):
+        span = "greater than 0 and finite" if kind == "float" else f"{low:,} … {high:,}"
+        raise ConfigError(f"{name} must be {span}; got {value!r}")

@@ -1,0 +1,163 @@
+"""Hash keys, and the checks a user record passes before the producer accepts it.
+
+Kinesis places a record on the shard whose hash-key range contains the record's 128-bit hash
+key. That key is the explicit hash key when the caller gives one (a decimal string), otherwise
+the MD5 digest of the partition key's UTF-8 bytes read as a big-endian integer. Predicting the
+shard locally is what lets the producer aggregate and rate-limit per shard.
+
+Invariants:
+
+* ``hash_key_of`` is exactly the service's mapping (MD5, big-endian, 0 … 2**128 - 1).
+* ``check_user_record`` either returns values the service accepts, or raises an error that
+  names the field and the limit; it never half-accepts. Data is returned as immutable ``bytes``
+  so a caller mutating its ``bytearray`` later cannot change a record already accepted.
+
+Mirrors ``UserRecord`` in the KPL (``aws/kinesis/core/user_record.cc``), which computes the
+hash key the same way. Differences: the KPL validates in its Java wrapper; we validate here,
+synchronously, so ``put_record`` fails at the call site rather than in a result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from .errors import InvalidRecordError, InvalidRecordTypeError
+
+__all__ = (
+    "MAX_HASH_KEY",
+    "MAX_PARTITION_KEY_LENGTH",
+    "check_explicit_hash_key",
+    "check_stream_name",
+    "check_user_record",
+    "hash_key_of",
+)
+
+MAX_HASH_KEY = 2**128 - 1
+"""The largest hash key (inclusive): the key space is 0 … 2**128 - 1."""
+
+MAX_PARTITION_KEY_LENGTH = 256
+"""Kinesis limit on a partition key, in Unicode characters."""
+
+MAX_STREAM_NAME_LENGTH = 128
+
+_md5 = hashlib.md5
+_from_bytes = int.from_bytes
+# The service's own pattern: no sign, no leading zeros, at most 39 digits.
+_EXPLICIT_HASH_KEY = re.compile(r"0|[1-9][0-9]{0,38}")
+_STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]+")
+
+
+def hash_key_of(partition_key: bytes) -> int:
+    """The 128-bit hash key Kinesis derives from a partition key.
+
+    Args:
+        partition_key: the partition key, already encoded as UTF-8.
+
+    Returns:
+        The MD5 digest of ``partition_key`` as a big-endian unsigned integer.
+    """
+    return _from_bytes(_md5(partition_key, usedforsecurity=False).digest(), "big")
+
+
+def check_explicit_hash_key(value: object) -> int:
+    """Parse an explicit hash key: a decimal string (or an ``int``) in 0 … 2**128 - 1.
+
+    Raises:
+        InvalidRecordTypeError: ``value`` is neither ``str`` nor ``int``.
+        InvalidRecordError: it is not a plain decimal integer, or it is out of range.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InvalidRecordTypeError(
+            f"explicit_hash_key must be a decimal str or an int, not {type(value).__name__}"
+        )
+    if isinstance(value, int):
+        number = value
+    else:
+        if _EXPLICIT_HASH_KEY.fullmatch(value) is None:
+            raise InvalidRecordError(
+                f"explicit_hash_key must be a decimal integer without sign, spaces or leading "
+                f"zeros, in 0 … 2**128-1; got {value[:50]!r}"
+            )
+        number = int(value)
+    if not 0 <= number <= MAX_HASH_KEY:
+        raise InvalidRecordError(
+            f"explicit_hash_key must be in 0 … 2**128-1 ({MAX_HASH_KEY}); got {number}"
+        )
+    return number
+
+
+def check_stream_name(stream: object) -> str:
+    """Check a stream name: 1 … 128 characters of ``a-z A-Z 0-9 _ . -``.
+
+    Raises:
+        InvalidRecordTypeError: ``stream`` is not a ``str``.
+        InvalidRecordError: it is empty, too long or has other characters.
+    """
+    if not isinstance(stream, str):
+        raise InvalidRecordTypeError(f"stream must be a str, not {type(stream).__name__}")
+    if not 1 <= len(stream) <= MAX_STREAM_NAME_LENGTH or _STREAM_NAME.fullmatch(stream) is None:
+        raise InvalidRecordError(
+            f"stream must be 1 … {MAX_STREAM_NAME_LENGTH} characters of a-z, A-Z, 0-9, "
+            f"'_', '.', '-'; got {stream[: MAX_STREAM_NAME_LENGTH + 2]!r}"
+        )
+    return stream
+
+
+def check_user_record(
+    partition_key: Any,
+    data: Any,
+    explicit_hash_key: Any,
+    max_record_size: int,
+) -> tuple[bytes, bytes, int, str | None]:
+    """Validate one user record, the way ``put_record`` does before accepting it.
+
+    Args:
+        partition_key: must be a non-empty ``str`` of at most 256 characters.
+        data: ``bytes``, ``bytearray`` or ``memoryview`` (anything else is a type error).
+        explicit_hash_key: ``None``, or a decimal ``str``/``int`` in 0 … 2**128 - 1.
+        max_record_size: the limit on ``len(data) + len(partition key in UTF-8)``.
+
+    Returns:
+        ``(partition_key_utf8, data_bytes, hash_key, explicit_hash_key_str)``; the last is the
+        canonical decimal string, or ``None`` when no explicit hash key was given.
+
+    Raises:
+        InvalidRecordTypeError: a field has the wrong type.
+        InvalidRecordError: a field is out of its limits; the message names field and limit.
+    """
+    if type(partition_key) is not str:
+        if not isinstance(partition_key, str):
+            raise InvalidRecordTypeError(
+                f"partition_key must be a str, not {type(partition_key).__name__}"
+            )
+        partition_key = str(partition_key)
+    if not 0 < len(partition_key) <= MAX_PARTITION_KEY_LENGTH:
+        raise InvalidRecordError(
+            f"partition_key must be 1 … {MAX_PARTITION_KEY_LENGTH} characters long; "
+            f"got {len(partition_key)}"
+        )
+    try:
+        key_bytes = partition_key.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidRecordError(
+            "partition_key must be encodable as UTF-8 (it contains a lone surrogate)"
+        ) from exc
+    if type(data) is not bytes:
+        if isinstance(data, bytes | bytearray | memoryview):
+            data = bytes(data)
+        else:
+            hint = "; encode it first, e.g. data.encode()" if isinstance(data, str) else ""
+            raise InvalidRecordTypeError(
+                f"data must be bytes, bytearray or memoryview, not {type(data).__name__}{hint}"
+            )
+    size = len(data) + len(key_bytes)
+    if size > max_record_size:
+        raise InvalidRecordError(
+            f"data plus partition_key is {size} bytes, over max_record_size ({max_record_size})"
+        )
+    if explicit_hash_key is None:
+        return key_bytes, data, hash_key_of(key_bytes), None
+    hash_key = check_explicit_hash_key(explicit_hash_key)
+    return key_bytes, data, hash_key, str(hash_key)

@@ -1,0 +1,97 @@
+"""What the producer tells you about each record: its attempts and its final result.
+
+Every trip of a record through the sender ends in one :class:`Attempt`; the record's single
+:class:`RecordResult` carries all of them, so a caller can tell a record that failed once from
+one that spent thirty seconds throttled. Both are frozen and slotted: they cross task
+boundaries and may be kept for a long time.
+
+Mirrors ``Attempt`` and the result the KPL hands back to its Java wrapper
+(``aws/kinesis/core/attempt.h``, ``user_record.cc``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import RecordFailedError
+
+__all__ = ("Attempt", "RecordResult")
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt to deliver a record: a ``PutRecords`` call, or a local failure.
+
+    Times are in seconds on the producer's clock (``anyio.current_time()``), so differences
+    between them are meaningful, absolute values are not wall-clock times.
+
+    Attributes:
+        started_at: when the request carrying the record was sent.
+        ended_at: when its response (or failure) arrived.
+        delay: time the record waited before this attempt started: since it was put, for the
+            first attempt, or since the previous attempt ended.
+        success: whether Kinesis accepted the record in this attempt.
+        error_code: the service's error code (e.g. ``"ProvisionedThroughputExceededException"``)
+            or one of the producer's own (``"Expired"``, ``"Internal"``, ``"Cancelled"``, …);
+            ``None`` on success.
+        error_message: the human-readable message that came with ``error_code``.
+        shard_id: the shard Kinesis put the record on (success only).
+        sequence_number: the sequence number Kinesis gave the record (success only).
+    """
+
+    started_at: float
+    ended_at: float
+    delay: float
+    success: bool
+    error_code: str | None = None
+    error_message: str | None = None
+    shard_id: str | None = None
+    sequence_number: str | None = None
+
+    @property
+    def duration(self) -> float:
+        """How long the attempt took: ``ended_at - started_at``."""
+        return self.ended_at - self.started_at
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """The final word on one record.
+
+    Attributes:
+        success: ``True`` if the record is in the stream.
+        shard_id: the shard holding it (success only).
+        sequence_number: its sequence number (success only). Records aggregated together share
+            one sequence number.
+        attempts: every attempt, oldest first. Never empty for a record that reached the
+            pipeline.
+    """
+
+    success: bool
+    shard_id: str | None = None
+    sequence_number: str | None = None
+    attempts: tuple[Attempt, ...] = ()
+
+    @property
+    def error_code(self) -> str | None:
+        """The error code of the last attempt (``None`` for a success or with no attempts)."""
+        if self.success or not self.attempts:
+            return None
+        return self.attempts[-1].error_code
+
+    @property
+    def error_message(self) -> str | None:
+        """The error message of the last attempt (``None`` for a success or with no attempts)."""
+        if self.success or not self.attempts:
+            return None
+        return self.attempts[-1].error_message
+
+    def raise_for_failure(self) -> None:
+        """Raise :class:`~aiokpl.RecordFailedError` if the record was not delivered.
+
+        Raises:
+            RecordFailedError: ``success`` is false; its message names the error code, the
+                message and the number of attempts, and its ``result`` attribute is this result.
+        """
+        if not self.success:
+            raise RecordFailedError(self)

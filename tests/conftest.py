@@ -1,0 +1,43 @@
+"""Shared fixtures.
+
+* ``anyio_backend``: every async test runs twice, on asyncio and on trio, each under a virtual
+  clock (trio's ``MockClock`` with ``autojump_threshold=0``; ``async_solipsism``'s event loop on
+  asyncio). Time only moves when every task is blocked, so timing is exact and tests never
+  sleep for real. The asyncio fake has no real I/O: tests that open sockets use
+  ``real_anyio_backend`` (see ``tests/integration``).
+* ``_no_aws_environment`` (autouse): removes every ``AWS_*`` variable and points the AWS config
+  and credential files at nothing, so no test can ever pick up real credentials or reach the
+  instance metadata service.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import async_solipsism
+import pytest
+import trio.testing
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("asyncio", id="asyncio"),
+        pytest.param("trio", id="trio"),
+    ]
+)
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    if request.param == "trio":
+        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
+    return ("asyncio", {"loop_factory": async_solipsism.EventLoop})
+
+
+@pytest.fixture(autouse=True)
+def _no_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: Any) -> None:
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    empty = tmp_path_factory.getbasetemp() / "no-aws-config"
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

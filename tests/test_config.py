@@ -1,0 +1,152 @@
+"""Config: defaults, validation messages, secrets kept out of repr."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from aiokpl import Config, ConfigError
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def test_defaults_match_the_spec() -> None:
+    config = Config()
+    assert config.region is None
+    assert config.aggregation_enabled is True
+    assert config.aggregation_max_count == 4_294_967_295
+    assert config.aggregation_max_size == 51_200
+    assert config.collection_max_count == 500
+    assert config.collection_max_size == 5 * 1024 * 1024
+    assert config.record_max_buffered_time_ms == 100
+    assert config.record_ttl_ms == 30_000
+    assert config.rate_limit_records_per_sec_per_shard == 1000.0
+    assert config.rate_limit_bytes_per_sec_per_shard == 1_048_576.0
+    assert config.drain_interval_ms == 25
+    assert config.fail_if_throttled is False
+    assert config.max_outstanding_records == 100_000
+    assert config.max_outstanding_bytes == 256 * 1024 * 1024
+    assert config.max_record_size == 1024 * 1024
+    assert (config.request_timeout_ms, config.connect_timeout_ms) == (6000, 6000)
+    assert config.max_connections == 24
+    assert config.http_backend == "auto"
+    assert config.verify_ssl is True
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("aggregation_max_size", 63, "aggregation_max_size must be 64 … 1,048,576; got 63"),
+        ("aggregation_max_size", 1024 * 1024 + 1, "aggregation_max_size must be 64 … 1,048,576"),
+        ("aggregation_max_count", 0, "aggregation_max_count must be 1 … 4,294,967,295; got 0"),
+        ("collection_max_count", 501, "collection_max_count must be 1 … 500; got 501"),
+        ("collection_max_size", 1000, "collection_max_size must be 52,224 … 10,485,760; got 1000"),
+        ("record_max_buffered_time_ms", -1, "record_max_buffered_time_ms must be 0 …"),
+        ("record_ttl_ms", 99, "record_ttl_ms must be 100 …"),
+        (
+            "rate_limit_records_per_sec_per_shard",
+            0.0,
+            "rate_limit_records_per_sec_per_shard must be greater than 0",
+        ),
+        (
+            "rate_limit_bytes_per_sec_per_shard",
+            math.inf,
+            "rate_limit_bytes_per_sec_per_shard must be greater than 0 and finite",
+        ),
+        (
+            "rate_limit_bytes_per_sec_per_shard",
+            math.nan,
+            "rate_limit_bytes_per_sec_per_shard must be greater than 0 and finite; got nan",
+        ),
+        ("drain_interval_ms", 0, "drain_interval_ms must be 1 … 1,000"),
+        ("max_outstanding_records", 0, "max_outstanding_records must be 1 …"),
+        ("max_record_size", 10 * 1024 * 1024 + 1, "max_record_size must be 1 … 10,485,760"),
+        ("request_timeout_ms", 50, "request_timeout_ms must be 100 … 600,000"),
+        ("connect_timeout_ms", 300_001, "connect_timeout_ms must be 100 … 300,000"),
+        ("max_connections", 0, "max_connections must be 1 … 256; got 0"),
+        (
+            "http_backend",
+            "curl",
+            "http_backend must be one of 'auto', 'aiohttp', 'httpx'; got 'curl'",
+        ),
+        ("region", "", "region must not be empty"),
+    ],
+)
+def test_out_of_range_values_name_the_field_and_range(
+    field: str, value: object, message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        Config(**{field: value})
+    assert message in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_connections", "24", "max_connections must be an int, not str"),
+        ("max_connections", 24.0, "max_connections must be an int, not float"),
+        ("max_connections", True, "max_connections must be an int, not bool"),
+        ("rate_limit_records_per_sec_per_shard", "1000", "must be an float, not str"),
+        ("aggregation_enabled", 1, "aggregation_enabled must be a bool, not int"),
+        ("region", 5, "region must be a str or None, not int"),
+    ],
+)
+def test_wrong_types(field: str, value: object, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        Config(**{field: value})
+
+
+def test_int_rates_are_accepted() -> None:
+    assert (
+        Config(rate_limit_records_per_sec_per_shard=500).rate_limit_records_per_sec_per_shard == 500
+    )
+
+
+def test_cross_field_rules() -> None:
+    with pytest.raises(
+        ConfigError, match=r"max_outstanding_bytes \(1000\) must be at least max_record_size"
+    ):
+        Config(max_outstanding_bytes=1000)
+    with pytest.raises(ConfigError, match="must be given together"):
+        Config(aws_access_key_id="AKIDEXAMPLE")
+
+
+def test_repr_hides_credentials() -> None:
+    config = Config(
+        region="eu-west-1",
+        aws_access_key_id="AKIDEXAMPLE123",
+        aws_secret_access_key="wJalrXUtnFEMI/K7MDENG",
+        aws_session_token="FwoGZXIvYXdzEBYaD",
+    )
+    for text in (repr(config), str(config), f"{config}", repr([config])):
+        assert "AKIDEXAMPLE123" not in text
+        assert "wJalrXUtnFEMI" not in text
+        assert "FwoGZXIvYXdzEBYaD" not in text
+    assert repr(config) == (
+        "Config(region='eu-west-1', aws_access_key_id='***', "
+        "aws_secret_access_key='***', aws_session_token='***')"
+    )
+    assert repr(Config()) == "Config()"
+
+
+def test_frozen_and_replace_revalidates() -> None:
+    config = Config(region="us-east-1")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.region = "x"  # type: ignore[misc]
+    changed = config.replace(max_connections=8)
+    assert changed.max_connections == 8
+    assert changed.region == "us-east-1"
+    with pytest.raises(ConfigError, match="max_connections"):
+        config.replace(max_connections=0)
+    with pytest.raises(TypeError):
+        Config("us-east-1")  # type: ignore[misc]  # keyword-only
+
+
+def test_every_field_is_documented() -> None:
+    page = (DOCS / "configuration.md").read_text()
+    for field in dataclasses.fields(Config):
+        assert f"`{field.name}`" in page, f"docs/configuration.md does not describe {field.name}"

@@ -1,0 +1,95 @@
+"""The public surface: ``__all__`` is pinned, documented, and the pure core stays pure."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import aiokpl.aggregation
+
+import aiokpl
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "src" / "aiokpl" / "_core"
+DOCS = ROOT / "docs"
+
+# Modules the pure core must never import: no event loop, no AWS SDK, no clock.
+FORBIDDEN = {
+    "anyio",
+    "trio",
+    "asyncio",
+    "sniffio",
+    "botocore",
+    "aiobotocore",
+    "boto3",
+    "time",
+    "aiohttp",
+    "httpx",
+}
+
+
+def test_all_is_pinned() -> None:
+    assert set(aiokpl.__all__) == {
+        "AggregationFormatError",
+        "AiokplError",
+        "Attempt",
+        "BufferFullError",
+        "Config",
+        "ConfigError",
+        "InvalidRecordError",
+        "InvalidRecordTypeError",
+        "ProducerClosedError",
+        "RateLimiter",
+        "RateLimiterStatistics",
+        "RecordFailedError",
+        "RecordResult",
+        "TokenBucket",
+        "__version__",
+    }
+    for name in aiokpl.__all__:
+        assert hasattr(aiokpl, name), name
+    for name in aiokpl.aggregation.__all__:
+        assert hasattr(aiokpl.aggregation, name), name
+
+
+def test_every_public_name_is_documented() -> None:
+    text = "\n".join(page.read_text() for page in DOCS.rglob("*.md"))
+    for name in aiokpl.__all__:
+        if name == "__version__":
+            continue
+        assert f"aiokpl.{name}" in text, f"aiokpl.{name} is not in docs/"
+    for name in aiokpl.aggregation.__all__:
+        assert name in text, f"aiokpl.aggregation.{name} is not in docs/"
+
+
+def test_pure_core_imports_no_event_loop_sdk_or_clock() -> None:
+    modules = sorted(CORE.glob("*.py"))
+    assert len(modules) >= 7
+    for path in modules:
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
+
+
+def test_pure_core_loads_without_anyio_or_botocore() -> None:
+    # Load every core module with the package's __init__ bypassed, and check what got imported.
+    code = f"""
+import importlib, sys, types
+pkg = types.ModuleType("aiokpl"); pkg.__path__ = [{str(ROOT / "src" / "aiokpl")!r}]
+sys.modules["aiokpl"] = pkg
+for name in {sorted(p.stem for p in CORE.glob("*.py") if p.stem != "__init__")!r}:
+    importlib.import_module("aiokpl._core." + name)
+bad = sorted(m for m in sys.modules if m.split(".")[0] in {sorted(FORBIDDEN - {"time"})!r})
+print(bad)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
