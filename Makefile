@@ -30,7 +30,7 @@ pytest: $(STAMP)
 	$(PY) -m coverage report --skip-covered
 
 docs: $(STAMP)
-	$(PY) -m mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
 
 demo: $(STAMP)
 	$(PY) -m aiokpl demo

@@ -12,12 +12,45 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
 import async_solipsism
 import pytest
 import trio.testing
+
+
+class _ExactClock:
+    """A float virtual clock for async_solipsism that always moves when asked to.
+
+    async_solipsism's own clock counts whole microseconds, so a deadline like ``t + 0.12`` can
+    sit one float ulp beyond any time it can show; anyio then re-arms its timer forever at
+    the same instant. This clock adds the requested delay exactly, and at least one ulp.
+    """
+
+    resolution = 1e-12
+
+    def __init__(self) -> None:
+        self._now = 0.0
+
+    def time(self) -> float:
+        return self._now
+
+    def advance(self, delta: float) -> None:
+        if delta > 0:
+            target = self._now + delta
+            self._now = target if target > self._now else math.nextafter(self._now, math.inf)
+
+
+def virtual_asyncio_loop() -> Any:
+    """An async_solipsism event loop (no real I/O; time jumps when idle) on an exact clock."""
+    loop = async_solipsism.EventLoop()
+    clock = _ExactClock()
+    loop._selector.clock = clock
+    loop._EventLoop__clock = clock
+    loop._clock_resolution = clock.resolution
+    return loop
 
 
 @pytest.fixture(
@@ -29,7 +62,7 @@ import trio.testing
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     if request.param == "trio":
         return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-    return ("asyncio", {"loop_factory": async_solipsism.EventLoop})
+    return ("asyncio", {"loop_factory": virtual_asyncio_loop})
 
 
 @pytest.fixture(autouse=True)

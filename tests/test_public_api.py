@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import aiokpl.aggregation
-
 import aiokpl
+import aiokpl.aggregation
+import aiokpl.testing
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "src" / "aiokpl" / "_core"
@@ -40,18 +40,23 @@ def test_all_is_pinned() -> None:
         "ConfigError",
         "InvalidRecordError",
         "InvalidRecordTypeError",
+        "Outcome",
+        "Producer",
         "ProducerClosedError",
+        "ProducerStatistics",
         "RateLimiter",
         "RateLimiterStatistics",
         "RecordFailedError",
         "RecordResult",
+        "StreamStatistics",
         "TokenBucket",
         "__version__",
     }
     for name in aiokpl.__all__:
         assert hasattr(aiokpl, name), name
-    for name in aiokpl.aggregation.__all__:
-        assert hasattr(aiokpl.aggregation, name), name
+    for module in (aiokpl.aggregation, aiokpl.testing):
+        for name in module.__all__:
+            assert hasattr(module, name), name
 
 
 def test_every_public_name_is_documented() -> None:
@@ -62,6 +67,8 @@ def test_every_public_name_is_documented() -> None:
         assert f"aiokpl.{name}" in text, f"aiokpl.{name} is not in docs/"
     for name in aiokpl.aggregation.__all__:
         assert name in text, f"aiokpl.aggregation.{name} is not in docs/"
+    for name in aiokpl.testing.__all__:
+        assert name in text, f"aiokpl.testing.{name} is not in docs/"
 
 
 def test_pure_core_imports_no_event_loop_sdk_or_clock() -> None:

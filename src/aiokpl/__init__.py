@@ -1,6 +1,7 @@
 """aiokpl: an async-native Kinesis producer for asyncio and trio.
 
-The public names live here; everything in a module whose name starts with ``_`` is private.
+The public names live here (and in ``aiokpl.aggregation`` and ``aiokpl.testing``); everything in
+a module whose name starts with ``_`` is private.
 """
 
 from ._core.config import Config as Config
@@ -14,6 +15,13 @@ from ._core.errors import ProducerClosedError as ProducerClosedError
 from ._core.errors import RecordFailedError as RecordFailedError
 from ._core.results import Attempt as Attempt
 from ._core.results import RecordResult as RecordResult
+from ._core.token_bucket import TokenBucket as TokenBucket
+from ._outcome import Outcome as Outcome
+from ._producer import Producer as Producer
+from ._producer import ProducerStatistics as ProducerStatistics
+from ._producer import StreamStatistics as StreamStatistics
+from ._rate_limiter import RateLimiter as RateLimiter
+from ._rate_limiter import RateLimiterStatistics as RateLimiterStatistics
 from ._version import __version__ as __version__
 
 __all__ = (
@@ -25,11 +33,15 @@ __all__ = (
     "ConfigError",
     "InvalidRecordError",
     "InvalidRecordTypeError",
+    "Outcome",
+    "Producer",
     "ProducerClosedError",
+    "ProducerStatistics",
     "RateLimiter",
     "RateLimiterStatistics",
     "RecordFailedError",
     "RecordResult",
+    "StreamStatistics",
     "TokenBucket",
     "__version__",
 )

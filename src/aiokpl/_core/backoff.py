@@ -1,0 +1,119 @@
+"""Exponential backoff with jitter, and additive-increase / multiplicative-decrease rates.
+
+Two small pieces of timing policy, pure (the caller passes ``now`` and the random draw):
+
+* :class:`Backoff` spaces out retries of something that keeps failing: a shard-map refresh
+  (KPL ``shard_map.cc``: 1 s, ×1.5, at most 30 s) or requests to an endpoint that is down.
+  Unlike the KPL we add jitter, so many producers that failed together do not retry together.
+* :class:`AdaptiveRate` is the per-shard throttle feedback the KPL leaves as a TODO
+  (``limiter.h``, ``add_error``): on throttling the rate is cut by a factor, then it grows back
+  linearly with time up to the configured rate. Several producers writing the same shard, each
+  doing this, settle near their fair share instead of throttling each other in lockstep.
+"""
+
+from __future__ import annotations
+
+__all__ = ("AdaptiveRate", "Backoff")
+
+
+class Backoff:
+    """Growing delays: ``initial``, then ×``factor`` per failure, capped at ``maximum``.
+
+    Each delay is drawn in ``[(1 - jitter) × d, d]`` from the nominal delay ``d``.
+
+    Args:
+        initial: the first nominal delay, in seconds.
+        factor: growth per consecutive failure.
+        maximum: the largest nominal delay.
+        jitter: the fraction of the nominal delay that is random, 0 … 1.
+    """
+
+    __slots__ = ("_nominal", "factor", "failures", "initial", "jitter", "maximum")
+
+    def __init__(self, initial: float, factor: float, maximum: float, jitter: float = 0.5) -> None:
+        if not 0 < initial <= maximum or factor < 1 or not 0 <= jitter <= 1:
+            raise ValueError("need 0 < initial <= maximum, factor >= 1 and 0 <= jitter <= 1")
+        self.initial = initial
+        self.factor = factor
+        self.maximum = maximum
+        self.jitter = jitter
+        self._nominal = initial
+        self.failures = 0
+
+    def next_delay(self, random_value: float) -> float:
+        """Record one more failure and return how long to wait before trying again.
+
+        Args:
+            random_value: a uniform draw in [0, 1), e.g. ``random.random()``.
+        """
+        nominal = self._nominal
+        self.failures += 1
+        self._nominal = min(self.maximum, nominal * self.factor)
+        return nominal * (1.0 - self.jitter * random_value)
+
+    def reset(self) -> None:
+        """Forget past failures: the next delay is ``initial`` again."""
+        self._nominal = self.initial
+        self.failures = 0
+
+
+class AdaptiveRate:
+    """A rate that drops on congestion and recovers linearly (AIMD).
+
+    ``rate(now)`` is the configured rate until the first :meth:`cut`. A cut multiplies the
+    current rate by ``decrease`` (never below ``floor`` × configured); afterwards the rate
+    grows by ``recovery_per_second`` × configured per second until it is back at the
+    configured rate. Cuts closer together than ``cooldown`` seconds count once: one burst of
+    throttling (many records of one response) is one signal, not many.
+    """
+
+    __slots__ = (
+        "_base",
+        "_cut_at",
+        "configured",
+        "cooldown",
+        "decrease",
+        "floor",
+        "recovery_per_second",
+    )
+
+    def __init__(
+        self,
+        configured: float,
+        *,
+        decrease: float = 0.5,
+        recovery_per_second: float = 0.1,
+        floor: float = 0.05,
+        cooldown: float = 0.5,
+    ) -> None:
+        self.configured = configured
+        self.decrease = decrease
+        self.recovery_per_second = recovery_per_second
+        self.floor = floor
+        self.cooldown = cooldown
+        self._base = configured
+        self._cut_at: float | None = None
+
+    def rate(self, now: float) -> float:
+        """The rate allowed at ``now``."""
+        if self._cut_at is None:
+            return self.configured
+        grown = self._base + self.configured * self.recovery_per_second * (now - self._cut_at)
+        if grown >= self.configured:
+            self._cut_at = None
+            return self.configured
+        return grown
+
+    @property
+    def recovering(self) -> bool:
+        """Whether the rate is below the configured rate (it was cut and has not recovered)."""
+        return self._cut_at is not None
+
+    def cut(self, now: float) -> bool:
+        """Register congestion at ``now``; returns whether the rate was actually lowered."""
+        if self._cut_at is not None and now - self._cut_at < self.cooldown:
+            return False
+        current = self.rate(now)
+        self._base = max(self.configured * self.floor, current * self.decrease)
+        self._cut_at = now
+        return True

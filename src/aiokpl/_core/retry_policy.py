@@ -1,0 +1,267 @@
+"""What to do with each record after a ``PutRecords`` call: finish it, fail it, or retry it.
+
+This is the retrier's decision logic, pure: :func:`classify` takes the Kinesis records that were
+sent and what came back (a response, or a request-level ``(code, message)``), appends one
+:class:`~aiokpl.Attempt` per user record, and returns :class:`Decisions` for the async shell to
+carry out. It never reads a clock (``now`` is passed in) and does no I/O.
+
+The table, row by row (KPL ``retrier.cc``):
+
+====================================================================  ==========================
+outcome                                                               action
+====================================================================  ==========================
+request error whose code cannot succeed on retry (``FAIL_FAST``)      fail every record
+request error ``ProvisionedThroughputExceededException``, and         fail every record
+``fail_if_throttled``
+any other request error (including a malformed response or a          retry every record
+count mismatch, ``RecordCountMismatch``)
+record succeeded on the predicted shard, or with no prediction        succeed
+record succeeded elsewhere, hash key inside the actual shard's        succeed; invalidate the
+range (a split child): the map is stale                               shard map if the actual
+                                                                      shard is newer
+record succeeded elsewhere, hash key outside that range (or range     retry ("Wrong Shard") and
+unknown), aggregation on                                              invalidate the shard map
+the same, aggregation off (a raw record lands where Kinesis routes    succeed; invalidate
+it, which is always right)
+record failed with a ``FAIL_FAST`` code                               fail
+record throttled and ``fail_if_throttled``                            fail
+record failed with any other code                                     retry
+====================================================================  ==========================
+
+"Retry" means *retry unless expired*: once a record's TTL has passed it fails with
+``"Expired"`` instead, after the attempt that just failed is recorded. A retried record gets a
+new deadline of now + ``record_max_buffered_time / 2`` and goes back to the aggregator, whose
+shard prediction may have changed.
+
+Better than the KPL, which retries every error until expiry: codes that cannot succeed on retry
+(missing stream, denied access, invalid request, KMS key problems, bad credentials) fail at
+once, with their code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .records import KinesisRecord, UserRecord
+from .results import Attempt
+from .shards import ShardRange
+
+__all__ = ("FAIL_FAST", "THROTTLED", "Decisions", "RetryPolicy", "classify", "expire")
+
+THROTTLED = "ProvisionedThroughputExceededException"
+WRONG_SHARD = "Wrong Shard"
+EXPIRED = "Expired"
+
+FAIL_FAST = frozenset(
+    {
+        "ResourceNotFoundException",
+        "AccessDeniedException",
+        "ValidationException",
+        "InvalidArgumentException",
+        "UnrecognizedClientException",
+        "KMSAccessDeniedException",
+        "KMSDisabledException",
+        "KMSInvalidStateException",
+        "KMSNotFoundException",
+        "KMSOptInRequired",
+    }
+)
+"""Error codes that no retry can fix: the record fails at once with that code."""
+
+
+class RetryPolicy:
+    """The configuration :func:`classify` needs.
+
+    Args:
+        fail_if_throttled: fail throttled records instead of retrying them.
+        aggregation_enabled: whether a wrong-shard aggregate must be retried.
+        retry_delay: seconds from now to a retried record's new deadline.
+    """
+
+    __slots__ = ("aggregation_enabled", "fail_if_throttled", "retry_delay")
+
+    def __init__(
+        self, *, fail_if_throttled: bool, aggregation_enabled: bool, retry_delay: float
+    ) -> None:
+        self.fail_if_throttled = fail_if_throttled
+        self.aggregation_enabled = aggregation_enabled
+        self.retry_delay = retry_delay
+
+
+class Decisions:
+    """What :func:`classify` decided; the shell carries it out.
+
+    Attributes:
+        succeeded: user records now in the stream (their last attempt says where).
+        failed: user records that failed for good (their last attempt says why).
+        retry: user records to put back into the aggregator (deadline already moved).
+        invalidate: ``(seen_at, predicted_shard)`` pairs for the shard map.
+        throttled_shards: predicted shards that answered with throttling.
+        request_error: the request-level ``(code, message)``, if the call failed as a whole.
+    """
+
+    __slots__ = (
+        "failed",
+        "invalidate",
+        "request_error",
+        "retry",
+        "succeeded",
+        "throttled_shards",
+    )
+
+    def __init__(self) -> None:
+        self.succeeded: list[UserRecord] = []
+        self.failed: list[UserRecord] = []
+        self.retry: list[UserRecord] = []
+        self.invalidate: list[tuple[float, str | None]] = []
+        self.throttled_shards: set[str] = set()
+        self.request_error: tuple[str, str] | None = None
+
+
+def _shard_number(shard_id: str) -> int:
+    tail = shard_id.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _fail_or_retry(
+    decisions: Decisions,
+    record: UserRecord,
+    code: str,
+    message: str,
+    started: float,
+    ended: float,
+    now: float,
+    policy: RetryPolicy,
+) -> None:
+    record.attempts.append(Attempt(started, ended, started - record.last_end, False, code, message))
+    record.last_end = ended
+    if code in FAIL_FAST or (code == THROTTLED and policy.fail_if_throttled):
+        decisions.failed.append(record)
+    elif now >= record.expires_at:
+        record.attempts.append(
+            Attempt(now, now, now - ended, False, EXPIRED, "record_ttl_ms elapsed before delivery")
+        )
+        decisions.failed.append(record)
+    else:
+        record.set_deadline(now + policy.retry_delay)
+        decisions.retry.append(record)
+
+
+def _succeed(
+    decisions: Decisions,
+    record: UserRecord,
+    shard_id: str,
+    sequence_number: str,
+    started: float,
+    ended: float,
+) -> None:
+    record.attempts.append(
+        Attempt(
+            started, ended, started - record.last_end, True, None, None, shard_id, sequence_number
+        )
+    )
+    record.last_end = ended
+    decisions.succeeded.append(record)
+
+
+def classify(
+    sent: Sequence[KinesisRecord],
+    result: dict[str, Any] | tuple[str, str],
+    started: float,
+    ended: float,
+    now: float,
+    policy: RetryPolicy,
+    hash_range: Callable[[str], ShardRange | None],
+) -> Decisions:
+    """Decide the fate of every user record in ``sent``.
+
+    Args:
+        sent: the Kinesis records of the request, in request order.
+        result: the ``PutRecords`` response, or ``(code, message)`` if the call failed.
+        started: when the request was sent.
+        ended: when its answer arrived.
+        now: the current time (for expiry and new deadlines).
+        policy: the settings that shape the decisions.
+        hash_range: the known hash-key range of a shard id (open, or recently closed).
+    """
+    decisions = Decisions()
+    entries = None
+    if isinstance(result, dict):
+        entries = result.get("Records")
+        if not isinstance(entries, list):
+            result = ("Internal", "malformed PutRecords response: no Records list")
+        elif len(entries) != len(sent):
+            result = (
+                "RecordCountMismatch",
+                f"PutRecords answered with {len(entries)} results for {len(sent)} records",
+            )
+    if isinstance(result, tuple):
+        code, message = result
+        decisions.request_error = result
+        for kinesis_record in sent:
+            for record in kinesis_record.records:
+                _fail_or_retry(decisions, record, code, message, started, ended, now, policy)
+        return decisions
+
+    assert entries is not None
+    for kinesis_record, entry in zip(sent, entries, strict=True):
+        sequence_number = entry.get("SequenceNumber") if isinstance(entry, dict) else None
+        shard_id = entry.get("ShardId") if isinstance(entry, dict) else None
+        if not sequence_number or not isinstance(shard_id, str):
+            if isinstance(entry, dict) and entry.get("ErrorCode"):
+                code = str(entry["ErrorCode"])
+                message = str(entry.get("ErrorMessage") or "")
+            else:
+                code, message = "Internal", f"malformed PutRecords result entry: {entry!r:.200}"
+            if code == THROTTLED and kinesis_record.predicted_shard is not None:
+                decisions.throttled_shards.add(kinesis_record.predicted_shard)
+            for record in kinesis_record.records:
+                _fail_or_retry(decisions, record, code, message, started, ended, now, policy)
+            continue
+
+        sequence_number = str(sequence_number)
+        predicted = kinesis_record.predicted_shard
+        if predicted is None or predicted == shard_id:
+            for record in kinesis_record.records:
+                _succeed(decisions, record, shard_id, sequence_number, started, ended)
+            continue
+
+        # It landed on another shard than predicted: the shard map is stale.
+        decisions.invalidate.append((started, predicted))
+        actual_range = hash_range(shard_id)
+        for record in kinesis_record.records:
+            misplaced = actual_range is None or record.hash_key not in actual_range
+            if misplaced and policy.aggregation_enabled and len(kinesis_record.records) > 1:
+                _fail_or_retry(
+                    decisions,
+                    record,
+                    WRONG_SHARD,
+                    f"record landed on {shard_id}, whose hash key range does not hold it "
+                    f"(predicted {predicted})",
+                    started,
+                    ended,
+                    now,
+                    policy,
+                )
+            else:
+                _succeed(decisions, record, shard_id, sequence_number, started, ended)
+    return decisions
+
+
+def expire(kinesis_record: KinesisRecord, now: float, where: str) -> list[UserRecord]:
+    """Fail every user record of ``kinesis_record`` with ``"Expired"``, at ``now``."""
+    records = kinesis_record.records
+    for record in records:
+        record.attempts.append(
+            Attempt(
+                now,
+                now,
+                now - record.last_end,
+                False,
+                EXPIRED,
+                f"record_ttl_ms elapsed while waiting in the {where}",
+            )
+        )
+        record.last_end = now
+    return records

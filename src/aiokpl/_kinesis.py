@@ -1,0 +1,128 @@
+"""The boundary with the AWS SDK: the only module that imports aiobotocore or botocore.
+
+Everything the pipeline needs from the SDK passes through here:
+
+* :class:`KinesisClient`, the protocol of the client methods the pipeline calls; an aiobotocore
+  client satisfies it, and so does :class:`aiokpl.testing.FakeKinesis`;
+* :func:`error_of`, which turns any exception raised by a client call into ``(code, message)``
+  data, once, in one place (like httpcore's ``map_exceptions``): the sender and retrier never
+  see an exception type;
+* :func:`client_error`, which builds the exception a real client raises for a service error, so
+  fakes behave like the SDK;
+* :func:`create_client`, which opens the producer's own aiobotocore client with SDK retries
+  off (the retrier owns retries) and the HTTP backend that suits the running event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+import botocore.exceptions
+
+if TYPE_CHECKING:
+    from ._core.config import Config
+
+__all__ = ("KinesisClient", "client_error", "create_client", "error_of")
+
+
+class KinesisClient(Protocol):
+    """The Kinesis client methods the producer calls (keyword arguments as in botocore)."""
+
+    async def list_shards(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+    async def put_records(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+
+# Message of a credential-bearing exception is never repeated: botocore's own messages for
+# these never contain secrets, but we keep the policy explicit.
+_MAX_MESSAGE = 1000
+
+
+def error_of(exc: BaseException) -> tuple[str, str]:
+    """Map an exception from a client call to ``(error_code, error_message)``.
+
+    ``ClientError`` (a service error, including throttling) keeps the service's code and
+    message. Anything else becomes ``"Internal"`` with the exception's type and text, which
+    is what the KPL reports for errors it cannot classify.
+    """
+    if isinstance(exc, botocore.exceptions.ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code") or "Unknown")
+        message = str(error.get("Message") or exc)
+        return code, message[:_MAX_MESSAGE]
+    text = str(exc)
+    described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return "Internal", described[:_MAX_MESSAGE]
+
+
+def client_error(
+    code: str, message: str, operation: str, *, http_status: int = 400
+) -> botocore.exceptions.ClientError:
+    """Build the ``ClientError`` botocore raises when the service answers with an error."""
+    response: Any = {
+        "Error": {"Code": code, "Message": message},
+        "ResponseMetadata": {"HTTPStatusCode": http_status},
+    }
+    return botocore.exceptions.ClientError(response, operation)
+
+
+def _uses_trio() -> bool:
+    # trio always installs sniffio; without it, the loop can only be asyncio.
+    try:
+        import sniffio
+    except ImportError:  # pragma: no cover - depends on the environment
+        return False
+    try:
+        return sniffio.current_async_library() == "trio"
+    except sniffio.AsyncLibraryNotFoundError:
+        return False
+
+
+@contextlib.asynccontextmanager
+async def create_client(config: Config) -> AsyncIterator[Any]:
+    """Open an aiobotocore Kinesis client configured from ``config``; close it on exit.
+
+    Raises:
+        botocore.exceptions.NoRegionError: no region is configured or resolvable and no
+            ``endpoint_url`` is set.
+    """
+    from aiobotocore.config import AioConfig
+    from aiobotocore.session import get_session
+
+    backend = config.http_backend
+    if backend == "auto":
+        backend = "httpx" if _uses_trio() else "aiohttp"
+    options: dict[str, Any] = {
+        "connect_timeout": config.connect_timeout_ms / 1000,
+        "read_timeout": config.request_timeout_ms / 1000,
+        "max_pool_connections": config.max_connections,
+        "retries": {"total_max_attempts": 1, "mode": "standard"},
+    }
+    if backend == "httpx":
+        from aiobotocore.httpxsession import HttpxSession
+
+        options["http_session_cls"] = HttpxSession
+    session = get_session()
+    if config.profile_name is not None:
+        session.set_config_variable("profile", config.profile_name)
+    region = config.region
+    if (
+        region is None
+        and config.endpoint_url is not None
+        and session.get_config_variable("region") is None
+    ):
+        # A custom endpoint (a local server) needs no real region, but botocore wants one.
+        region = "us-east-1"
+    async with session.create_client(
+        "kinesis",
+        region_name=region,
+        endpoint_url=config.endpoint_url,
+        verify=config.verify_ssl,
+        aws_access_key_id=config.aws_access_key_id,
+        aws_secret_access_key=config.aws_secret_access_key,
+        aws_session_token=config.aws_session_token,
+        config=AioConfig(**options),
+    ) as client:
+        yield client

@@ -1,0 +1,101 @@
+"""``Outcome``: the handle ``put_record`` returns, resolved exactly once with a ``RecordResult``.
+
+An outcome is a small future that works on asyncio and trio alike. It allocates an event only
+if someone awaits it before it is resolved, so records whose results are never awaited (or are
+awaited late) cost one small object each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar
+
+import anyio
+
+__all__ = ("Outcome",)
+
+T = TypeVar("T")
+
+
+class Outcome(Generic[T]):
+    """The eventual result of one ``put_record``: await it, poll it, or add a callback.
+
+    ``await outcome`` and ``await outcome.wait()`` return the result (a
+    :class:`~aiokpl.RecordResult`); they never raise for a failed record. An outcome is
+    resolved exactly once, always: every outcome the producer hands out is resolved by the time
+    the producer's ``async with`` block exits.
+    """
+
+    __slots__ = ("_callbacks", "_done", "_event", "_result")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._result: T | None = None
+        self._event: anyio.Event | None = None
+        self._callbacks: list[Callable[[Outcome[T]], object]] | None = None
+
+    def done(self) -> bool:
+        """Whether the result is known."""
+        return self._done
+
+    def result(self) -> T:
+        """The result.
+
+        Raises:
+            RuntimeError: the outcome is not resolved yet (await it instead).
+        """
+        if not self._done:
+            raise RuntimeError("the record has no result yet; await the outcome instead")
+        return self._result  # type: ignore[return-value]
+
+    async def wait(self) -> T:
+        """Wait for the result and return it. Cancelling the wait does not affect the record."""
+        if not self._done:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+        else:
+            await anyio.lowlevel.checkpoint()
+        return self._result  # type: ignore[return-value]
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self.wait().__await__()
+
+    def add_done_callback(self, callback: Callable[[Outcome[T]], object]) -> None:
+        """Call ``callback(outcome)`` once the outcome is resolved (at once if it already is).
+
+        Callbacks run synchronously in the producer's task that resolves the record; keep them
+        short and do not let them raise (an exception is logged and ignored).
+        """
+        if self._done:
+            _run_callback(callback, self)
+        elif self._callbacks is None:
+            self._callbacks = [callback]
+        else:
+            self._callbacks.append(callback)
+
+    def _resolve(self, result: T) -> bool:
+        """Set the result; returns ``False`` (and changes nothing) if it was already set."""
+        if self._done:
+            return False
+        self._result = result
+        self._done = True
+        if self._event is not None:
+            self._event.set()
+        if self._callbacks is not None:
+            callbacks, self._callbacks = self._callbacks, None
+            for callback in callbacks:
+                _run_callback(callback, self)
+        return True
+
+    def __repr__(self) -> str:
+        return f"<Outcome {'done: ' + repr(self._result) if self._done else 'pending'}>"
+
+
+def _run_callback(callback: Callable[[Outcome[Any]], object], outcome: Outcome[Any]) -> None:
+    try:
+        callback(outcome)
+    except Exception:
+        import logging
+
+        logging.getLogger("aiokpl").exception("an Outcome done-callback raised")

@@ -1,0 +1,1 @@
+"""Async shells around the pure core, one module per stage, in pipeline order."""

@@ -1,0 +1,151 @@
+"""Aggregator: packs user records bound for the same predicted shard into one Kinesis record.
+
+Each predicted shard of a stream has at most one open batch. A record joins its shard's batch;
+the batch closes, becoming a :class:`~aiokpl._core.records.KinesisRecord` handed to the
+limiter, when
+
+* the record would push the aggregate past ``aggregation_max_size`` (exact wire size): the
+  batch closes *before* the record, which starts the next batch;
+* it reaches ``aggregation_max_count`` records;
+* the earliest deadline among its records arrives (one scheduler entry per batch, none per
+  record).
+
+A record with no predicted shard (no map loaded yet) or with aggregation disabled becomes a
+Kinesis record of its own at once. A lone record larger than ``aggregation_max_size`` is sent
+alone, raw. The KPL's equivalent is ``aggregator.h`` with ``reducer.h``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._core.aggregation import AggregateBuilder
+from .._core.records import AGGREGATE_PARTITION_KEY, KinesisRecord, UserRecord
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+    from .shard_map import ShardMap
+
+__all__ = ("Aggregator",)
+
+
+class _Batch:
+    """The open aggregate of one predicted shard."""
+
+    __slots__ = ("aggregator", "builder", "deadline", "expires_at", "open", "records", "shard")
+
+    def __init__(self, aggregator: Aggregator, shard: str) -> None:
+        self.aggregator = aggregator
+        self.shard = shard
+        self.builder = AggregateBuilder()
+        self.records: list[UserRecord] = []
+        self.deadline = float("inf")
+        self.expires_at = float("inf")
+        self.open = True
+
+    def on_due(self, now: float) -> None:
+        if self.open and self.deadline <= now:
+            self.aggregator.close_batch(self)
+
+
+class Aggregator:
+    """The aggregator of one stream.
+
+    Args:
+        shard_map: predicts shards.
+        scheduler: serves batch deadlines.
+        emit: receives every Kinesis record produced (the limiter's ``put``).
+        enabled: ``Config.aggregation_enabled``.
+        max_size: ``Config.aggregation_max_size``.
+        max_count: ``Config.aggregation_max_count``.
+    """
+
+    def __init__(
+        self,
+        shard_map: ShardMap,
+        scheduler: Scheduler,
+        emit: Callable[[KinesisRecord], None],
+        *,
+        enabled: bool,
+        max_size: int,
+        max_count: int,
+    ) -> None:
+        self._shard_map = shard_map
+        self._scheduler = scheduler
+        self._emit = emit
+        self._enabled = enabled
+        self._max_size = max_size
+        self._max_count = max_count
+        self._batches: dict[str, _Batch] = {}
+        self.records_in = 0
+        self.kinesis_records_out = 0
+
+    @property
+    def buffered_records(self) -> int:
+        return sum(len(batch.records) for batch in self._batches.values())
+
+    def put(self, record: UserRecord) -> None:
+        """Add one record (new, or back from the retrier)."""
+        self.records_in += 1
+        shard = self._shard_map.predict(record.hash_key)
+        record.predicted_shard = shard
+        if shard is None or not self._enabled:
+            self.kinesis_records_out += 1
+            self._emit(KinesisRecord.single(record))
+            return
+        batch = self._batches.get(shard)
+        if batch is None:
+            batch = self._batches[shard] = _Batch(self, shard)
+        ehk = record.explicit_hash_key
+        ehk_bytes = ehk.encode() if ehk is not None else None
+        key = record.partition_key_bytes
+        builder = batch.builder
+        if (
+            builder.count
+            and builder.size_if_added(key, len(record.data), ehk_bytes) > self._max_size
+        ):
+            self.close_batch(batch)
+            batch = self._batches[shard] = _Batch(self, shard)
+            builder = batch.builder
+        builder.add(key, record.data, ehk_bytes)
+        batch.records.append(record)
+        if record.expires_at < batch.expires_at:
+            batch.expires_at = record.expires_at
+        earlier = record.deadline < batch.deadline
+        if earlier:
+            batch.deadline = record.deadline
+        if builder.count >= self._max_count or builder.size > self._max_size:
+            self.close_batch(batch)  # full, or a lone record too large to aggregate
+        elif earlier:
+            self._scheduler.call_at(record.deadline, batch)
+
+    def close_batch(self, batch: _Batch) -> None:
+        """Turn ``batch`` into a Kinesis record and hand it on."""
+        batch.open = False
+        if self._batches.get(batch.shard) is batch:
+            del self._batches[batch.shard]
+        records = batch.records
+        self.kinesis_records_out += 1
+        if len(records) == 1:
+            self._emit(KinesisRecord.single(records[0]))
+            return
+        first = records[0]
+        ehk = first.explicit_hash_key
+        self._emit(
+            KinesisRecord(
+                records,
+                batch.builder.encode(),
+                AGGREGATE_PARTITION_KEY,
+                ehk if ehk is not None else str(first.hash_key),
+                batch.shard,
+                batch.deadline,
+                batch.expires_at,
+                len(AGGREGATE_PARTITION_KEY),
+            )
+        )
+
+    def flush(self) -> None:
+        """Close every open batch now (``Producer.flush`` and shutdown)."""
+        for batch in list(self._batches.values()):
+            self.close_batch(batch)

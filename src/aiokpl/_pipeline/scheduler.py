@@ -1,0 +1,74 @@
+"""One task for every deadline in the producer.
+
+Stages that hold records until a deadline (the aggregator's per-shard batches, the collector's
+requests, the limiter's drain) register ``(when, target)`` here instead of starting a timer
+each. A single task sleeps until the earliest registered time, then calls ``target.on_due(now)``
+for everything due. An earlier registration wakes the task early; later ones cost a heap push.
+
+Invariants:
+
+* a target is called at or after the time it registered, never before; under a virtual clock,
+  exactly at it;
+* stale entries are cheap: a target decides in ``on_due`` whether it still has work (a batch
+  that was flushed by size has nothing to do when its old deadline comes);
+* no task or timer per record or per batch: per-record task churn is what made an earlier
+  Python port slow.
+
+The KPL runs its stages' timers on a shared executor (``aws/utils/executor.h``); this is the
+anyio equivalent.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from typing import Protocol
+
+import anyio
+
+__all__ = ("DueTarget", "Scheduler")
+
+# Deadlines closer than this count as due: sleeping for a rounding error (deadline - now
+# can be 1e-17 s) would only spin.
+_TOLERANCE = 1e-9
+
+
+class DueTarget(Protocol):
+    def on_due(self, now: float) -> None: ...
+
+
+class Scheduler:
+    """A heap of deadlines served by one task (:meth:`run`)."""
+
+    __slots__ = ("_counter", "_heap", "_sleeping_until", "_wake")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, DueTarget]] = []
+        self._counter = itertools.count()
+        self._sleeping_until = math.inf
+        self._wake: anyio.Event | None = None
+
+    def call_at(self, when: float, target: DueTarget) -> None:
+        """Call ``target.on_due(now)`` once ``now >= when``."""
+        heapq.heappush(self._heap, (when, next(self._counter), target))
+        if when < self._sleeping_until and self._wake is not None:
+            self._sleeping_until = when
+            self._wake.set()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    async def run(self) -> None:
+        """Serve deadlines until cancelled."""
+        heap = self._heap
+        while True:
+            now = anyio.current_time()
+            while heap and heap[0][0] <= now + _TOLERANCE:
+                when, _, target = heapq.heappop(heap)
+                # Within the tolerance counts as due; the target sees at least its own time.
+                target.on_due(when if when > now else now)
+            wake = self._wake = anyio.Event()
+            self._sleeping_until = heap[0][0] if heap else math.inf
+            with anyio.move_on_after(self._sleeping_until - now):
+                await wake.wait()

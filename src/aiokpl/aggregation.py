@@ -1,0 +1,50 @@
+"""Read and write the KPL aggregation format, on its own, without a producer.
+
+The producer packs many small user records into one Kinesis record (an *aggregate*) in the
+format of the C++ Kinesis Producer Library, so that any KPL-aware consumer (the KCL, AWS's
+``aws_kinesis_agg`` deaggregators, Lambda with a deaggregation library) reads them back. This
+module is that format, for consumers and for tests:
+
+* ``deaggregate`` / ``deaggregate_records``: split the records a consumer receives
+  (from ``get_records``, or a Lambda Kinesis event) into user records, passing records that
+  are not aggregates through unchanged;
+* ``decode`` / ``is_aggregated``: the same on raw bytes, strictly;
+* ``encode`` and ``AggregateBuilder``: build aggregates yourself.
+
+Example:
+    ```python
+    from aiokpl.aggregation import deaggregate_records
+
+    def handler(event, context):  # an AWS Lambda function reading a Kinesis stream
+        for record in deaggregate_records(event):
+            process(record.partition_key, record.data)
+    ```
+"""
+
+from __future__ import annotations
+
+from ._core.aggregation import FRAMING_OVERHEAD as FRAMING_OVERHEAD
+from ._core.aggregation import MAGIC as MAGIC
+from ._core.aggregation import AggregateBuilder as AggregateBuilder
+from ._core.aggregation import DeaggregatedRecord as DeaggregatedRecord
+from ._core.aggregation import Record as Record
+from ._core.aggregation import deaggregate as deaggregate
+from ._core.aggregation import deaggregate_records as deaggregate_records
+from ._core.aggregation import decode as decode
+from ._core.aggregation import encode as encode
+from ._core.aggregation import is_aggregated as is_aggregated
+from ._core.errors import AggregationFormatError as AggregationFormatError
+
+__all__ = (
+    "FRAMING_OVERHEAD",
+    "MAGIC",
+    "AggregateBuilder",
+    "AggregationFormatError",
+    "DeaggregatedRecord",
+    "Record",
+    "deaggregate",
+    "deaggregate_records",
+    "decode",
+    "encode",
+    "is_aggregated",
+)

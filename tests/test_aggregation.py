@@ -1,0 +1,756 @@
+"""The KPL aggregation codec: round trips, exact sizes, malformed input, and interoperability
+with AWS's own implementation (``aws_kinesis_agg``, which uses the protobuf library)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import gc
+import hashlib
+import random
+import sys
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aiokpl import aggregation
+from aiokpl._core import aggregation as core
+from aiokpl.aggregation import (
+    FRAMING_OVERHEAD,
+    MAGIC,
+    AggregateBuilder,
+    AggregationFormatError,
+    DeaggregatedRecord,
+    Record,
+    deaggregate,
+    deaggregate_records,
+    decode,
+    encode,
+    is_aggregated,
+)
+
+
+def _import_aws_kinesis_agg() -> tuple[ModuleType, ModuleType, ModuleType]:
+    # Its modules put their own directory first on sys.path (messages_pb2 imports config_pb2 as
+    # a top-level module); undo that once they are loaded.
+    saved = sys.path[:]
+    try:
+        from aws_kinesis_agg import (  # type: ignore[import-untyped]
+            aggregator,
+            deaggregator,
+            messages_pb2,
+        )
+    finally:
+        sys.path[:] = saved
+    return aggregator, deaggregator, messages_pb2
+
+
+aws_aggregator, aws_deaggregator, messages_pb2 = _import_aws_kinesis_agg()
+
+# --------------------------------------------------------------------------------------------
+# Strategies and helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _utf8_encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+partition_keys = st.text(min_size=1, max_size=256).filter(_utf8_encodable)
+explicit_hash_keys = st.none() | st.integers(0, 2**128 - 1).map(str)
+# Mostly small, sometimes large (up to 64 KiB, so past the 2-byte varints), built from a seed
+# rather than drawn byte by byte.
+datas = st.binary(max_size=300) | st.builds(
+    lambda n, seed: random.Random(seed).randbytes(n), st.integers(0, 65536), st.integers()
+)
+
+
+@st.composite
+def record_lists(draw: st.DrawFn, max_size: int = 30) -> list[Record]:
+    """Records whose keys often repeat, so the tables really get deduplicated."""
+    pks = draw(st.lists(partition_keys, min_size=1, max_size=5))
+    ehks = draw(st.lists(explicit_hash_keys, min_size=1, max_size=5))
+    return draw(
+        st.lists(
+            st.builds(Record, st.sampled_from(pks) | partition_keys, datas, st.sampled_from(ehks)),
+            min_size=1,
+            max_size=max_size,
+        )
+    )
+
+
+def frame(body: bytes) -> bytes:
+    """Magic + body + the body's MD5: a blob whose framing is valid, whatever the body."""
+    return MAGIC + body + hashlib.md5(body).digest()
+
+
+def body_of(blob: bytes) -> bytes:
+    return blob[len(MAGIC) : -16]
+
+
+def parse_with_protobuf(blob: bytes) -> Any:
+    message = messages_pb2.AggregatedRecord()
+    message.ParseFromString(body_of(blob))
+    return message
+
+
+def boto3_record(blob: bytes | bytearray, **extra: Any) -> dict[str, Any]:
+    record = {
+        "Data": blob,
+        "PartitionKey": "outer-key",
+        "SequenceNumber": "49590338271490256608559692538361571095921575989136588898",
+        "ApproximateArrivalTimestamp": datetime.datetime(2024, 1, 2, tzinfo=datetime.timezone.utc),
+    }
+    record.update(extra)
+    return record
+
+
+def lambda_record(blob: bytes) -> dict[str, Any]:
+    return {
+        "eventSource": "aws:kinesis",
+        "eventVersion": "1.0",
+        "eventID": "shardId-000000000000:4959",
+        "eventName": "aws:kinesis:record",
+        "awsRegion": "us-east-1",
+        "kinesis": {
+            "kinesisSchemaVersion": "1.0",
+            "partitionKey": "outer-key",
+            "sequenceNumber": "4959",
+            "data": base64.b64encode(blob).decode(),
+            "approximateArrivalTimestamp": 1704153600.123,
+        },
+    }
+
+
+def key_bytes(record: Record) -> tuple[bytes, bytes | None]:
+    ehk = record.explicit_hash_key
+    return record.partition_key.encode(), None if ehk is None else ehk.encode()
+
+
+# --------------------------------------------------------------------------------------------
+# Round trips and the encoding itself
+# --------------------------------------------------------------------------------------------
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_lists())
+def test_round_trip(records: list[Record]) -> None:
+    blob = encode(records)
+    assert decode(blob) == records
+    assert is_aggregated(blob)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_lists())
+def test_encoding_is_what_protobuf_writes(records: list[Record]) -> None:
+    """Byte for byte what the protobuf library serialises for the same message, and the key
+    tables are deduplicated in order of first appearance."""
+    blob = encode(records)
+    assert blob[:4] == MAGIC
+    assert blob[-16:] == hashlib.md5(body_of(blob)).digest()
+    message = parse_with_protobuf(blob)
+    pk_table = list(dict.fromkeys(r.partition_key for r in records))
+    ehk_table = [k for k in dict.fromkeys(r.explicit_hash_key for r in records) if k is not None]
+    assert list(message.partition_key_table) == pk_table
+    assert list(message.explicit_hash_key_table) == ehk_table
+    for record, parsed in zip(records, message.records, strict=True):
+        assert parsed.partition_key_index == pk_table.index(record.partition_key)
+        if record.explicit_hash_key is None:
+            assert not parsed.HasField("explicit_hash_key_index")
+        else:
+            assert parsed.explicit_hash_key_index == ehk_table.index(record.explicit_hash_key)
+        assert parsed.data == record.data
+    assert message.SerializeToString() == body_of(blob)
+
+
+def test_duplicate_keys_are_stored_once() -> None:
+    records = [
+        Record("a", b"1", "7"),
+        Record("b", b"2"),
+        Record("a", b"3", "7"),
+        Record("b", b"4", "8"),
+        Record("a", b"5"),
+    ]
+    message = parse_with_protobuf(encode(records))
+    assert list(message.partition_key_table) == ["a", "b"]
+    assert list(message.explicit_hash_key_table) == ["7", "8"]
+    assert [r.partition_key_index for r in message.records] == [0, 1, 0, 1, 0]
+    assert [
+        r.explicit_hash_key_index if r.HasField("explicit_hash_key_index") else None
+        for r in message.records
+    ] == [0, None, 0, 1, None]
+
+
+def test_encode_accepts_tuples_and_bytes_like_data() -> None:
+    blob = encode(
+        [
+            ("a", b"bytes"),
+            ("b", bytearray(b"bytearray")),
+            ("c", memoryview(b"memoryview"), None),
+            ("d", b"", "123"),
+        ]
+    )
+    assert decode(blob) == [
+        Record("a", b"bytes"),
+        Record("b", b"bytearray"),
+        Record("c", b"memoryview"),
+        Record("d", b"", "123"),
+    ]
+    assert all(type(r.data) is bytes for r in decode(blob))
+
+
+def test_encode_accepts_any_iterable() -> None:
+    records = (Record(str(i), bytes([i])) for i in range(3))
+    assert decode(encode(records)) == [Record(str(i), bytes([i])) for i in range(3)]
+
+
+def test_one_record_is_still_an_aggregate() -> None:
+    blob = encode([Record("k", b"v")])
+    assert blob == frame(b"\n\x01k\x1a\x05\x08\x00\x1a\x01v")
+
+
+def test_single_1_mib_record() -> None:
+    data = random.Random(1).randbytes(1024 * 1024)
+    records = [Record("big", data, str(2**128 - 1))]
+    blob = encode(records)
+    assert decode(blob) == records
+    builder = AggregateBuilder()
+    assert builder.size_if_added(b"big", len(data), b"%d" % (2**128 - 1)) == len(blob)
+
+
+def test_more_keys_than_two_byte_varints_hold() -> None:
+    """Over 16384 distinct partition keys and explicit hash keys: 3-byte table indexes."""
+    records = [Record(f"k{i}", b"", str(i)) for i in range(16500)]
+    records.append(Record("k16499", b"x", "16499"))
+    blob = encode(records)
+    assert decode(blob) == records
+    assert [r.data for r in deaggregate(boto3_record(blob))] == [r.data for r in records]
+
+
+def test_encode_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="no records"):
+        encode([])
+    with pytest.raises(ValueError, match="not a sequence of length 1"):
+        encode([("a",)])
+    with pytest.raises(TypeError, match="partition key must be str, not bytes"):
+        encode([(b"a", b"data")])
+    with pytest.raises(TypeError, match="data must be bytes-like, not str"):
+        encode([("a", "data")])
+    with pytest.raises(TypeError, match="explicit hash key must be str or None, not int"):
+        encode([("a", b"data", 123)])
+    with pytest.raises(UnicodeEncodeError):
+        encode([("a", b"data", "١٢٣")])  # Arabic-Indic digits: not ASCII
+
+
+# --------------------------------------------------------------------------------------------
+# AggregateBuilder: exact sizes
+# --------------------------------------------------------------------------------------------
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_lists(max_size=40))
+def test_builder_sizes_are_exact(records: list[Record]) -> None:
+    builder = AggregateBuilder()
+    assert builder.size == 0
+    assert builder.count == 0
+    for n, record in enumerate(records, 1):
+        pk, ehk = key_bytes(record)
+        predicted = builder.size_if_added(pk, len(record.data), ehk)
+        builder.add(pk, record.data, ehk)
+        assert builder.count == n
+        assert builder.size == predicted == len(builder.encode())
+    assert decode(builder.encode()) == records
+    assert builder.encode() == encode(records)
+
+
+@settings(deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 300).map(lambda i: b"%d" % i),
+            st.integers(0, 3000),
+            st.none() | st.integers(0, 200).map(lambda i: b"%d" % i),
+        ),
+        min_size=1,
+        max_size=200,
+    )
+)
+def test_builder_sizes_are_exact_with_many_keys(ops: list[tuple[bytes, int, bytes | None]]) -> None:
+    """Enough distinct keys for table indexes past 127 (2-byte varints)."""
+    builder = AggregateBuilder()
+    for pk, data_len, ehk in ops:
+        predicted = builder.size_if_added(pk, data_len, ehk)
+        builder.add(pk, bytes(data_len), ehk)
+        assert builder.size == predicted == len(builder.encode())
+
+
+def test_builder_sizes_past_128_distinct_keys_and_long_keys() -> None:
+    builder = AggregateBuilder()
+    for i in range(300):
+        # long explicit hash keys (as bytes the builder does not check) for 2-byte lengths
+        pk, ehk = b"p" * (i % 200), b"%0200d" % i
+        predicted = builder.size_if_added(pk, 1, ehk)
+        builder.add(pk, b"x", ehk)
+        assert builder.size == predicted == len(builder.encode())
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_lists(max_size=60), st.integers(FRAMING_OVERHEAD + 10, 200_000))
+def test_builder_filled_up_to_a_limit_never_exceeds_it(records: list[Record], limit: int) -> None:
+    builder = AggregateBuilder()
+    blobs = []
+    for record in records:
+        pk, ehk = key_bytes(record)
+        if builder.count and builder.size_if_added(pk, len(record.data), ehk) > limit:
+            blobs.append(builder.encode())
+            builder.clear()
+        builder.add(pk, record.data, ehk)
+    blobs.append(builder.encode())
+    # Only an aggregate of one record (too big on its own) may exceed the limit.
+    assert all(len(blob) <= limit or len(decode(blob)) == 1 for blob in blobs)
+    assert [r for blob in blobs for r in decode(blob)] == records
+
+
+def test_builder_clear_and_reuse() -> None:
+    builder = AggregateBuilder()
+    with pytest.raises(ValueError, match="no records"):
+        builder.encode()
+    builder.add(b"a", b"1", b"5")
+    builder.add(b"b", b"2")
+    builder.clear()
+    assert (builder.count, builder.size) == (0, 0)
+    with pytest.raises(ValueError, match="no records"):
+        builder.encode()
+    builder.add(b"b", b"3")
+    assert decode(builder.encode()) == [Record("b", b"3")]
+    assert list(parse_with_protobuf(builder.encode()).partition_key_table) == ["b"]
+
+
+def test_builder_keeps_a_reference_to_data() -> None:
+    data = bytearray(b"before")
+    builder = AggregateBuilder()
+    builder.add(b"k", data)  # type: ignore[arg-type]
+    data[:] = b"after!"
+    assert decode(builder.encode()) == [Record("k", b"after!")]
+
+
+# --------------------------------------------------------------------------------------------
+# decode: a valid body in any layout protobuf allows
+# --------------------------------------------------------------------------------------------
+
+
+def test_decode_accepts_bytearray_and_memoryview() -> None:
+    blob = encode([Record("k", b"v")])
+    assert decode(bytearray(blob)) == decode(memoryview(blob)) == [Record("k", b"v")]
+
+
+def test_decode_empty_aggregate() -> None:
+    assert decode(frame(b"")) == []
+    assert is_aggregated(frame(b""))
+
+
+def test_decode_fields_in_any_order_with_tags_and_unknown_fields() -> None:
+    """What a protobuf parser accepts, beyond what encoders write."""
+    body = b"".join(
+        [
+            # a record before the tables, its fields backwards, with a tag (field 4)
+            b"\x1a\x0f" + b"\x22\x06\x0a\x01t\x12\x01v" + b"\x1a\x01x" + b"\x10\x00" + b"\x08\x01",
+            b"\x0a\x01a",
+            b"\x28\x96\x01",  # unknown field 5, varint
+            b"\x31" + bytes(8),  # unknown field 6, fixed64
+            b"\x3d" + bytes(4),  # unknown field 7, fixed32
+            b"\x42\x02hi",  # unknown field 8, length-delimited
+            b"\x0a\x01b",
+            b"\x12\x03123",
+            # a record with unknown fields of every wire type inside, and a repeated data field
+            b"\x1a\x18\x08\x00\x1a\x01y\x28\x01\x31" + bytes(8) + b"\x3d" + bytes(4) + b"\x1a\x01z",
+            # non-minimal varints: tags of fields 3 and 1 in two bytes, values in two and three
+            b"\x9a\x00\x08\x88\x00\x80\x00\x1a\x80\x80\x00",
+            b"\x8a\x00\x01c",  # field 1 with a two-byte tag: partition key "c"
+            b"\xf8\x01\x00",  # unknown field 31: two-byte tag
+        ]
+    )
+    assert parse_with_protobuf(frame(body)).partition_key_table == ["a", "b", "c"]
+    assert decode(frame(body)) == [Record("b", b"x", "123"), Record("a", b"z"), Record("a", b"")]
+
+
+def test_decode_skips_the_largest_field_number() -> None:
+    body = b"\xfa\xff\xff\xff\x0f\x00" + encode([Record("a", b"x")])[4:-16]  # 2**29 - 1
+    assert decode(frame(body)) == [Record("a", b"x")]
+
+
+def test_decode_wrong_wire_type_for_a_known_field_is_skipped_like_protobuf() -> None:
+    body = b"\x0a\x01a" + b"\x08\x05" + b"\x1a\x05\x08\x00\x1a\x01x"  # field 1 as a varint
+    assert decode(frame(body)) == [Record("a", b"x")]
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        pytest.param(b"\x10\x00\x08\x00\x1a\x01x", Record("a", b"x", "1"), id="ehk-first"),
+        pytest.param(b"\x08\x00\x1a\x01x\x22\x00", Record("a", b"x"), id="tag-after-data"),
+        pytest.param(b"\x08\x00\x22\x00\x1a\x01x", Record("a", b"x"), id="tag-before-data"),
+        pytest.param(b"\x08\x00\x10\x00\x22\x00\x1a\x01x", Record("a", b"x", "1"), id="ehk-tag"),
+        pytest.param(b"\x08\x80\x80\x00\x1a\x01x", Record("a", b"x"), id="3-byte-pk-index"),
+        pytest.param(b"\x08\x00\x10\x80\x80\x00\x1a\x01x", Record("a", b"x", "1"), id="3-byte-ehk"),
+        pytest.param(b"\x08\x00\x1a\x80\x80\x00", Record("a", b""), id="3-byte-data-length"),
+        pytest.param(b"\x08\x00\x10\x80\x00\x1a\x81\x00x", Record("a", b"x", "1"), id="2-bytes"),
+    ],
+)
+def test_decode_records_the_fast_path_leaves_to_the_general_one(
+    record: bytes, expected: Record
+) -> None:
+    length = bytes([len(record)])
+    for record_tag in (b"\x1a" + length, b"\x1a" + bytes([0x80 | len(record), 0])):
+        body = b"\x0a\x01a\x12\x011" + record_tag + record
+        assert decode(frame(body)) == [expected]
+
+
+def test_decode_record_length_of_three_bytes() -> None:
+    data = bytes(20000)
+    records = [Record("a", b"small"), Record("a", data), Record("b", b"small")]
+    assert decode(encode(records)) == records
+
+
+# --------------------------------------------------------------------------------------------
+# decode: errors
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("blob", "message"),
+    [
+        pytest.param(b"", "does not start with the magic bytes F3 89 9A C2", id="empty"),
+        pytest.param(b"plain old data, not an aggregate", "starts with 70 6C 61 69", id="plain"),
+        pytest.param(MAGIC + bytes(15), "19 bytes is too short", id="too-short"),
+        pytest.param(MAGIC + b"\x0a\x01a" + bytes(16), "MD5 digest does not match", id="md5"),
+    ],
+)
+def test_decode_rejects_bad_framing(blob: bytes, message: str) -> None:
+    with pytest.raises(AggregationFormatError, match=message):
+        decode(blob)
+    assert not is_aggregated(blob)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        pytest.param(b"\x1a\x05\x08\x00", "record at byte 4 runs past the end of the body"),
+        pytest.param(b"\x1a\x85\x00\x08", "record at byte 4 runs past the end of the body"),
+        pytest.param(b"\x0a\x09abc", "key table entry at byte 4 runs past the end of the body"),
+        pytest.param(b"\x0a\x01a\x1a\x03\x1a\x01x", "has no partition_key_index"),
+        pytest.param(b"\x0a\x01a\x1a\x02\x08\x00", "has no data"),
+        pytest.param(
+            b"\x0a\x01a\x1a\x05\x08\x01\x1a\x01x",
+            "record 0 refers to partition key 1, but the partition key table has 1 entry",
+        ),
+        pytest.param(
+            b"\x0a\x01a\x1a\x05\x08\x00\x1a\x01x\x1a\x05\x08\x02\x1a\x01x\x0a\x01b",
+            "record 1 refers to partition key 2, but the partition key table has 2 entries",
+            id="bad-index-after-the-fast-path",
+        ),
+        pytest.param(
+            b"\x0a\x01a\x1a\x07\x08\x00\x10\x00\x1a\x01x",
+            "record 0 refers to explicit hash key 0, but the explicit hash key table has 0",
+        ),
+        pytest.param(b"\x0a\x02\xc3\x28\x1a\x05\x08\x00\x1a\x01x", "partition key table entry 0"),
+        pytest.param(b"\x12\x01\xff\x0a\x01a", "explicit hash key table entry 0 is not valid UTF"),
+        pytest.param(b"\x0a\x01a\x1a\x05\x08\x00\x1a\x05x", "data of the record at byte 7 runs"),
+        pytest.param(
+            b"\x0a\x01a\x1a\x04\x08\x00\x10\x80\x00", "a field of the record at byte 7 runs past"
+        ),
+        pytest.param(
+            b"\x0a\x01a\x1a\x05\x08\x00\x1a\x01",
+            "record at byte 7 runs past the end of the body",
+            id="record-past-the-end-after-the-fast-path",
+        ),
+        pytest.param(b"\x0b\x00", "field 1 at byte 4 has unsupported wire type 3"),
+        pytest.param(b"\x0c", "unsupported wire type 4"),
+        pytest.param(
+            b"\x0a\x01a\x1a\x04\x08\x00\x1b\x00",
+            "field 3 at byte 11 of the record at byte 7 has unsupported wire type 3",
+        ),
+        pytest.param(b"\x02\x00", "field number 0 at byte 4 is out of range"),
+        pytest.param(b"\x0a\x01a\x1a\x02\x00\x00", "field number 0 at byte 9 of the record"),
+        pytest.param(b"\xfa\xff\xff\xff\x1f\x00", "field number 1073741823 at byte 4 is out"),
+        pytest.param(
+            b"\x0a\x01a\x1a\x04\x08\x00\x31\x00",
+            "field 6 at byte 11 of the record at byte 7 runs past the end of the record",
+        ),
+        pytest.param(b"\x0a\x01a\x31\x00", "field 6 at byte 7 runs past the end of the body"),
+        pytest.param(b"\x1a" + b"\xff" * 10, "varint at byte 5 is longer than 10 bytes"),
+        pytest.param(b"\x0a" + b"\xff" * 10, "varint at byte 5 is longer than 10 bytes"),
+        pytest.param(b"\xa8\x80\x80\x80\x80\x00\x00", "field tag at byte 4 is longer than 5"),
+        pytest.param(
+            b"\x0a\x01a\x1a\x0a\x08\x00\xa8\x80\x80\x80\x80\x00\x00\x00",
+            "field tag at byte 11 is longer than 5 bytes",
+        ),
+    ],
+)
+def test_decode_rejects_malformed_body(body: bytes, message: str) -> None:
+    blob = frame(body)
+    assert is_aggregated(blob)  # the framing is fine, the body is not
+    with pytest.raises(AggregationFormatError, match=message):
+        decode(blob)
+
+
+@settings(deadline=None)
+@given(record_lists(max_size=5), st.data())
+def test_decode_of_a_damaged_body_returns_records_or_raises_aggregation_format_error(
+    records: list[Record], data: st.DataObject
+) -> None:
+    """Whatever the body, with a valid digest: records, or AggregationFormatError, nothing else."""
+    body = bytearray(body_of(encode(records)))
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(body)))
+        action = data.draw(st.sampled_from(["set", "delete", "insert", "truncate"]))
+        if action == "set" and i < len(body):
+            body[i] = data.draw(st.integers(0, 255))
+        elif action == "delete":
+            del body[i : i + data.draw(st.integers(1, 3))]
+        elif action == "insert":
+            body[i:i] = data.draw(st.binary(min_size=1, max_size=3))
+        else:
+            del body[i:]
+    try:
+        decoded = decode(frame(bytes(body)))
+    except AggregationFormatError:
+        return
+    assert all(type(r) is Record for r in decoded)
+
+
+@given(st.binary(max_size=64))
+def test_decode_of_random_bytes_returns_records_or_raises_aggregation_format_error(
+    body: bytes,
+) -> None:
+    with contextlib.suppress(AggregationFormatError):
+        decode(frame(body))
+
+
+# --------------------------------------------------------------------------------------------
+# is_aggregated
+# --------------------------------------------------------------------------------------------
+
+
+def test_is_aggregated() -> None:
+    blob = encode([Record("k", b"v")])
+    assert is_aggregated(blob)
+    assert is_aggregated(bytearray(blob))
+    assert is_aggregated(memoryview(blob))
+    assert not is_aggregated(b"")
+    assert not is_aggregated(b"v")
+    assert not is_aggregated(blob[:19])
+    assert not is_aggregated(b"x" + blob[1:])
+    assert not is_aggregated(blob[:-1] + bytes([blob[-1] ^ 1]))
+    assert not is_aggregated(blob + b"\x00")
+
+
+# --------------------------------------------------------------------------------------------
+# deaggregate: consumers
+# --------------------------------------------------------------------------------------------
+
+USER_RECORDS = [Record("a", b"one"), Record("b", b"two", "42"), Record("a", b"", "7")]
+
+
+def test_deaggregate_boto3_record() -> None:
+    record = boto3_record(encode(USER_RECORDS))
+    assert deaggregate(record) == [
+        DeaggregatedRecord(
+            r.partition_key,
+            r.data,
+            r.explicit_hash_key,
+            record["SequenceNumber"],
+            i,
+            True,
+            record["ApproximateArrivalTimestamp"],
+        )
+        for i, r in enumerate(USER_RECORDS)
+    ]
+
+
+def test_deaggregate_lambda_record_and_its_kinesis_dict() -> None:
+    record = lambda_record(encode(USER_RECORDS))
+    expected = [
+        DeaggregatedRecord(r.partition_key, r.data, r.explicit_hash_key, "4959", i, True, ts)
+        for i, r in enumerate(USER_RECORDS)
+        for ts in [1704153600.123]
+    ]
+    assert deaggregate(record) == expected
+    assert deaggregate(record["kinesis"]) == expected
+
+
+def test_deaggregate_passes_other_records_through() -> None:
+    for blob in [
+        b"",
+        b"plain data",
+        MAGIC + b"almost an aggregate, but the digest is wrong",
+        encode(USER_RECORDS)[:-1],
+        frame(b""),  # valid, but empty: AWS's deaggregators pass it through too
+    ]:
+        expected = [DeaggregatedRecord("outer-key", blob, None, "4959", 0, False, 1704153600.123)]
+        assert deaggregate(lambda_record(blob)) == expected
+        boto = boto3_record(bytearray(blob), SequenceNumber="4959")
+        boto["ApproximateArrivalTimestamp"] = 1704153600.123
+        assert deaggregate(boto) == expected
+        assert type(deaggregate(boto)[0].data) is bytes
+
+
+def test_deaggregate_optional_keys() -> None:
+    blob = encode(USER_RECORDS)
+    records = deaggregate({"Data": blob, "PartitionKey": "p"})
+    assert [(r.sequence_number, r.approximate_arrival_timestamp) for r in records] == [
+        (None, None)
+    ] * 3
+    records = deaggregate({"data": base64.b64encode(b"x"), "partitionKey": "p"})
+    assert records == [DeaggregatedRecord("p", b"x", None, None, 0, False, None)]
+
+
+def test_deaggregate_raises_for_a_malformed_aggregate() -> None:
+    with pytest.raises(AggregationFormatError, match="has no data"):
+        deaggregate(boto3_record(frame(b"\x0a\x01a\x1a\x02\x08\x00")))
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        pytest.param({}, "no 'Data' key .* 'kinesis' key .* 'data' key", id="empty"),
+        pytest.param({"PartitionKey": "a"}, "no 'Data' key", id="no-data"),
+        pytest.param({"Data": b"x"}, "boto3 Kinesis record has no 'PartitionKey' key"),
+        pytest.param({"kinesis": {"partitionKey": "a"}}, "'kinesis' dict has no 'data' key"),
+        pytest.param({"kinesis": {"data": "eA=="}}, "has no 'partitionKey' key"),
+        pytest.param({"data": "e", "partitionKey": "a"}, "'data' is not valid base64"),
+        pytest.param({"data": "not base64!", "partitionKey": "a"}, "'data' is not valid base64"),
+    ],
+)
+def test_deaggregate_rejects_what_is_not_a_kinesis_record(
+    record: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message) as raised:
+        deaggregate(record)
+    assert not isinstance(raised.value, AggregationFormatError)
+
+
+def test_deaggregate_records_flattens() -> None:
+    aggregate = boto3_record(encode(USER_RECORDS))
+    plain = boto3_record(b"plain")
+    records = deaggregate_records([aggregate, plain, aggregate])
+    assert [(r.data, r.sub_sequence_number, r.aggregated) for r in records] == [
+        (b"one", 0, True),
+        (b"two", 1, True),
+        (b"", 2, True),
+        (b"plain", 0, False),
+        (b"one", 0, True),
+        (b"two", 1, True),
+        (b"", 2, True),
+    ]
+    assert deaggregate_records([]) == []
+    assert deaggregate_records(iter([plain])) == deaggregate(plain)
+
+
+def test_deaggregate_records_of_a_lambda_event_or_a_single_record() -> None:
+    blob = encode(USER_RECORDS)
+    event = {"Records": [lambda_record(blob), lambda_record(b"plain")]}
+    records = deaggregate_records(event)
+    assert [r.data for r in records] == [b"one", b"two", b"", b"plain"]
+    assert deaggregate_records(lambda_record(blob)) == deaggregate(lambda_record(blob))
+
+
+# --------------------------------------------------------------------------------------------
+# The garbage collector is left alone
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gc_observer(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Logs calls to ``gc.disable`` (False) and ``gc.enable`` (True), still making them."""
+    calls: list[bool] = []
+    real_disable, real_enable = gc.disable, gc.enable
+
+    def disable() -> None:
+        calls.append(False)
+        real_disable()
+
+    def enable() -> None:
+        calls.append(True)
+        real_enable()
+
+    monkeypatch.setattr(gc, "disable", disable)
+    monkeypatch.setattr(gc, "enable", enable)
+    return calls
+
+
+def test_decoding_never_touches_the_garbage_collector(gc_observer: list[bool]) -> None:
+    # A library must not flip process-wide state: another thread may rely on it.
+    records = [Record(str(i % 10), b"x") for i in range(2000)]
+    blob = encode(records)
+    assert decode(blob) == records
+    assert len(deaggregate(boto3_record(blob))) == 2000
+    assert gc_observer == []
+    assert gc.isenabled()
+
+
+# --------------------------------------------------------------------------------------------
+# Interoperability with AWS's aws_kinesis_agg (protobuf-based)
+# --------------------------------------------------------------------------------------------
+
+
+def _expected_aws_explicit_hash_key(record: Record, records: list[Record]) -> str | None:
+    """aws_kinesis_agg's deaggregator gives a record without an explicit hash key the table's
+    first one when the table is not empty (it reads the index without checking the field is
+    present, and protobuf's default is 0). Our deaggregator returns None."""
+    if record.explicit_hash_key is not None:
+        return record.explicit_hash_key
+    return next((r.explicit_hash_key for r in records if r.explicit_hash_key is not None), None)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_lists())
+def test_aws_deaggregator_reads_our_aggregates(records: list[Record]) -> None:
+    blob = encode(records)
+    # deaggregate_records() only knows Lambda-shaped records; boto3-shaped ones need
+    # iter_deaggregate_records(..., data_format="Boto3"). Both return the data base64-encoded.
+    for out in [
+        list(aws_deaggregator.iter_deaggregate_records([boto3_record(blob)], data_format="Boto3")),
+        aws_deaggregator.deaggregate_records([lambda_record(blob)]),
+    ]:
+        assert len(out) == len(records)
+        for i, (record, user_record) in enumerate(zip(records, out, strict=True)):
+            kinesis = user_record["kinesis"]
+            assert kinesis["aggregated"] is True
+            assert kinesis["subSequenceNumber"] == i
+            assert kinesis["partitionKey"] == record.partition_key
+            assert kinesis["explicitHashKey"] == _expected_aws_explicit_hash_key(record, records)
+            assert base64.b64decode(kinesis["data"]) == record.data
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_lists())
+def test_we_read_aws_aggregates(records: list[Record]) -> None:
+    aggregator = aws_aggregator.RecordAggregator()
+    blobs = []
+    for record in records:
+        full = aggregator.add_user_record(*record)
+        if full is not None:
+            blobs.append(full.get_contents()[2])
+    blobs.append(aggregator.clear_and_get().get_contents()[2])
+
+    assert [r for blob in blobs for r in decode(blob)] == records
+    deaggregated = deaggregate_records([boto3_record(blob) for blob in blobs])
+    assert [(r.partition_key, r.data, r.explicit_hash_key) for r in deaggregated] == records
+    assert all(r.aggregated for r in deaggregated)
+
+
+def test_public_module_reexports_the_core() -> None:
+    for name in aggregation.__all__:
+        assert hasattr(aggregation, name)
+    assert aggregation.encode is core.encode
+    assert aggregation.AggregationFormatError.__module__ == "aiokpl._core.errors"
+    assert core.FRAMING_OVERHEAD == len(core.MAGIC) + core.DIGEST_SIZE == 20

@@ -1,0 +1,225 @@
+"""The retrier's decisions, one test per row of the table (pure, explicit time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aiokpl._core.hashing import MAX_HASH_KEY
+from aiokpl._core.records import KinesisRecord, UserRecord
+from aiokpl._core.retry_policy import FAIL_FAST, THROTTLED, RetryPolicy, classify, expire
+from aiokpl._core.shards import ShardRange
+
+HALF = (MAX_HASH_KEY + 1) // 2
+RANGES = {
+    "shardId-000000000000": ShardRange("shardId-000000000000", 0, HALF - 1),
+    "shardId-000000000001": ShardRange("shardId-000000000001", HALF, MAX_HASH_KEY),
+    # children of shard 0 after a split
+    "shardId-000000000002": ShardRange("shardId-000000000002", 0, HALF // 2 - 1),
+    "shardId-000000000003": ShardRange("shardId-000000000003", HALF // 2, HALF - 1),
+}
+POLICY = RetryPolicy(fail_if_throttled=False, aggregation_enabled=True, retry_delay=0.05)
+
+
+def user_record(hash_key: int, arrival: float = 0.0, ttl: float = 30.0) -> UserRecord:
+    return UserRecord(
+        "s", "k", b"k", b"data", hash_key, None, arrival, arrival + 0.1, arrival + ttl, 1, None
+    )
+
+
+def kinesis_record(
+    *records: UserRecord, shard: str | None = "shardId-000000000000"
+) -> KinesisRecord:
+    for record in records:
+        record.predicted_shard = shard
+    return KinesisRecord(list(records), b"blob", "a", str(records[0].hash_key), shard, 0.1, 30.0, 1)
+
+
+def ok(shard: str = "shardId-000000000000", seq: str = "49590") -> dict[str, Any]:
+    return {"SequenceNumber": seq, "ShardId": shard}
+
+
+def run(sent: list[KinesisRecord], result: Any, now: float = 1.0, policy: RetryPolicy = POLICY):
+    return classify(sent, result, 0.5, 0.75, now, policy, RANGES.get)
+
+
+def test_success_on_predicted_shard() -> None:
+    record = user_record(5)
+    decisions = run([kinesis_record(record)], {"Records": [ok()]})
+    assert decisions.succeeded == [record]
+    assert not decisions.failed
+    assert not decisions.retry
+    assert not decisions.invalidate
+    attempt = record.attempts[-1]
+    assert (attempt.success, attempt.shard_id, attempt.sequence_number) == (
+        True,
+        "shardId-000000000000",
+        "49590",
+    )
+    assert (attempt.started_at, attempt.ended_at, attempt.delay, attempt.duration) == (
+        0.5,
+        0.75,
+        0.5,
+        0.25,
+    )
+
+
+def test_success_without_prediction() -> None:
+    record = user_record(5)
+    decisions = run([kinesis_record(record, shard=None)], {"Records": [ok("shardId-000000000001")]})
+    assert decisions.succeeded == [record]
+    assert not decisions.invalidate
+
+
+def test_success_on_split_child_counts_and_invalidates() -> None:
+    a, b = user_record(5), user_record(6)
+    decisions = run([kinesis_record(a, b)], {"Records": [ok("shardId-000000000002")]})
+    assert decisions.succeeded == [a, b]
+    assert decisions.invalidate == [(0.5, "shardId-000000000000")]
+
+
+def test_wrong_shard_aggregate_is_retried_and_invalidates_once() -> None:
+    inside, outside = user_record(5), user_record(HALF // 2 + 7)
+    decisions = run([kinesis_record(inside, outside)], {"Records": [ok("shardId-000000000002")]})
+    assert decisions.succeeded == [inside]
+    assert decisions.retry == [outside]
+    assert outside.attempts[-1].error_code == "Wrong Shard"
+    assert outside.deadline == pytest.approx(1.05)
+    assert decisions.invalidate == [(0.5, "shardId-000000000000")]
+
+
+def test_unknown_actual_shard_retries_aggregate() -> None:
+    a, b = user_record(5), user_record(6)
+    decisions = run([kinesis_record(a, b)], {"Records": [ok("shardId-000000000099")]})
+    assert decisions.retry == [a, b]
+
+
+def test_raw_single_record_elsewhere_is_a_success() -> None:
+    record = user_record(5)
+    decisions = run([kinesis_record(record)], {"Records": [ok("shardId-000000000099")]})
+    assert decisions.succeeded == [record]
+    assert decisions.invalidate == [(0.5, "shardId-000000000000")]
+
+
+def test_wrong_shard_with_aggregation_off_succeeds() -> None:
+    policy = RetryPolicy(fail_if_throttled=False, aggregation_enabled=False, retry_delay=0.05)
+    a, b = user_record(5), user_record(HALF // 2 + 7)
+    decisions = run(
+        [kinesis_record(a, b)], {"Records": [ok("shardId-000000000002")]}, policy=policy
+    )
+    assert decisions.succeeded == [a, b]
+
+
+def test_throttled_record_retried_and_shard_reported() -> None:
+    record = user_record(5)
+    decisions = run(
+        [kinesis_record(record)],
+        {"Records": [{"ErrorCode": THROTTLED, "ErrorMessage": "Rate exceeded"}]},
+    )
+    assert decisions.retry == [record]
+    assert decisions.throttled_shards == {"shardId-000000000000"}
+    assert record.attempts[-1].error_code == THROTTLED
+
+
+def test_throttled_record_fails_when_fail_if_throttled() -> None:
+    policy = RetryPolicy(fail_if_throttled=True, aggregation_enabled=True, retry_delay=0.05)
+    record = user_record(5)
+    decisions = run(
+        [kinesis_record(record)],
+        {"Records": [{"ErrorCode": THROTTLED, "ErrorMessage": "x"}]},
+        policy=policy,
+    )
+    assert decisions.failed == [record]
+
+
+def test_request_throttled_fails_when_fail_if_throttled() -> None:
+    policy = RetryPolicy(fail_if_throttled=True, aggregation_enabled=True, retry_delay=0.05)
+    record = user_record(5)
+    decisions = run([kinesis_record(record)], (THROTTLED, "slow down"), policy=policy)
+    assert decisions.failed == [record]
+    assert decisions.request_error == (THROTTLED, "slow down")
+
+
+def test_other_record_error_retried() -> None:
+    record = user_record(5)
+    decisions = run(
+        [kinesis_record(record)],
+        {"Records": [{"ErrorCode": "InternalFailure", "ErrorMessage": "oops"}]},
+    )
+    assert decisions.retry == [record]
+    assert not decisions.throttled_shards
+
+
+@pytest.mark.parametrize("code", sorted(FAIL_FAST))
+def test_fail_fast_codes_fail_at_once(code: str) -> None:
+    a, b = user_record(5), user_record(6)
+    decisions = run([kinesis_record(a), kinesis_record(b)], (code, "no"))
+    assert decisions.failed == [a, b]
+    assert a.attempts[-1].error_code == code
+    per_record = user_record(7)
+    decisions = run(
+        [kinesis_record(per_record)], {"Records": [{"ErrorCode": code, "ErrorMessage": "no"}]}
+    )
+    assert decisions.failed == [per_record]
+
+
+def test_request_error_retries_every_record() -> None:
+    a, b, c = user_record(5), user_record(6), user_record(7)
+    decisions = run([kinesis_record(a, b), kinesis_record(c)], ("Internal", "ConnectionResetError"))
+    assert decisions.retry == [a, b, c]
+    assert decisions.request_error == ("Internal", "ConnectionResetError")
+
+
+def test_count_mismatch_is_a_request_error() -> None:
+    a, b = user_record(5), user_record(6)
+    decisions = run([kinesis_record(a), kinesis_record(b)], {"Records": [ok()]})
+    assert decisions.retry == [a, b]
+    assert decisions.request_error is not None
+    assert decisions.request_error[0] == "RecordCountMismatch"
+
+
+@pytest.mark.parametrize("response", [{}, {"Records": "nope"}, {"Records": None}])
+def test_malformed_response_is_a_request_error(response: dict[str, Any]) -> None:
+    record = user_record(5)
+    decisions = run([kinesis_record(record)], response)
+    assert decisions.retry == [record]
+    assert decisions.request_error is not None
+    assert decisions.request_error[0] == "Internal"
+
+
+@pytest.mark.parametrize("entry", [{}, None, {"SequenceNumber": "1"}, {"ShardId": "x"}, "junk"])
+def test_malformed_entry_is_retried_as_internal(entry: object) -> None:
+    record = user_record(5)
+    decisions = run([kinesis_record(record)], {"Records": [entry]})
+    assert decisions.retry == [record]
+    assert record.attempts[-1].error_code == "Internal"
+
+
+def test_expired_record_fails_with_two_attempts() -> None:
+    record = user_record(5, arrival=0.0, ttl=0.9)
+    decisions = run([kinesis_record(record)], ("InternalFailure", "x"), now=1.0)
+    assert decisions.failed == [record]
+    assert [a.error_code for a in record.attempts] == ["InternalFailure", "Expired"]
+
+
+def test_retry_deadline_never_past_expiry() -> None:
+    record = user_record(5, arrival=0.0, ttl=1.02)
+    decisions = run([kinesis_record(record)], ("InternalFailure", "x"), now=1.0)
+    assert decisions.retry == [record]
+    assert record.deadline == 1.02
+
+
+def test_attempt_delays_chain_from_previous_attempt() -> None:
+    record = user_record(5)
+    run([kinesis_record(record)], ("InternalFailure", "x"), now=1.0)
+    classify([kinesis_record(record)], {"Records": [ok()]}, 2.0, 2.5, 2.5, POLICY, RANGES.get)
+    assert [a.delay for a in record.attempts] == [0.5, 1.25]
+
+
+def test_expire_helper() -> None:
+    a, b = user_record(5), user_record(6)
+    records = expire(kinesis_record(a, b), 31.0, "rate limiter")
+    assert records == [a, b]
+    assert a.attempts[-1].error_code == "Expired"
+    assert "rate limiter" in (a.attempts[-1].error_message or "")
