@@ -1,0 +1,27 @@
+"""Fixtures for tests that talk to real servers over HTTP on 127.0.0.1.
+
+Unlike the unit tests, these run on the real event loops (asyncio and trio, no virtual clock):
+aiobotocore opens real sockets. Every server is started by a session fixture on a free port
+and stopped by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from aiokpl._local_kinesis import moto_server
+
+
+@pytest.fixture(params=[pytest.param("asyncio", id="asyncio"), pytest.param("trio", id="trio")])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return (request.param, {})
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """moto's server (behind a lock: see ``aiokpl._local_kinesis``) on a free 127.0.0.1 port."""
+    with moto_server() as endpoint:
+        yield endpoint

@@ -1,0 +1,287 @@
+"""The shard map, seen through the producer, at exact virtual timestamps (SPEC §4.2).
+
+Loading with ``ListShards`` (``AT_LATEST``, pages of 1000, ``NextToken`` alone on later pages),
+refresh backoff (1 s ×1.5 up to 30 s, jittered down by up to half), invalidation only by news,
+predictions that continue while a refresh runs, resharding, and a stream that does not exist.
+Everything runs on asyncio and trio under virtual clocks (see conftest).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokpl import Config, Producer, RecordResult
+from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl.testing import FakeKinesis
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = Config(region="us-east-1")
+EPS = 1e-6
+HALF = 2**127
+SEND = 0.1 + 0.02  # deadline + collector grace, for a predicted (aggregated) record
+
+
+def shard(n: int) -> str:
+    return f"shardId-{n:012d}"
+
+
+class TimedListShards(FakeKinesis):
+    """A FakeKinesis that notes when each ``ListShards`` call arrives.
+
+    Args:
+        slow_calls: ``{n: seconds}``: the ``n``-th call (from 1) waits that long first.
+    """
+
+    def __init__(self, slow_calls: dict[int, float] | None = None) -> None:
+        super().__init__()
+        self.list_times: list[float] = []
+        self._slow_calls = slow_calls or {}
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        self.list_times.append(anyio.current_time())
+        delay = self._slow_calls.get(len(self.list_times))
+        if delay:
+            await anyio.sleep(delay)
+        return await super().list_shards(**kwargs)
+
+
+async def warm_up(producer: Producer, stream: str) -> None:
+    """Load the stream's shard map, so later records are predicted and aggregated."""
+    outcome = await producer.put_record(stream=stream, partition_key="warm-up", data=b"")
+    await producer.flush()
+    assert (await outcome).success
+    assert producer.statistics().streams[0].shard_map_state == "READY"
+
+
+def user_records(fake: FakeKinesis, stream: str = "s") -> list[tuple[str, bytes]]:
+    """(shard, data) of every user record stored, deaggregated."""
+    found = []
+    for stored in fake.stored_records(stream):
+        if is_aggregated(stored.data):
+            found.extend((stored.shard_id, r.data) for r in decode(stored.data))
+        else:
+            found.append((stored.shard_id, stored.data))
+    return found
+
+
+def state(producer: Producer) -> tuple[str, int]:
+    stats = producer.statistics().streams[0]
+    return stats.shard_map_state, stats.open_shards
+
+
+async def test_failed_loads_back_off_with_jitter_and_records_flow_meanwhile() -> None:
+    fake = TimedListShards()
+    fake.add_stream("s", shard_count=2)
+    fake.fail_requests(3, code="InternalFailure", http_status=500, operation="ListShards")
+    async with Producer(CONFIG, client=fake) as producer:
+        t0 = anyio.current_time()
+        early = [
+            await producer.put_record(stream="s", partition_key=f"k{i}", data=b"early %d" % i)
+            for i in range(3)
+        ]
+        await anyio.sleep(0.3)
+        assert state(producer) == ("INVALID", 0)
+        await anyio.sleep(0.7)
+        t1 = anyio.current_time()
+        late = [
+            await producer.put_record(stream="s", partition_key=f"k{i}", data=b"late %d" % i)
+            for i in range(3)
+        ]
+        early_results = [await outcome for outcome in early]
+        late_results = [await outcome for outcome in late]
+        await anyio.sleep(10)
+        assert state(producer) == ("READY", 2)
+        assert producer.statistics().streams[0].shard_map_refreshes == 1
+    times = fake.list_times
+    assert len(times) == 4  # three failures, then the load that stuck
+    assert times[0] == pytest.approx(t0, abs=EPS)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    for gap, nominal in zip(gaps, (1.0, 1.5, 2.25), strict=True):
+        assert nominal / 2 - EPS <= gap <= nominal + EPS
+    # Before the map loads nothing is predicted: each record goes alone, raw, at its deadline
+    # (the collector's grace is only for records that enter it before their deadline).
+    assert times[3] > t1  # the late records were put before the map loaded, too
+    for results, put_at in ((early_results, t0), (late_results, t1)):
+        for result in results:
+            assert result.success
+            (attempt,) = result.attempts
+            assert attempt.started_at == pytest.approx(put_at + 0.1, abs=EPS)
+    stored = fake.stored_records("s")
+    assert len(stored) == 6
+    assert all(not is_aggregated(record.data) for record in stored)
+    assert {record.partition_key for record in stored} == {"k0", "k1", "k2"}
+
+
+async def test_the_map_loads_page_by_page() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2500)
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        assert state(producer) == ("READY", 2500)
+        top = await producer.put_record(
+            stream="s", partition_key="k", data=b"d", explicit_hash_key=2**128 - 1
+        )
+    assert top.result().shard_id == shard(2499)
+    assert len(top.result().attempts) == 1
+    pages = [kwargs for operation, kwargs in fake.requests if operation == "ListShards"]
+    assert len(pages) == 3
+    assert pages[0] == {"StreamName": "s", "ShardFilter": {"Type": "AT_LATEST"}, "MaxResults": 1000}
+    for page in pages[1:]:
+        assert set(page) == {"NextToken", "MaxResults"}
+        assert page["MaxResults"] == 1000
+    assert pages[1]["NextToken"] != pages[2]["NextToken"]
+
+
+async def test_a_burst_of_stale_results_after_a_split_refreshes_once() -> None:
+    fake = TimedListShards()
+    fake.add_stream("s", shard_count=2)
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        fake.split("s", shard(0), HALF // 2)  # children: shards 2 (lower) and 3 (upper)
+        fake.latency = 0.3  # every call, ListShards included: results overlap the refresh
+        outcomes = []
+        for i in range(200):
+            outcomes.append(
+                await producer.put_record(stream="s", partition_key=f"key-{i}", data=b"%d" % i)
+            )
+            await anyio.sleep(0.01)
+        results = [await outcome for outcome in outcomes]
+        await anyio.sleep(5)
+        stats = producer.statistics().streams[0]
+    assert len(fake.list_times) == 2  # the warm-up's load and one refresh
+    assert (stats.shard_map_state, stats.open_shards, stats.shard_map_refreshes) == ("READY", 3, 2)
+    refresh_started = fake.list_times[1]
+    refreshed_at = refresh_started + 0.3
+    assert all(result.success for result in results)
+    assert {result.shard_id for result in results} == {shard(1), shard(2), shard(3)}
+    # Answers that contradicted the map: a record predicted for shard 0 (any answer sent
+    # before the refresh completed that landed on a child) or an aggregate on the wrong child.
+    contradicting = [
+        attempt
+        for result in results
+        for attempt in result.attempts
+        if attempt.error_code == "Wrong Shard"
+        or (attempt.shard_id in (shard(2), shard(3)) and attempt.started_at < refreshed_at)
+    ]
+    # Many of them, and every kind that must not start another refresh:
+    # answered while the refresh ran,
+    during = [a for a in contradicting if refresh_started < a.ended_at < refreshed_at]
+    # sent before it completed and answered after (not news: seen before the map loaded),
+    straddling = [a for a in contradicting if a.started_at < refreshed_at < a.ended_at]
+    # sent after it, still predicted for shard 0, which the map no longer has (only such a
+    # prediction makes an aggregate land on the wrong child once the children are known).
+    blaming_a_closed_shard = [
+        a for a in contradicting if a.error_code == "Wrong Shard" and a.started_at > refreshed_at
+    ]
+    print(len(contradicting), len(during), len(straddling), len(blaming_a_closed_shard))
+    assert len(contradicting) >= 50
+    assert during
+    assert straddling
+    assert blaming_a_closed_shard
+    delivered = {data for _, data in user_records(fake)}
+    assert delivered == {b""} | {b"%d" % i for i in range(200)}
+
+
+def codes(result: RecordResult) -> list[str | None]:
+    return [attempt.error_code for attempt in result.attempts]
+
+
+async def test_predictions_continue_with_the_previous_map_during_a_refresh() -> None:
+    fake = TimedListShards(slow_calls={2: 5.0})  # the refresh after the split takes 5 s
+    fake.add_stream("s", shard_count=2)
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        fake.split("s", shard(0), HALF // 2)
+        trigger = await producer.put_record(
+            stream="s", partition_key="k", data=b"trigger", explicit_hash_key=1
+        )
+        assert (await trigger).shard_id == shard(2)
+        await anyio.sleep(0.1)
+        assert len(fake.list_times) == 2
+        refresh_started = fake.list_times[1]
+        stored_before = len(fake.stored_records("s"))
+        t0 = anyio.current_time()
+        outcomes = [
+            await producer.put_record(
+                stream="s", partition_key="k", data=b"%d" % i, explicit_hash_key=HALF + i
+            )
+            for i in range(100)
+        ]
+        assert state(producer) == ("UPDATING", 2)  # the previous map, still in use
+        results = [await outcome for outcome in outcomes]
+        assert anyio.current_time() < refresh_started + 5.0
+        assert state(producer) == ("UPDATING", 2)
+        assert shard(1) in producer.statistics().streams[0].rates_by_shard
+        await anyio.sleep(5)
+        assert state(producer) == ("READY", 3)
+    for result in results:
+        assert result.success
+        (attempt,) = result.attempts
+        assert attempt.shard_id == shard(1)
+        assert attempt.started_at == pytest.approx(t0 + SEND, abs=EPS)
+    # Aggregated, as with a loaded map: one Kinesis record for the hundred.
+    assert len(fake.stored_records("s")) == stored_before + 1
+    assert len({result.sequence_number for result in results}) == 1
+
+
+async def test_after_a_merge_records_land_on_the_child() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2)
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        child = fake.merge("s", shard(0), shard(1))
+        list_shards = fake.calls("ListShards")
+        outcomes = [
+            await producer.put_record(stream="s", partition_key=f"key-{i}", data=b"%d" % i)
+            for i in range(50)
+        ]
+        results = [await outcome for outcome in outcomes]
+        await anyio.sleep(2)
+        assert state(producer) == ("READY", 1)
+        later = await producer.put_record(stream="s", partition_key="later", data=b"later")
+        later_result = await later
+    assert fake.calls("ListShards") == list_shards + 1
+    assert all(result.success and result.shard_id == child for result in results)
+    # The first aggregates landed on a shard the map did not know yet, so they went again.
+    assert all(codes(result) in ([None], ["Wrong Shard", None]) for result in results)
+    assert later_result.shard_id == child
+    assert len(later_result.attempts) == 1
+    assert {data for _, data in user_records(fake)} == {b"", b"later"} | {
+        b"%d" % i for i in range(50)
+    }
+    assert all(s == child for s, data in user_records(fake) if data != b"")
+
+
+async def test_a_missing_stream_fails_fast_while_the_map_backs_off() -> None:
+    fake = TimedListShards()
+    async with Producer(CONFIG, client=fake) as producer:
+        t0 = anyio.current_time()
+        outcomes = [
+            await producer.put_record(stream="missing", partition_key=f"k{i}", data=b"d")
+            for i in range(5)
+        ]
+        results = [await outcome for outcome in outcomes]
+        failed_at = anyio.current_time()
+        assert failed_at == pytest.approx(t0 + 0.1, abs=EPS)
+        await anyio.sleep(6)
+        assert state(producer) == ("INVALID", 0)
+        leaving = anyio.current_time()
+    assert anyio.current_time() - leaving < 0.5
+    for result in results:
+        assert not result.success
+        assert result.error_code == "ResourceNotFoundException"
+        assert len(result.attempts) == 1
+    times = fake.list_times
+    assert len(times) >= 4
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    nominal = 1.0
+    for gap in gaps:
+        assert nominal / 2 - EPS <= gap <= nominal + EPS
+        nominal = min(30.0, nominal * 1.5)
+    calls = [operation for operation, _ in fake.requests]
+    assert calls.count("PutRecords") == 1
