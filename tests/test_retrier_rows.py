@@ -106,7 +106,10 @@ async def test_request_throttled_with_fail_if_throttled_fails_every_record_at_on
     assert fake.calls("PutRecords") == calls + 1
     for result in results:
         assert not result.success
-        assert (result.error_code, result.error_message) == (THROTTLED, "Rate exceeded for stream s")
+        assert (result.error_code, result.error_message) == (
+            THROTTLED,
+            "Rate exceeded for stream s",
+        )
         (attempt,) = result.attempts
         assert attempt.started_at == pytest.approx(t0 + SEND, abs=EPS)
         assert (attempt.shard_id, attempt.sequence_number) == (None, None)
@@ -550,12 +553,8 @@ async def test_throttling_stream_delivers_everything_exactly_once_and_settles() 
         elapsed = anyio.current_time() - t0
     assert all(result.success for result in results)
     attempts = Counter(len(result.attempts) for result in results)
-    throttled = sum(
-        1 for result in results for a in result.attempts if a.error_code == THROTTLED
-    )
-    assert all(
-        a.error_code == THROTTLED for result in results for a in result.attempts[:-1]
-    )
+    throttled = sum(1 for result in results for a in result.attempts if a.error_code == THROTTLED)
+    assert all(a.error_code == THROTTLED for result in results for a in result.attempts[:-1])
     assert attempts[1] < count  # some were throttled ...
     # ... but the feedback bounds the throttled answers: here about 1.3 per record, where
     # without it (the limiter staying at 1000/s) there are about 9 per record, and up to 41

@@ -69,6 +69,10 @@ def user_records(fake: FakeKinesis, stream: str = "s") -> list[tuple[str, bytes]
     return found
 
 
+def codes(result: RecordResult) -> list[str | None]:
+    return [attempt.error_code for attempt in result.attempts]
+
+
 def state(producer: Producer) -> tuple[str, int]:
     stats = producer.statistics().streams[0]
     return stats.shard_map_state, stats.open_shards
@@ -178,17 +182,12 @@ async def test_a_burst_of_stale_results_after_a_split_refreshes_once() -> None:
     blaming_a_closed_shard = [
         a for a in contradicting if a.error_code == "Wrong Shard" and a.started_at > refreshed_at
     ]
-    print(len(contradicting), len(during), len(straddling), len(blaming_a_closed_shard))
     assert len(contradicting) >= 50
     assert during
     assert straddling
     assert blaming_a_closed_shard
     delivered = {data for _, data in user_records(fake)}
     assert delivered == {b""} | {b"%d" % i for i in range(200)}
-
-
-def codes(result: RecordResult) -> list[str | None]:
-    return [attempt.error_code for attempt in result.attempts]
 
 
 async def test_predictions_continue_with_the_previous_map_during_a_refresh() -> None:

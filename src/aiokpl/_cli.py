@@ -22,6 +22,7 @@ from . import aggregation
 from ._core.config import Config
 from ._core.hashing import hash_key_of
 from ._core.results import RecordResult
+from ._kinesis import create_client
 from ._local_kinesis import DUMMY_CREDENTIALS, LocalServerError, moto_server
 from ._producer import Producer
 
@@ -113,8 +114,6 @@ async def run_demo(
     endpoint_url: str, *, count: int, size: int, shards: int, keys: int, seed: int = 7
 ) -> DemoReport:
     """Produce ``count`` records to a new stream at ``endpoint_url``, then verify them all."""
-    from aiobotocore.session import get_session
-
     stream = f"aiokpl-demo-{seed}-{count}"
     report = DemoReport(records=count)
     rng = random.Random(seed)
@@ -126,14 +125,8 @@ async def run_demo(
         record_max_buffered_time_ms=200,
         max_outstanding_records=20_000,
     )
-    session = get_session()
-    async with session.create_client(
-        "kinesis",
-        endpoint_url=endpoint_url,
-        region_name=DUMMY_CREDENTIALS["region"],
-        aws_access_key_id=DUMMY_CREDENTIALS["aws_access_key_id"],
-        aws_secret_access_key=DUMMY_CREDENTIALS["aws_secret_access_key"],
-    ) as admin:
+    # The same client the producer opens for itself (aiohttp on asyncio, httpx on trio).
+    async with create_client(config) as admin:
         await admin.create_stream(StreamName=stream, ShardCount=shards)
         sent: dict[tuple[str, bytes], RecordResult] = {}
         outcomes = []
