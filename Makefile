@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
+LINT_PATHS := src tests $(wildcard bench)
 
 .PHONY: test demo lint typecheck pytest docs coverage bench clean
 
@@ -15,8 +16,8 @@ $(STAMP): pyproject.toml
 test: lint typecheck pytest docs
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests bench
-	$(PY) -m ruff format --check src tests bench
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m ruff format --check $(LINT_PATHS)
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

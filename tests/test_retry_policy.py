@@ -223,3 +223,11 @@ def test_expire_helper() -> None:
     assert records == [a, b]
     assert a.attempts[-1].error_code == "Expired"
     assert "rate limiter" in (a.attempts[-1].error_message or "")
+
+
+def test_record_reprs_show_live_state() -> None:
+    record = user_record(5)
+    kinesis = kinesis_record(record)
+    assert repr(record) == "<UserRecord stream='s' size=5 shard='shardId-000000000000' attempts=0>"
+    assert repr(kinesis) == "<KinesisRecord records=1 size=5 shard='shardId-000000000000'>"
+    assert kinesis.entry() == {"Data": b"blob", "PartitionKey": "a", "ExplicitHashKey": "5"}

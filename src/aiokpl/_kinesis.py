@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import botocore.exceptions
 
+from ._core.errors import ConfigError
+
 if TYPE_CHECKING:
     from ._core.config import Config
 
@@ -85,8 +87,7 @@ async def create_client(config: Config) -> AsyncIterator[Any]:
     """Open an aiobotocore Kinesis client configured from ``config``; close it on exit.
 
     Raises:
-        botocore.exceptions.NoRegionError: no region is configured or resolvable and no
-            ``endpoint_url`` is set.
+        ConfigError: no region is configured or resolvable and no ``endpoint_url`` is set.
     """
     from aiobotocore.config import AioConfig
     from aiobotocore.session import get_session
@@ -105,6 +106,11 @@ async def create_client(config: Config) -> AsyncIterator[Any]:
 
         options["http_session_cls"] = HttpxSession
     session = get_session()
+    client_config = AioConfig(**options)
+    # The session's default client config decides which HTTP stack the credential chain
+    # (instance metadata, container, assume-role) uses: with httpx it is anyio-based and so
+    # works on trio, where aiohttp cannot run.
+    session.set_default_client_config(client_config)
     if config.profile_name is not None:
         session.set_config_variable("profile", config.profile_name)
     region = config.region
@@ -115,7 +121,7 @@ async def create_client(config: Config) -> AsyncIterator[Any]:
     ):
         # A custom endpoint (a local server) needs no real region, but botocore wants one.
         region = "us-east-1"
-    async with session.create_client(
+    client_context = session.create_client(
         "kinesis",
         region_name=region,
         endpoint_url=config.endpoint_url,
@@ -123,6 +129,16 @@ async def create_client(config: Config) -> AsyncIterator[Any]:
         aws_access_key_id=config.aws_access_key_id,
         aws_secret_access_key=config.aws_secret_access_key,
         aws_session_token=config.aws_session_token,
-        config=AioConfig(**options),
-    ) as client:
+        config=client_config,
+    )
+    try:
+        client = await client_context.__aenter__()
+    except botocore.exceptions.NoRegionError as exc:
+        raise ConfigError(
+            "no AWS region: set Config(region=...), the AWS_DEFAULT_REGION variable, or a "
+            "region in your AWS profile"
+        ) from exc
+    try:
         yield client
+    finally:
+        await client_context.__aexit__(None, None, None)

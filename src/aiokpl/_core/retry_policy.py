@@ -119,11 +119,6 @@ class Decisions:
         self.request_error: tuple[str, str] | None = None
 
 
-def _shard_number(shard_id: str) -> int:
-    tail = shard_id.rpartition("-")[2]
-    return int(tail) if tail.isdigit() else -1
-
-
 def _fail_or_retry(
     decisions: Decisions,
     record: UserRecord,

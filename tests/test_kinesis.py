@@ -1,0 +1,109 @@
+"""The SDK boundary: error mapping, and the client the producer opens for itself.
+
+The client tests build real aiobotocore clients (no request is sent), so they run on the real
+event loops rather than the virtual-time ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aiokpl import Config, ConfigError, Producer
+from aiokpl._kinesis import client_error, create_client, error_of
+
+ENDPOINT = "http://127.0.0.1:9"  # nothing listens there; no test sends a request
+
+
+@pytest.fixture(params=[pytest.param("asyncio", id="asyncio"), pytest.param("trio", id="trio")])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return (request.param, {})
+
+
+def test_service_errors_keep_code_and_message() -> None:
+    error = client_error("ProvisionedThroughputExceededException", "Rate exceeded", "PutRecords")
+    assert error_of(error) == ("ProvisionedThroughputExceededException", "Rate exceeded")
+    assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+def test_anything_else_is_internal_with_its_type() -> None:
+    assert error_of(ConnectionResetError("peer reset")) == (
+        "Internal",
+        "ConnectionResetError: peer reset",
+    )
+    assert error_of(TimeoutError()) == ("Internal", "TimeoutError")
+
+
+def test_error_without_code_or_message() -> None:
+    import botocore.exceptions
+
+    bare = botocore.exceptions.ClientError({}, "PutRecords")
+    code, message = error_of(bare)
+    assert code == "Unknown"
+    assert "PutRecords" in message
+
+
+def test_long_messages_are_bounded() -> None:
+    code, message = error_of(
+        client_error("500", "<html>" + "x" * 5000, "PutRecords", http_status=500)
+    )
+    assert code == "500"
+    assert len(message) == 1000
+
+
+@pytest.mark.anyio
+async def test_client_backend_follows_the_event_loop(
+    anyio_backend: tuple[str, dict[str, Any]],
+) -> None:
+    expected = "HttpxSession" if anyio_backend[0] == "trio" else "AIOHTTPSession"
+    async with create_client(Config(region="us-east-1", endpoint_url=ENDPOINT)) as client:
+        assert type(client._endpoint.http_session).__name__ == expected
+        assert client.meta.config.retries["total_max_attempts"] == 1  # the retrier owns retries
+        assert client.meta.config.max_pool_connections == 24
+        assert client.meta.config.read_timeout == 6.0
+        assert client.meta.config.connect_timeout == 6.0
+
+
+@pytest.mark.anyio
+async def test_httpx_can_be_chosen_on_asyncio_too() -> None:
+    config = Config(
+        region="us-east-1", endpoint_url=ENDPOINT, http_backend="httpx", max_connections=3
+    )
+    async with create_client(config) as client:
+        assert type(client._endpoint.http_session).__name__ == "HttpxSession"
+        assert client.meta.config.max_pool_connections == 3
+
+
+@pytest.mark.anyio
+async def test_credentials_from_the_environment_work_on_both_loops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example-secret")
+    async with create_client(Config(region="eu-west-1", endpoint_url=ENDPOINT)) as client:
+        credentials = await client._get_credentials().get_frozen_credentials()
+        assert credentials.access_key == "AKIDEXAMPLE"
+        assert client.meta.region_name == "eu-west-1"
+
+
+@pytest.mark.anyio
+async def test_endpoint_without_region_gets_a_placeholder_region() -> None:
+    async with create_client(Config(endpoint_url=ENDPOINT)) as client:
+        assert client.meta.region_name == "us-east-1"
+
+
+@pytest.mark.anyio
+async def test_no_region_is_a_clear_error_at_start() -> None:
+    with pytest.raises(ConfigError, match=r"no AWS region: set Config\(region=...\)"):
+        async with Producer(Config()):
+            pass
+
+
+@pytest.mark.anyio
+async def test_profile_name_is_used(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    config_file = tmp_path / "config"
+    config_file.write_text("[profile staging]\nregion = ap-southeast-2\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config_file))
+    async with create_client(Config(profile_name="staging", endpoint_url=ENDPOINT)) as client:
+        assert client.meta.region_name == "ap-southeast-2"
