@@ -8,7 +8,15 @@ import pytest
 
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.records import KinesisRecord, UserRecord
-from aiokpl._core.retry_policy import FAIL_FAST, THROTTLED, RetryPolicy, classify, expire
+from aiokpl._core.retry_policy import (
+    FAIL_FAST,
+    THROTTLED,
+    Decisions,
+    RetryPolicy,
+    classify,
+    expire,
+    place,
+)
 from aiokpl._core.shards import ShardRange
 
 HALF = (MAX_HASH_KEY + 1) // 2
@@ -89,9 +97,40 @@ def test_wrong_shard_aggregate_is_retried_and_invalidates_once() -> None:
     assert decisions.invalidate == [(0.5, "shardId-000000000000")]
 
 
-def test_unknown_actual_shard_retries_aggregate() -> None:
+def test_unknown_actual_shard_defers_the_verdict_of_an_aggregate() -> None:
+    a, b = user_record(5), user_record(HALF // 2 + 7)
+    sent = kinesis_record(a, b)
+    decisions = run([sent], {"Records": [ok("shardId-000000000099")]})
+    # Nothing decided yet: which records shard 99 holds is known only after a refresh.
+    assert decisions.undecided == [(sent, "shardId-000000000099", "49590")]
+    assert decisions.succeeded == decisions.retry == decisions.failed == []
+    assert a.attempts == b.attempts == []
+    assert decisions.invalidate == [(0.5, "shardId-000000000000")]
+    # After the refresh: the range holds a but not b.
+    later = Decisions()
+    place(
+        later,
+        sent,
+        "shardId-000000000099",
+        "49590",
+        RANGES["shardId-000000000002"],
+        0.5,
+        0.75,
+        2.0,
+        POLICY,
+    )
+    assert later.succeeded == [a]
+    assert later.retry == [b]
+    assert b.attempts[-1].error_code == "Wrong Shard"
+    assert b.deadline == pytest.approx(2.05)
+
+
+def test_still_unknown_after_the_refresh_retries_every_record() -> None:
     a, b = user_record(5), user_record(6)
-    decisions = run([kinesis_record(a, b)], {"Records": [ok("shardId-000000000099")]})
+    decisions = Decisions()
+    place(
+        decisions, kinesis_record(a, b), "shardId-000000000099", "1", None, 0.5, 0.75, 1.0, POLICY
+    )
     assert decisions.retry == [a, b]
 
 

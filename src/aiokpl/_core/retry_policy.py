@@ -47,7 +47,7 @@ from .records import KinesisRecord, UserRecord
 from .results import Attempt
 from .shards import ShardRange
 
-__all__ = ("FAIL_FAST", "THROTTLED", "Decisions", "RetryPolicy", "classify", "expire")
+__all__ = ("FAIL_FAST", "THROTTLED", "Decisions", "RetryPolicy", "classify", "expire", "place")
 
 THROTTLED = "ProvisionedThroughputExceededException"
 WRONG_SHARD = "Wrong Shard"
@@ -98,6 +98,9 @@ class Decisions:
         retry: user records to put back into the aggregator (deadline already moved).
         invalidate: ``(seen_at, predicted_shard)`` pairs for the shard map.
         throttled_shards: predicted shards that answered with throttling.
+        undecided: Kinesis records delivered to a shard the map does not know yet, as
+            ``(record, shard_id, sequence_number)``; judge them with :func:`place` once the
+            map has been refreshed.
         request_error: the request-level ``(code, message)``, if the call failed as a whole.
     """
 
@@ -108,6 +111,7 @@ class Decisions:
         "retry",
         "succeeded",
         "throttled_shards",
+        "undecided",
     )
 
     def __init__(self) -> None:
@@ -116,6 +120,7 @@ class Decisions:
         self.retry: list[UserRecord] = []
         self.invalidate: list[tuple[float, str | None]] = []
         self.throttled_shards: set[str] = set()
+        self.undecided: list[tuple[KinesisRecord, str, str]] = []
         self.request_error: tuple[str, str] | None = None
 
 
@@ -225,23 +230,58 @@ def classify(
         # It landed on another shard than predicted: the shard map is stale.
         decisions.invalidate.append((started, predicted))
         actual_range = hash_range(shard_id)
-        for record in kinesis_record.records:
-            misplaced = actual_range is None or record.hash_key not in actual_range
-            if misplaced and policy.aggregation_enabled and len(kinesis_record.records) > 1:
-                _fail_or_retry(
-                    decisions,
-                    record,
-                    WRONG_SHARD,
-                    f"record landed on {shard_id}, whose hash key range does not hold it "
-                    f"(predicted {predicted})",
-                    started,
-                    ended,
-                    now,
-                    policy,
-                )
-            else:
-                _succeed(decisions, record, shard_id, sequence_number, started, ended)
+        if actual_range is None and policy.aggregation_enabled and len(kinesis_record.records) > 1:
+            # A shard the map does not know yet (a new child): which of these records it
+            # holds can only be told once the map has been refreshed.
+            decisions.undecided.append((kinesis_record, shard_id, sequence_number))
+            continue
+        place(
+            decisions,
+            kinesis_record,
+            shard_id,
+            sequence_number,
+            actual_range,
+            started,
+            ended,
+            now,
+            policy,
+        )
     return decisions
+
+
+def place(
+    decisions: Decisions,
+    kinesis_record: KinesisRecord,
+    shard_id: str,
+    sequence_number: str,
+    actual_range: ShardRange | None,
+    started: float,
+    ended: float,
+    now: float,
+    policy: RetryPolicy,
+) -> None:
+    """Judge a Kinesis record that landed on ``shard_id``, not on its predicted shard.
+
+    Its user records inside ``actual_range`` are delivered; the others (all of them if the range
+    is unknown) are retried as ``"Wrong Shard"``, unless the record was sent raw, in which case
+    Kinesis routed it by its own hash key and it is where it belongs.
+    """
+    raw = len(kinesis_record.records) == 1 or not policy.aggregation_enabled
+    for record in kinesis_record.records:
+        if raw or (actual_range is not None and record.hash_key in actual_range):
+            _succeed(decisions, record, shard_id, sequence_number, started, ended)
+        else:
+            _fail_or_retry(
+                decisions,
+                record,
+                WRONG_SHARD,
+                f"record landed on {shard_id}, whose hash key range does not hold it "
+                f"(predicted {kinesis_record.predicted_shard})",
+                started,
+                ended,
+                now,
+                policy,
+            )
 
 
 def expire(kinesis_record: KinesisRecord, now: float, where: str) -> list[UserRecord]:

@@ -6,17 +6,24 @@ prediction may have changed since), tells the shard map about records that lande
 tells the limiter about throttled shards, and backs the stream off after request-level
 failures (exponential with jitter, 100 ms doubling to 5 s; reset by the next answered
 request). Mirrors the KPL's ``retrier.cc``.
+
+Better than the KPL: an aggregate delivered to a shard the map does not know yet (a child
+created by a split or merge since the map loaded) is not retried whole. Its verdict waits for
+the refresh that this news starts; then the records the new shard holds are delivered and only
+the others are retried, predicted with the new map. The KPL retries them all, which writes
+duplicates of the records that had landed correctly.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .._core.backoff import Backoff
 from .._core.records import KinesisRecord, UserRecord
-from .._core.retry_policy import FAIL_FAST, RetryPolicy, classify, expire
+from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, expire, place
 
 if TYPE_CHECKING:
     from .aggregator import Aggregator
@@ -72,6 +79,36 @@ class Retrier:
             self._shard_map.invalidate(seen_at, predicted)
         for shard in decisions.throttled_shards:
             self._limiter.throttled(shard, now)
+        for kinesis_record, shard_id, sequence_number in decisions.undecided:
+            self._shard_map.after_refresh(
+                partial(self._place, kinesis_record, shard_id, sequence_number, started, ended)
+            )
+        self._apply(decisions)
+
+    def _place(
+        self,
+        kinesis_record: KinesisRecord,
+        shard_id: str,
+        sequence_number: str,
+        started: float,
+        ended: float,
+    ) -> None:
+        """Judge an aggregate delivered to a then-unknown shard, with the refreshed map."""
+        decisions = Decisions()
+        place(
+            decisions,
+            kinesis_record,
+            shard_id,
+            sequence_number,
+            self._shard_map.hash_range(shard_id),
+            started,
+            ended,
+            self._clock(),
+            self._policy,
+        )
+        self._apply(decisions)
+
+    def _apply(self, decisions: Decisions) -> None:
         finish = self._finish
         for record in decisions.succeeded:
             finish(record, True)

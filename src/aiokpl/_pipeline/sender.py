@@ -98,12 +98,18 @@ class Sender:
             self.in_flight -= 1
 
     async def _send(self, destination: Destination, records: list[KinesisRecord]) -> None:
-        wait = destination.resume_at - self._clock()
-        if wait > 0:
-            await anyio.sleep(wait)
-        records = destination.expire_before_send(records, self._clock())
-        if not records:
-            return
+        while True:
+            # Records whose TTL passes while the stream backs off fail at their TTL, not
+            # when the backoff ends.
+            now = self._clock()
+            records = destination.expire_before_send(records, now)
+            if not records:
+                return
+            resume_at = destination.resume_at
+            if resume_at <= now:
+                break
+            earliest_expiry = min(record.expires_at for record in records)
+            await anyio.sleep(min(resume_at, earliest_expiry) - now)
         entries = [record.entry() for record in records]
         started = self._clock()
         answer: object = ("Internal", f"request timed out after {self._request_timeout:g} s")

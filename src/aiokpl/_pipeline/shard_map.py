@@ -74,6 +74,7 @@ class ShardMap:
         self._closed: dict[str, tuple[ShardRange, float]] = {}
         self._backoff = Backoff(1.0, 1.5, 30.0, jitter=0.5)
         self._running = False
+        self._after_refresh: list[Callable[[], None]] = []
 
     # --- queries (synchronous, hot path) ------------------------------------------------
     def predict(self, hash_key: int) -> str | None:
@@ -106,6 +107,16 @@ class ShardMap:
         logger.info(
             "refreshing the shard map of %r: a record did not land where predicted", self.stream
         )
+        self._spawn_refresh()
+
+    def after_refresh(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the next refresh has loaded, starting one if none runs.
+
+        Used for records delivered to a shard the map does not know: only the refreshed map
+        can say which of them that shard holds. The refresh is news in itself (an unknown shard
+        id), and callbacks arriving while one runs share it, so this cannot cause a storm.
+        """
+        self._after_refresh.append(callback)
         self._spawn_refresh()
 
     def _spawn_refresh(self) -> None:
@@ -167,6 +178,9 @@ class ShardMap:
         self._backoff.reset()
         self.state = ShardMapState.READY
         logger.info("shard map of %r loaded: %d open shards", self.stream, len(table))
+        callbacks, self._after_refresh = self._after_refresh, []
+        for callback in callbacks:
+            callback()
 
     async def _list_open_shards(self) -> list[dict[str, Any]]:
         response = await self._client.list_shards(
