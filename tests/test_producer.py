@@ -25,7 +25,7 @@ from aiokpl._core.aggregation import decode, is_aggregated
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._outcome import Outcome
 from aiokpl._producer import Producer
-from aiokpl.testing import FakeKinesis
+from aiokpl.testing import FakeKinesis, read_stream
 
 pytestmark = pytest.mark.anyio
 
@@ -50,8 +50,8 @@ async def warm_up(producer: Producer, stream: str) -> None:
     await producer.flush()
     assert (await outcome).success
     with anyio.fail_after(5):  # a map of several pages may still be loading
-        while producer.statistics().streams[0].shard_map_state != "READY":
-            await anyio.sleep(0.001)
+        while producer.statistics().streams[0].shard_map_state != "READY":  # noqa: ASYNC110
+            await anyio.sleep(0.001)  # polling a snapshot: there is no event to wait on
 
 
 async def test_records_land_intact_aggregated_and_where_the_result_says() -> None:
@@ -469,3 +469,18 @@ async def test_record_larger_than_the_byte_budget_is_admitted_when_the_bucket_is
     # released by the next 25 ms drain.
     waited = small_result.attempts[-1].started_at - t0
     assert 2.01 - EPS <= waited <= 2.01 + 0.025 + EPS
+
+
+async def test_read_stream_returns_every_record_with_its_shard() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=3)
+    async with Producer(CONFIG.replace(aggregation_enabled=False), client=fake) as producer:
+        outcomes = [
+            await producer.put_record(stream="s", partition_key=f"k{i}", data=b"%d" % i)
+            for i in range(30)
+        ]
+    records = await read_stream(fake, "s", limit=7)  # pages of 7: several per shard
+    assert sorted(record["Data"] for _, record in records) == sorted(b"%d" % i for i in range(30))
+    by_data = {record["Data"]: shard for shard, record in records}
+    for i, outcome in enumerate(outcomes):
+        assert by_data[b"%d" % i] == outcome.result().shard_id

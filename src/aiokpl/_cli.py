@@ -25,6 +25,7 @@ from ._core.results import RecordResult
 from ._kinesis import create_client
 from ._local_kinesis import DUMMY_CREDENTIALS, LocalServerError, moto_server
 from ._producer import Producer
+from .testing import read_stream
 
 __all__ = ("main",)
 
@@ -91,25 +92,6 @@ def _latency(result: RecordResult) -> float:
     return result.attempts[-1].ended_at - (first.started_at - first.delay)
 
 
-async def _read_back(client: Any, stream: str) -> list[tuple[str, dict[str, Any]]]:
-    """Every Kinesis record of every shard, with the shard it was read from."""
-    shards = (await client.list_shards(StreamName=stream))["Shards"]
-    found: list[tuple[str, dict[str, Any]]] = []
-    for shard in shards:
-        iterator = (
-            await client.get_shard_iterator(
-                StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-            )
-        )["ShardIterator"]
-        while iterator:
-            page = await client.get_records(ShardIterator=iterator, Limit=10_000)
-            found.extend((shard["ShardId"], record) for record in page["Records"])
-            if not page["Records"]:
-                break
-            iterator = page.get("NextShardIterator")
-    return found
-
-
 async def run_demo(
     endpoint_url: str, *, count: int, size: int, shards: int, keys: int, seed: int = 7
 ) -> DemoReport:
@@ -158,7 +140,7 @@ async def run_demo(
 
         print("reading the stream back…", file=sys.stderr)
         seen: Counter[tuple[str, bytes]] = Counter()
-        for shard_id, kinesis_record in await _read_back(admin, stream):
+        for shard_id, kinesis_record in await read_stream(admin, stream):
             report.kinesis_records += 1
             for user_record in aggregation.deaggregate(kinesis_record):
                 report.read_back += 1

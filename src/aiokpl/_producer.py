@@ -129,7 +129,8 @@ class _Stream:
         grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
         self.collector = Collector(
             scheduler,
-            lambda records: sender.submit(self, records),
+            # The retrier is the sender's destination: it owns the stream's backoff and verdicts.
+            lambda records: sender.submit(self.retrier, records),
             _current_time,
             max_count=config.collection_max_count,
             max_size=config.collection_max_size,
@@ -153,6 +154,7 @@ class _Stream:
             max_count=config.aggregation_max_count,
         )
         self.retrier = Retrier(
+            stream,
             self.shard_map,
             self.aggregator,
             self.limiter,
@@ -165,23 +167,6 @@ class _Stream:
             ),
         )
         self.shard_map.start()
-
-    # The sender's view of this stream (see _pipeline.sender.Destination).
-    @property
-    def resume_at(self) -> float:
-        return self.retrier.resume_at
-
-    def expire_before_send(self, records: list[KinesisRecord], now: float) -> list[KinesisRecord]:
-        return self.retrier.expire_before_send(records, now)
-
-    def handle_result(
-        self,
-        records: list[KinesisRecord],
-        result: dict[str, Any] | tuple[str, str],
-        started: float,
-        ended: float,
-    ) -> None:
-        self.retrier.handle_result(records, result, started, ended)
 
     def _expire_in_limiter(self, record: KinesisRecord) -> None:
         self.retrier.expire(record, "rate limiter")

@@ -71,7 +71,7 @@ from ._core.shards import ShardRange, ShardTable
 from ._core.token_bucket import TokenBucket
 from ._kinesis import client_error
 
-__all__ = ("FakeKinesis", "FakeShard", "FaultPlan", "Request", "StoredRecord")
+__all__ = ("FakeKinesis", "FakeShard", "FaultPlan", "Request", "StoredRecord", "read_stream")
 
 _ACCOUNT_ID = "123456789012"
 _REGION = "us-east-1"
@@ -1837,3 +1837,38 @@ def _decode(token: object, kind: str, count: int) -> list[Any]:
             if isinstance(fields, list) and len(fields) == count + 1 and fields[0] == kind:
                 return fields[1:]
     raise _Rejected("InvalidArgumentException", f"Invalid {kind}: {str(token)[:100]!r}.")
+
+
+async def read_stream(
+    client: Any, stream: str, *, limit: int = 10_000
+) -> list[tuple[str, dict[str, Any]]]:
+    """Read every record of every shard of ``stream``, each with the id of its shard.
+
+    Works with any client that speaks the Kinesis API: a :class:`FakeKinesis`, or an
+    aiobotocore client pointed at a local server (moto, kinesalite). Each shard, open or
+    closed, is read from ``TRIM_HORIZON`` until a page comes back empty, so call it once the
+    writers are done. Deaggregate the records with :func:`aiokpl.aggregation.deaggregate`.
+
+    Args:
+        client: the Kinesis client.
+        stream: the stream name.
+        limit: ``Limit`` of each ``GetRecords`` call.
+
+    Returns:
+        ``(shard_id, record)`` pairs, shard by shard, oldest record first within a shard.
+    """
+    found: list[tuple[str, dict[str, Any]]] = []
+    for shard in (await client.list_shards(StreamName=stream))["Shards"]:
+        shard_id = shard["ShardId"]
+        iterator = (
+            await client.get_shard_iterator(
+                StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+            )
+        )["ShardIterator"]
+        while iterator:
+            page = await client.get_records(ShardIterator=iterator, Limit=limit)
+            found.extend((shard_id, record) for record in page["Records"])
+            if not page["Records"]:
+                break
+            iterator = page.get("NextShardIterator")
+    return found

@@ -20,6 +20,7 @@ from aiokpl import Config, Producer
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._kinesis import create_client
 from aiokpl._local_kinesis import DUMMY_CREDENTIALS
+from aiokpl.testing import read_stream
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -61,23 +62,6 @@ def aws_deaggregate(record: dict[str, Any]) -> list[tuple[str, bytes]]:
 def admin_client(endpoint: str) -> Any:
     """A plain client for setting up and reading back, on whichever loop runs the test."""
     return create_client(config(endpoint))
-
-
-async def read_stream(client: Any, stream: str) -> list[tuple[str, dict[str, Any]]]:
-    found = []
-    for shard in (await client.list_shards(StreamName=stream))["Shards"]:
-        iterator = (
-            await client.get_shard_iterator(
-                StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-            )
-        )["ShardIterator"]
-        while iterator:
-            page = await client.get_records(ShardIterator=iterator, Limit=10_000)
-            found.extend((shard["ShardId"], record) for record in page["Records"])
-            if not page["Records"]:
-                break
-            iterator = page.get("NextShardIterator")
-    return found
 
 
 async def test_thousands_of_records_land_intact_where_predicted(moto_endpoint: str) -> None:

@@ -38,6 +38,7 @@ class Retrier:
 
     def __init__(
         self,
+        stream: str,
         shard_map: ShardMap,
         aggregator: Aggregator,
         limiter: Limiter,
@@ -47,6 +48,7 @@ class Retrier:
         *,
         random_value: Callable[[], float] = random.random,
     ) -> None:
+        self.stream = stream
         self._shard_map = shard_map
         self._aggregator = aggregator
         self._limiter = limiter

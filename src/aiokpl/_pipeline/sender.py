@@ -33,13 +33,10 @@ __all__ = ("Sender",)
 
 
 class Destination(Protocol):
-    """What the sender needs from a stream's pipeline."""
+    """What the sender needs from a stream's pipeline (its retrier)."""
 
-    @property
-    def stream(self) -> str: ...
-
-    @property
-    def resume_at(self) -> float: ...
+    stream: str
+    resume_at: float
 
     def expire_before_send(
         self, records: list[KinesisRecord], now: float
