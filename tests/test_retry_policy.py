@@ -104,7 +104,7 @@ def test_unknown_actual_shard_defers_the_verdict_of_an_aggregate() -> None:
     # Nothing decided yet: which records shard 99 holds is known only after a refresh.
     assert decisions.undecided == [(sent, "shardId-000000000099", "49590")]
     assert decisions.succeeded == decisions.retry == decisions.failed == []
-    assert a.attempts == b.attempts == []
+    assert a.attempts == b.attempts == ()
     assert decisions.invalidate == [(0.5, "shardId-000000000000")]
     # After the refresh: the range holds a but not b.
     later = Decisions()

@@ -80,7 +80,14 @@ class UserRecord:
         self.seq = seq
         self.outcome = outcome
         self.predicted_shard: str | None = None
-        self.attempts: list[Attempt] = []
+        # A tuple, grown on each attempt: most records have one, and a tuple is one object
+        # where a list plus the final tuple would be two for the garbage collector.
+        self.attempts: tuple[Attempt, ...] = ()
+
+    def add_attempt(self, attempt: Attempt) -> None:
+        """Record one more attempt; it ends when ``attempt`` ended."""
+        self.attempts += (attempt,)
+        self.last_end = attempt.ended_at
 
     def set_deadline(self, deadline: float) -> None:
         """Move the deadline, never past the expiry (KPL ``TimeSensitive``)."""

@@ -134,12 +134,11 @@ def _fail_or_retry(
     now: float,
     policy: RetryPolicy,
 ) -> None:
-    record.attempts.append(Attempt(started, ended, started - record.last_end, False, code, message))
-    record.last_end = ended
+    record.add_attempt(Attempt(started, ended, started - record.last_end, False, code, message))
     if code in FAIL_FAST or (code == THROTTLED and policy.fail_if_throttled):
         decisions.failed.append(record)
     elif now >= record.expires_at:
-        record.attempts.append(
+        record.add_attempt(
             Attempt(now, now, now - ended, False, EXPIRED, "record_ttl_ms elapsed before delivery")
         )
         decisions.failed.append(record)
@@ -156,12 +155,11 @@ def _succeed(
     started: float,
     ended: float,
 ) -> None:
-    record.attempts.append(
+    record.add_attempt(
         Attempt(
             started, ended, started - record.last_end, True, None, None, shard_id, sequence_number
         )
     )
-    record.last_end = ended
     decisions.succeeded.append(record)
 
 
@@ -287,16 +285,7 @@ def place(
 def expire(kinesis_record: KinesisRecord, now: float, where: str) -> list[UserRecord]:
     """Fail every user record of ``kinesis_record`` with ``"Expired"``, at ``now``."""
     records = kinesis_record.records
+    message = f"record_ttl_ms elapsed while waiting in the {where}"
     for record in records:
-        record.attempts.append(
-            Attempt(
-                now,
-                now,
-                now - record.last_end,
-                False,
-                EXPIRED,
-                f"record_ttl_ms elapsed while waiting in the {where}",
-            )
-        )
-        record.last_end = now
+        record.add_attempt(Attempt(now, now, now - record.last_end, False, EXPIRED, message))
     return records
