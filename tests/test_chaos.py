@@ -1,0 +1,275 @@
+"""Chaos: the producer's invariants under mixes of faults, against the in-process fake.
+
+Every mix runs on asyncio and trio under virtual time, and asserts the same invariants:
+
+* every outcome resolves exactly once;
+* every success is in the stream: read back, deaggregated, matched by partition key and data,
+  on the shard its result names (and inside that shard's hash-key range);
+* every failure has an expected code, and its attempt history ends with that code;
+* outstanding records and bytes never exceed their bounds;
+* the producer exits within the TTL (plus one request);
+* duplicates occur only for records one of whose requests outlived its timeout (the service
+  stored them, the answer came too late, the producer retried: at-least-once delivery).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokpl import Config, Outcome, Producer, RecordResult
+from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.hashing import hash_key_of
+from aiokpl.testing import FakeKinesis, FaultPlan
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT_S = 1.0
+TTL_S = 30.0
+
+
+class ChaosClient:
+    """FakeKinesis behind an unreliable network: resets, and answers that come too late."""
+
+    def __init__(
+        self, fake: FakeKinesis, *, reset_rate: float = 0.0, slow_rate: float = 0.0, seed: int = 1
+    ) -> None:
+        self.fake = fake
+        self.reset_rate = reset_rate
+        self.slow_rate = slow_rate
+        self.rng = random.Random(seed)
+        self.resets = 0
+        self.slow = 0
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.list_shards(**kwargs)
+
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        if self.rng.random() < self.reset_rate:
+            self.resets += 1
+            await anyio.sleep(0.01)
+            raise ConnectionResetError("connection reset by peer (chaos)")
+        response = await self.fake.put_records(**kwargs)
+        if self.rng.random() < self.slow_rate:
+            # Stored, but the answer arrives after the producer gave up on the request.
+            self.slow += 1
+            await anyio.sleep(TIMEOUT_S * 2)
+        return response
+
+
+@dataclass
+class Run:
+    outcomes: list[tuple[str, bytes, Outcome[RecordResult]]] = field(default_factory=list)
+    resolutions: Counter[int] = field(default_factory=Counter)
+    peak_records: int = 0
+    peak_bytes: int = 0
+    exit_after_last_put: float = 0.0
+
+
+async def produce(
+    client: Any,
+    config: Config,
+    *,
+    count: int,
+    size: int,
+    per_tick: int,
+    tick: float = 0.01,
+    during: Any = None,
+) -> Run:
+    """Put ``count`` records, ``per_tick`` every ``tick`` seconds, calling ``during(i)`` too."""
+    run = Run()
+    rng = random.Random(5)
+    async with Producer(config, client=client) as producer:
+
+        async def watch() -> None:
+            while True:
+                run.peak_records = max(run.peak_records, producer.outstanding_records)
+                run.peak_bytes = max(run.peak_bytes, producer.outstanding_bytes)
+                await anyio.sleep(0.005)
+
+        async with anyio.create_task_group() as watchers:
+            watchers.start_soon(watch)
+            for i in range(count):
+                key = f"key-{rng.randrange(500)}"
+                data = b"%08d" % i + b"x" * (size - 8)
+                outcome = await producer.put_record(stream="s", partition_key=key, data=data)
+                outcome.add_done_callback(lambda _, i=i: run.resolutions.update([i]))
+                run.outcomes.append((key, data, outcome))
+                run.peak_records = max(run.peak_records, producer.outstanding_records)
+                run.peak_bytes = max(run.peak_bytes, producer.outstanding_bytes)
+                if during is not None:
+                    await during(i)
+                if i % per_tick == per_tick - 1:
+                    await anyio.sleep(tick)
+            last_put = anyio.current_time()
+            watchers.cancel_scope.cancel()
+    run.exit_after_last_put = anyio.current_time() - last_put
+    return run
+
+
+def delivered_on_range(fake: FakeKinesis, stream: str) -> Counter[tuple[str, bytes, str]]:
+    """(key, data, shard) of each stored user record inside the range of its shard.
+
+    A copy outside the range (part of an aggregate that landed on a split child) is not
+    delivered: range-checking consumers such as the KCL skip it.
+    """
+    shards = {shard.shard_id: shard for shard in fake.shards(stream)}
+    found: Counter[tuple[str, bytes, str]] = Counter()
+    for stored in fake.stored_records(stream):
+        records = (
+            [(r.partition_key, r.data, r.explicit_hash_key) for r in decode(stored.data)]
+            if is_aggregated(stored.data)
+            else [(stored.partition_key, stored.data, stored.explicit_hash_key)]
+        )
+        for key, data, _ in records:
+            if hash_key_of(key.encode()) in shards[stored.shard_id]:
+                found[(key, data, stored.shard_id)] += 1
+    return found
+
+
+def check_invariants(
+    run: Run,
+    fake: FakeKinesis,
+    config: Config,
+    *,
+    allowed_failures: set[str],
+    stream_exists: bool = True,
+) -> Counter[str]:
+    # Every outcome resolved exactly once.
+    assert len(run.resolutions) == len(run.outcomes)
+    assert set(run.resolutions.values()) == {1}
+    # Bounds held.
+    assert run.peak_records <= config.max_outstanding_records
+    assert run.peak_bytes <= config.max_outstanding_bytes
+    # Exit within the TTL plus one request.
+    assert run.exit_after_last_put <= TTL_S + TIMEOUT_S + 1
+    failures: Counter[str] = Counter()
+    delivered = delivered_on_range(fake, "s") if stream_exists else Counter()
+    for key, data, outcome in run.outcomes:
+        result = outcome.result()
+        assert result.attempts
+        for before, after in zip(result.attempts, result.attempts[1:], strict=False):
+            assert after.started_at >= before.ended_at  # a history, in order
+        if result.success and stream_exists:
+            copies = delivered[(key, data, result.shard_id)]
+            assert copies >= 1, f"{key} reported delivered to {result.shard_id} but not there"
+            if copies > 1:
+                # Only a request that outlived its timeout may have stored a record twice.
+                assert any(
+                    a.error_code == "Internal" and "timed out" in (a.error_message or "")
+                    for a in result.attempts
+                ), result
+            assert result.attempts[-1].success
+        elif result.success:
+            assert result.attempts[-1].success  # delivered before the stream was deleted
+        else:
+            assert result.error_code in allowed_failures, result
+            assert result.attempts[-1].error_code == result.error_code
+            failures[result.error_code or ""] += 1
+    return failures
+
+
+CONFIG = Config(
+    region="us-east-1",
+    request_timeout_ms=int(TIMEOUT_S * 1000),
+    record_ttl_ms=int(TTL_S * 1000),
+    max_outstanding_records=2_000,
+    max_outstanding_bytes=4 * 1024 * 1024,
+)
+# Small aggregates and requests: many more requests, so request-level faults bite often.
+MANY_REQUESTS = CONFIG.replace(aggregation_max_size=400, collection_max_count=4)
+
+
+async def test_offered_twice_the_capacity_of_throttling_shards() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2, throttle=True)
+    # 5 KB records at 800/s: 4 MB/s offered to 2 shards of 1 MiB/s each.
+    run = await produce(fake, CONFIG, count=2_400, size=5_000, per_tick=8)
+    failures = check_invariants(run, fake, CONFIG, allowed_failures=set())
+    assert not failures
+    assert run.peak_bytes > 1024 * 1024  # the back-pressure bound was actually reached
+
+
+async def test_per_record_internal_failures_and_request_500s() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=4)
+    fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=7)
+    run = await produce(fake, MANY_REQUESTS, count=3_000, size=100, per_tick=10)
+    assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
+    retried = [o.result() for _, _, o in run.outcomes if len(o.result().attempts) > 1]
+    codes = {a.error_code for r in retried for a in r.attempts if not a.success}
+    assert codes == {"InternalFailure"}
+    assert len(retried) > 50
+
+
+async def test_connection_resets_and_answers_slower_than_the_timeout() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=4)
+    client = ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=3)
+    run = await produce(client, MANY_REQUESTS, count=3_000, size=100, per_tick=10)
+    assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
+    assert fake.calls("PutRecords") > 200
+    assert client.resets > 0
+    assert client.slow > 0
+    timed_out = [
+        o.result()
+        for _, _, o in run.outcomes
+        if any("timed out" in (a.error_message or "") for a in o.result().attempts)
+    ]
+    assert timed_out  # the slow answers were given up on, and those records retried
+
+
+async def test_split_and_merge_while_producing() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2)
+    half = 2**127
+
+    async def reshard(i: int) -> None:
+        if i == 1_000:
+            fake.split("s", "shardId-000000000000", half // 2)
+        if i == 2_000:
+            fake.merge("s", "shardId-000000000002", "shardId-000000000003")
+
+    run = await produce(fake, CONFIG, count=3_000, size=100, per_tick=10, during=reshard)
+    assert not check_invariants(run, fake, CONFIG, allowed_failures=set())
+    shards_used = {o.result().shard_id for _, _, o in run.outcomes}
+    assert {"shardId-000000000002", "shardId-000000000003", "shardId-000000000004"} <= shards_used
+
+
+async def test_stream_deleted_mid_run() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2)
+
+    async def delete(i: int) -> None:
+        if i == 1_000:
+            fake.remove_stream("s")
+
+    run = await produce(fake, CONFIG, count=2_000, size=100, per_tick=10, during=delete)
+    failures = check_invariants(
+        run, fake, CONFIG, allowed_failures={"ResourceNotFoundException"}, stream_exists=False
+    )
+    assert failures["ResourceNotFoundException"] >= 900
+    # Records put after the deletion fail fast: one attempt each.
+    for _, _, outcome in run.outcomes[1_100:]:
+        assert len(outcome.result().attempts) == 1
+
+
+async def test_everything_at_once() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=3, throttle=True)
+    fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=11)
+    client = ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=12)
+
+    async def reshard(i: int) -> None:
+        if i == 1_500:
+            fake.split("s", "shardId-000000000001", 2**127)
+
+    run = await produce(client, MANY_REQUESTS, count=3_000, size=1_000, per_tick=10, during=reshard)
+    assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
+    assert client.resets > 0
+    assert client.slow > 0
