@@ -100,3 +100,19 @@ print(bad)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_test_the_guarantees_page_cites_exists() -> None:
+    import re
+
+    page = (DOCS / "guarantees.md").read_text()
+    cited = re.findall(r"`(tests/[\w/]+\.py|…)::(\w+)`", page)
+    assert len(cited) >= 20
+    current = None
+    for path, name in cited:
+        current = current if path == "…" else path
+        assert current is not None
+        source = (ROOT / current).read_text()
+        assert re.search(rf"def {name}\(", source), f"{current}::{name} is cited but does not exist"
+    for path in re.findall(r"`(tests/[\w/]+\.py)`", page):
+        assert (ROOT / path).exists(), path
