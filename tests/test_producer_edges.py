@@ -1,0 +1,153 @@
+"""Edge paths of the pipeline: expiry in the limiter, request size limits, cancellation during
+exit, a put waiting for room when the producer closes, and Outcome's corners."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+
+from aiokpl import Config, Outcome, Producer, ProducerClosedError, RecordResult
+from aiokpl.testing import FakeKinesis
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = Config(region="us-east-1")
+
+
+async def test_records_expire_while_queued_in_the_rate_limiter() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    config = CONFIG.replace(
+        aggregation_enabled=False,
+        rate_limit_records_per_sec_per_shard=5.0,
+        record_ttl_ms=500,
+        record_max_buffered_time_ms=0,
+    )
+    async with Producer(config, client=fake) as producer:
+        warm = await producer.put_record(stream="s", partition_key="warm", data=b"")
+        await producer.flush()
+        await warm
+        await anyio.sleep(2)  # the bucket is full again: 5 tokens
+        t0 = anyio.current_time()
+        outcomes = [
+            await producer.put_record(stream="s", partition_key="k", data=b"%d" % i)
+            for i in range(10)
+        ]
+        results = [await outcome for outcome in outcomes]
+    delivered = [r for r in results if r.success]
+    expired = [r for r in results if not r.success]
+    # 5 at once, then one every 200 ms: by the 500 ms TTL two more; the rest expire queued.
+    assert len(delivered) == 7
+    assert len(expired) == 3
+    for result in expired:
+        (attempt,) = result.attempts
+        assert attempt.error_code == "Expired"
+        assert attempt.error_message == "record_ttl_ms elapsed while waiting in the rate limiter"
+        # Found expired by the first drain at or after the TTL (drains every 25 ms).
+        assert t0 + 0.5 <= attempt.ended_at <= t0 + 0.5 + 0.025 + 1e-6
+
+
+async def test_a_request_is_sent_before_it_would_pass_collection_max_size() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    config = CONFIG.replace(aggregation_enabled=False, collection_max_size=60_000)
+    async with Producer(config, client=fake) as producer:
+        for i in range(6):
+            await producer.put_record(stream="s", partition_key=f"k{i}", data=b"x" * 25_000)
+    sizes = [
+        sum(len(r["Data"]) + len(r["PartitionKey"]) for r in kwargs["Records"])
+        for operation, kwargs in fake.requests
+        if operation == "PutRecords"
+    ]
+    assert sizes == [50_004, 50_004, 50_004]
+    assert all(size <= 60_000 for size in sizes)
+
+
+async def test_cancellation_while_exit_waits_resolves_everything() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.latency = 60.0  # answers never come in time
+    outcomes: list[Outcome[RecordResult]] = []
+    with anyio.move_on_after(5.0) as scope:
+        async with Producer(CONFIG, client=fake) as producer:
+            outcomes.extend(
+                [
+                    await producer.put_record(stream="s", partition_key="k", data=b"d")
+                    for _ in range(3)
+                ]
+            )
+        # exit waits for the results: the scope's deadline cancels that wait
+    assert scope.cancelled_caught
+    assert [o.result().error_code for o in outcomes] == ["Cancelled"] * 3
+
+
+async def test_a_put_waiting_for_room_fails_when_the_producer_closes() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.latency = 0.5
+    errors: list[BaseException] = []
+    config = CONFIG.replace(max_outstanding_records=2)
+
+    async def late_put(producer: Producer) -> None:
+        try:
+            await producer.put_record(stream="s", partition_key="late", data=b"d")
+        except ProducerClosedError as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg, Producer(config, client=fake) as producer:
+        first = [
+            await producer.put_record(stream="s", partition_key="k", data=b"d") for _ in range(2)
+        ]
+        tg.start_soon(late_put, producer)
+        while producer._room is None:  # noqa: ASYNC110 (no event says "a put is waiting")
+            await anyio.sleep(0.001)
+        assert producer.outstanding_records == 2  # the late put is waiting for room
+        # Exit closes the producer first, then waits: as results free room, the late put wakes
+        # and finds the producer closed.
+    assert all(o.result().success for o in first)
+    assert len(errors) == 1
+    assert "closed while this put waited for room" in str(errors[0])
+
+
+async def test_outcome_corners(caplog: pytest.LogCaptureFixture) -> None:
+    outcome: Outcome[int] = Outcome()
+    assert repr(outcome) == "<Outcome pending>"
+
+    def broken(_: Outcome[int]) -> None:
+        raise RuntimeError("callback bug")
+
+    seen: list[int] = []
+    outcome.add_done_callback(broken)
+    outcome.add_done_callback(lambda o: seen.append(o.result()))
+    with caplog.at_level(logging.ERROR, logger="aiokpl"):
+        assert outcome._resolve(7)
+    assert seen == [7]  # a broken callback does not stop the others
+    assert "done-callback raised" in caplog.text
+    assert not outcome._resolve(8)  # resolved exactly once
+    assert outcome.result() == 7
+    assert await outcome.wait() == 7  # already done: returns at once
+    assert await outcome == 7
+    outcome.add_done_callback(broken)  # already done: called now, and still logged
+    assert caplog.text.count("done-callback raised") == 2
+
+
+async def test_waiting_on_an_outcome_can_be_cancelled_without_effect() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.latency = 1.0
+    async with Producer(CONFIG, client=fake) as producer:
+        outcome = await producer.put_record(stream="s", partition_key="k", data=b"d")
+        with anyio.move_on_after(0.05):
+            await outcome
+        assert not outcome.done()
+        assert (await outcome).success
+
+
+async def test_sleeping_forever_is_never_needed_by_the_scheduler() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    async with Producer(CONFIG, client=fake) as producer:
+        await anyio.sleep(3600)  # idle for an hour of virtual time: nothing to do, no spin
+        assert producer.statistics().requests_sent == 0
