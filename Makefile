@@ -3,9 +3,15 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
+# kinesalite, the second local Kinesis of the integration tests: an npm package, installed once
+# into a cache folder (in-memory store only, so no optional native LevelDB build).
+NPM ?= npm
+KINESALITE_VERSION := 3.3.3
+KINESALITE_DIR := .cache/kinesalite
+KINESALITE_STAMP := $(KINESALITE_DIR)/.installed-$(KINESALITE_VERSION)
 LINT_PATHS := src tests $(wildcard bench)
 
-.PHONY: test demo lint typecheck pytest docs coverage bench clean
+.PHONY: test demo lint typecheck pytest kinesalite docs coverage bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +28,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-pytest: $(STAMP)
+$(KINESALITE_STAMP):
+	$(NPM) install --prefix $(KINESALITE_DIR) --no-save --no-audit --no-fund --omit=optional \
+		--ignore-scripts --loglevel=error kinesalite@$(KINESALITE_VERSION)
+	touch $(KINESALITE_STAMP)
+
+kinesalite: $(KINESALITE_STAMP)
+
+pytest: $(STAMP) $(KINESALITE_STAMP)
 	$(PY) -m coverage erase
 	$(PY) -m coverage run -m pytest
 	@echo "--- branch coverage of the pure core (src/aiokpl/_core) ---"
@@ -40,4 +53,4 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) site .coverage .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) site .coverage .pytest_cache .mypy_cache .ruff_cache .hypothesis $(KINESALITE_DIR)

@@ -285,3 +285,64 @@ async def test_a_missing_stream_fails_fast_while_the_map_backs_off() -> None:
         nominal = min(30.0, nominal * 1.5)
     calls = [operation for operation, _ in fake.requests]
     assert calls.count("PutRecords") == 1
+
+
+class IgnoresTheFilter(FakeKinesis):
+    """Lists closed shards despite ``AT_LATEST``, as moto and kinesalite do."""
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        kwargs.pop("ShardFilter", None)
+        return await super().list_shards(**kwargs)
+
+
+async def test_closed_shards_listed_despite_the_filter_are_dropped() -> None:
+    fake = IgnoresTheFilter()
+    fake.add_stream("s", shard_count=2)
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        fake.split("s", shard(0), HALF // 2)
+        outcomes = [
+            await producer.put_record(stream="s", partition_key=f"k{i}", data=b"%d" % i)
+            for i in range(200)
+        ]
+        results = [await outcome for outcome in outcomes]
+        stats = producer.statistics().streams[0]
+    # The overlapping closed parent did not break the refresh: the map has the 3 open shards.
+    assert (stats.shard_map_state, stats.open_shards, stats.shard_map_refreshes) == ("READY", 3, 2)
+    assert all(result.success for result in results)
+    assert {result.shard_id for result in results} <= {shard(1), shard(2), shard(3)}
+
+
+class RefreshFailsAfterTheFirst(FakeKinesis):
+    """Loads the map once, then every ``ListShards`` fails."""
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        if self.calls("ListShards") >= 1:
+            self.fail_requests(1, code="InternalFailure", http_status=500, operation="ListShards")
+        return await super().list_shards(**kwargs)
+
+
+async def test_a_verdict_waiting_for_a_refresh_that_fails_is_decided_anyway() -> None:
+    fake = RefreshFailsAfterTheFirst()
+    fake.add_stream("s", shard_count=1)
+    config = CONFIG.replace(record_ttl_ms=3_000)
+    async with Producer(config, client=fake) as producer:
+        await warm_up(producer, "s")
+        fake.split("s", shard(0), HALF)
+        t0 = anyio.current_time()
+        # One aggregate predicted for the closed parent lands on a child the map cannot learn.
+        first = await producer.put_record(
+            stream="s", partition_key="k", data=b"a", explicit_hash_key=5
+        )
+        second = await producer.put_record(
+            stream="s", partition_key="k", data=b"b", explicit_hash_key=HALF + 5
+        )
+        with anyio.fail_after(10):
+            await producer.flush()  # does not hang waiting for the refresh
+        results = [first.result(), second.result()]
+    # Without a map, nothing is known about the child: retried as "Wrong Shard" until the TTL.
+    for result in results:
+        assert not result.success
+        assert result.error_code == "Expired"
+        assert "Wrong Shard" in {a.error_code for a in result.attempts}
+        assert result.attempts[-1].ended_at == pytest.approx(t0 + 3.0, abs=EPS)  # at its TTL

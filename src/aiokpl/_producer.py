@@ -138,7 +138,12 @@ class _Stream:
         config = producer.config
         assert producer._task_group is not None
         self.stream = stream
-        self.shard_map = ShardMap(stream, producer._client, producer._task_group)
+        self.shard_map = ShardMap(
+            stream,
+            producer._client,
+            producer._task_group,
+            request_timeout=config.request_timeout_ms / 1000,
+        )
         scheduler = producer._scheduler
         clock = producer._clock
         sender = producer._sender
@@ -176,6 +181,7 @@ class _Stream:
             self.shard_map,
             self.aggregator,
             self.limiter,
+            scheduler,
             producer._finish,
             clock,
             RetryPolicy(

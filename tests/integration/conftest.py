@@ -2,7 +2,8 @@
 
 Unlike the unit tests, these run on the real event loops (asyncio and trio, no virtual clock):
 aiobotocore opens real sockets. Every server is started by a session fixture on a free port
-and stopped by it.
+and stopped by it: moto's server (a Python process) and kinesalite (a Node.js process, installed
+by ``make test`` into ``.cache/kinesalite``; see ``aiokpl._local_kinesis``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from aiokpl._local_kinesis import moto_server
+from aiokpl._local_kinesis import kinesalite_server, moto_server
+
+SERVERS = ("moto", "kinesalite")
 
 
 @pytest.fixture(params=[pytest.param("asyncio", id="asyncio"), pytest.param("trio", id="trio")])
@@ -25,3 +28,18 @@ def moto_endpoint() -> Iterator[str]:
     """moto's server (behind a lock: see ``aiokpl._local_kinesis``) on a free 127.0.0.1 port."""
     with moto_server() as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def kinesalite_endpoint() -> Iterator[str]:
+    """kinesalite (in memory, no stream-state delays) on a free 127.0.0.1 port."""
+    with kinesalite_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=SERVERS)
+def kinesis_server(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """``(name, endpoint)`` of each server in turn: parametrises a test over both."""
+    name: str = request.param
+    endpoint: str = request.getfixturevalue(f"{name}_endpoint")
+    return name, endpoint

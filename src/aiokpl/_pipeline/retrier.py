@@ -28,9 +28,27 @@ from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, ex
 if TYPE_CHECKING:
     from .aggregator import Aggregator
     from .limiter import Limiter
+    from .scheduler import Scheduler
     from .shard_map import ShardMap
 
 __all__ = ("Retrier",)
+
+
+class _PendingVerdict:
+    """A decision that runs once, on whichever comes first: a refresh attempt or a deadline."""
+
+    __slots__ = ("_decide",)
+
+    def __init__(self, decide: Callable[[], None]) -> None:
+        self._decide: Callable[[], None] | None = decide
+
+    def decide(self) -> None:
+        decide, self._decide = self._decide, None
+        if decide is not None:
+            decide()
+
+    def on_due(self, now: float) -> None:
+        self.decide()
 
 
 class Retrier:
@@ -42,6 +60,7 @@ class Retrier:
         shard_map: ShardMap,
         aggregator: Aggregator,
         limiter: Limiter,
+        scheduler: Scheduler,
         finish: Callable[[UserRecord, bool], None],
         clock: Callable[[], float],
         policy: RetryPolicy,
@@ -52,6 +71,7 @@ class Retrier:
         self._shard_map = shard_map
         self._aggregator = aggregator
         self._limiter = limiter
+        self._scheduler = scheduler
         self._finish = finish
         self._clock = clock
         self._policy = policy
@@ -82,9 +102,12 @@ class Retrier:
         for shard in decisions.throttled_shards:
             self._limiter.throttled(shard, now)
         for kinesis_record, shard_id, sequence_number in decisions.undecided:
-            self._shard_map.after_refresh(
+            verdict = _PendingVerdict(
                 partial(self._place, kinesis_record, shard_id, sequence_number, started, ended)
             )
+            # Decided by the next refresh attempt, or at the records' expiry if that is sooner.
+            self._shard_map.after_refresh(verdict.decide)
+            self._scheduler.call_at(kinesis_record.expires_at, verdict)
         self._apply(decisions)
 
     def _place(

@@ -44,6 +44,11 @@ CLOSED_SHARD_TTL = 60.0
 PAGE_SIZE = 1000
 
 
+def _is_closed(shard: dict[str, Any]) -> bool:
+    sequence_range = shard.get("SequenceNumberRange")
+    return isinstance(sequence_range, dict) and bool(sequence_range.get("EndingSequenceNumber"))
+
+
 class ShardMapState(Enum):
     INVALID = "INVALID"
     UPDATING = "UPDATING"
@@ -59,12 +64,14 @@ class ShardMap:
         client: KinesisClient,
         task_group: TaskGroup,
         *,
+        request_timeout: float = 6.0,
         random_value: Callable[[], float] = random.random,
     ) -> None:
         self.stream = stream
         self._client = client
         self._task_group = task_group
         self._random = random_value
+        self._request_timeout = request_timeout
         self.state = ShardMapState.INVALID
         self.table: ShardTable | None = None
         self.updated_at = -float("inf")
@@ -110,11 +117,12 @@ class ShardMap:
         self._spawn_refresh()
 
     def after_refresh(self, callback: Callable[[], None]) -> None:
-        """Call ``callback()`` once the next refresh has loaded, starting one if none runs.
+        """Call ``callback()`` once the next refresh attempt ends, starting one if none runs.
 
         Used for records delivered to a shard the map does not know: only the refreshed map
         can say which of them that shard holds. The refresh is news in itself (an unknown shard
-        id), and callbacks arriving while one runs share it, so this cannot cause a storm.
+        id), and callbacks arriving while one runs share it, so this cannot cause a storm. If
+        the attempt fails, the callbacks run anyway, with the map as it is.
         """
         self._after_refresh.append(callback)
         self._spawn_refresh()
@@ -137,14 +145,10 @@ class ShardMap:
                     table = ShardTable.from_shards(shards)
                 except Exception as exc:
                     self.failures += 1
-                    self.last_error = (
-                        error_of(exc)
-                        if not isinstance(exc, ValueError)
-                        else (
-                            "Internal",
-                            str(exc),
-                        )
-                    )
+                    # Whoever waits for this refresh decides with what is known: a verdict
+                    # never waits longer than one attempt (and the records' TTL still runs).
+                    self._run_after_refresh()
+                    self.last_error = error_of(exc)
                     self.state = ShardMapState.INVALID
                     delay = self._backoff.next_delay(self._random())
                     logger.warning(
@@ -178,22 +182,29 @@ class ShardMap:
         self._backoff.reset()
         self.state = ShardMapState.READY
         logger.info("shard map of %r loaded: %d open shards", self.stream, len(table))
+        self._run_after_refresh()
+
+    def _run_after_refresh(self) -> None:
         callbacks, self._after_refresh = self._after_refresh, []
         for callback in callbacks:
             callback()
 
     async def _list_open_shards(self) -> list[dict[str, Any]]:
-        response = await self._client.list_shards(
-            StreamName=self.stream, ShardFilter={"Type": "AT_LATEST"}, MaxResults=PAGE_SIZE
-        )
+        with anyio.fail_after(self._request_timeout):
+            response = await self._client.list_shards(
+                StreamName=self.stream, ShardFilter={"Type": "AT_LATEST"}, MaxResults=PAGE_SIZE
+            )
         shards: list[dict[str, Any]] = list(response.get("Shards", []))
         token = response.get("NextToken")
         while token:
             # Later pages carry the token alone: the service rejects it with a stream name.
-            response = await self._client.list_shards(NextToken=token, MaxResults=PAGE_SIZE)
+            with anyio.fail_after(self._request_timeout):
+                response = await self._client.list_shards(NextToken=token, MaxResults=PAGE_SIZE)
             shards.extend(response.get("Shards", []))
             token = response.get("NextToken")
-        return shards
+        # AT_LATEST asks for open shards only, but local servers (moto, kinesalite) ignore the
+        # filter and list closed parents too, overlapping their children: drop them here.
+        return [shard for shard in shards if not _is_closed(shard)]
 
     def __repr__(self) -> str:
         shards = len(self.table) if self.table is not None else 0

@@ -1,0 +1,126 @@
+"""Helpers shared by the integration tests: configs, clients, streams, reading records back."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import sys
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import anyio
+
+from aiokpl import Config
+from aiokpl._kinesis import create_client
+from aiokpl._local_kinesis import DUMMY_CREDENTIALS
+from aiokpl.aggregation import deaggregate
+
+# Servers live for the whole session and serve both backends: every stream name is new.
+_names = itertools.count()
+
+
+def stream_name(prefix: str = "integration") -> str:
+    """A stream name no other test of this session uses."""
+    return f"{prefix}-{next(_names)}"
+
+
+def config(endpoint: str, **changes: Any) -> Config:
+    """A producer configuration for a local server at ``endpoint``."""
+    return Config(
+        endpoint_url=endpoint,
+        region=DUMMY_CREDENTIALS["region"],
+        aws_access_key_id=DUMMY_CREDENTIALS["aws_access_key_id"],
+        aws_secret_access_key=DUMMY_CREDENTIALS["aws_secret_access_key"],
+        **changes,
+    )
+
+
+def admin_client(endpoint: str) -> Any:
+    """A plain client for setting up and reading back, on whichever loop runs the test."""
+    return create_client(config(endpoint))
+
+
+async def wait_until_active(admin: Any, stream: str) -> None:
+    """Poll ``DescribeStreamSummary`` until the stream is ``ACTIVE``.
+
+    kinesalite reports ``CREATING`` / ``UPDATING`` until its (zero-delay) timer has fired, and
+    refuses ``SplitShard`` and ``MergeShards`` meanwhile; moto is ``ACTIVE`` at once.
+    """
+    with anyio.fail_after(10):
+        while True:
+            response = await admin.describe_stream_summary(StreamName=stream)
+            if response["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE":
+                return
+            await anyio.sleep(0.01)
+
+
+async def create_stream(admin: Any, stream: str, shards: int) -> None:
+    """Create ``stream`` with ``shards`` shards and wait until it is ``ACTIVE``."""
+    await admin.create_stream(StreamName=stream, ShardCount=shards)
+    await wait_until_active(admin, stream)
+
+
+async def shard_ranges(admin: Any, stream: str) -> dict[str, tuple[int, int]]:
+    """The inclusive hash-key range of every shard of ``stream``, open or closed."""
+    return {
+        shard["ShardId"]: (
+            int(shard["HashKeyRange"]["StartingHashKey"]),
+            int(shard["HashKeyRange"]["EndingHashKey"]),
+        )
+        for shard in (await admin.list_shards(StreamName=stream))["Shards"]
+    }
+
+
+def aws_deaggregate(record: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """(partition key, data) of each user record, as AWS's deaggregator sees them.
+
+    It answers in the Lambda shape: aggregated user records carry base64 data and
+    ``"aggregated": True``; a record that is not an aggregate comes back with its raw bytes.
+    (It also rewrites sys.path on import; put it back.)
+    """
+    saved = list(sys.path)
+    try:
+        from aws_kinesis_agg.deaggregator import iter_deaggregate_records
+    finally:
+        sys.path[:] = saved
+    found = []
+    for user_record in iter_deaggregate_records([record], data_format="Boto3"):
+        kinesis = user_record["kinesis"]
+        data = kinesis["data"]
+        found.append(
+            (kinesis["partitionKey"], base64.b64decode(data) if kinesis.get("aggregated") else data)
+        )
+    return found
+
+
+class Delivered(NamedTuple):
+    """A user record read back from a stream."""
+
+    shard_id: str
+    partition_key: str
+    data: bytes
+    sequence_number: str
+    aggregated: bool
+
+
+def user_records(stored: Iterable[tuple[str, dict[str, Any]]]) -> list[Delivered]:
+    """Deaggregate what ``read_stream`` returned, checking aiokpl against AWS's deaggregator.
+
+    Both must read the same user records, in the same order, out of every Kinesis record.
+    """
+    found = []
+    for shard_id, kinesis_record in stored:
+        ours = deaggregate(kinesis_record)
+        assert [(r.partition_key, r.data) for r in ours] == aws_deaggregate(kinesis_record)
+        for record in ours:
+            assert record.sequence_number == kinesis_record["SequenceNumber"]
+            found.append(
+                Delivered(
+                    shard_id,
+                    record.partition_key,
+                    record.data,
+                    kinesis_record["SequenceNumber"],
+                    record.aggregated,
+                )
+            )
+    return found
