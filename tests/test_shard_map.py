@@ -346,3 +346,25 @@ async def test_a_verdict_waiting_for_a_refresh_that_fails_is_decided_anyway() ->
         assert result.error_code == "Expired"
         assert "Wrong Shard" in {a.error_code for a in result.attempts}
         assert result.attempts[-1].ended_at == pytest.approx(t0 + 3.0, abs=EPS)  # at its TTL
+
+
+class FirstListingMalformed(FakeKinesis):
+    """The first ``ListShards`` answer has no ``Shards`` (as botocore parses a non-JSON page)."""
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        answer = await super().list_shards(**kwargs)
+        return {} if self.calls("ListShards") == 1 else answer
+
+
+async def test_an_answer_without_shards_is_a_failed_load_not_an_empty_map() -> None:
+    fake = FirstListingMalformed()
+    fake.add_stream("s", shard_count=2)
+    async with Producer(CONFIG, client=fake) as producer:
+        await producer.put_record(stream="s", partition_key="k", data=b"d")
+        await anyio.sleep(0.01)
+        stats = producer.statistics().streams[0]
+        assert (stats.shard_map_state, stats.open_shards) == ("INVALID", 0)
+        await anyio.sleep(1.0)  # the retry, after the first backoff (0.5 … 1 s)
+        stats = producer.statistics().streams[0]
+        assert (stats.shard_map_state, stats.open_shards) == ("READY", 2)
+    assert fake.calls("ListShards") == 2

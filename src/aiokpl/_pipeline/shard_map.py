@@ -194,17 +194,22 @@ class ShardMap:
             response = await self._client.list_shards(
                 StreamName=self.stream, ShardFilter={"Type": "AT_LATEST"}, MaxResults=PAGE_SIZE
             )
-        shards: list[dict[str, Any]] = list(response.get("Shards", []))
+        shards: list[dict[str, Any]] = list(response.get("Shards") or [])
         token = response.get("NextToken")
         while token:
             # Later pages carry the token alone: the service rejects it with a stream name.
             with anyio.fail_after(self._request_timeout):
                 response = await self._client.list_shards(NextToken=token, MaxResults=PAGE_SIZE)
-            shards.extend(response.get("Shards", []))
+            shards.extend(response.get("Shards") or [])
             token = response.get("NextToken")
         # AT_LATEST asks for open shards only, but local servers (moto, kinesalite) ignore the
         # filter and list closed parents too, overlapping their children: drop them here.
-        return [shard for shard in shards if not _is_closed(shard)]
+        open_shards = [shard for shard in shards if not _is_closed(shard)]
+        if not open_shards:
+            # A stream always has an open shard: an answer without any is malformed (a proxy's
+            # page parsed as an empty document, say), a failed attempt to retry, not a map.
+            raise ValueError("ListShards answered without any open shard")
+        return open_shards
 
     def __repr__(self) -> str:
         shards = len(self.table) if self.table is not None else 0

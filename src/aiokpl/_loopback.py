@@ -1,0 +1,1058 @@
+"""A loopback Kinesis server: :class:`~aiokpl.testing.FakeKinesis` served over HTTP on 127.0.0.1.
+
+:class:`LoopbackKinesis` listens on a free port of 127.0.0.1 and speaks the Kinesis wire protocol
+as botocore sends it, so a real aiobotocore client (the producer's own, on asyncio and on trio)
+can be pointed at it with ``endpoint_url``. Every request is handed to a ``FakeKinesis``, so the
+model (routing, sequence numbers, pagination, validation, per-shard throttling, resharding,
+scripted and random service errors) is exactly the in-process fake's; this module only adds the
+HTTP layer and the faults that live there: 5xx responses, connection resets, slow responses and
+malformed bodies.
+
+The protocol, as botocore 1.43 speaks it for Kinesis (checked against its service model, whose
+``protocols`` list holds only ``"json"``, and against captured requests from the aiohttp and
+httpx backends):
+
+* ``POST /`` (httpx sends the absolute form ``POST http://127.0.0.1:PORT/``) with
+  ``X-Amz-Target: Kinesis_20131202.<Operation>``, ``Content-Type: application/x-amz-json-1.1``
+  and a ``Content-Length`` body: a JSON object of the operation's parameters, where blobs
+  (``Data``) are base64 strings and timestamps are seconds since the epoch;
+* a success is ``200`` with the response JSON, blobs base64-encoded and datetimes as epoch
+  seconds, and an ``x-amzn-RequestId`` header;
+* an error is the status the fake's ``ClientError`` carries (400 for client errors) with the
+  body ``{"__type": code, "message": message}``, which botocore's JSON parser turns back into
+  exactly that code and message; the ``x-amzn-ErrorType`` header is sent too, as the service
+  does, though the JSON protocol reads only the body.
+
+Request handling, per connection (HTTP/1.1, keep-alive unless ``Connection: close`` or HTTP/1.0;
+``Expect: 100-continue`` answered; ``Transfer-Encoding: chunked`` accepted):
+
+1. read the whole request; count it under its operation;
+2. take the next HTTP fault scripted for that operation (FIFO across kinds), or else draw from
+   the random :class:`HttpFaultPlan` if the operation is one it covers;
+3. serve it: decode the JSON, base64-decode ``Data``, call the fake's method with the parameters
+   it declares (unknown members are ignored, as by the service; a missing required one is a
+   ``ValidationException``, a wrongly typed one a ``SerializationException``), and encode the
+   answer or the fake's ``ClientError``. Other exceptions raised by the fake: an ``OSError``
+   (what ``fake.raise_next`` is given for transport failures, e.g. ``ConnectionResetError()``)
+   resets the connection; anything else is a ``500 InternalFailure`` naming the exception, so
+   a bug is visible, not hidden.
+
+Invariants: every request read gets exactly one response or its connection is closed without
+one; the model sees a request at most once (a fault decides whether before or instead of the
+response, never twice); scripted faults are consumed in the order they were scripted, one per
+request, and a request claimed by one draws no random number.
+
+What it does not do: TLS, SigV4 verification (any ``Authorization`` is accepted), CBOR (botocore
+does not use it for Kinesis), HTTP/2 and ``SubscribeToShard`` event streams, compression.
+
+Two ways to run it: as an async context manager in the test's own event loop (the server then
+shares the loop with the code under test), or in a thread with its own event loop through
+:meth:`LoopbackKinesis.running_in_thread`; the fake is then only touched from that thread, so
+test code reaches it through :meth:`LoopbackKinesis.call`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import concurrent.futures
+import contextlib
+import inspect
+import json
+import math
+import random
+import socket
+import struct
+import threading
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from ._kinesis import error_of
+
+if TYPE_CHECKING:
+    # Imported lazily at run time: aiokpl.testing re-exports this module's names.
+    from .testing import FakeKinesis
+
+__all__ = ("HttpFaultPlan", "LoopbackKinesis", "LoopbackStatistics", "MalformedKind")
+
+_T = TypeVar("_T")
+
+MalformedKind = Literal["not-json", "truncated", "missing-records", "wrong-count"]
+"""How :meth:`LoopbackKinesis.malformed_body` spoils a response."""
+
+_MALFORMED_KINDS: tuple[str, ...] = ("not-json", "truncated", "missing-records", "wrong-count")
+
+_TARGET_PREFIX = "Kinesis_20131202."
+_CONTENT_TYPE = "application/x-amz-json-1.1"
+
+# Operation name -> FakeKinesis method name.
+_METHODS: dict[str, str] = {
+    "CreateStream": "create_stream",
+    "DeleteStream": "delete_stream",
+    "DescribeStreamSummary": "describe_stream_summary",
+    "GetRecords": "get_records",
+    "GetShardIterator": "get_shard_iterator",
+    "ListShards": "list_shards",
+    "MergeShards": "merge_shards",
+    "PutRecord": "put_record",
+    "PutRecords": "put_records",
+    "SplitShard": "split_shard",
+    "UpdateMaxRecordSize": "update_max_record_size",
+}
+
+
+def _parameters(method: Callable[..., Any]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The keyword parameters a fake's method accepts, and those it requires."""
+    parameters = inspect.signature(method).parameters.values()
+    keyword = [p for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return (
+        frozenset(p.name for p in keyword),
+        tuple(p.name for p in keyword if p.default is inspect.Parameter.empty),
+    )
+
+
+_MAX_HEAD_BYTES = 64 * 1024
+# A 10 MiB record (the largest a stream allows) base64-encoded, plus JSON around it.
+_MAX_BODY_BYTES = 32 * 1024 * 1024
+_UNKNOWN_OPERATION = "UnknownOperation"
+
+
+# -- faults ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HttpFaultPlan:
+    """Random HTTP faults, drawn from ``random.Random(seed)``: the same seed, the same faults.
+
+    Assign one to :attr:`LoopbackKinesis.http_faults`; assigning restarts the random sequence.
+    Each request of one of ``operations`` that no scripted fault claimed draws one number,
+    which picks at most one fault (so the rates must add up to at most 1). Requests of other
+    operations draw nothing.
+
+    Attributes:
+        reset_rate: The probability that the connection is reset before the request is
+            applied to the model (nothing stored; the client sees a dropped connection).
+        lost_response_rate: The probability that the request is applied to the model and the
+            connection is then reset: the records are stored but the client never learns it,
+            so a retry stores them again (at-least-once delivery).
+        error_5xx_rate: The probability of a ``500 InternalFailure`` or a ``503
+            ServiceUnavailable`` (half of each), the model untouched.
+        slow_rate: The probability that the request is applied and its response held back
+            ``slow_seconds``.
+        malformed_rate: The probability that the request is applied and answered ``200`` with
+            a body that is not JSON.
+        slow_seconds: How long a slow response is held back.
+        seed: The seed of the random sequence.
+        operations: The operations the plan applies to.
+
+    Raises:
+        ValueError: A rate is outside 0 … 1, the rates add up to more than 1,
+            ``slow_seconds`` is negative or not finite, or an operation is not served.
+    """
+
+    reset_rate: float = 0.0
+    lost_response_rate: float = 0.0
+    error_5xx_rate: float = 0.0
+    slow_rate: float = 0.0
+    malformed_rate: float = 0.0
+    slow_seconds: float = 1.0
+    seed: int = 0
+    operations: tuple[str, ...] = ("PutRecords",)
+
+    def __post_init__(self) -> None:
+        rates = self._rates()
+        for name, rate in rates:
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"HttpFaultPlan.{name} must be in 0 … 1, got {rate!r}")
+        total = math.fsum(rate for _, rate in rates)
+        if total > 1.0:
+            raise ValueError(f"HttpFaultPlan rates must add up to at most 1, got {total!r}")
+        if not 0.0 <= self.slow_seconds < math.inf:
+            raise ValueError(
+                f"HttpFaultPlan.slow_seconds must be a finite number >= 0, "
+                f"got {self.slow_seconds!r}"
+            )
+        for operation in self.operations:
+            _check_operation(operation)
+
+    def _rates(self) -> tuple[tuple[str, float], ...]:
+        return (
+            ("reset_rate", self.reset_rate),
+            ("lost_response_rate", self.lost_response_rate),
+            ("error_5xx_rate", self.error_5xx_rate),
+            ("slow_rate", self.slow_rate),
+            ("malformed_rate", self.malformed_rate),
+        )
+
+    def _draw(self, number: float) -> _Fault | None:
+        """The fault a random ``number`` in [0, 1) picks, or ``None``."""
+        edge = 0.0
+        if number < (edge := edge + self.reset_rate):
+            return _Fault("reset_connection")
+        if number < (edge := edge + self.lost_response_rate):
+            return _Fault("reset_connection", after_processing=True)
+        if number < (edge := edge + self.error_5xx_rate):
+            status = 500 if number < edge - self.error_5xx_rate / 2 else 503
+            return _Fault("fail_http", status=status, code=_DEFAULT_CODES[status])
+        if number < (edge := edge + self.slow_rate):
+            return _Fault("delay_response", seconds=self.slow_seconds, after_processing=True)
+        if number < edge + self.malformed_rate:
+            return _Fault("malformed_body", malformed="not-json", after_processing=True)
+        return None
+
+
+_DEFAULT_CODES = {500: "InternalFailure", 503: "ServiceUnavailable"}
+_DEFAULT_MESSAGES = {
+    "InternalFailure": "Internal service failure.",
+    "ServiceUnavailable": "Service Unavailable",
+}
+
+
+@dataclass(frozen=True)
+class _Fault:
+    kind: str
+    after_processing: bool = False
+    status: int = 500
+    code: str = "InternalFailure"
+    message: str | None = None
+    seconds: float = 0.0
+    malformed: str = "not-json"
+
+
+@dataclass(frozen=True)
+class LoopbackStatistics:
+    """A snapshot of what a :class:`LoopbackKinesis` has served.
+
+    Attributes:
+        connections: TCP connections accepted.
+        requests: Requests read, per operation name (requests naming an operation the server
+            does not serve count under ``"UnknownOperation"``).
+        statuses: Responses sent, per HTTP status (resets and truncated bodies send none).
+        faults: HTTP faults injected, per kind: ``"fail_http"``, ``"reset_connection"``,
+            ``"delay_response"``, ``"malformed_body"``; resets caused by an ``OSError`` raised
+            by the fake count as ``"reset_connection"`` too.
+    """
+
+    connections: int
+    requests: Mapping[str, int]
+    statuses: Mapping[int, int]
+    faults: Mapping[str, int]
+
+    @property
+    def total_requests(self) -> int:
+        """Requests read, all operations together."""
+        return sum(self.requests.values())
+
+
+# -- HTTP ------------------------------------------------------------------------------------
+
+
+class _BadRequest(Exception):
+    """The request cannot be parsed as HTTP/1.1: answer 400 and close."""
+
+
+@dataclass(frozen=True)
+class _Head:
+    method: str
+    target: str
+    version: str
+    headers: dict[str, str]
+
+    @property
+    def keep_alive(self) -> bool:
+        connection = self.headers.get("connection", "").lower()
+        if self.version == "HTTP/1.0":
+            return "keep-alive" in connection
+        return "close" not in connection
+
+    @property
+    def operation(self) -> str | None:
+        target = self.headers.get("x-amz-target", "")
+        if not target.startswith(_TARGET_PREFIX):
+            return None
+        return target[len(_TARGET_PREFIX) :]
+
+
+def _parse_head(raw: bytes) -> _Head:
+    """Parse a request line and headers (without the blank line that ends them)."""
+    lines = raw.decode("latin-1").replace("\r\n", "\n").split("\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise _BadRequest(f"bad request line {lines[0][:100]!r}")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, colon, value = line.partition(":")
+        if not colon or not name or name != name.strip():
+            raise _BadRequest(f"bad header line {line[:100]!r}")
+        key = name.lower()
+        value = value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return _Head(method, target, version, headers)
+
+
+def _path_of(target: str) -> str:
+    # httpx sends the absolute form, "http://127.0.0.1:PORT/".
+    if "://" in target:
+        rest = target.split("://", 1)[1]
+        slash = rest.find("/")
+        return "/" if slash < 0 else rest[slash:]
+    return target
+
+
+@dataclass(frozen=True)
+class _Response:
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+    reset: bool = False
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Server Error" if status >= 500 else "Unknown"
+
+
+def _encode_response(response: _Response, keep_alive: bool, body: bytes | None = None) -> bytes:
+    lines = [f"HTTP/1.1 {response.status} {_reason(response.status)}"]
+    lines.extend(f"{name}: {value}" for name, value in response.headers)
+    lines.append(f"Content-Length: {len(response.body)}")
+    lines.append("Connection: " + ("keep-alive" if keep_alive else "close"))
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head + (response.body if body is None else body)
+
+
+def _json_response(payload: Mapping[str, Any], request_id: str | None = None) -> _Response:
+    return _Response(
+        200,
+        json.dumps(payload, separators=(",", ":")).encode(),
+        (
+            ("Content-Type", _CONTENT_TYPE),
+            ("x-amzn-RequestId", request_id or str(uuid.uuid4())),
+        ),
+    )
+
+
+def _error_response(status: int, code: str, message: str) -> _Response:
+    body = json.dumps({"__type": code, "message": message}, separators=(",", ":")).encode()
+    return _Response(
+        status,
+        body,
+        (
+            ("Content-Type", _CONTENT_TYPE),
+            ("x-amzn-RequestId", str(uuid.uuid4())),
+            ("x-amzn-ErrorType", code),
+        ),
+    )
+
+
+class _ServiceError(Exception):
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+def _status_of(exc: BaseException) -> int | None:
+    """The HTTP status a botocore ``ClientError`` carries, or ``None`` for other exceptions.
+
+    Duck-typed on ``exc.response`` so that only ``_kinesis`` imports botocore.
+    """
+    response = getattr(exc, "response", None)
+    if not isinstance(response, Mapping) or not isinstance(response.get("Error"), Mapping):
+        return None
+    metadata = response.get("ResponseMetadata")
+    status = metadata.get("HTTPStatusCode") if isinstance(metadata, Mapping) else None
+    return status if isinstance(status, int) and 300 <= status <= 599 else 400
+
+
+def _check_operation(operation: str) -> None:
+    if operation not in _METHODS:
+        raise ValueError(
+            f"unknown operation {operation!r}; the loopback server serves "
+            f"{', '.join(sorted(_METHODS))}"
+        )
+
+
+def _camel(name: str) -> str:
+    return name[:1].lower() + name[1:]
+
+
+def _blob(value: object, field: str) -> bytes:
+    if not isinstance(value, str):
+        raise _ServiceError(
+            "SerializationException", f"{field}: expected a base64 string, got {value!r:.100}"
+        )
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise _ServiceError(
+            "SerializationException", f"{field}: {value[:100]!r} is not valid base64"
+        ) from None
+
+
+def _decode_params(
+    operation: str, body: bytes, signature: tuple[frozenset[str], tuple[str, ...]]
+) -> dict[str, Any]:
+    """The JSON request body as keyword arguments for the fake's method."""
+    try:
+        params = json.loads(body) if body else {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _ServiceError("SerializationException", f"the body is not JSON: {exc}") from None
+    if not isinstance(params, dict):
+        raise _ServiceError("SerializationException", "the body is not a JSON object")
+    accepted, required = signature
+    params = {key: value for key, value in params.items() if key in accepted}
+    for name in required:
+        if params.get(name) is None:
+            raise _ServiceError(
+                "ValidationException",
+                f"1 validation error detected: Value null at '{_camel(name)}' failed to "
+                "satisfy constraint: Member must not be null",
+            )
+    if operation == "PutRecords" and isinstance(params["Records"], list):
+        for index, entry in enumerate(params["Records"]):
+            if isinstance(entry, dict) and "Data" in entry:
+                entry["Data"] = _blob(entry["Data"], f"Records[{index}].Data")
+    elif operation == "PutRecord":
+        params["Data"] = _blob(params["Data"], "Data")
+    return params
+
+
+def _to_json(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {key: _to_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_json(item) for item in value]
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return value
+
+
+def _spoil(kind: str, operation: str, response: _Response | None) -> bytes:
+    """The body of a malformed answer (``truncated`` is cut by the caller from a ``plausible`` one).
+
+    Without a response of the model's to spoil, ``PutRecords`` gets an empty result list and
+    other operations an empty object.
+    """
+    if kind == "not-json":
+        return b"<html><body>this is not JSON</body></html>"
+    payload: dict[str, Any] = {}
+    if response is not None and response.status == 200:
+        payload = json.loads(response.body)
+    elif operation == "PutRecords":
+        payload = {"FailedRecordCount": 0, "Records": [], "EncryptionType": "NONE"}
+    if kind == "missing-records":
+        payload.pop("Records", None)
+    elif kind == "wrong-count" and isinstance(payload.get("Records"), list) and payload["Records"]:
+        payload["Records"].pop()
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+# -- the server ------------------------------------------------------------------------------
+
+
+class LoopbackKinesis:
+    """A :class:`~aiokpl.testing.FakeKinesis` served over HTTP on 127.0.0.1, on a free port.
+
+    Run it in the test's event loop:
+
+    ```python
+    fake = FakeKinesis()
+    fake.add_stream("events", shard_count=2)
+    async with LoopbackKinesis(fake) as server:
+        config = Config(region="us-east-1", endpoint_url=server.endpoint_url,
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+        async with Producer(config) as producer:
+            ...
+    ```
+
+    or in a thread with its own event loop, from synchronous or asynchronous code:
+
+    ```python
+    with LoopbackKinesis(fake).running_in_thread() as server:
+        ...
+        records = server.call(fake.stored_records, "events")
+    ```
+
+    HTTP faults are scripted per operation (``PutRecords`` unless told otherwise) with
+    :meth:`fail_http`, :meth:`reset_connection`, :meth:`delay_response` and
+    :meth:`malformed_body`, consumed in the order they were scripted, before any random fault of
+    :attr:`http_faults`. Service-level behaviour (throttling, record failures, request errors
+    with a service code) is the fake's: set it up on the fake.
+
+    A server runs once: enter it, exit it, and make a new one for another run.
+
+    Args:
+        fake: The model to serve; a new, empty ``FakeKinesis()`` by default (its clock is
+            ``anyio.current_time`` of the loop the server runs in).
+    """
+
+    def __init__(self, fake: FakeKinesis | None = None) -> None:
+        if fake is None:
+            from .testing import FakeKinesis
+
+            fake = FakeKinesis()
+        self.fake: FakeKinesis = fake
+        self._signatures: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._port: int | None = None
+        self._started = False
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._runner: _ThreadRunner | None = None
+        self._loop_thread: int | None = None
+        self._scripted: dict[str, deque[_Fault]] = {}
+        self._plan = HttpFaultPlan()
+        self._random = random.Random(self._plan.seed)
+        self._connections = 0
+        self._requests: Counter[str] = Counter()
+        self._statuses: Counter[int] = Counter()
+        self._faults: Counter[str] = Counter()
+
+    def __repr__(self) -> str:
+        where = "stopped" if self._port is None else self.endpoint_url
+        return (
+            f"<LoopbackKinesis {where} connections={self._connections} "
+            f"requests={sum(self._requests.values())} faults={sum(self._faults.values())}>"
+        )
+
+    # -- address -------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server listens on.
+
+        Raises:
+            RuntimeError: The server is not running.
+        """
+        if self._port is None:
+            raise RuntimeError("the loopback server is not running; enter it first")
+        return self._port
+
+    @property
+    def endpoint_url(self) -> str:
+        """``http://127.0.0.1:PORT``, for ``Config(endpoint_url=...)``.
+
+        Raises:
+            RuntimeError: The server is not running.
+        """
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- running -------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> LoopbackKinesis:
+        """Start listening and serving in the current event loop.
+
+        Raises:
+            RuntimeError: The server was started before.
+            OSError: No port could be bound on 127.0.0.1.
+        """
+        if self._started:
+            raise RuntimeError("a LoopbackKinesis runs once; make a new one")
+        self._started = True
+        async with contextlib.AsyncExitStack() as stack:
+            listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+            stack.push_async_callback(listener.aclose)
+            task_group = await stack.enter_async_context(anyio.create_task_group())
+            # Exiting cancels every connection first, then waits for them to close.
+            stack.callback(task_group.cancel_scope.cancel)
+            self._port = int(listener.extra(SocketAttribute.local_port))
+            self._loop_thread = threading.get_ident()
+            task_group.start_soon(listener.serve, self._connection, task_group)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        """Close every connection and stop listening."""
+        stack, self._stack = self._stack, None
+        self._port = None
+        if stack is not None:
+            await stack.aclose()
+
+    @contextlib.contextmanager
+    def running_in_thread(
+        self, backend: str = "asyncio", backend_options: dict[str, Any] | None = None
+    ) -> Iterator[LoopbackKinesis]:
+        """Run the server in a new thread with its own event loop, until the block ends.
+
+        The port is bound when the block starts. From then on the fake lives in the server's
+        thread: read or change it with :meth:`call`; the fault-scripting methods and
+        :meth:`statistics` may be called from any thread.
+
+        Args:
+            backend: The server loop's anyio backend, ``"asyncio"`` or ``"trio"``.
+            backend_options: Options for that backend, as for ``anyio.run``.
+
+        Raises:
+            RuntimeError: The server was started before.
+        """
+        if self._started:
+            raise RuntimeError("a LoopbackKinesis runs once; make a new one")
+        runner = _ThreadRunner(self, backend, backend_options)
+        runner.start()
+        self._runner = runner
+        try:
+            yield self
+        finally:
+            self._runner = None
+            runner.stop()
+
+    def call(self, function: Callable[..., _T], *args: Any) -> _T:
+        """Call a synchronous ``function(*args)`` in the server's thread and return its result.
+
+        Use it to touch the fake while the server runs in a thread, e.g.
+        ``server.call(fake.stored_records, "events")``; in the test's own loop (or from the
+        server's thread) it simply calls ``function``.
+
+        Raises:
+            RuntimeError: The server's thread stopped before it could run ``function``.
+        """
+        runner = self._runner
+        if runner is None or threading.get_ident() == self._loop_thread:
+            return function(*args)
+        return runner.call(function, *args)
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    @property
+    def http_faults(self) -> HttpFaultPlan:
+        """The random HTTP faults in force; assigning an :class:`HttpFaultPlan` restarts it."""
+        return self._plan
+
+    @http_faults.setter
+    def http_faults(self, plan: HttpFaultPlan) -> None:
+        self.call(self._set_plan, plan)
+
+    def _set_plan(self, plan: HttpFaultPlan) -> None:
+        self._plan = plan
+        self._random = random.Random(plan.seed)
+
+    def fail_http(
+        self,
+        count: int = 1,
+        *,
+        status: int = 500,
+        operation: str = "PutRecords",
+        code: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Answer the next ``count`` requests of ``operation`` with a 5xx error.
+
+        The model is not touched. The body is the JSON error botocore expects, so its
+        ``ClientError`` has ``code``: by default ``InternalFailure`` for 500 and
+        ``ServiceUnavailable`` for 503 (other statuses default to ``InternalFailure``).
+
+        Raises:
+            ValueError: ``count`` is negative, ``status`` is not 500 … 599, or the operation is
+                not served.
+        """
+        if not 500 <= status <= 599:
+            raise ValueError(f"status must be a 5xx status, got {status!r}")
+        chosen = code if code is not None else _DEFAULT_CODES.get(status, "InternalFailure")
+        self._script(
+            count, operation, _Fault("fail_http", status=status, code=chosen, message=message)
+        )
+
+    def reset_connection(
+        self, count: int = 1, *, operation: str = "PutRecords", after_processing: bool = False
+    ) -> None:
+        """Drop the connection of the next ``count`` requests of ``operation``, without answer.
+
+        The request is read in full, then the socket is closed with ``SO_LINGER`` 0 so the
+        client sees a reset, not an orderly close.
+
+        Args:
+            count: How many requests.
+            operation: The operation name, e.g. ``"PutRecords"``.
+            after_processing: If true, the request is applied to the model first: the records
+                are stored, the client does not know it, and its retry stores them again.
+
+        Raises:
+            ValueError: ``count`` is negative or the operation is not served.
+        """
+        self._script(
+            count, operation, _Fault("reset_connection", after_processing=after_processing)
+        )
+
+    def delay_response(
+        self,
+        seconds: float,
+        count: int = 1,
+        *,
+        operation: str = "PutRecords",
+        after_processing: bool = True,
+    ) -> None:
+        """Hold back the response to the next ``count`` requests of ``operation``.
+
+        Longer than the client's read timeout, this is a timeout; the request is applied to
+        the model all the same (before the delay if ``after_processing``, after it otherwise),
+        since the server did receive it: a client that retries after its timeout stores the
+        records twice.
+
+        Raises:
+            ValueError: ``count`` or ``seconds`` is negative, or the operation is not served.
+        """
+        if not 0.0 <= seconds < math.inf:
+            raise ValueError(f"seconds must be a finite number >= 0, got {seconds!r}")
+        self._script(
+            count,
+            operation,
+            _Fault("delay_response", seconds=float(seconds), after_processing=after_processing),
+        )
+
+    def malformed_body(
+        self,
+        count: int = 1,
+        *,
+        operation: str = "PutRecords",
+        kind: MalformedKind = "not-json",
+        after_processing: bool = False,
+    ) -> None:
+        """Answer the next ``count`` requests of ``operation`` with a broken ``200`` response.
+
+        Kinds:
+
+        * ``"not-json"``: an HTML body;
+        * ``"truncated"``: the real response's head and half its body, then the connection
+          closes (the client reads fewer bytes than ``Content-Length``);
+        * ``"missing-records"``: valid JSON without ``Records``;
+        * ``"wrong-count"``: valid JSON whose ``Records`` has one entry too few (none at all
+          when the request was not applied).
+
+        Args:
+            count: How many requests.
+            operation: The operation name.
+            kind: How the body is broken.
+            after_processing: If true, the request is applied to the model (and the spoiled
+                body is made from the real response); otherwise nothing is stored.
+
+        Raises:
+            ValueError: ``count`` is negative, the kind is unknown, or the operation is not
+                served.
+        """
+        if kind not in _MALFORMED_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(_MALFORMED_KINDS)}, got {kind!r}")
+        self._script(
+            count,
+            operation,
+            _Fault("malformed_body", malformed=kind, after_processing=after_processing),
+        )
+
+    def clear_http_faults(self) -> None:
+        """Forget every scripted HTTP fault and turn the random ones off."""
+        self.call(self._clear)
+
+    def _clear(self) -> None:
+        self._scripted.clear()
+        self._set_plan(HttpFaultPlan())
+
+    def _script(self, count: int, operation: str, fault: _Fault) -> None:
+        _check_operation(operation)
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count!r}")
+        self.call(self._enqueue, operation, [fault] * count)
+
+    def _enqueue(self, operation: str, faults: list[_Fault]) -> None:
+        self._scripted.setdefault(operation, deque()).extend(faults)
+
+    def _next_fault(self, operation: str) -> _Fault | None:
+        queue = self._scripted.get(operation)
+        if queue:
+            return queue.popleft()
+        plan = self._plan
+        if operation in plan.operations and any(rate for _, rate in plan._rates()):
+            return plan._draw(self._random.random())
+        return None
+
+    # -- statistics ------------------------------------------------------------------------------
+
+    def statistics(self) -> LoopbackStatistics:
+        """A snapshot of connections, requests, responses and faults so far (any thread)."""
+        return self.call(self._snapshot)
+
+    def _snapshot(self) -> LoopbackStatistics:
+        return LoopbackStatistics(
+            connections=self._connections,
+            requests=dict(self._requests),
+            statuses=dict(self._statuses),
+            faults=dict(self._faults),
+        )
+
+    # -- connections -----------------------------------------------------------------------------
+
+    async def _connection(self, stream: SocketStream) -> None:
+        self._connections += 1
+        reader = BufferedByteReceiveStream(stream)
+        async with stream:
+            with contextlib.suppress(
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+                anyio.EndOfStream,
+                anyio.IncompleteRead,
+                OSError,
+            ):
+                while await self._exchange(stream, reader):
+                    pass
+
+    async def _exchange(self, stream: SocketStream, reader: BufferedByteReceiveStream) -> bool:
+        """Serve one request; return whether the connection stays open."""
+        try:
+            head = _parse_head(await reader.receive_until(b"\r\n\r\n", _MAX_HEAD_BYTES))
+            body = await self._read_body(stream, reader, head)
+        except (_BadRequest, anyio.DelimiterNotFound) as exc:
+            await self._send(stream, _error_response(400, "BadRequest", str(exc)), False)
+            return False
+        keep_alive = head.keep_alive
+        operation = head.operation
+        if (
+            head.method != "POST"
+            or _path_of(head.target) != "/"
+            or operation is None
+            or operation not in _METHODS
+        ):
+            self._requests[_UNKNOWN_OPERATION] += 1
+            response = _error_response(
+                400,
+                "UnknownOperationException",
+                f"{head.method} {head.target} with X-Amz-Target "
+                f"{head.headers.get('x-amz-target', '')!r} is not an operation served here",
+            )
+            await self._send(stream, response, keep_alive)
+            return keep_alive
+        self._requests[operation] += 1
+        fault = self._next_fault(operation)
+        if fault is None:
+            return await self._answer(stream, await self._serve(operation, body), keep_alive)
+        self._faults[fault.kind] += 1
+        if fault.kind == "fail_http":
+            message = fault.message
+            if message is None:
+                message = _DEFAULT_MESSAGES.get(fault.code, _reason(fault.status))
+            response = _error_response(fault.status, fault.code, message)
+            return await self._answer(stream, response, keep_alive)
+        if fault.kind == "reset_connection":
+            if fault.after_processing:
+                await self._serve(operation, body)
+            _abort(stream)
+            return False
+        if fault.kind == "delay_response":
+            if fault.after_processing:
+                response = await self._serve(operation, body)
+                await anyio.sleep(fault.seconds)
+            else:
+                await anyio.sleep(fault.seconds)
+                response = await self._serve(operation, body)
+            return await self._answer(stream, response, keep_alive)
+        # malformed_body
+        served = await self._serve(operation, body) if fault.after_processing else None
+        if fault.malformed == "truncated":
+            full = served
+            if full is None or full.reset:
+                full = _json_response(json.loads(_spoil("plausible", operation, None)))
+            self._statuses[full.status] += 1
+            await stream.send(_encode_response(full, False, full.body[: len(full.body) // 2]))
+            return False
+        spoiled = _Response(
+            200,
+            _spoil(fault.malformed, operation, served),
+            (("Content-Type", _CONTENT_TYPE), ("x-amzn-RequestId", str(uuid.uuid4()))),
+        )
+        return await self._answer(stream, spoiled, keep_alive)
+
+    async def _read_body(
+        self, stream: SocketStream, reader: BufferedByteReceiveStream, head: _Head
+    ) -> bytes:
+        if head.headers.get("expect", "").lower() == "100-continue":
+            await stream.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if "chunked" in head.headers.get("transfer-encoding", "").lower():
+            return await _read_chunked(reader)
+        length_text = head.headers.get("content-length", "0")
+        try:
+            length = int(length_text)
+        except ValueError:
+            raise _BadRequest(f"bad Content-Length {length_text!r}") from None
+        if not 0 <= length <= _MAX_BODY_BYTES:
+            raise _BadRequest(f"Content-Length {length} is outside 0 … {_MAX_BODY_BYTES}")
+        return await reader.receive_exactly(length) if length else b""
+
+    async def _answer(self, stream: SocketStream, response: _Response, keep_alive: bool) -> bool:
+        if response.reset:
+            self._faults["reset_connection"] += 1
+            _abort(stream)
+            return False
+        await self._send(stream, response, keep_alive)
+        return keep_alive
+
+    async def _send(self, stream: SocketStream, response: _Response, keep_alive: bool) -> None:
+        self._statuses[response.status] += 1
+        await stream.send(_encode_response(response, keep_alive))
+
+    async def _serve(self, operation: str, body: bytes) -> _Response:
+        """Apply one request to the fake; never raises for anything the fake raises."""
+        try:
+            method = getattr(self.fake, _METHODS[operation])
+            signature = self._signatures.get(operation)
+            if signature is None:
+                signature = self._signatures[operation] = _parameters(method)
+            params = _decode_params(operation, body, signature)
+            result = await method(**params)
+        except _ServiceError as exc:
+            return _error_response(exc.status, exc.code, exc.message)
+        except TypeError as exc:
+            # What botocore would refuse to send: a wrongly typed member.
+            return _error_response(400, "SerializationException", str(exc))
+        except OSError:
+            # A transport failure scripted on the fake (raise_next): the connection drops.
+            return _Response(0, b"", reset=True)
+        except Exception as exc:
+            status = _status_of(exc)
+            code, message = error_of(exc)
+            if status is None:
+                return _error_response(500, "InternalFailure", message)
+            return _error_response(status, code, message)
+        metadata = result.get("ResponseMetadata")
+        request_id = metadata.get("RequestId") if isinstance(metadata, Mapping) else None
+        payload = {key: value for key, value in result.items() if key != "ResponseMetadata"}
+        encoded = _to_json(payload)
+        assert isinstance(encoded, dict)
+        return _json_response(encoded, request_id if isinstance(request_id, str) else None)
+
+
+async def _read_chunked(reader: BufferedByteReceiveStream) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        line = await reader.receive_until(b"\r\n", 1024)
+        try:
+            size = int(line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise _BadRequest(f"bad chunk size line {line[:100]!r}") from None
+        if size == 0:
+            while await reader.receive_until(b"\r\n", _MAX_HEAD_BYTES):
+                pass  # trailers
+            return b"".join(chunks)
+        total += size
+        if total > _MAX_BODY_BYTES:
+            raise _BadRequest(f"the body is over {_MAX_BODY_BYTES} bytes")
+        chunks.append(await reader.receive_exactly(size))
+        if await reader.receive_exactly(2) != b"\r\n":
+            raise _BadRequest("a chunk does not end with CRLF")
+
+
+def _abort(stream: SocketStream) -> None:
+    """Make the coming close a reset (RST) instead of an orderly shutdown (FIN)."""
+    with contextlib.suppress(OSError, anyio.TypedAttributeLookupError):
+        sock = stream.extra(SocketAttribute.raw_socket)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+class _ThreadRunner:
+    """Runs a server in a thread of its own, with ``anyio.run``; calls into it thread-safely.
+
+    Not anyio's blocking portal: trio refuses a call into a trio portal from any thread that
+    is itself running trio (a guard against deadlock within one loop), which is exactly the
+    case of a trio test with a trio server thread. Plain callbacks scheduled with the loop's
+    own thread-safe hook (``call_soon_threadsafe``, ``TrioToken.run_sync_soon``) have no such
+    guard, and a ``concurrent.futures.Future`` carries the answer back.
+    """
+
+    def __init__(
+        self, server: LoopbackKinesis, backend: str, backend_options: dict[str, Any] | None
+    ) -> None:
+        self._server = server
+        self._backend = backend
+        self._backend_options = backend_options
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._schedule: Callable[[Callable[[], object]], object] | None = None
+        self._stop: Callable[[], object] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="aiokpl-loopback", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+
+    def stop(self) -> None:
+        with self._lock:
+            schedule, stop = self._schedule, self._stop
+        if schedule is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                schedule(stop)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def call(self, function: Callable[..., _T], *args: Any) -> _T:
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(function(*args))
+                except BaseException as exc:
+                    future.set_exception(exc)
+
+        with self._lock:
+            schedule = self._schedule
+            if schedule is None:
+                raise RuntimeError("the loopback server's thread is not running")
+            self._pending.add(future)
+        try:
+            schedule(run)
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise RuntimeError("the loopback server's thread stopped before the call ran") from None
+        finally:
+            with self._lock:
+                self._pending.discard(future)
+
+    def _main(self) -> None:
+        try:
+            anyio.run(self._serve, backend=self._backend, backend_options=self._backend_options)
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            with self._lock:
+                self._schedule = None
+                pending, self._pending = self._pending, set()
+            for future in pending:
+                future.cancel()
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        stopped = anyio.Event()
+        schedule: Callable[[Callable[[], object]], object]
+        if self._backend == "trio":
+            import trio
+
+            schedule = trio.lowlevel.current_trio_token().run_sync_soon
+        else:
+            import asyncio
+
+            schedule = asyncio.get_running_loop().call_soon_threadsafe
+        async with self._server:
+            with self._lock:
+                self._schedule = schedule
+                self._stop = stopped.set
+            self._ready.set()
+            await stopped.wait()
