@@ -1,0 +1,233 @@
+"""Codec: our aggregation encoder and decoder against AWS's ``aws_kinesis_agg``, same records.
+
+1M small user records (100-byte data, 4096 partition keys of 8-9 characters, no explicit hash
+key) are
+
+* **encoded** the way a producer does it, one record at a time into aggregates cut at 51,200
+  bytes: ours with ``AggregateBuilder`` (``size_if_added``, ``add``, ``encode``; the key's
+  UTF-8 encoding is counted on our side), theirs with ``RecordAggregator.add_user_record``,
+  which hands back a full ``AggRecord`` whose ``get_contents()`` gives the bytes;
+* **decoded** the way a consumer does it, from the aggregates in the shape boto3's
+  ``get_records`` returns (``Data``, ``PartitionKey``, ``SequenceNumber``,
+  ``ApproximateArrivalTimestamp``): ours with ``deaggregate_records``, theirs with
+  ``iter_deaggregate_records(records, data_format="Boto3")``, both to a list of user records.
+
+Both sides' outputs are checked against each other before anything is timed. Each timing is
+repeated, alternating the two libraries, and the best time of each is kept. With 4096 keys
+nearly every record of an aggregate (about 460 records) brings a new key into its key table;
+a second run, for information, uses 16 keys on 200k records, where the tables stay tiny.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+from aiokpl.aggregation import AggregateBuilder, deaggregate_records, decode
+
+from .report import Row, ScenarioResult
+
+RECORDS = 1_000_000
+QUICK_RECORDS = 100_000
+REPEATS = 3
+QUICK_REPEATS = 1
+KEYS = 4096
+FEW_KEYS = 16  # an information-only variant, on a fifth of the records
+DATA_SIZE = 100
+MAX_SIZE = 51_200
+TARGET = 3.0
+
+
+@contextlib.contextmanager
+def _saved_sys_path() -> Iterator[None]:
+    """``aws_kinesis_agg`` inserts its own directories into ``sys.path`` on import: undo it."""
+    saved = list(sys.path)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+def _import_aws() -> tuple[Any, Any]:
+    with _saved_sys_path():
+        from aws_kinesis_agg import aggregator, deaggregator  # type: ignore[import-untyped]
+    return aggregator, deaggregator
+
+
+def _records(n: int, nkeys: int = KEYS) -> tuple[list[str], list[bytes]]:
+    keys = [f"key-{i}" for i in range(nkeys)]
+    base = bytes(range(256)) * (DATA_SIZE // 256 + 1)
+    # Distinct data per record, as in real traffic (the 4-byte prefix is the record's index).
+    datas = [i.to_bytes(4, "big") + base[: DATA_SIZE - 4] for i in range(n)]
+    return [keys[i % nkeys] for i in range(n)], datas
+
+
+def encode_ours(keys: list[str], datas: list[bytes]) -> list[bytes]:
+    out: list[bytes] = []
+    builder = AggregateBuilder()
+    for key, data in zip(keys, datas, strict=True):
+        pk = key.encode()
+        if builder.count and builder.size_if_added(pk, len(data)) > MAX_SIZE:
+            out.append(builder.encode())
+            builder.clear()
+        builder.add(pk, data)
+    if builder.count:
+        out.append(builder.encode())
+    return out
+
+
+def encode_aws(aggregator_module: Any, keys: list[str], datas: list[bytes]) -> list[bytes]:
+    out: list[bytes] = []
+    aggregator = aggregator_module.RecordAggregator(max_size=MAX_SIZE)
+    add = aggregator.add_user_record
+    for key, data in zip(keys, datas, strict=True):
+        full = add(key, data)
+        if full is not None:
+            out.append(full.get_contents()[2])
+    last = aggregator.clear_and_get()
+    if last is not None:
+        out.append(last.get_contents()[2])
+    return out
+
+
+def _boto3_shaped(blobs: list[bytes]) -> list[dict[str, Any]]:
+    arrival = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    return [
+        {
+            "Data": blob,
+            "PartitionKey": "a",
+            "SequenceNumber": str(49 * 10**54 + i),
+            "ApproximateArrivalTimestamp": arrival,
+        }
+        for i, blob in enumerate(blobs)
+    ]
+
+
+def decode_ours(records: list[dict[str, Any]]) -> list[Any]:
+    return deaggregate_records(records)
+
+
+def decode_aws(deaggregator_module: Any, records: list[dict[str, Any]]) -> list[Any]:
+    return list(deaggregator_module.iter_deaggregate_records(records, data_format="Boto3"))
+
+
+def _check(
+    keys: list[str],
+    datas: list[bytes],
+    ours: list[bytes],
+    theirs: list[bytes],
+    aws_deaggregator: Any,
+) -> None:
+    """Each library reads back the other's aggregates exactly."""
+    expected = list(zip(keys, datas, strict=True))
+    read_theirs = [(r.partition_key, r.data) for r in deaggregate_records(_boto3_shaped(theirs))]
+    if read_theirs != expected:
+        raise RuntimeError("codec: aws_kinesis_agg's aggregates do not decode to the input")
+    import base64
+
+    read_ours = [
+        (r["kinesis"]["partitionKey"], base64.b64decode(r["kinesis"]["data"]))
+        for r in decode_aws(aws_deaggregator, _boto3_shaped(ours))
+    ]
+    if read_ours != expected:
+        raise RuntimeError("codec: our aggregates do not decode to the input with aws_kinesis_agg")
+
+
+def _best(function: Callable[[], Any], samples: list[float]) -> Any:
+    start = time.perf_counter()
+    out = function()
+    samples.append(time.perf_counter() - start)
+    return out
+
+
+def _measure(n: int, nkeys: int, repeats: int, aws: tuple[Any, Any]) -> dict[str, Any]:
+    """Time both codecs on ``n`` records over ``nkeys`` keys; the best of ``repeats`` each."""
+    aws_aggregator, aws_deaggregator = aws
+    keys, datas = _records(n, nkeys)
+
+    # Correctness first, on a slice (the aws decoder's output is large).
+    check = min(n, 20_000)
+    _check(
+        keys[:check],
+        datas[:check],
+        encode_ours(keys[:check], datas[:check]),
+        encode_aws(aws_aggregator, keys[:check], datas[:check]),
+        aws_deaggregator,
+    )
+
+    times: dict[str, list[float]] = {k: [] for k in ("encode_ours", "encode_aws")}
+    times.update({k: [] for k in ("decode_ours", "decode_aws", "decode_raw_ours")})
+    ours: list[bytes] = []
+    theirs: list[bytes] = []
+    for _ in range(repeats):
+        ours = _best(lambda: encode_ours(keys, datas), times["encode_ours"])
+        theirs = _best(lambda: encode_aws(aws_aggregator, keys, datas), times["encode_aws"])
+    shaped = _boto3_shaped(ours)
+    for _ in range(repeats):
+        out = _best(lambda: decode_ours(shaped), times["decode_ours"])
+        if len(out) != n:
+            raise RuntimeError(f"codec: decoded {len(out)} records, expected {n}")
+        del out
+        out = _best(lambda: decode_aws(aws_deaggregator, shaped), times["decode_aws"])
+        if len(out) != n:
+            raise RuntimeError(f"codec: aws decoded {len(out)} records, expected {n}")
+        del out
+        _best(lambda: [decode(blob) for blob in ours], times["decode_raw_ours"])
+    best = {k: min(v) for k, v in times.items()}
+    return {
+        "records": n,
+        "keys": nkeys,
+        "repeats": repeats,
+        "aggregates_ours": len(ours),
+        "aggregates_aws": len(theirs),
+        "best_seconds": best,
+        "samples_seconds": times,
+        "records_per_second": {k: n / v for k, v in best.items()},
+    }
+
+
+def _rate(per_second: float) -> str:
+    if per_second >= 1e6:
+        return f"{per_second / 1e6:.2f}M rec/s"
+    return f"{per_second / 1000:,.0f}k rec/s"
+
+
+def run(quick: bool = False, http: bool = False) -> ScenarioResult:
+    n = QUICK_RECORDS if quick else RECORDS
+    repeats = QUICK_REPEATS if quick else REPEATS
+    result = ScenarioResult("codec")
+    aws = _import_aws()
+    headline = _measure(n, KEYS, repeats, aws)
+    # How the comparison moves with the number of distinct keys per aggregate: information.
+    few = _measure(n // 5, FEW_KEYS, max(1, repeats - 1), aws)
+    result.details = {
+        "data_size": DATA_SIZE,
+        "aggregate_max_size": MAX_SIZE,
+        "headline": headline,
+        "few_keys": few,
+    }
+    for variant, measured in (("", headline), (f" ({FEW_KEYS} keys)", few)):
+        rates = measured["records_per_second"]
+        for what in ("encode", "decode"):
+            mine, theirs = rates[f"{what}_ours"], rates[f"{what}_aws"]
+            extra = (
+                f"; {measured['aggregates_ours']} vs {measured['aggregates_aws']} aggregates"
+                if what == "encode"
+                else f"; raw decode() {_rate(rates['decode_raw_ours'])}"
+            )
+            result.rows.append(
+                Row(
+                    f"codec/{what}{variant}",
+                    f"{measured['records']:,} records over {measured['keys']} keys: "
+                    f"ours {_rate(mine)}, aws_kinesis_agg {_rate(theirs)}{extra}",
+                    f"≥ {TARGET:g}× aws_kinesis_agg" if not variant else "info",
+                    mine / theirs,
+                    "ours/aws speed",
+                    mine / theirs >= TARGET if not variant else None,
+                )
+            )
+    return result
