@@ -151,3 +151,23 @@ async def test_sleeping_forever_is_never_needed_by_the_scheduler() -> None:
     async with Producer(CONFIG, client=fake) as producer:
         await anyio.sleep(3600)  # idle for an hour of virtual time: nothing to do, no spin
         assert producer.statistics().requests_sent == 0
+
+
+async def test_a_held_outcome_does_not_keep_the_payload_alive() -> None:
+    import gc
+    import sys
+
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    payload = bytes(range(256)) * 400  # one distinct object, only ever referenced here
+    baseline = sys.getrefcount(payload)
+    async with Producer(CONFIG.replace(aggregation_enabled=False), client=fake) as producer:
+        outcome = await producer.put_record(stream="s", partition_key="k", data=payload)
+        assert sys.getrefcount(payload) > baseline  # held while in flight
+    fake.remove_stream("s")  # the fake's own copies go too: its store
+    fake.requests.clear()  # and its log of calls
+    gc.collect()
+    referrers = [type(r).__name__ for r in gc.get_referrers(payload)]
+    assert outcome.done()
+    assert sys.getrefcount(payload) == baseline, referrers  # the resolved outcome holds no data
+    assert outcome.result().success  # built on demand, from plain values

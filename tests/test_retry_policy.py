@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from aiokpl._core.hashing import MAX_HASH_KEY
-from aiokpl._core.records import KinesisRecord, UserRecord
+from aiokpl._core.records import KinesisRecord, UserRecord, result_of
 from aiokpl._core.retry_policy import (
     FAIL_FAST,
     THROTTLED,
@@ -59,7 +59,15 @@ def test_success_on_predicted_shard() -> None:
     assert not decisions.failed
     assert not decisions.retry
     assert not decisions.invalidate
-    attempt = record.attempts[-1]
+    # A success is kept as plain values; the result built from them holds the Attempt.
+    assert record.delivered == (0.5, 0.75, 0.5, "shardId-000000000000", "49590")
+    result = result_of(record.outcome_parts())
+    assert (result.success, result.shard_id, result.sequence_number) == (
+        True,
+        "shardId-000000000000",
+        "49590",
+    )
+    (attempt,) = result.attempts
     assert (attempt.success, attempt.shard_id, attempt.sequence_number) == (
         True,
         "shardId-000000000000",
@@ -253,7 +261,7 @@ def test_attempt_delays_chain_from_previous_attempt() -> None:
     record = user_record(5)
     run([kinesis_record(record)], ("InternalFailure", "x"), now=1.0)
     classify([kinesis_record(record)], {"Records": [ok()]}, 2.0, 2.5, 2.5, POLICY, RANGES.get)
-    assert [a.delay for a in record.attempts] == [0.5, 1.25]
+    assert [a.delay for a in result_of(record.outcome_parts()).attempts] == [0.5, 1.25]
 
 
 def test_expire_helper() -> None:
@@ -270,3 +278,11 @@ def test_record_reprs_show_live_state() -> None:
     assert repr(record) == "<UserRecord stream='s' size=5 shard='shardId-000000000000' attempts=0>"
     assert repr(kinesis) == "<KinesisRecord records=1 size=5 shard='shardId-000000000000'>"
     assert kinesis.entry() == {"Data": b"blob", "PartitionKey": "a", "ExplicitHashKey": "5"}
+
+
+def test_a_failed_record_result_holds_only_its_failures() -> None:
+    record = user_record(5)
+    run([kinesis_record(record)], ("ResourceNotFoundException", "gone"))
+    result = result_of(record.outcome_parts())
+    assert not result.success
+    assert [a.error_code for a in result.attempts] == ["ResourceNotFoundException"]

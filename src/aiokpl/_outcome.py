@@ -26,13 +26,16 @@ class Outcome(Generic[T]):
     the producer's ``async with`` block exits.
     """
 
-    __slots__ = ("_callbacks", "_done", "_event", "_result")
+    __slots__ = ("_build", "_callbacks", "_done", "_event", "_parts", "_result")
 
     def __init__(self) -> None:
         self._done = False
         self._result: T | None = None
         self._event: anyio.Event | None = None
         self._callbacks: list[Callable[[Outcome[T]], object]] | None = None
+        # A result may be given as parts plus a builder, built on first use (see _resolve).
+        self._build: Callable[[Any], T] | None = None
+        self._parts: Any = None
 
     def done(self) -> bool:
         """Whether the result is known."""
@@ -46,7 +49,7 @@ class Outcome(Generic[T]):
         """
         if not self._done:
             raise RuntimeError("the record has no result yet; await the outcome instead")
-        return self._result  # type: ignore[return-value]
+        return self._built()
 
     async def wait(self) -> T:
         """Wait for the result and return it. Cancelling the wait does not affect the record."""
@@ -56,7 +59,7 @@ class Outcome(Generic[T]):
             await self._event.wait()
         else:
             await anyio.lowlevel.checkpoint()
-        return self._result  # type: ignore[return-value]
+        return self._built()
 
     def __await__(self) -> Generator[Any, None, T]:
         return self.wait().__await__()
@@ -74,11 +77,31 @@ class Outcome(Generic[T]):
         else:
             self._callbacks.append(callback)
 
+    def _built(self) -> T:
+        build = self._build
+        if build is not None:
+            self._result = build(self._parts)
+            self._build = self._parts = None
+        return self._result  # type: ignore[return-value]
+
     def _resolve(self, result: T) -> bool:
         """Set the result; returns ``False`` (and changes nothing) if it was already set."""
+        return self._resolve_from(None, result)
+
+    def _resolve_from(self, build: Callable[[Any], T] | None, parts: Any) -> bool:
+        """Resolve with ``build(parts)``, built only when first asked for (or ``parts`` itself
+        when ``build`` is ``None``). Returns ``False`` (and changes nothing) if already resolved.
+
+        A producer holds many resolved outcomes nobody has read yet: keeping their parts as
+        plain values, not result objects, spares the garbage collector most of its work.
+        """
         if self._done:
             return False
-        self._result = result
+        if build is None:
+            self._result = parts
+        else:
+            self._build = build
+            self._parts = parts
         self._done = True
         if self._event is not None:
             self._event.set()
@@ -89,7 +112,7 @@ class Outcome(Generic[T]):
         return True
 
     def __repr__(self) -> str:
-        return f"<Outcome {'done: ' + repr(self._result) if self._done else 'pending'}>"
+        return f"<Outcome {'done: ' + repr(self._built()) if self._done else 'pending'}>"
 
 
 def _run_callback(callback: Callable[[Outcome[Any]], object], outcome: Outcome[Any]) -> None:

@@ -31,7 +31,7 @@ import anyio
 from ._core.config import Config
 from ._core.errors import BufferFullError, ProducerClosedError
 from ._core.hashing import check_stream_name, check_user_record
-from ._core.records import KinesisRecord, UserRecord
+from ._core.records import KinesisRecord, UserRecord, result_of
 from ._core.results import Attempt, RecordResult
 from ._core.retry_policy import RetryPolicy
 from ._kinesis import KinesisClient, create_client
@@ -325,6 +325,7 @@ class Producer:
                 await task_group.__aexit__(None, None, None)
             finally:
                 self._fail_outstanding(code, message)
+                self._scheduler.clear()
                 if self._client_cm is not None:
                     with anyio.CancelScope(shield=True):
                         await self._client_cm.__aexit__(None, None, None)
@@ -478,15 +479,11 @@ class Producer:
         if self._outstanding.pop(record, False) is False:
             return  # already finished
         self._outstanding_bytes -= record.size
-        attempts = record.attempts
         if success:
             self._succeeded += 1
-            last = attempts[-1]
-            result = RecordResult(True, last.shard_id, last.sequence_number, attempts)
         else:
             self._failed += 1
-            result = RecordResult(False, None, None, attempts)
-        record.outcome._resolve(result)
+        record.outcome._resolve_from(result_of, record.outcome_parts())
         if self._room is not None:
             self._room.set()
             self._room = None

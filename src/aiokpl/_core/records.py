@@ -20,12 +20,17 @@ dataclasses: one of each is allocated per record on the hot path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .results import Attempt
+from .results import Attempt, RecordResult
 
-__all__ = ("AGGREGATE_PARTITION_KEY", "KinesisRecord", "UserRecord")
+__all__ = ("AGGREGATE_PARTITION_KEY", "KinesisRecord", "UserRecord", "result_of")
+
+Delivered = tuple[float, float, float, str, str]
+"""A successful attempt as plain values: started, ended, delay, shard id, sequence number."""
+
+ResultParts = tuple[tuple[Attempt, ...], Delivered | None]
+"""A record's failed attempts and, if delivered, its successful one."""
 
 AGGREGATE_PARTITION_KEY = "a"
 """Partition key of every aggregate: the explicit hash key does the routing."""
@@ -39,6 +44,7 @@ class UserRecord:
         "attempts",
         "data",
         "deadline",
+        "delivered",
         "expires_at",
         "explicit_hash_key",
         "hash_key",
@@ -83,6 +89,16 @@ class UserRecord:
         # A tuple, grown on each attempt: most records have one, and a tuple is one object
         # where a list plus the final tuple would be two for the garbage collector.
         self.attempts: tuple[Attempt, ...] = ()
+        # The successful attempt as plain values (started, ended, delay, shard id, sequence
+        # number): a tuple of atomic values stops being tracked by the garbage collector, so a
+        # delivered record costs it nothing until someone asks for its result.
+        self.delivered: Delivered | None = None
+
+    def outcome_parts(
+        self,
+    ) -> tuple[tuple[Attempt, ...], tuple[float, float, float, str, str] | None]:
+        """What :func:`result_of` needs, without the record's data (which can then be freed)."""
+        return self.attempts, self.delivered
 
     def add_attempt(self, attempt: Attempt) -> None:
         """Record one more attempt; it ends when ``attempt`` ended."""
@@ -163,3 +179,13 @@ class KinesisRecord:
             f"<KinesisRecord records={len(self.records)} size={self.size} "
             f"shard={self.predicted_shard!r}>"
         )
+
+
+def result_of(parts: ResultParts) -> RecordResult:
+    """Build a record's :class:`RecordResult` from :meth:`UserRecord.outcome_parts`."""
+    attempts, delivered = parts
+    if delivered is None:
+        return RecordResult(False, None, None, attempts)
+    started, ended, delay, shard_id, sequence_number = delivered
+    last = Attempt(started, ended, delay, True, None, None, shard_id, sequence_number)
+    return RecordResult(True, shard_id, sequence_number, (*attempts, last))

@@ -155,11 +155,9 @@ def _succeed(
     started: float,
     ended: float,
 ) -> None:
-    record.add_attempt(
-        Attempt(
-            started, ended, started - record.last_end, True, None, None, shard_id, sequence_number
-        )
-    )
+    # The successful attempt is kept as plain values; UserRecord.result() builds the Attempt.
+    record.delivered = (started, ended, started - record.last_end, shard_id, sequence_number)
+    record.last_end = ended
     decisions.succeeded.append(record)
 
 

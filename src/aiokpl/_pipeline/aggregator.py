@@ -126,16 +126,20 @@ class Aggregator:
         if self._batches.get(batch.shard) is batch:
             del self._batches[batch.shard]
         records = batch.records
+        # The scheduler may still hold this batch until its old deadline: keep nothing in it.
+        batch.records = []
         self.kinesis_records_out += 1
         if len(records) == 1:
             self._emit(KinesisRecord.single(records[0]))
             return
         first = records[0]
         ehk = first.explicit_hash_key
+        blob = batch.builder.encode()
+        batch.builder.clear()
         self._emit(
             KinesisRecord(
                 records,
-                batch.builder.encode(),
+                blob,
                 AGGREGATE_PARTITION_KEY,
                 ehk if ehk is not None else str(first.hash_key),
                 batch.shard,

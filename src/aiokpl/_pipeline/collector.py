@@ -110,6 +110,7 @@ class Collector:
         request.open = False
         self._current = _Request(self)
         self.requests_out += 1
-        self._emit(request.records)
+        records, request.records = request.records, []  # the scheduler may still hold it
+        self._emit(records)
 
     flush = send_current

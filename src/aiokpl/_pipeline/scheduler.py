@@ -59,6 +59,10 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self._heap)
 
+    def clear(self) -> None:
+        """Forget every deadline (the producer is closed: nothing is left to serve)."""
+        self._heap.clear()
+
     async def run(self) -> None:
         """Serve deadlines until cancelled."""
         heap = self._heap
