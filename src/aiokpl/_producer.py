@@ -312,7 +312,7 @@ class Producer:
                 # Every record gets its chance: at most its TTL plus one request.
                 limit = self._ttl + self.config.request_timeout_ms / 1000 + 1.0
                 with anyio.move_on_after(limit):
-                    await self._wait_all()
+                    await self.flush()  # no put can come in now: this waits for all
         except anyio.get_cancelled_exc_class():
             code, message = "Cancelled", "the producer was cancelled before delivery"
             raise
@@ -330,13 +330,6 @@ class Producer:
                     with anyio.CancelScope(shield=True):
                         await self._client_cm.__aexit__(None, None, None)
         return None
-
-    async def _wait_all(self) -> None:
-        self._flush_now(None)
-        if self._outstanding:
-            waiter = _FlushWaiter(self._seq, None, len(self._outstanding))
-            self._flush_waiters.append(waiter)
-            await waiter.event.wait()
 
     def _fail_outstanding(self, code: str, message: str) -> None:
         now = self._clock()
