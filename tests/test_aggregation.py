@@ -292,6 +292,32 @@ def test_builder_sizes_are_exact_with_many_keys(ops: list[tuple[bytes, int, byte
         assert builder.size == predicted == len(builder.encode())
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_lists(max_size=40))
+def test_builder_takes_str_keys_with_exact_sizes(records: list[Record]) -> None:
+    """The producer hands the builder its keys as ``str`` (never kept encoded per record)."""
+    builder = AggregateBuilder()
+    for record in records:
+        predicted = builder.size_if_added(
+            record.partition_key, len(record.data), record.explicit_hash_key
+        )
+        builder.add(record.partition_key, record.data, record.explicit_hash_key)
+        assert builder.size == predicted == len(builder.encode())
+    assert decode(builder.encode()) == records
+    assert builder.encode() == encode(records)
+
+
+def test_builder_key_given_as_str_and_as_bytes_stays_exact_and_decodes() -> None:
+    builder = AggregateBuilder()
+    for key, ehk in (("€", "7"), ("€".encode(), b"7"), ("€", None)):
+        predicted = builder.size_if_added(key, 1, ehk)
+        builder.add(key, b"x", ehk)
+        assert builder.size == predicted == len(builder.encode())
+    assert decode(builder.encode()) == [Record("€", b"x", "7")] * 2 + [Record("€", b"x")]
+    # Each spelling got its own table entry: valid, a few bytes larger.
+    assert list(parse_with_protobuf(builder.encode()).partition_key_table) == ["€", "€"]
+
+
 def test_builder_sizes_past_128_distinct_keys_and_long_keys() -> None:
     builder = AggregateBuilder()
     for i in range(300):

@@ -77,28 +77,30 @@ def test_explicit_hash_key_wrong_type(bad: object) -> None:
 
 
 def test_check_user_record_returns_canonical_values() -> None:
-    key, data, hash_key, ehk = check_user_record("user-42", b"payload", None, MiB)
-    assert (key, data, hash_key, ehk) == (b"user-42", b"payload", hash_key_of(b"user-42"), None)
-    key, data, hash_key, ehk = check_user_record("k", bytearray(b"xy"), 12345, MiB)
+    values = check_user_record("user-42", b"payload", None, MiB)
+    assert values == ("user-42", 14, b"payload", hash_key_of(b"user-42"), None)
+    key, size, data, hash_key, ehk = check_user_record("k€", bytearray(b"xy"), 12345, MiB)
     assert type(data) is bytes
-    assert (data, hash_key, ehk) == (b"xy", 12345, "12345")
+    assert (key, size, data, hash_key, ehk) == ("k€", 6, b"xy", 12345, "12345")
 
 
 def test_bytes_are_not_copied_and_bytearray_is_snapshotted() -> None:
     payload = b"x" * 100
-    assert check_user_record("k", payload, None, MiB)[1] is payload
+    assert check_user_record("k", payload, None, MiB)[2] is payload
     mutable = bytearray(b"abc")
-    data = check_user_record("k", mutable, None, MiB)[1]
+    data = check_user_record("k", mutable, None, MiB)[2]
     mutable[0] = ord("z")
     assert data == b"abc"
-    assert check_user_record("k", memoryview(b"mv"), None, MiB)[1] == b"mv"
+    assert check_user_record("k", memoryview(b"mv"), None, MiB)[2] == b"mv"
 
 
 def test_str_subclass_key_is_accepted_as_plain_str() -> None:
     class Key(str):
         pass
 
-    assert check_user_record(Key("abc"), b"", None, MiB)[0] == b"abc"
+    key = check_user_record(Key("abc"), b"", None, MiB)[0]
+    assert type(key) is str
+    assert key == "abc"
 
 
 @pytest.mark.parametrize(
@@ -118,7 +120,7 @@ def test_bad_partition_keys(key: object, error: type[Exception], match: str) -> 
 
 def test_256_characters_of_multibyte_text_are_allowed() -> None:
     key = "€" * 256
-    assert check_user_record(key, b"", None, MiB)[0] == key.encode()
+    assert check_user_record(key, b"", None, MiB)[1] == len(key.encode()) == 768
 
 
 @pytest.mark.parametrize("data", ["text", 5, None, [1, 2]])

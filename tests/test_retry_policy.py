@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from aiokpl import RecordResult
 from aiokpl._core.hashing import MAX_HASH_KEY
-from aiokpl._core.records import KinesisRecord, UserRecord, result_of
+from aiokpl._core.records import KinesisRecord
 from aiokpl._core.retry_policy import (
     FAIL_FAST,
     THROTTLED,
@@ -18,6 +19,7 @@ from aiokpl._core.retry_policy import (
     place,
 )
 from aiokpl._core.shards import ShardRange
+from aiokpl._record import UserRecord
 
 HALF = (MAX_HASH_KEY + 1) // 2
 RANGES = {
@@ -31,9 +33,8 @@ POLICY = RetryPolicy(fail_if_throttled=False, aggregation_enabled=True, retry_de
 
 
 def user_record(hash_key: int, arrival: float = 0.0, ttl: float = 30.0) -> UserRecord:
-    return UserRecord(
-        "s", "k", b"k", b"data", hash_key, None, arrival, arrival + 0.1, arrival + ttl, 1, None
-    )
+    # An explicit hash key makes the record's hash key exactly `hash_key`.
+    return UserRecord("s", "k", b"data", str(hash_key), 5, arrival, arrival + 0.1, arrival + ttl, 0)
 
 
 def kinesis_record(
@@ -48,6 +49,12 @@ def ok(shard: str = "shardId-000000000000", seq: str = "49590") -> dict[str, Any
     return {"SequenceNumber": seq, "ShardId": shard}
 
 
+def result_of(record: UserRecord) -> RecordResult:
+    """The record's result as its outcome would report it."""
+    record._finish()
+    return record.result()
+
+
 def run(sent: list[KinesisRecord], result: Any, now: float = 1.0, policy: RetryPolicy = POLICY):
     return classify(sent, result, 0.5, 0.75, now, policy, RANGES.get)
 
@@ -60,8 +67,8 @@ def test_success_on_predicted_shard() -> None:
     assert not decisions.retry
     assert not decisions.invalidate
     # A success is kept as plain values; the result built from them holds the Attempt.
-    assert record.delivered == (0.5, 0.75, 0.5, "shardId-000000000000", "49590")
-    result = result_of(record.outcome_parts())
+    assert record.delivered == (0.5, 0.75, "shardId-000000000000", "49590")
+    result = result_of(record)
     assert (result.success, result.shard_id, result.sequence_number) == (
         True,
         "shardId-000000000000",
@@ -261,7 +268,7 @@ def test_attempt_delays_chain_from_previous_attempt() -> None:
     record = user_record(5)
     run([kinesis_record(record)], ("InternalFailure", "x"), now=1.0)
     classify([kinesis_record(record)], {"Records": [ok()]}, 2.0, 2.5, 2.5, POLICY, RANGES.get)
-    assert [a.delay for a in result_of(record.outcome_parts()).attempts] == [0.5, 1.25]
+    assert [a.delay for a in result_of(record).attempts] == [0.5, 1.25]
 
 
 def test_expire_helper() -> None:
@@ -275,7 +282,9 @@ def test_expire_helper() -> None:
 def test_record_reprs_show_live_state() -> None:
     record = user_record(5)
     kinesis = kinesis_record(record)
-    assert repr(record) == "<UserRecord stream='s' size=5 shard='shardId-000000000000' attempts=0>"
+    assert repr(record) == (
+        "<Outcome pending: stream='s' size=5 shard='shardId-000000000000' attempts=0>"
+    )
     assert repr(kinesis) == "<KinesisRecord records=1 size=5 shard='shardId-000000000000'>"
     assert kinesis.entry() == {"Data": b"blob", "PartitionKey": "a", "ExplicitHashKey": "5"}
 
@@ -283,6 +292,6 @@ def test_record_reprs_show_live_state() -> None:
 def test_a_failed_record_result_holds_only_its_failures() -> None:
     record = user_record(5)
     run([kinesis_record(record)], ("ResourceNotFoundException", "gone"))
-    result = result_of(record.outcome_parts())
+    result = result_of(record)
     assert not result.success
     assert [a.error_code for a in result.attempts] == ["ResourceNotFoundException"]

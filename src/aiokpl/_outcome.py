@@ -1,8 +1,9 @@
 """``Outcome``: the handle ``put_record`` returns, resolved exactly once with a ``RecordResult``.
 
 An outcome is a small future that works on asyncio and trio alike. It allocates an event only
-if someone awaits it before it is resolved, so records whose results are never awaited (or are
-awaited late) cost one small object each.
+if someone awaits it before it is resolved. The producer hands out its own record objects
+(``aiokpl._record.UserRecord``, a subclass): one object per record serves as the pipeline's
+bookkeeping and as the caller's handle, and builds its result only when asked.
 """
 
 from __future__ import annotations
@@ -26,16 +27,13 @@ class Outcome(Generic[T]):
     the producer's ``async with`` block exits.
     """
 
-    __slots__ = ("_build", "_callbacks", "_done", "_event", "_parts", "_result")
+    __slots__ = ("_callbacks", "_done", "_event", "_result")
 
     def __init__(self) -> None:
         self._done = False
         self._result: T | None = None
         self._event: anyio.Event | None = None
         self._callbacks: list[Callable[[Outcome[T]], object]] | None = None
-        # A result may be given as parts plus a builder, built on first use (see _resolve).
-        self._build: Callable[[Any], T] | None = None
-        self._parts: Any = None
 
     def done(self) -> bool:
         """Whether the result is known."""
@@ -78,30 +76,19 @@ class Outcome(Generic[T]):
             self._callbacks.append(callback)
 
     def _built(self) -> T:
-        build = self._build
-        if build is not None:
-            self._result = build(self._parts)
-            self._build = self._parts = None
+        """The result; a subclass may build it on first use from what it keeps."""
         return self._result  # type: ignore[return-value]
 
     def _resolve(self, result: T) -> bool:
         """Set the result; returns ``False`` (and changes nothing) if it was already set."""
-        return self._resolve_from(None, result)
-
-    def _resolve_from(self, build: Callable[[Any], T] | None, parts: Any) -> bool:
-        """Resolve with ``build(parts)``, built only when first asked for (or ``parts`` itself
-        when ``build`` is ``None``). Returns ``False`` (and changes nothing) if already resolved.
-
-        A producer holds many resolved outcomes nobody has read yet: keeping their parts as
-        plain values, not result objects, spares the garbage collector most of its work.
-        """
         if self._done:
             return False
-        if build is None:
-            self._result = parts
-        else:
-            self._build = build
-            self._parts = parts
+        self._result = result
+        self._settle()
+        return True
+
+    def _settle(self) -> None:
+        """Mark the outcome done and wake whoever waits for it (once: callers check ``_done``)."""
         self._done = True
         if self._event is not None:
             self._event.set()
@@ -109,7 +96,6 @@ class Outcome(Generic[T]):
             callbacks, self._callbacks = self._callbacks, None
             for callback in callbacks:
                 _run_callback(callback, self)
-        return True
 
     def __repr__(self) -> str:
         return f"<Outcome {'done: ' + repr(self._built()) if self._done else 'pending'}>"

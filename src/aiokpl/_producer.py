@@ -31,7 +31,7 @@ import anyio
 from ._core.config import Config
 from ._core.errors import BufferFullError, ProducerClosedError
 from ._core.hashing import check_stream_name, check_user_record
-from ._core.records import KinesisRecord, UserRecord, result_of
+from ._core.records import KinesisRecord
 from ._core.results import Attempt, RecordResult
 from ._core.retry_policy import RetryPolicy
 from ._kinesis import KinesisClient, create_client
@@ -43,6 +43,7 @@ from ._pipeline.retrier import Retrier
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
 from ._pipeline.shard_map import ShardMap
+from ._record import UserRecord
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -262,6 +263,10 @@ class Producer:
         self._outstanding: dict[UserRecord, None] = {}
         self._outstanding_bytes = 0
         self._seq = 0
+        # Flush generation: a record remembers the one current when it was put, and a flush
+        # starts the next, so "put before this flush" is `record.epoch <= horizon`. Records put
+        # between two flushes share one int object: nothing per record.
+        self._epoch = 0
         self._puts = 0
         self._succeeded = 0
         self._failed = 0
@@ -340,7 +345,7 @@ class Producer:
     # --- putting --------------------------------------------------------------------------
     def _accept(
         self, stream: str, partition_key: Any, data: Any, explicit_hash_key: Any
-    ) -> tuple[_Stream | None, bytes, bytes, int, str | None]:
+    ) -> tuple[_Stream | None, str, int, bytes, int, str | None]:
         if self._closed:
             raise ProducerClosedError("the producer is closed; create a new one to put records")
         if self._task_group is None:
@@ -348,10 +353,10 @@ class Producer:
         pipeline = self._streams.get(stream)
         if pipeline is None:
             check_stream_name(stream)
-        key, payload, hash_key, ehk = check_user_record(
-            partition_key, data, explicit_hash_key, self._max_record_size
+        return (
+            pipeline,
+            *check_user_record(partition_key, data, explicit_hash_key, self._max_record_size),
         )
-        return pipeline, key, payload, hash_key, ehk
 
     def _has_room(self, size: int) -> bool:
         return (
@@ -363,8 +368,8 @@ class Producer:
         self,
         pipeline: _Stream | None,
         stream: str,
-        partition_key: str,
-        key: bytes,
+        key: str,
+        size: int,
         payload: bytes,
         hash_key: int,
         ehk: str | None,
@@ -372,25 +377,22 @@ class Producer:
         if pipeline is None:
             pipeline = self._streams[stream] = _Stream(self, stream)
         now = self._clock()
-        outcome: Outcome[RecordResult] = Outcome()
         self._seq += 1
         record = UserRecord(
             stream,
-            partition_key,
             key,
             payload,
-            hash_key,
             ehk,
+            size,
             now,
             now + self._buffered,
             now + self._ttl,
-            self._seq,
-            outcome,
+            self._epoch,
         )
         self._outstanding[record] = None
-        self._outstanding_bytes += record.size
-        pipeline.aggregator.put(record)
-        return outcome
+        self._outstanding_bytes += size
+        pipeline.aggregator.put(record, hash_key)
+        return record
 
     async def put_record(
         self,
@@ -421,10 +423,9 @@ class Producer:
             InvalidRecordTypeError: an argument has the wrong type.
             ProducerClosedError: the producer has been closed.
         """
-        pipeline, key, payload, hash_key, ehk = self._accept(
+        pipeline, key, size, payload, hash_key, ehk = self._accept(
             stream, partition_key, data, explicit_hash_key
         )
-        size = len(key) + len(payload)
         self._puts += 1
         if not self._puts & _YIELD_EVERY_MASK:
             # A tight loop of puts must let the stages run (sends, deadlines, the shard map);
@@ -437,7 +438,7 @@ class Producer:
             if self._closed:
                 raise ProducerClosedError("the producer closed while this put waited for room")
             pipeline = self._streams.get(stream)
-        return self._enqueue(pipeline, stream, partition_key, key, payload, hash_key, ehk)
+        return self._enqueue(pipeline, stream, key, size, payload, hash_key, ehk)
 
     def put_record_nowait(
         self,
@@ -456,16 +457,16 @@ class Producer:
             InvalidRecordTypeError: see :meth:`put_record`.
             ProducerClosedError: the producer has been closed.
         """
-        pipeline, key, payload, hash_key, ehk = self._accept(
+        pipeline, key, size, payload, hash_key, ehk = self._accept(
             stream, partition_key, data, explicit_hash_key
         )
-        if not self._has_room(len(key) + len(payload)):
+        if not self._has_room(size):
             raise BufferFullError(
                 f"the producer holds {len(self._outstanding)} records / "
                 f"{self._outstanding_bytes} bytes (max_outstanding_records="
                 f"{self._max_records}, max_outstanding_bytes={self._max_bytes})"
             )
-        return self._enqueue(pipeline, stream, partition_key, key, payload, hash_key, ehk)
+        return self._enqueue(pipeline, stream, key, size, payload, hash_key, ehk)
 
     # --- results --------------------------------------------------------------------------
     def _finish(self, record: UserRecord, success: bool) -> None:
@@ -476,7 +477,7 @@ class Producer:
             self._succeeded += 1
         else:
             self._failed += 1
-        record.outcome._resolve_from(result_of, record.outcome_parts())
+        record._finish()
         if self._room is not None:
             self._room.set()
             self._room = None
@@ -485,7 +486,7 @@ class Producer:
 
     def _flush_progress(self, record: UserRecord) -> None:
         for waiter in list(self._flush_waiters):
-            if record.seq <= waiter.horizon and waiter.stream in (None, record.stream):
+            if record.epoch <= waiter.horizon and waiter.stream in (None, record.stream):
                 waiter.remaining -= 1
                 if waiter.remaining <= 0:
                     waiter.event.set()
@@ -513,7 +514,8 @@ class Producer:
         if not remaining:
             await anyio.lowlevel.checkpoint()
             return
-        waiter = _FlushWaiter(self._seq, stream, remaining)
+        waiter = _FlushWaiter(self._epoch, stream, remaining)
+        self._epoch += 1
         self._flush_waiters.append(waiter)
         try:
             await waiter.event.wait()

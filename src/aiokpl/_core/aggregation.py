@@ -150,6 +150,11 @@ def _varint_len(value: int) -> int:
     return 1 if value < 0x80 else (value.bit_length() + 6) // 7
 
 
+def _encoded_len(key: str | bytes) -> int:
+    """The length of a key once UTF-8 encoded (keys may come as ``str`` or already encoded)."""
+    return len(key.encode()) if isinstance(key, str) else len(key)
+
+
 def _tag3_len(value: int) -> bytes:
     return _TAG3_LEN[value] if value < _CACHE else b"\x1a" + _varint_slow(value)
 
@@ -189,9 +194,11 @@ class AggregateBuilder:
 
     def __init__(self) -> None:
         """Create an empty builder."""
-        # key -> the record field that refers to it (tag + index), in first-appearance order
-        self._pk_fields: dict[bytes, bytes] = {}
-        self._ehk_fields: dict[bytes, bytes] = {}
+        # key -> the record field that refers to it (tag + index), in first-appearance order.
+        # Keys may be given as str or as their encoding: a key given both ways gets two table
+        # entries, which wastes a few bytes but stays a valid, exactly sized aggregate.
+        self._pk_fields: dict[str | bytes, bytes] = {}
+        self._ehk_fields: dict[str | bytes, bytes] = {}
         # the encoded table entries (tag + length + key)
         self._pk_table: list[bytes] = []
         self._ehk_table: list[bytes] = []
@@ -214,7 +221,10 @@ class AggregateBuilder:
         return self._body_size + FRAMING_OVERHEAD if self._records else 0
 
     def size_if_added(
-        self, partition_key: bytes, data_len: int, explicit_hash_key: bytes | None = None
+        self,
+        partition_key: str | bytes,
+        data_len: int,
+        explicit_hash_key: str | bytes | None = None,
     ) -> int:
         """The exact size the aggregate would have after adding one more record, in O(1).
 
@@ -222,9 +232,10 @@ class AggregateBuilder:
         ``len(data) == data_len``, framing included.
 
         Args:
-            partition_key: the record's partition key, UTF-8 encoded.
+            partition_key: the record's partition key (``str``, or its UTF-8 encoding).
             data_len: the length of the record's data in bytes.
-            explicit_hash_key: the record's explicit hash key, ASCII encoded, or ``None``.
+            explicit_hash_key: the record's explicit hash key (a decimal ``str``, or its ASCII
+                encoding), or ``None``.
 
         Returns:
             The aggregate's size in bytes if the record were added.
@@ -232,7 +243,7 @@ class AggregateBuilder:
         size = self._body_size + FRAMING_OVERHEAD
         field = self._pk_fields.get(partition_key)
         if field is None:
-            n = len(partition_key)
+            n = _encoded_len(partition_key)
             size += 1 + (1 if n < 0x80 else _varint_len(n)) + n
             index = len(self._pk_fields)
             inner = 2 if index < 0x80 else 1 + _varint_len(index)
@@ -241,7 +252,7 @@ class AggregateBuilder:
         if explicit_hash_key is not None:
             field = self._ehk_fields.get(explicit_hash_key)
             if field is None:
-                n = len(explicit_hash_key)
+                n = _encoded_len(explicit_hash_key)
                 size += 1 + (1 if n < 0x80 else _varint_len(n)) + n
                 index = len(self._ehk_fields)
                 inner += 2 if index < 0x80 else 1 + _varint_len(index)
@@ -251,7 +262,10 @@ class AggregateBuilder:
         return size + 1 + (1 if inner < 0x80 else _varint_len(inner)) + inner
 
     def add(
-        self, partition_key: bytes, data: bytes, explicit_hash_key: bytes | None = None
+        self,
+        partition_key: str | bytes,
+        data: bytes,
+        explicit_hash_key: str | bytes | None = None,
     ) -> None:
         """Add one user record.
 
@@ -259,11 +273,11 @@ class AggregateBuilder:
         aggregate is encoded.
 
         Args:
-            partition_key: the record's partition key, UTF-8 encoded.
+            partition_key: the record's partition key (``str``, or its UTF-8 encoding).
             data: the record's payload: ``bytes``, or a bytes-like object whose ``len()`` is its
                 size in bytes (a ``bytearray``, a 1-D memoryview of bytes).
-            explicit_hash_key: the record's explicit hash key (a decimal number), ASCII encoded,
-                or ``None``.
+            explicit_hash_key: the record's explicit hash key (a decimal ``str``, or its ASCII
+                encoding), or ``None``.
         """
         field = self._pk_fields.get(partition_key)
         if field is None:
@@ -284,14 +298,15 @@ class AggregateBuilder:
 
     def _add_key(
         self,
-        fields: dict[bytes, bytes],
+        fields: dict[str | bytes, bytes],
         table: list[bytes],
         table_tag: bytes,
         index_tag: bytes,
-        key: bytes,
+        key: str | bytes,
     ) -> bytes:
         """Append a new key to a table; return the record field that refers to it."""
-        entry = table_tag + _varint(len(key)) + key
+        encoded = key.encode() if isinstance(key, str) else key
+        entry = table_tag + _varint(len(encoded)) + encoded
         table.append(entry)
         self._body_size += len(entry)
         field = fields[key] = index_tag + _varint(len(fields))
@@ -362,9 +377,9 @@ def encode(records: Iterable[Record | tuple[Any, ...]]) -> bytes:
                 raise TypeError(f"data must be bytes-like, not {type(data).__name__}")
             data = bytes(data)
         if explicit_hash_key is None:
-            add(partition_key.encode(), data)
+            add(partition_key, data)
         elif type(explicit_hash_key) is str:
-            add(partition_key.encode(), data, explicit_hash_key.encode("ascii"))
+            add(partition_key, data, explicit_hash_key.encode("ascii"))
         else:
             raise TypeError(
                 f"explicit hash key must be str or None, not {type(explicit_hash_key).__name__}"

@@ -110,7 +110,7 @@ def check_user_record(
     data: Any,
     explicit_hash_key: Any,
     max_record_size: int,
-) -> tuple[bytes, bytes, int, str | None]:
+) -> tuple[str, int, bytes, int, str | None]:
     """Validate one user record, the way ``put_record`` does before accepting it.
 
     Args:
@@ -120,8 +120,9 @@ def check_user_record(
         max_record_size: the limit on ``len(data) + len(partition key in UTF-8)``.
 
     Returns:
-        ``(partition_key_utf8, data_bytes, hash_key, explicit_hash_key_str)``; the last is the
-        canonical decimal string, or ``None`` when no explicit hash key was given.
+        ``(partition_key, size, data_bytes, hash_key, explicit_hash_key_str)``: the key as a
+        plain ``str``; ``size``, the key's UTF-8 length plus the data's; the explicit hash key
+        as its canonical decimal string, or ``None`` when none was given.
 
     Raises:
         InvalidRecordTypeError: a field has the wrong type.
@@ -158,6 +159,7 @@ def check_user_record(
             f"data plus partition_key is {size} bytes, over max_record_size ({max_record_size})"
         )
     if explicit_hash_key is None:
-        return key_bytes, data, hash_key_of(key_bytes), None
+        hash_key = _from_bytes(_md5(key_bytes, usedforsecurity=False).digest(), "big")
+        return partition_key, size, data, hash_key, None
     hash_key = check_explicit_hash_key(explicit_hash_key)
-    return key_bytes, data, hash_key, str(hash_key)
+    return partition_key, size, data, hash_key, str(hash_key)

@@ -41,11 +41,14 @@ once, with their code.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .records import KinesisRecord, UserRecord
+from .records import KinesisRecord
 from .results import Attempt
 from .shards import ShardRange
+
+if TYPE_CHECKING:
+    from .._record import UserRecord
 
 __all__ = ("FAIL_FAST", "THROTTLED", "Decisions", "RetryPolicy", "classify", "expire", "place")
 
@@ -147,20 +150,6 @@ def _fail_or_retry(
         decisions.retry.append(record)
 
 
-def _succeed(
-    decisions: Decisions,
-    record: UserRecord,
-    shard_id: str,
-    sequence_number: str,
-    started: float,
-    ended: float,
-) -> None:
-    # The successful attempt is kept as plain values; UserRecord.result() builds the Attempt.
-    record.delivered = (started, ended, started - record.last_end, shard_id, sequence_number)
-    record.last_end = ended
-    decisions.succeeded.append(record)
-
-
 def classify(
     sent: Sequence[KinesisRecord],
     result: dict[str, Any] | tuple[str, str],
@@ -219,8 +208,13 @@ def classify(
         sequence_number = str(sequence_number)
         predicted = kinesis_record.predicted_shard
         if predicted is None or predicted == shard_id:
-            for record in kinesis_record.records:
-                _succeed(decisions, record, shard_id, sequence_number, started, ended)
+            # One tuple of plain values for all of them: it is what their results are built
+            # from, on first use (UserRecord.result()).
+            delivered = (started, ended, shard_id, sequence_number)
+            records = kinesis_record.records
+            for record in records:
+                record.delivered = delivered
+            decisions.succeeded += records
             continue
 
         # It landed on another shard than predicted: the shard map is stale.
@@ -263,9 +257,11 @@ def place(
     Kinesis routed it by its own hash key and it is where it belongs.
     """
     raw = len(kinesis_record.records) == 1 or not policy.aggregation_enabled
+    delivered = (started, ended, shard_id, sequence_number)
     for record in kinesis_record.records:
         if raw or (actual_range is not None and record.hash_key in actual_range):
-            _succeed(decisions, record, shard_id, sequence_number, started, ended)
+            record.delivered = delivered
+            decisions.succeeded.append(record)
         else:
             _fail_or_retry(
                 decisions,

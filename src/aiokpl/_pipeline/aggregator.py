@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._core.aggregation import AggregateBuilder
-from .._core.records import AGGREGATE_PARTITION_KEY, KinesisRecord, UserRecord
+from .._core.records import AGGREGATE_PARTITION_KEY, KinesisRecord
 
 if TYPE_CHECKING:
+    from .._record import UserRecord
     from .scheduler import Scheduler
     from .shard_map import ShardMap
 
@@ -33,11 +34,22 @@ __all__ = ("Aggregator",)
 class _Batch:
     """The open aggregate of one predicted shard."""
 
-    __slots__ = ("aggregator", "builder", "deadline", "expires_at", "open", "records", "shard")
+    __slots__ = (
+        "aggregator",
+        "builder",
+        "deadline",
+        "expires_at",
+        "first_hash_key",
+        "open",
+        "records",
+        "shard",
+    )
 
-    def __init__(self, aggregator: Aggregator, shard: str) -> None:
+    def __init__(self, aggregator: Aggregator, shard: str, first_hash_key: int) -> None:
         self.aggregator = aggregator
         self.shard = shard
+        # The aggregate's explicit hash key (KPL: its first record's); records keep none.
+        self.first_hash_key = first_hash_key
         self.builder = AggregateBuilder()
         self.records: list[UserRecord] = []
         self.deadline = float("inf")
@@ -72,6 +84,7 @@ class Aggregator:
         max_count: int,
     ) -> None:
         self._shard_map = shard_map
+        self._predict = shard_map.predict
         self._scheduler = scheduler
         self._emit = emit
         self._enabled = enabled
@@ -85,30 +98,27 @@ class Aggregator:
     def buffered_records(self) -> int:
         return sum(len(batch.records) for batch in self._batches.values())
 
-    def put(self, record: UserRecord) -> None:
-        """Add one record (new, or back from the retrier)."""
+    def put(self, record: UserRecord, hash_key: int) -> None:
+        """Add one record (new, or back from the retrier) whose hash key is ``hash_key``."""
         self.records_in += 1
-        shard = self._shard_map.predict(record.hash_key)
+        shard = self._predict(hash_key)
         record.predicted_shard = shard
         if shard is None or not self._enabled:
             self.kinesis_records_out += 1
-            self._emit(KinesisRecord.single(record))
+            self._emit(KinesisRecord.single(record, hash_key))
             return
         batch = self._batches.get(shard)
         if batch is None:
-            batch = self._batches[shard] = _Batch(self, shard)
+            batch = self._batches[shard] = _Batch(self, shard, hash_key)
         ehk = record.explicit_hash_key
-        ehk_bytes = ehk.encode() if ehk is not None else None
-        key = record.partition_key_bytes
+        key = record.partition_key
+        data = record.data
         builder = batch.builder
-        if (
-            builder.count
-            and builder.size_if_added(key, len(record.data), ehk_bytes) > self._max_size
-        ):
+        if builder.count and builder.size_if_added(key, len(data), ehk) > self._max_size:
             self.close_batch(batch)
-            batch = self._batches[shard] = _Batch(self, shard)
+            batch = self._batches[shard] = _Batch(self, shard, hash_key)
             builder = batch.builder
-        builder.add(key, record.data, ehk_bytes)
+        builder.add(key, data, ehk)
         batch.records.append(record)
         if record.expires_at < batch.expires_at:
             batch.expires_at = record.expires_at
@@ -130,7 +140,7 @@ class Aggregator:
         batch.records = []
         self.kinesis_records_out += 1
         if len(records) == 1:
-            self._emit(KinesisRecord.single(records[0]))
+            self._emit(KinesisRecord.single(records[0], batch.first_hash_key))
             return
         first = records[0]
         ehk = first.explicit_hash_key
@@ -141,7 +151,7 @@ class Aggregator:
                 records,
                 blob,
                 AGGREGATE_PARTITION_KEY,
-                ehk if ehk is not None else str(first.hash_key),
+                ehk if ehk is not None else str(batch.first_hash_key),
                 batch.shard,
                 batch.deadline,
                 batch.expires_at,

@@ -22,8 +22,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .._core.backoff import Backoff
-from .._core.records import KinesisRecord, UserRecord
+from .._core.records import KinesisRecord
 from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, expire, place
+from .._record import UserRecord
 
 if TYPE_CHECKING:
     from .aggregator import Aggregator
@@ -143,7 +144,7 @@ class Retrier:
             self.retries += len(decisions.retry)
             put = self._aggregator.put
             for record in decisions.retry:
-                put(record)
+                put(record, record.hash_key)
 
     def expire(self, record: KinesisRecord, where: str) -> None:
         """Fail every user record of ``record`` as ``"Expired"`` (from the limiter or sender)."""

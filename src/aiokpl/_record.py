@@ -1,0 +1,116 @@
+"""``UserRecord``: one record as put by the caller, which is also the caller's ``Outcome``.
+
+The pipeline tracks each record with one object, and that object is what ``put_record``
+returns: an :class:`~aiokpl.Outcome` subclass. Two objects per record (a record and a separate
+future) cost twice the allocations and twice the garbage collector's attention for nothing.
+
+Invariants:
+
+* the record's hash key is not kept: it is computed at ``put`` for the shard prediction and
+  again (cheaply) on the rare paths that need it later, so a record carries no 128-bit integer;
+* ``deadline <= expires_at`` always: a record is never scheduled past its TTL;
+* once resolved, a record drops its data: an outcome kept by the caller does not keep the
+  payload alive. Its result is built from plain values on first use.
+
+Mirrors ``UserRecord`` in the KPL (``aws/kinesis/core/user_record.h``).
+"""
+
+from __future__ import annotations
+
+from ._core.hashing import hash_key_of
+from ._core.records import Delivered, result_of
+from ._core.results import Attempt, RecordResult
+from ._outcome import Outcome
+
+__all__ = ("UserRecord",)
+
+_RELEASED = b""
+
+
+class UserRecord(Outcome[RecordResult]):
+    """One record in the pipeline, and the caller's handle on its result."""
+
+    __slots__ = (
+        "arrival",
+        "attempts",
+        "data",
+        "deadline",
+        "delivered",
+        "epoch",
+        "expires_at",
+        "explicit_hash_key",
+        "last_end",
+        "partition_key",
+        "predicted_shard",
+        "size",
+        "stream",
+    )
+
+    def __init__(
+        self,
+        stream: str,
+        partition_key: str,
+        data: bytes,
+        explicit_hash_key: str | None,
+        size: int,
+        arrival: float,
+        deadline: float,
+        expires_at: float,
+        epoch: int,
+    ) -> None:
+        self._done = False
+        self._result = None
+        self._event = None
+        self._callbacks = None
+        self.stream = stream
+        self.partition_key = partition_key
+        self.data = data
+        self.explicit_hash_key = explicit_hash_key
+        # What counts against the limits: the partition key's UTF-8 length plus the data's.
+        self.size = size
+        self.arrival = arrival
+        self.last_end = arrival
+        self.deadline = deadline if deadline < expires_at else expires_at
+        self.expires_at = expires_at
+        # The producer's flush generation when the record was put (see Producer.flush).
+        self.epoch = epoch
+        self.predicted_shard: str | None = None
+        # A tuple, grown on each failed attempt: most records have none, and a tuple is one
+        # object where a list plus the final tuple would be two for the garbage collector.
+        self.attempts: tuple[Attempt, ...] = ()
+        # The successful attempt, shared by every record of the same Kinesis record.
+        self.delivered: Delivered | None = None
+
+    @property
+    def hash_key(self) -> int:
+        """The record's 128-bit hash key: its explicit hash key, or the MD5 of its key."""
+        ehk = self.explicit_hash_key
+        return int(ehk) if ehk is not None else hash_key_of(self.partition_key.encode())
+
+    def add_attempt(self, attempt: Attempt) -> None:
+        """Record one more failed attempt; it ends when ``attempt`` ended."""
+        self.attempts += (attempt,)
+        self.last_end = attempt.ended_at
+
+    def set_deadline(self, deadline: float) -> None:
+        """Move the deadline, never past the expiry (KPL ``TimeSensitive``)."""
+        self.deadline = deadline if deadline < self.expires_at else self.expires_at
+
+    def _finish(self) -> None:
+        """Resolve the record with what it holds now, and let go of its data."""
+        self.data = _RELEASED
+        self._settle()
+
+    def _built(self) -> RecordResult:
+        result = self._result
+        if result is None:
+            result = self._result = result_of(self.attempts, self.delivered, self.last_end)
+        return result
+
+    def __repr__(self) -> str:
+        if self._done:
+            return f"<Outcome done: {self._built()!r}>"
+        return (
+            f"<Outcome pending: stream={self.stream!r} size={self.size} "
+            f"shard={self.predicted_shard!r} attempts={len(self.attempts)}>"
+        )
