@@ -7,11 +7,11 @@ into a 64-shard in-process ``FakeKinesis``; the clock runs from the first put to
 It is compared with a **bare loop** doing only the work no producer can avoid, with the
 producer's own pieces, on the same records, the same fake, in the same event loop, a moment
 before: for each record, encode the key, hash it (``hash_key_of``), look up its shard in a
-``ShardTable``, add it to that shard's ``AggregateBuilder`` (``encode()`` when the next record
-would not fit 51,200 bytes), and send the aggregates in ``put_records`` calls of at most 500
-records and 5 MiB, awaited one after another. That is our physical limit; pipeline time over
-bare-loop time is what the pipeline itself costs (validation, outcomes, deadlines, rate
-limiting, collection, concurrency, result bookkeeping).
+``ShardTable``, add it to that shard's ``AggregateBuilder`` (``try_add``, the producer's own
+call; ``encode()`` when the next record would not fit 51,200 bytes), and send the aggregates in
+``put_records`` calls of at most 500 records and 5 MiB, awaited one after another. That is our
+physical limit; pipeline time over bare-loop time is what the pipeline itself costs
+(validation, outcomes, deadlines, rate limiting, collection, concurrency, result bookkeeping).
 
 Each round runs, in one ``anyio.run`` per backend: bare loop, pipeline, then both again with the
 garbage collector disabled (the headline figures are with it on). Rounds interleave the
@@ -65,7 +65,6 @@ async def bare_loop(fake: FakeKinesis, stream: str, keys: list[str], data: bytes
     lookup = table.lookup
     put_records = fake.put_records
     nkeys = len(keys)
-    data_len = len(data)
     open_aggregates: dict[str | None, tuple[AggregateBuilder, int]] = {}
     entries: list[dict[str, Any]] = []
     entries_size = 0
@@ -96,11 +95,11 @@ async def bare_loop(fake: FakeKinesis, stream: str, keys: list[str], data: bytes
         if slot is None:
             slot = open_aggregates[shard] = (AggregateBuilder(), hash_key)
         builder = slot[0]
-        if builder.count and builder.size_if_added(key, data_len) > AGGREGATE_MAX_SIZE:
+        if not builder.try_add(key, data, None, AGGREGATE_MAX_SIZE):
             await emit(builder, slot[1])
             builder = AggregateBuilder()
             open_aggregates[shard] = (builder, hash_key)
-        builder.add(key, data)
+            builder.add(key, data)
     for builder, first_hash in open_aggregates.values():
         await emit(builder, first_hash)
     if entries:

@@ -345,6 +345,30 @@ def test_builder_filled_up_to_a_limit_never_exceeds_it(records: list[Record], li
     assert [r for blob in blobs for r in decode(blob)] == records
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record_lists(max_size=60), st.integers(FRAMING_OVERHEAD + 10, 5_000))
+def test_try_add_agrees_with_size_if_added(records: list[Record], limit: int) -> None:
+    """``try_add`` is ``size_if_added`` then ``add`` in one call: same decisions, same bytes."""
+    fused, reference = AggregateBuilder(), AggregateBuilder()
+    for record in records:
+        key, data, ehk = record.partition_key, record.data, record.explicit_hash_key
+        fits = not reference.count or reference.size_if_added(key, len(data), ehk) <= limit
+        before = (fused.count, fused.size, fused.encode() if fused.count else b"")
+        count = fused.try_add(key, data, ehk, limit)
+        if fits:
+            reference.add(key, data, ehk)
+            assert count == reference.count
+        else:
+            assert count == 0
+            assert (fused.count, fused.size, fused.encode()) == before  # unchanged
+            fused.clear()
+            reference.clear()
+            assert fused.try_add(key, data, ehk, limit) == 1  # an empty builder takes anything
+            reference.add(key, data, ehk)
+        assert fused.size == reference.size == len(fused.encode())
+        assert fused.encode() == reference.encode()
+
+
 def test_builder_clear_and_reuse() -> None:
     builder = AggregateBuilder()
     with pytest.raises(ValueError, match="no records"):

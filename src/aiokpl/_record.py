@@ -31,7 +31,6 @@ class UserRecord(Outcome[RecordResult]):
     """One record in the pipeline, and the caller's handle on its result."""
 
     __slots__ = (
-        "arrival",
         "attempts",
         "data",
         "deadline",
@@ -68,7 +67,7 @@ class UserRecord(Outcome[RecordResult]):
         self.explicit_hash_key = explicit_hash_key
         # What counts against the limits: the partition key's UTF-8 length plus the data's.
         self.size = size
-        self.arrival = arrival
+        # When the record's last attempt ended; until its first, when it arrived.
         self.last_end = arrival
         self.deadline = deadline if deadline < expires_at else expires_at
         self.expires_at = expires_at
@@ -99,7 +98,10 @@ class UserRecord(Outcome[RecordResult]):
     def _finish(self) -> None:
         """Resolve the record with what it holds now, and let go of its data."""
         self.data = _RELEASED
-        self._settle()
+        if self._event is None and self._callbacks is None:
+            self._done = True  # nobody is waiting yet: the common case, without a call
+        else:
+            self._settle()
 
     def _built(self) -> RecordResult:
         result = self._result

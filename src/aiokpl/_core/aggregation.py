@@ -150,6 +150,9 @@ def _varint_len(value: int) -> int:
     return 1 if value < 0x80 else (value.bit_length() + 6) // 7
 
 
+_NO_LIMIT = float("inf")
+
+
 def _encoded_len(key: str | bytes) -> int:
     """The length of a key once UTF-8 encoded (keys may come as ``str`` or already encoded)."""
     return len(key.encode()) if isinstance(key, str) else len(key)
@@ -279,38 +282,71 @@ class AggregateBuilder:
             explicit_hash_key: the record's explicit hash key (a decimal ``str``, or its ASCII
                 encoding), or ``None``.
         """
-        field = self._pk_fields.get(partition_key)
-        if field is None:
-            field = self._add_key(self._pk_fields, self._pk_table, b"\n", b"\x08", partition_key)
+        self.try_add(partition_key, data, explicit_hash_key, _NO_LIMIT)
+
+    def try_add(
+        self,
+        partition_key: str | bytes,
+        data: bytes,
+        explicit_hash_key: str | bytes | None,
+        max_size: float,
+    ) -> int:
+        """Add one user record if the aggregate then stays within ``max_size`` bytes.
+
+        One call does the work of ``size_if_added`` and ``add``, looking each key up once: the
+        producer's aggregator calls it for every record. An empty builder takes any record,
+        however large (such a record is then sent on its own).
+
+        Args:
+            partition_key: as for :meth:`add`.
+            data: as for :meth:`add`.
+            explicit_hash_key: as for :meth:`add`.
+            max_size: the largest aggregate allowed, framing included.
+
+        Returns:
+            The number of records the builder now holds, or 0 if the record would not fit
+            (the builder is then unchanged).
+        """
+        pk_fields = self._pk_fields
+        pk_field = pk_fields.get(partition_key)
+        added = 0
+        pk_entry = ehk_entry = ehk_field = None
+        if pk_field is None:
+            # A new key: its table entry, and the record field holding its index.
+            encoded = partition_key.encode() if isinstance(partition_key, str) else partition_key
+            pk_entry = b"\n" + _varint(len(encoded)) + encoded
+            pk_field = b"\x08" + _varint(len(pk_fields))
+            added = len(pk_entry)
+        field = pk_field
         if explicit_hash_key is not None:
             ehk_field = self._ehk_fields.get(explicit_hash_key)
             if ehk_field is None:
-                ehk_field = self._add_key(
-                    self._ehk_fields, self._ehk_table, b"\x12", b"\x10", explicit_hash_key
+                encoded = (
+                    explicit_hash_key.encode()
+                    if isinstance(explicit_hash_key, str)
+                    else explicit_hash_key
                 )
+                ehk_entry = b"\x12" + _varint(len(encoded)) + encoded
+                ehk_field = b"\x10" + _varint(len(self._ehk_fields))
+                added += len(ehk_entry)
             field += ehk_field
         n = len(data)
         field += _TAG3_LEN[n] if n < _CACHE else _tag3_len(n)
         inner = len(field) + n
         header = (_TAG3_LEN[inner] if inner < _CACHE else _tag3_len(inner)) + field
-        self._records += (header, data)
-        self._body_size += len(header) + n
-
-    def _add_key(
-        self,
-        fields: dict[str | bytes, bytes],
-        table: list[bytes],
-        table_tag: bytes,
-        index_tag: bytes,
-        key: str | bytes,
-    ) -> bytes:
-        """Append a new key to a table; return the record field that refers to it."""
-        encoded = key.encode() if isinstance(key, str) else key
-        entry = table_tag + _varint(len(encoded)) + encoded
-        table.append(entry)
-        self._body_size += len(entry)
-        field = fields[key] = index_tag + _varint(len(fields))
-        return field
+        added += len(header) + n
+        records = self._records
+        if records and self._body_size + added + FRAMING_OVERHEAD > max_size:
+            return 0
+        if pk_entry is not None:
+            pk_fields[partition_key] = pk_field
+            self._pk_table.append(pk_entry)
+        if ehk_entry is not None:
+            self._ehk_fields[explicit_hash_key] = ehk_field  # type: ignore[index,assignment]
+            self._ehk_table.append(ehk_entry)
+        records += (header, data)
+        self._body_size += added
+        return len(records) >> 1
 
     def encode(self) -> bytes:
         """Encode the records added so far as one aggregated record.

@@ -84,14 +84,12 @@ class Aggregator:
         max_count: int,
     ) -> None:
         self._shard_map = shard_map
-        self._predict = shard_map.predict
         self._scheduler = scheduler
         self._emit = emit
         self._enabled = enabled
         self._max_size = max_size
         self._max_count = max_count
         self._batches: dict[str, _Batch] = {}
-        self.records_in = 0
         self.kinesis_records_out = 0
 
     @property
@@ -100,8 +98,8 @@ class Aggregator:
 
     def put(self, record: UserRecord, hash_key: int) -> None:
         """Add one record (new, or back from the retrier) whose hash key is ``hash_key``."""
-        self.records_in += 1
-        shard = self._predict(hash_key)
+        table = self._shard_map.table  # ShardMap.predict, inlined: this runs once per record
+        shard = table.lookup(hash_key) if table is not None else None
         record.predicted_shard = shard
         if shard is None or not self._enabled:
             self.kinesis_records_out += 1
@@ -113,19 +111,19 @@ class Aggregator:
         ehk = record.explicit_hash_key
         key = record.partition_key
         data = record.data
-        builder = batch.builder
-        if builder.count and builder.size_if_added(key, len(data), ehk) > self._max_size:
+        max_size = self._max_size
+        count = batch.builder.try_add(key, data, ehk, max_size)
+        if not count:  # it would not fit: this batch is done, the record starts the next
             self.close_batch(batch)
             batch = self._batches[shard] = _Batch(self, shard, hash_key)
-            builder = batch.builder
-        builder.add(key, data, ehk)
+            count = batch.builder.try_add(key, data, ehk, max_size)
         batch.records.append(record)
         if record.expires_at < batch.expires_at:
             batch.expires_at = record.expires_at
         earlier = record.deadline < batch.deadline
         if earlier:
             batch.deadline = record.deadline
-        if builder.count >= self._max_count or builder.size > self._max_size:
+        if count >= self._max_count or (count == 1 and batch.builder.size > max_size):
             self.close_batch(batch)  # full, or a lone record too large to aggregate
         elif earlier:
             self._scheduler.call_at(record.deadline, batch)

@@ -62,7 +62,7 @@ class Retrier:
         aggregator: Aggregator,
         limiter: Limiter,
         scheduler: Scheduler,
-        finish: Callable[[UserRecord, bool], None],
+        finish: Callable[[list[UserRecord], bool], None],
         clock: Callable[[], float],
         policy: RetryPolicy,
         *,
@@ -135,11 +135,10 @@ class Retrier:
         self._apply(decisions)
 
     def _apply(self, decisions: Decisions) -> None:
-        finish = self._finish
-        for record in decisions.succeeded:
-            finish(record, True)
-        for record in decisions.failed:
-            finish(record, False)
+        if decisions.succeeded:
+            self._finish(decisions.succeeded, True)
+        if decisions.failed:
+            self._finish(decisions.failed, False)
         if decisions.retry:
             self.retries += len(decisions.retry)
             put = self._aggregator.put
@@ -148,9 +147,9 @@ class Retrier:
 
     def expire(self, record: KinesisRecord, where: str) -> None:
         """Fail every user record of ``record`` as ``"Expired"`` (from the limiter or sender)."""
-        for user_record in expire(record, self._clock(), where):
-            self.expired += 1
-            self._finish(user_record, False)
+        expired = expire(record, self._clock(), where)
+        self.expired += len(expired)
+        self._finish(expired, False)
 
     def expire_before_send(self, records: list[KinesisRecord], now: float) -> list[KinesisRecord]:
         """Drop (and fail) the records whose TTL passed while they waited to be sent."""
