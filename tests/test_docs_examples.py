@@ -1,8 +1,9 @@
 """Every code example in the documentation runs, against the in-process fake.
 
-Pages: ``README.md`` and every ``*.md`` under ``docs/``, found anew on each run, so a new page is
-covered the moment it exists. The rules a page must follow (``docs/contributing.md`` says the
-same for writers):
+Sources: ``README.md``, every ``*.md`` under ``docs/``, and the docstrings the API reference
+renders (the public modules, every name in their ``__all__``, the public members of those
+classes), all found anew on each run, so a new page or public name is covered the moment it
+exists. The rules they follow (``docs/contributing.md`` says the same for writers):
 
 * A ```` ```python ```` block is a **complete program**: imports included, nothing defined
   elsewhere. It runs as written, in a fresh module.
@@ -34,6 +35,8 @@ from __future__ import annotations
 import ast
 import contextlib
 import doctest
+import importlib
+import inspect
 import re
 import subprocess
 import sys
@@ -54,12 +57,27 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Languages a fence may have. Only python and pycon are executed; the others are not Python.
 LANGUAGES = frozenset(
-    {"python", "pycon", "console", "text", "protobuf", "toml", "yaml", "json", "markdown"}
+    {
+        "python",
+        "pycon",
+        "console",
+        "text",
+        "mermaid",
+        "protobuf",
+        "toml",
+        "yaml",
+        "json",
+        "markdown",
+    }
 )
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*?)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<body>.*?)\s*-->\s*$")
 _SKIP = re.compile(r"skip:\s*(?P<reason>\S.*)")
+
+
+# Modules whose docstrings the API reference pages render: their examples run too.
+PUBLIC_MODULES = ("aiokpl", "aiokpl.aggregation", "aiokpl.testing")
 
 
 def pages() -> list[Path]:
@@ -68,10 +86,55 @@ def pages() -> list[Path]:
 
 
 @dataclass
-class Block:
-    """One fenced block of a page."""
+class Source:
+    """A text whose fenced blocks are examples: a page, or a docstring the site renders."""
 
-    path: Path
+    name: str  # "docs/testing.md", or "aiokpl.testing.FakeKinesis"
+    text: str
+    filename: str  # for tracebacks: the page's path, or the docstring's qualified name
+
+
+def page_source(path: Path) -> Source:
+    name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+    return Source(name, path.read_text(encoding="utf-8"), str(path))
+
+
+def docstring_sources() -> list[Source]:
+    """The docstrings of every public module, of every name in its ``__all__``, and of the
+    public members of the classes among them."""
+    found: list[Source] = []
+
+    def add(name: str, obj: object) -> None:
+        doc = inspect.getdoc(obj)
+        if doc:
+            found.append(Source(name, doc, f"<docstring of {name}>"))
+
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        add(module_name, module)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue  # constants: their docstring is their type's
+            add(f"{module_name}.{name}", obj)
+            if inspect.isclass(obj):
+                for member_name, member in vars(obj).items():
+                    if not member_name.startswith("_") and isinstance(
+                        member, types.FunctionType | classmethod | staticmethod | property
+                    ):
+                        add(f"{module_name}.{name}.{member_name}", member)
+    return found
+
+
+def sources() -> list[Source]:
+    return [*map(page_source, pages()), *docstring_sources()]
+
+
+@dataclass
+class Block:
+    """One fenced block of a page or docstring."""
+
+    origin: Source
     line: int  # 1-based line of the opening fence
     language: str
     source: str
@@ -79,17 +142,17 @@ class Block:
 
     @property
     def where(self) -> str:
-        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
-        return f"{path.as_posix()}:{self.line}"
+        return f"{self.origin.name}:{self.line}"
 
 
-def fenced_blocks(path: Path) -> list[Block]:
+def fenced_blocks(origin: Source) -> list[Block]:
     """Every fenced block of a page, in order, with the marker before it if any.
 
     Raises:
         ValueError: An unclosed fence, or a marker that is not directly before a fence.
     """
-    lines = path.read_text(encoding="utf-8").splitlines()
+    path = origin.name
+    lines = origin.text.splitlines()
     blocks: list[Block] = []
     pending: tuple[int, str] | None = None  # (line, marker body) waiting for its fence
     i = 0
@@ -122,7 +185,7 @@ def fenced_blocks(path: Path) -> list[Block]:
         else:
             raise ValueError(f"{path}:{i + 1}: fence never closed")
         marker_body = pending[1] if pending is not None else None
-        blocks.append(Block(path, i + 1, language, "\n".join(body) + "\n", marker_body))
+        blocks.append(Block(origin, i + 1, language, "\n".join(body) + "\n", marker_body))
         pending = None
         i = j + 1
     if pending is not None:
@@ -158,7 +221,7 @@ def _compile(block: Block) -> types.CodeType:
     # Blank lines in front so that line numbers in tracebacks are the page's.
     return compile(
         "\n" * block.line + block.source,
-        str(block.path),
+        block.origin.filename,
         "exec",
         flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
         dont_inherit=True,
@@ -177,7 +240,7 @@ def _defines_tests(source: str) -> bool:
     )
 
 
-def examples_of(path: Path) -> list[Example]:
+def examples_of(origin: Source) -> list[Example]:
     """The examples of a page: python blocks grouped with their continuations, pycon blocks.
 
     Raises:
@@ -185,7 +248,7 @@ def examples_of(path: Path) -> list[Example]:
     """
     found: list[Example] = []
     last_python: Example | None = None
-    for block in fenced_blocks(path):
+    for block in fenced_blocks(origin):
         if block.language not in LANGUAGES:
             raise ValueError(
                 f"{block.where}: fence language {block.language!r} is not one of "
@@ -221,15 +284,14 @@ def examples_of(path: Path) -> list[Example]:
 
 def _collect() -> list[Any]:
     params = []
-    for path in pages():
+    for origin in sources():
         try:
-            examples = examples_of(path)
+            examples = examples_of(origin)
             kinds = [example.kind for example in examples]  # compiles every block
         except (ValueError, SyntaxError) as exc:
             # One test that fails with the reason, rather than an error that stops collection
             # of every other page.
-            where = path.relative_to(ROOT).as_posix()
-            params.append(pytest.param(Example(problem=str(exc)), None, id=where))
+            params.append(pytest.param(Example(problem=str(exc)), None, id=origin.name))
             continue
         for example, kind in zip(examples, kinds, strict=True):
             where = example.first.where
@@ -318,7 +380,7 @@ def test_example_runs(example: Example, backend: str | None, tmp_path: Path) -> 
     if kind == "pycon":
         block = example.first
         test = doctest.DocTestParser().get_doctest(
-            block.source, {}, block.where, str(block.path), block.line
+            block.source, {}, block.where, block.origin.filename, block.line
         )
         runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
         runner.run(test)
@@ -359,17 +421,21 @@ def test_every_page_is_collected() -> None:
     """New pages are picked up by globbing; this pins that the glob sees the site."""
     found = {path.relative_to(ROOT).as_posix() for path in pages()}
     assert {"README.md", "docs/index.md", "docs/getting-started.md"} <= found
-    runnable = [example for path in pages() for example in examples_of(path)]
+    documented = {source.name for source in docstring_sources()}
+    assert {"aiokpl.Producer", "aiokpl.testing.FakeKinesis", "aiokpl.RateLimiter.acquire"} <= (
+        documented
+    )
+    runnable = [example for origin in sources() for example in examples_of(origin)]
     assert sum(example.skip_reason is None for example in runnable) >= 20
 
 
 # -- the collector's own rules ---------------------------------------------------------------
 
 
-def _page(tmp_path: Path, text: str) -> Path:
+def _page(tmp_path: Path, text: str) -> Source:
     path = tmp_path / "page.md"
     path.write_text(text, encoding="utf-8")
-    return path
+    return page_source(path)
 
 
 def test_blocks_are_grouped_with_their_continuations(tmp_path: Path) -> None:
