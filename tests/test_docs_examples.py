@@ -329,10 +329,9 @@ class AnyStreamKinesis(FakeKinesis):
 
 
 @pytest.fixture(autouse=True)
-def _fake_default_client(monkeypatch: pytest.MonkeyPatch) -> list[AnyStreamKinesis]:
-    """Producers that would open an aiobotocore client to AWS get a fake; returns the fakes."""
+def _fake_default_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Producers that would open an aiobotocore client to AWS get a fake instead."""
     real = aiokpl._producer.create_client
-    opened: list[AnyStreamKinesis] = []
 
     @contextlib.asynccontextmanager
     async def create_client(config: Config) -> AsyncIterator[Any]:
@@ -340,12 +339,9 @@ def _fake_default_client(monkeypatch: pytest.MonkeyPatch) -> list[AnyStreamKines
             async with real(config) as client:
                 yield client
         else:
-            fake = AnyStreamKinesis()
-            opened.append(fake)
-            yield fake
+            yield AnyStreamKinesis()
 
     monkeypatch.setattr(aiokpl._producer, "create_client", create_client)
-    return opened
 
 
 @contextlib.contextmanager
