@@ -83,8 +83,11 @@ def attribute_docs(source: str, class_name: str = "Config") -> dict[str, str]:
 def _markdown(text: str) -> str:
     """reStructuredText inline markup to Markdown, on one line (a table cell)."""
     text = _ROLE.sub(lambda match: f"`{match.group('target')}`", text)
-    text = text.replace("``", "`")
-    return " ".join(text.split()).replace("|", "\\|")
+    text = " ".join(text.replace("``", "`").split())
+    # A "|" would end the table cell, except inside a code span, where the table extension
+    # leaves it alone (and an escape would show).
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if part.startswith("`") else part.replace("|", "\\|") for part in parts)
 
 
 def _number(value: float) -> str:

@@ -69,6 +69,7 @@ def test_rows_show_type_default_range_and_kpl_name(hooks: ModuleType) -> None:
     assert rows["rate_limit_records_per_sec_per_shard"].kpl == "`RateLimit`"
     assert rows["http_backend"].allowed == "`'auto'`, `'aiohttp'`, `'httpx'`"
     assert rows["verify_ssl"].allowed == "`True`, `False`"
+    assert rows["region"].type == "`str | None`"  # a pipe in a code span stays as it is
     assert rows["region"].default == "`None`"
     assert rows["region"].allowed == "a non-empty string, or `None`"
     assert rows["drain_interval_ms"].kpl == "–"
@@ -107,5 +108,6 @@ class Config:
         """Not a field."""
 '''
     assert hooks.attribute_docs(source) == {"a": "Documented\non two lines.", "c": "Only c."}
+    assert hooks._markdown("``a | b`` or c | d") == "`a | b` or c \\| d"
     with pytest.raises(hooks.ConfigDocError, match="class Config not found"):
         hooks.attribute_docs("x = 1\n")
