@@ -111,3 +111,70 @@ class Config:
     assert hooks._markdown("``a | b`` or c | d") == "`a | b` or c \\| d"
     with pytest.raises(hooks.ConfigDocError, match="class Config not found"):
         hooks.attribute_docs("x = 1\n")
+
+
+# Every option of the KPL's KinesisProducerConfiguration (awslabs/amazon-kinesis-producer,
+# java/.../KinesisProducerConfiguration.java: its properties and setters), plus those of older
+# releases' default_config.properties and ReturnUserRecordOnFailure.
+KPL_OPTIONS = (
+    "AdditionalMetricsDimension",
+    "AggregationEnabled",
+    "AggregationMaxCount",
+    "AggregationMaxSize",
+    "AwsAccessKeyId",
+    "AwsSecretKey",
+    "CaCertFile",
+    "CaCertPath",
+    "CloudwatchEndpoint",
+    "CloudwatchPort",
+    "CollectionMaxCount",
+    "CollectionMaxSize",
+    "ConnectTimeout",
+    "CredentialsProvider",
+    "CredentialsRefreshDelay",
+    "CustomEndpoint",
+    "EnableCoreDumps",
+    "FailIfThrottled",
+    "GlueSchemaRegistryConfiguration",
+    "GlueSchemaRegistryCredentialsProvider",
+    "GlueSchemaRegistryPropertiesFilePath",
+    "KinesisEndpoint",
+    "KinesisPort",
+    "LogLevel",
+    "MaxConnections",
+    "MetricsCredentialsProvider",
+    "MetricsGranularity",
+    "MetricsLevel",
+    "MetricsNamespace",
+    "MetricsUploadDelay",
+    "MinConnections",
+    "NativeExecutable",
+    "Port",
+    "ProxyHost",
+    "ProxyPassword",
+    "ProxyPort",
+    "ProxyUserName",
+    "RateLimit",
+    "RecordMaxBufferedTime",
+    "RecordTtl",
+    "Region",
+    "RequestTimeout",
+    "ReturnUserRecordOnFailure",
+    "StsEndpoint",
+    "StsPort",
+    "TempDirectory",
+    "ThreadPoolSize",
+    "ThreadingModel",
+    "UserRecordTimeoutInMillis",
+    "VerifyCertificate",
+)
+
+
+def test_the_migration_page_maps_every_kpl_option() -> None:
+    page = (ROOT / "docs" / "migrating-from-kpl.md").read_text(encoding="utf-8")
+    option_rows = [line for line in page.splitlines() if line.startswith("| `")]
+    for option in KPL_OPTIONS:
+        rows = [row for row in option_rows if re.search(rf"`(set|add)?{option}\b", row)]
+        assert rows, f"the KPL option {option} is not mapped"
+        # Each row says what to use instead, or why there is nothing.
+        assert all(row.count("|") >= 4 for row in rows), rows
