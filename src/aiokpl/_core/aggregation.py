@@ -177,12 +177,17 @@ class AggregateBuilder:
 
     Example:
         ```python
+        from aiokpl.aggregation import AggregateBuilder
+
+        pending = [(b"user-%d" % i, b"x" * 1_000) for i in range(100)]
+        limit, aggregates = 51_200, []
         builder = AggregateBuilder()
         for key, data in pending:
             if builder.count and builder.size_if_added(key, len(data)) > limit:
-                send(builder.encode())
+                aggregates.append(builder.encode())
                 builder.clear()
             builder.add(key, data)
+        aggregates.append(builder.encode())
         ```
     """
 
