@@ -644,8 +644,13 @@ def _parse_canonical(buf: bytes, pos: int, end: int) -> _Columns | None:
             add_data(buf[pos:stop])
             pos = stop
         elif (tag == 0x0A or tag == 0x12) and not datas:  # the key tables
-            length, pos = _read_varint(buf, pos + 1)
-            stop = pos + length
+            b = buf[pos + 1]
+            if b < 0x80:  # keys are short: a one-byte length, read here without a call
+                pos += 2
+                stop = pos + b
+            else:
+                length, pos = _read_varint(buf, pos + 1)
+                stop = pos + length
             (partition_keys if tag == 0x0A else explicit_hash_keys).append(buf[pos:stop].decode())
             pos = stop
         else:
