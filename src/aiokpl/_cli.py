@@ -276,6 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    # argparse fills a ``nargs="*"`` positional at its first chance, so in
+    # ``aiokpl put STREAM --json a.txt`` the file would be left over. A subcommand that sets
+    # ``intermixed`` to such an attribute gets the leftover positionals appended to it.
+    intermixed = getattr(args, "intermixed", None)
+    if extras and intermixed and all(e == "-" or not e.startswith("-") for e in extras):
+        getattr(args, intermixed).extend(extras)
+    elif extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
     handler: Any = args.handler
     return int(handler(args))

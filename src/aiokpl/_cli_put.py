@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import random
+import stat
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -30,6 +32,7 @@ from functools import partial
 from typing import IO, Any, NamedTuple, TextIO
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from ._cli_options import (
@@ -767,13 +770,30 @@ class PutRun:
             self._stderr.flush()
 
 
+def _may_block(file: IO[bytes]) -> bool:
+    """Whether reading ``file`` can wait for a writer (a pipe, a terminal, a socket).
+
+    Regular files and in-memory buffers never make a read wait for long, so they are read in
+    the event loop's thread; anything else in a worker thread.
+    """
+    try:
+        return not stat.S_ISREG(os.fstat(file.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # io.BytesIO has no file descriptor
+        return False
+
+
 async def _lines(file: IO[bytes]) -> AsyncIterator[Line]:
-    """The lines of ``file``, read a block at a time in a worker thread."""
+    """The lines of ``file``, read a block at a time (in a worker thread if it may block)."""
     splitter = LineSplitter()
     read = getattr(file, "read1", file.read)
+    threaded = _may_block(file)
     while True:
-        # abandon_on_cancel: Ctrl-C must not wait for a terminal or a pipe to send more.
-        block = await anyio.to_thread.run_sync(read, READ_SIZE, abandon_on_cancel=True)
+        if threaded:
+            # abandon_on_cancel: Ctrl-C must not wait for a terminal or a pipe to send more.
+            block = await anyio.to_thread.run_sync(read, READ_SIZE, abandon_on_cancel=True)
+        else:
+            block = read(READ_SIZE)
+            await anyio.lowlevel.checkpoint()
         if not block:
             break
         for line in splitter.feed(block):
@@ -876,7 +896,7 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         default=10_000,
         help="records in flight at most; input reading waits beyond (10000)",
     )
-    put.set_defaults(handler=run_put_command)
+    put.set_defaults(handler=run_put_command, intermixed="files")
 
 
 def _parser_from_args(args: argparse.Namespace) -> LineParser:
