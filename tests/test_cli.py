@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import sys
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,7 +15,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokpl._cli import SUBCOMMANDS, build_parser, main
-from aiokpl._cli_options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, config_from_args
+from aiokpl._cli_options import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    config_from_args,
+    made_of,
+)
 from aiokpl._cli_put import (
     BadLine,
     DeadLetters,
@@ -33,6 +41,9 @@ from aiokpl._cli_put import (
 from aiokpl._cli_tail import format_record, parse_timestamp
 from aiokpl._tail import StartPosition
 from aiokpl.aggregation import DeaggregatedRecord
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
 # --------------------------------------------------------------------------------------------
 # Global options and the table of subcommands
@@ -576,3 +587,15 @@ def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "--partition-key-template" in out
     assert "130 when interrupted" in out
+
+
+def test_interrupts_are_recognised_inside_exception_groups() -> None:
+    interrupt = KeyboardInterrupt()
+    assert made_of(interrupt, KeyboardInterrupt)
+    assert made_of(BaseExceptionGroup("g", [interrupt]), KeyboardInterrupt)
+    nested = BaseExceptionGroup("g", [BaseExceptionGroup("h", [interrupt, KeyboardInterrupt()])])
+    assert made_of(nested, KeyboardInterrupt)
+    mixed = BaseExceptionGroup("g", [interrupt, ValueError()])
+    assert not made_of(mixed, KeyboardInterrupt)
+    assert not made_of(ValueError(), KeyboardInterrupt)
+    assert made_of(ExceptionGroup("g", [BrokenPipeError()]), BrokenPipeError)

@@ -28,6 +28,7 @@ __all__ = (
     "add_global_options",
     "config_from_args",
     "global_options_parent",
+    "made_of",
     "positive_float",
     "positive_int",
 )
@@ -132,3 +133,16 @@ def positive_float(text: str) -> float:
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
     return value
+
+
+def made_of(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``exc`` is a ``kind``, or an exception group of nothing else.
+
+    A Ctrl-C or a closed pipe reaches the top wrapped in exception groups when it struck inside
+    a task group (trio's ``KeyboardInterrupt`` always does); the command line treats the
+    wrapped and the bare exception alike.
+    """
+    if isinstance(exc, kind):
+        return True
+    inner: tuple[BaseException, ...] = getattr(exc, "exceptions", ())  # a group (3.10: backport)
+    return bool(inner) and all(made_of(e, kind) for e in inner)

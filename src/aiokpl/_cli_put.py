@@ -42,6 +42,7 @@ from ._cli_options import (
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
     config_from_args,
+    made_of,
     positive_float,
     positive_int,
 )
@@ -896,6 +897,14 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         default=10_000,
         help="records in flight at most; input reading waits beyond (10000)",
     )
+    producer.add_argument(
+        "--max-record-size",
+        type=positive_int,
+        metavar="BYTES",
+        default=1024 * 1024,
+        help="largest record (partition key + data) accepted; raise it for a stream whose "
+        "limit was raised (1048576)",
+    )
     put.set_defaults(handler=run_put_command, intermixed="files")
 
 
@@ -937,6 +946,7 @@ def run_put_command(args: argparse.Namespace, stderr: TextIO | None = None) -> i
             record_max_buffered_time_ms=args.max_buffered_ms,
             record_ttl_ms=args.record_ttl_ms,
             max_outstanding_records=args.max_outstanding_records,
+            max_record_size=args.max_record_size,
         )
     except (ValueError, ConfigError) as exc:
         print(f"aiokpl put: {exc}", file=stderr)
@@ -962,7 +972,9 @@ def run_put_command(args: argparse.Namespace, stderr: TextIO | None = None) -> i
         )
         try:
             status = anyio.run(_put_main, config, args.stream, run, stderr, backend=args.backend)
-        except KeyboardInterrupt:
+        except BaseException as exc:
+            if not made_of(exc, KeyboardInterrupt):
+                raise
             report.interrupted = True
             status = None
         finally:

@@ -23,6 +23,7 @@ from ._cli_options import (
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
     config_from_args,
+    made_of,
     positive_float,
     positive_int,
 )
@@ -223,16 +224,14 @@ def run_tail_command(
     """Run ``aiokpl tail`` as ``args`` say; returns the exit status."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    try:
-        config = config_from_args(args)
-    except ConfigError as exc:  # pragma: no cover - the global options are all valid Config
-        print(f"aiokpl tail: {exc}", file=stderr)
-        return EXIT_USAGE
+    config = config_from_args(args)
     try:
         return anyio.run(_tail_main, config, args, stdout, stderr, backend=args.backend)
-    except KeyboardInterrupt:
-        return EXIT_OK
-    except BrokenPipeError:
+    except BaseException as exc:
+        if made_of(exc, KeyboardInterrupt):
+            return EXIT_OK
+        if not made_of(exc, BrokenPipeError):
+            raise
         # The reader went away (`aiokpl tail ... | head`): stop quietly, like `tail` does;
         # stdout is pointed at /dev/null so that the interpreter's final flush cannot fail.
         devnull = os.open(os.devnull, os.O_WRONLY)
