@@ -15,6 +15,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokpl._cli import SUBCOMMANDS, build_parser, main
+from aiokpl._cli_lines import (
+    BadLine,
+    FieldError,
+    FieldPath,
+    Line,
+    LineParser,
+    LineSplitter,
+    ParsedRecord,
+    Template,
+    random_partition_key,
+)
 from aiokpl._cli_options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -23,21 +34,7 @@ from aiokpl._cli_options import (
     config_from_args,
     made_of,
 )
-from aiokpl._cli_put import (
-    BadLine,
-    DeadLetters,
-    FieldError,
-    FieldPath,
-    Line,
-    LineParser,
-    LineSplitter,
-    ParsedRecord,
-    PutReport,
-    Template,
-    encode_data,
-    progress_line,
-    random_partition_key,
-)
+from aiokpl._cli_put import DeadLetters, PutReport, encode_data, progress_line
 from aiokpl._cli_tail import format_record, parse_timestamp
 from aiokpl._tail import StartPosition
 from aiokpl.aggregation import DeaggregatedRecord

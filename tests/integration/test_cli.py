@@ -242,6 +242,52 @@ def test_put_reads_standard_input_in_a_real_process(
     assert list(tmp_path.iterdir()) == []  # no dead-letter file
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_put_process_interrupted_reports_and_exits_130(
+    kinesis_server: tuple[str, str], backend: str, tmp_path: Path
+) -> None:
+    _, endpoint = kinesis_server
+    stream = new_stream(endpoint, 1)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aiokpl",
+            "put",
+            stream,
+            "--endpoint-url",
+            endpoint,
+            "--backend",
+            backend,
+        ],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=subprocess_env(),
+        cwd=tmp_path,
+    )
+    try:
+        assert process.stdin is not None
+        process.stdin.write(b"a\nb\nc\n")
+        process.stdin.flush()  # and the pipe stays open: the input has no end
+        deadline = time.monotonic() + 60
+        while len(read_back(endpoint, stream)) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    text = err.decode()
+    assert process.returncode == 130, text
+    assert "aiokpl put: interrupted; finishing the records already read" in text
+    assert "delivered  3 records" in text
+    assert "interrupted  stopped by Ctrl-C" in text
+    assert "Traceback" not in text
+    assert sorted(r.data for r in read_back(endpoint, stream)) == [b"a", b"b", b"c"]
+
+
 # --------------------------------------------------------------------------------------------
 # tail
 # --------------------------------------------------------------------------------------------
