@@ -131,6 +131,7 @@ def test_subcommands_are_a_table_of_add_parser_functions() -> None:
         ["put", "s", "--partition-key-template", "{a"],
         ["put", "s", "--partition-key-field", "a..b"],
         ["put", "s", "--rate-limit", "-1"],
+        ["put", "s", "--rate-limit", "fast"],
         ["put", "s", "--max-buffered-ms", "x"],
         ["--backend", "curio", "put", "s"],
         ["put"],

@@ -177,10 +177,16 @@ def test_put_dead_letters_bad_lines_and_exits_1(
             str(dead_letter),
             "--max-record-size",
             "1024",
+            "--report-json",
+            "-",
         ]
     )
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert status == 1, err
+    summary = json.loads(out)
+    assert summary["failed_by_code"] == {"InvalidJson": 1, "InvalidRecord": 1, "MissingField": 1}
+    assert (summary["delivered"], summary["exit_status"]) == (3, 1)
+    assert summary["dead_letter_file"] == str(dead_letter)
     assert f"{source}:2: InvalidJson: invalid JSON" in err
     assert f"{source}:3: MissingField: no field 'k'" in err
     assert f"{source}:5: InvalidRecord: " in err
