@@ -391,3 +391,35 @@ async def test_shards_are_listed_page_by_page() -> None:
     )
     assert sorted(started) == [shard.shard_id for shard in fake.shards("s")]
     assert len([name for name, _, _ in client.calls if name == "list_shards"]) == 2
+
+
+async def test_an_error_of_the_first_listing_is_not_retried() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    fake.fail_requests(1, operation="ListShards")  # InternalFailure: retried later, not here
+    with pytest.raises(TailError) as raised:
+        await tail_stream(fake, "s", start=LATEST, on_records=Collected())
+    assert raised.value.code == "InternalFailure"
+
+
+async def test_a_later_listing_is_retried() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    await put(fake, "s", "k", b"a")
+    fake.split("s", "shardId-000000000000", 2**127)
+    await put(fake, "s", "k", b"b")
+    client = Recorder(fake)
+    client.fail[("list_shards", 2)] = client_error("LimitExceededException", "slow", "ListShards")
+    warnings: list[str] = []
+    collected = Collected()
+    await tail_stream(
+        client,
+        "s",
+        start=TRIM_HORIZON,
+        on_records=collected,
+        follow=False,
+        on_warning=warnings.append,
+        random_value=lambda: 0.0,
+    )
+    assert collected.data() == [b"a", b"b"]
+    assert warnings == ["ListShards failed (LimitExceededException: slow); retrying in 0.5 s"]

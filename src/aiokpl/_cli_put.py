@@ -2,9 +2,10 @@
 
 The input is streamed: blocks of at most :data:`READ_SIZE` bytes are read (from a pipe or a
 terminal in a worker thread, so that waiting for a writer never blocks the event loop and the
-producer keeps sending meanwhile; from a regular file directly), the blocks are split into lines, and each line becomes a ``put_record``, which waits whenever the producer holds
+producer keeps sending meanwhile; from a regular file directly), the blocks are split into
+lines, and each line becomes a ``put_record``, which waits whenever the producer holds
 ``max_outstanding_records`` / ``max_outstanding_bytes``. Memory is therefore bounded by those
-two numbers and :data:`MAX_LINE_SIZE`, never by the size of the input.
+two numbers and :data:`~aiokpl._cli_lines.MAX_LINE_SIZE`, never by the size of the input.
 
 Every line ends in exactly one of these: delivered; failed by Kinesis (its result's code, e.g.
 ``ProvisionedThroughputExceededException`` after the TTL); or rejected before it was sent (bad

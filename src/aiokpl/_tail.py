@@ -21,7 +21,8 @@ Invariants:
   start position if nothing was read yet.
 * **errors no retry can fix end the reader.** The codes of
   :data:`aiokpl._core.retry_policy.FAIL_FAST` (stream not found, access denied, …) raise
-  :class:`TailError` out of :func:`tail_stream`.
+  :class:`TailError` out of :func:`tail_stream`, and so does any error of the first
+  ``ListShards``, which checks that the stream can be read at all.
 
 The KPL has no reader; the KCL's shard consumer (``ShardConsumer``, ``PollingRecordsPublisher``)
 is the model for the parent-before-child rule and the idle wait between polls.
@@ -196,7 +197,9 @@ class _StreamReader:
         self._error: TailError | None = None
 
     async def run(self) -> None:
-        await self._list_shards()
+        # The first listing is the check that the stream can be read at all: any error there
+        # (a wrong name, no access, no endpoint) ends the reader at once instead of retrying.
+        await self._list_shards(retry=False)
         if self._start.iterator_type == "LATEST":
             self._done.update(i for i, shard in self._shards.items() if not _is_open(shard))
         async with anyio.create_task_group() as task_group:
@@ -216,11 +219,13 @@ class _StreamReader:
                 self._started.add(shard_id)
                 task_group.start_soon(self._read_shard, shard_id, task_group, from_start)
 
-    async def _list_shards(self) -> None:
+    async def _list_shards(self, *, retry: bool = True) -> None:
         shards: dict[str, dict[str, Any]] = {}
         arguments: dict[str, Any] = {"StreamName": self._stream}
         while True:
-            page = await self._call("ListShards", self._client.list_shards, **arguments)
+            page = await self._call(
+                "ListShards", self._client.list_shards, retry=retry, **arguments
+            )
             for shard in page["Shards"]:
                 shards[shard["ShardId"]] = shard
             token = page.get("NextToken")
@@ -229,12 +234,14 @@ class _StreamReader:
             arguments = {"NextToken": token}
         self._shards = shards
 
-    async def _call(self, operation: str, method: Any, **arguments: Any) -> dict[str, Any]:
+    async def _call(
+        self, operation: str, method: Any, *, retry: bool = True, **arguments: Any
+    ) -> dict[str, Any]:
         """Call ``method``, retrying throttling and transient failures with backoff.
 
         Raises:
-            TailError: for a fail-fast error code, or ``ExpiredIteratorException`` (which the
-                caller handles).
+            TailError: for a fail-fast error code, ``ExpiredIteratorException`` (which the
+                caller handles), or any error when ``retry`` is false.
         """
         backoff = Backoff(initial=0.5, factor=2.0, maximum=10.0)
         while True:
@@ -242,7 +249,7 @@ class _StreamReader:
                 response: dict[str, Any] = await method(**arguments)
             except Exception as exc:  # every client error becomes data here
                 code, message = error_of(exc)
-                if code in FAIL_FAST or code == _EXPIRED_ITERATOR:
+                if not retry or code in FAIL_FAST or code == _EXPIRED_ITERATOR:
                     raise TailError(code, message) from exc
                 delay = backoff.next_delay(self._random())
                 self._warn(f"{operation} failed ({code}: {message}); retrying in {delay:.1f} s")
@@ -307,7 +314,7 @@ class _StreamReader:
             if iterator is None:
                 break  # a closed shard, read to its end
             caught_up = not records or page.get("MillisBehindLatest") == 0
-            if caught_up and not self._follow and _is_open(self._shards[shard_id]):
+            if caught_up and not self._follow and _is_open(self._shards.get(shard_id, {})):
                 return  # a closed shard is read to its end: its children come next
             await anyio.sleep(self._poll_interval if caught_up else MIN_READ_INTERVAL)
         self._done.add(shard_id)

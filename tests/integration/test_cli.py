@@ -28,7 +28,7 @@ import pytest
 
 from aiokpl import Producer
 from aiokpl._cli import main
-from aiokpl._local_kinesis import DUMMY_CREDENTIALS
+from aiokpl._local_kinesis import DUMMY_CREDENTIALS, free_port
 from aiokpl.testing import read_stream
 
 from .helpers import (
@@ -553,6 +553,23 @@ def test_tail_of_a_missing_stream_exits_3(
     _, endpoint = kinesis_server
     assert main(["tail", "no-such-stream", "--endpoint-url", endpoint]) == 3
     assert "cannot read 'no-such-stream': ResourceNotFoundException" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["put", "tail"])
+def test_an_unreachable_endpoint_exits_3(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    source = tmp_path / "in.txt"
+    source.write_text("a\n")
+    arguments = [command, "s", "--endpoint-url", endpoint]
+    assert main(arguments + ([str(source)] if command == "put" else [])) == 3
+    err = capsys.readouterr().err
+    assert (
+        f': Internal: EndpointConnectionError: Could not connect to the endpoint URL: "{endpoint}/"'
+        in err
+    )
+    assert list(tmp_path.iterdir()) == [source]
 
 
 def test_tail_follows_the_children_of_a_split_shard(
