@@ -216,3 +216,24 @@ async def test_only_the_first_bad_lines_are_described(tmp_path: Path) -> None:
     assert messages[-1].startswith("(further bad lines are not shown here")
     assert len(dead_letters(tmp_path)) == 30
     assert run.report.failed["InvalidJson"] == 30
+
+
+async def test_abandoned_records_are_dead_lettered_as_cancelled(tmp_path: Path) -> None:
+    """What a second Ctrl-C does: the scope around the producer is cancelled mid-flight."""
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    fake.latency = 10.0  # every request is still in flight when the run is abandoned
+    run, _ = make_run(tmp_path, [b"a", b"b", b"c"])
+    with anyio.CancelScope() as abandon:
+        async with (
+            Producer(Config(region="us-east-1"), client=fake) as producer,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(run.run, producer)
+            await anyio.sleep(1.0)
+            abandon.cancel()
+    run._dead_letters.close()
+    assert dict(run.report.failed) == {"Cancelled": 3}
+    entries = dead_letters(tmp_path)
+    assert sorted(e["data"] for e in entries) == ["a", "b", "c"]
+    assert {(e["error_code"], e["attempts"]) for e in entries} == {("Cancelled", 1)}
