@@ -296,7 +296,7 @@ class PutRun:
         dead_letters: where failed lines go.
         report: the counters, updated as the run goes (read it even after an interruption).
         rate_limit: at most this many records per second over the whole run, or ``None``.
-        stderr: where bad lines, the progress line and warnings go.
+        stderr: where bad lines, the progress line and warnings go (default: ``sys.stderr``).
         progress: whether to redraw a progress line (on a terminal).
     """
 
@@ -309,7 +309,7 @@ class PutRun:
         dead_letters: DeadLetters,
         report: PutReport,
         rate_limit: float | None = None,
-        stderr: TextIO = sys.stderr,
+        stderr: TextIO | None = None,
         progress: bool = False,
     ) -> None:
         self._stream = stream
@@ -318,7 +318,7 @@ class PutRun:
         self._dead_letters = dead_letters
         self.report = report
         self._rate_limit = rate_limit
-        self._stderr = stderr
+        self._stderr = stderr or sys.stderr
         self._progress = progress
         self._put = 0
         self._bad_lines_shown = 0
