@@ -26,7 +26,7 @@ from ._core.errors import ConfigError
 if TYPE_CHECKING:
     from ._core.config import Config
 
-__all__ = ("KinesisClient", "client_error", "create_client", "error_of")
+__all__ = ("KinesisClient", "KinesisReader", "client_error", "create_client", "error_of")
 
 
 class KinesisClient(Protocol):
@@ -35,6 +35,16 @@ class KinesisClient(Protocol):
     async def list_shards(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
 
     async def put_records(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+
+class KinesisReader(Protocol):
+    """The Kinesis client methods ``aiokpl tail`` calls (keyword arguments as in botocore)."""
+
+    async def list_shards(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+    async def get_shard_iterator(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+    async def get_records(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
 
 
 # Message of a credential-bearing exception is never repeated: botocore's own messages for
