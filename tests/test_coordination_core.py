@@ -29,11 +29,14 @@ KEY = "events/shardId-000000000000"
 
 
 def report(producer: str, sequence: int, records: float, size: float = 0.0) -> Report:
-    return Report(producer, sequence, {KEY: ShardLoad(records, size)})
+    # A saturated producer: its limit in force is what it sent.
+    return Report(producer, sequence, {KEY: ShardLoad(records, size, records, size)})
 
 
 def summary(version: int, records: float, size: float, producers: int) -> Summary:
-    return Summary("epoch", version, producers, {KEY: ShardLoad(records, size, producers)})
+    # Saturated producers: the sum of their limits is what they sent.
+    load = ShardLoad(records, size, records, size, producers)
+    return Summary("epoch", version, producers, {KEY: load})
 
 
 def adjuster(**changes: object) -> CeilingAdjuster:
@@ -46,7 +49,7 @@ def adjuster(**changes: object) -> CeilingAdjuster:
 
 
 def test_one_step_moves_forty_percent_toward_max_over_current_times_ceiling() -> None:
-    limits = adjuster()
+    limits = adjuster(fairness=0.0)  # the seed's formula
     limits.ceilings[KEY] = (1000.0, 1_048_576.0)
     # Four producers sent 4,000 records/s and 2 MiB/s: records scale by 1/4, bytes by 1/2.
     changed = limits.apply(summary(1, 4000.0, 2_097_152.0, 4), now=0.0)
@@ -70,7 +73,7 @@ def test_four_saturated_producers_converge_to_the_shard_limit() -> None:
     aggregates = []
     for round_number in range(1, 13):
         reports = [
-            Report(f"p{i}", round_number, {KEY: ShardLoad(*limits.ceiling(KEY))})
+            Report(f"p{i}", round_number, {KEY: ShardLoad(*limits.ceiling(KEY) * 2)})
             for i, limits in enumerate(producers)
         ]
         total, expired = summarizer.summarize(reports, now=float(round_number))
@@ -97,9 +100,48 @@ def test_the_ceiling_is_capped_by_the_producer_maximum() -> None:
 
 
 def test_zero_traffic_keeps_the_ceiling() -> None:
-    limits = adjuster()
+    limits = adjuster(fairness=0.0)
     limits.ceilings[KEY] = (123.0, 456.0)
     assert limits.apply(summary(1, 0.0, 0.0, 0), now=0.0) == {KEY: (123.0, 456.0)}
+    # Records but no bytes counted (a summary written by something else): bytes stay.
+    assert limits.apply(summary(2, 246.0, 0.0, 1), now=1.0) == {
+        KEY: (0.6 * 123 + 0.4 * 1000 / 246 * 123 / 1, 456.0)
+    }
+
+
+def test_unequal_saturated_shares_drift_toward_equal_while_the_sum_holds() -> None:
+    # Two producers at 800 and 200 records/s on a 1,000 records/s shard, both saturated.
+    fair = [adjuster(), adjuster()]
+    seed = [adjuster(fairness=0.0), adjuster(fairness=0.0)]
+    for pair in (fair, seed):
+        pair[0].ceilings[KEY] = (800.0, 1e6)
+        pair[1].ceilings[KEY] = (200.0, 1e6)
+    for version in range(1, 21):
+        for pair in (fair, seed):
+            a, b = (limits.ceiling(KEY)[0] for limits in pair)
+            total = Summary("e", version, 2, {KEY: ShardLoad(a + b, 1.0, a + b, 1.0, 2)})
+            for limits in pair:
+                limits.apply(total, now=float(version))
+    a, b = (limits.ceiling(KEY)[0] for limits in fair)
+    # Each round the gap shrinks by smoothing × fairness = 20%: 600 × 0.8**20 ≈ 6.9.
+    assert a - b == pytest.approx(600.0 * 0.8**20)
+    assert a + b == pytest.approx(1000.0)
+    a, b = (limits.ceiling(KEY)[0] for limits in seed)
+    assert (a, b) == pytest.approx((800.0, 200.0))
+
+
+def test_a_limit_held_below_the_ceiling_by_throttling_is_what_gets_scaled() -> None:
+    limits = adjuster(fairness=0.0)
+    limits.ceilings[KEY] = (600.0, 1e6)
+    # AIMD holds the shard at 300 records/s; the aggregate is exactly at the maximum, so the
+    # target is the limit in force, and the ceiling comes down toward it.
+    changed = limits.apply(summary(1, 1000.0, 1.0, 2), now=0.0, limits={KEY: (300.0, 1e6)})
+    # (Bytes: 1 B/s of 1 MiB allowed, so the target is capped at 1 MiB.)
+    assert changed == {KEY: (0.6 * 600 + 0.4 * 300, 0.6 * 1e6 + 0.4 * 1_048_576)}
+    # A limit above the ceiling (a stale reading) counts as the ceiling.
+    changed = limits.apply(summary(2, 1000.0, 1.0, 2), now=1.0, limits={KEY: (9e9, 9e9)})
+    assert changed is not None
+    assert changed[KEY][0] == pytest.approx(480.0)
 
 
 def test_a_joiner_starts_from_its_share_among_the_producers_already_there() -> None:
@@ -128,7 +170,7 @@ def test_each_summary_version_is_applied_once() -> None:
     assert limits.apply(first, now=1.0) is None
     assert limits.ceiling(KEY)[0] == 800.0
     # A restarted summarizer (new epoch) starts its sequence again: a new version.
-    restarted = Summary("other", 7, 2, {KEY: ShardLoad(2000.0, 2000.0, 2)})
+    restarted = Summary("other", 7, 2, {KEY: ShardLoad(2000.0, 2000.0, 2000.0, 2000.0, 2)})
     assert limits.apply(restarted, now=2.0) is not None
 
 
@@ -150,6 +192,7 @@ def test_a_summary_unchanged_for_staleness_is_stale() -> None:
         ({"producer_max": (1.0, math.inf)}, "producer_max"),
         ({"smoothing": 0.0}, "smoothing"),
         ({"smoothing": 1.5}, "smoothing"),
+        ({"fairness": -0.1}, "fairness"),
         ({"staleness": 0.0}, "staleness"),
     ],
 )
@@ -184,8 +227,16 @@ def test_summary_adds_rates_and_counts_producers_per_shard() -> None:
     other = "events/shardId-000000000001"
     summarizer = Summarizer("e1", staleness=15.0, forget_after=150.0)
     reports = [
-        Report("a", 1, {KEY: ShardLoad(100.0, 1000.0), other: ShardLoad(5.0, 50.0)}),
-        Report("b", 1, {KEY: ShardLoad(200.0, 3000.0), other: ShardLoad(0.0, 0.0)}),
+        Report(
+            "a",
+            1,
+            {KEY: ShardLoad(100.0, 1000.0, 150.0, 2e3), other: ShardLoad(5.0, 50.0, 7.0, 70.0)},
+        ),
+        Report(
+            "b",
+            1,
+            {KEY: ShardLoad(200.0, 3000.0, 250.0, 4e3), other: ShardLoad(0.0, 0.0, 9.0, 90.0)},
+        ),
         Report("c", 1, {}),
     ]
     result, expired = summarizer.summarize(reports, now=10.0, wall_time=1234.5)
@@ -194,7 +245,10 @@ def test_summary_adds_rates_and_counts_producers_per_shard() -> None:
         "e1",
         1,
         3,
-        {KEY: ShardLoad(300.0, 4000.0, 2), other: ShardLoad(5.0, 50.0, 1)},
+        {
+            KEY: ShardLoad(300.0, 4000.0, 400.0, 6000.0, 2),
+            other: ShardLoad(5.0, 50.0, 7.0, 70.0, 1),
+        },
         1234.5,
     )
     assert summarizer.summarize([], now=11.0)[0].sequence == 2
@@ -208,7 +262,7 @@ def test_a_report_whose_sequence_stops_moving_goes_stale_and_its_share_is_reclai
     for t in (0.0, 1.0):
         reports = [report(name, int(t) + 1, 250.0) for name in "abcd"]
         result, _ = summarizer.summarize(reports, now=t)
-        assert result.shards[KEY] == ShardLoad(1000.0, 0.0, 4)
+        assert result.shards[KEY] == ShardLoad(1000.0, 0.0, 1000.0, 0.0, 4)
     for t in (2.0, 3.0, 3.999):
         reports = [report(name, int(t) + 1, 250.0) for name in "abc"] + [report("d", 2, 250.0)]
         result, _ = summarizer.summarize(reports, now=t)
@@ -216,7 +270,7 @@ def test_a_report_whose_sequence_stops_moving_goes_stale_and_its_share_is_reclai
     reports = [report(name, 5, 250.0) for name in "abc"] + [report("d", 2, 250.0)]
     result, expired = summarizer.summarize(reports, now=4.0)
     assert result.producers == 3
-    assert result.shards[KEY] == ShardLoad(750.0, 0.0, 3)
+    assert result.shards[KEY] == ShardLoad(750.0, 0.0, 750.0, 0.0, 3)
     assert expired == []
     # The survivors scale up by 1000 / 750.
     changed = limits.apply(result, now=4.0)
@@ -235,7 +289,7 @@ def test_a_report_whose_sequence_stops_moving_goes_stale_and_its_share_is_reclai
 def test_a_producer_listed_twice_counts_once() -> None:
     summarizer = Summarizer("e", staleness=3.0, forget_after=3.0)
     result, _ = summarizer.summarize([report("a", 1, 10.0), report("a", 1, 10.0)], now=0.0)
-    assert result.shards[KEY] == ShardLoad(10.0, 0.0, 1)
+    assert result.shards[KEY] == ShardLoad(10.0, 0.0, 10.0, 0.0, 1)
 
 
 @pytest.mark.parametrize(("staleness", "forget_after"), [(0.0, 1.0), (5.0, 4.0)])
@@ -248,9 +302,9 @@ def test_summarizer_rejects_bad_settings(staleness: float, forget_after: float) 
 
 
 def test_report_and_summary_round_trip() -> None:
-    original = Report("p-1", 42, {KEY: ShardLoad(12.5, 3000.0)}, 1.7e9)
+    original = Report("p-1", 42, {KEY: ShardLoad(12.5, 3000.0, 20.0, 4000.0)}, 1.7e9)
     assert decode_report(encode_report(original)) == original
-    total = Summary("e", 3, 2, {KEY: ShardLoad(12.5, 3000.0, 2)}, 1.7e9)
+    total = Summary("e", 3, 2, {KEY: ShardLoad(12.5, 3000.0, 20.0, 4000.0, 2)}, 1.7e9)
     assert decode_summary(encode_summary(total)) == total
     assert json.loads(encode_report(original))["format"] == REPORT_FORMAT
 
@@ -261,7 +315,7 @@ def _report_document(**changes: object) -> bytes:
         "producer": "p",
         "sequence": 1,
         "wall_time": 0.0,
-        "shards": {KEY: [1.0, 2.0]},
+        "shards": {KEY: [1.0, 2.0, 1.0, 2.0]},
     }
     document.update(changes)
     return json.dumps(document).encode()
@@ -285,10 +339,10 @@ def _report_document(**changes: object) -> bytes:
         _report_document(shards=[]),
         _report_document(shards={KEY: [1.0]}),
         _report_document(shards={KEY: {"records": 1}}),
-        _report_document(shards={KEY: [1.0, 2.0, 3]}),  # a summary's entry
-        _report_document(shards={KEY: [float("nan"), 2.0]}),
-        _report_document(shards={KEY: [1.0, False]}),
-        _report_document(shards={"": [1.0, 2.0]}),
+        _report_document(shards={KEY: [1.0, 2.0, 1.0, 2.0, 3]}),  # a summary's entry
+        _report_document(shards={KEY: [float("nan"), 2.0, 1.0, 2.0]}),
+        _report_document(shards={KEY: [1.0, 2.0, 1.0, False]}),
+        _report_document(shards={"": [1.0, 2.0, 1.0, 2.0]}),
     ],
 )
 def test_malformed_reports_are_rejected(data: bytes) -> None:
@@ -302,8 +356,8 @@ def test_malformed_reports_are_rejected(data: bytes) -> None:
         {"epoch": None},
         {"sequence": "1"},
         {"producers": -2},
-        {"shards": {KEY: [1.0, 2.0]}},  # a report's entry
-        {"shards": {KEY: [1.0, 2.0, -1]}},
+        {"shards": {KEY: [1.0, 2.0, 1.0, 2.0]}},  # a report's entry
+        {"shards": {KEY: [1.0, 2.0, 1.0, 2.0, -1]}},
         {"format": REPORT_FORMAT},
     ],
 )
@@ -314,7 +368,7 @@ def test_malformed_summaries_are_rejected(changes: dict[str, object]) -> None:
         "sequence": 1,
         "producers": 1,
         "wall_time": 0.0,
-        "shards": {KEY: [1.0, 2.0, 1]},
+        "shards": {KEY: [1.0, 2.0, 1.0, 2.0, 1]},
     }
     assert decode_summary(json.dumps(document).encode()).producers == 1
     document.update(changes)

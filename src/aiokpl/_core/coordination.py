@@ -12,12 +12,18 @@ coordinate through a store they can all reach (an S3 prefix or a DynamoDB table)
 3. every producer reads the summary and moves each shard's ceiling (the rate its limiter
    admits at most, and that AIMD recovers to after throttling) with :class:`CeilingAdjuster`::
 
-       target  = min(per_producer_max, aggregate_max / aggregate_current × ceiling)
+       base    = (1 - fairness) × limit + fairness × mean limit on the shard
+       target  = min(per_producer_max, aggregate_max / aggregate_current × base)
        ceiling = (1 - smoothing) × ceiling + smoothing × target
 
+   where ``limit`` is the limit in force (the ceiling, or the lower rate AIMD holds the shard
+   at after throttling), and the mean is over the producers that sent to the shard.
+
    When all producers are limited by their ceilings, the aggregate moves ``smoothing`` of the
-   way to ``aggregate_max`` per round (``current - max`` shrinks by ``1 - smoothing``), and
-   the producers keep the ratios between their ceilings.
+   way to ``aggregate_max`` per round (``current - max`` shrinks by ``1 - smoothing``); the
+   mean term sums to zero over the shard's producers, so it changes only the split, pulling
+   the limits toward equal (the seed's formula, ``fairness = 0``, keeps whatever ratios the
+   history left, e.g. a joiner that entered at full rate keeps a larger share for ever).
 
 Staleness without synchronised clocks: a report carries a sequence number the producer bumps
 each time it publishes. The summarizer remembers, on its *own* clock, when each producer's
@@ -77,10 +83,17 @@ class MalformedError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ShardLoad:
-    """Traffic on one shard: records/s and bytes/s, and (in a summary) how many producers."""
+    """Traffic on one shard.
+
+    In a report: what one producer admitted (records/s, bytes/s) and the limits it had in
+    force (its ceilings, or less while throttling feedback holds it lower). In a summary: the
+    sums of both over the producers that sent there, and how many they were.
+    """
 
     records_per_second: float
     bytes_per_second: float
+    limit_records_per_second: float
+    limit_bytes_per_second: float
     producers: int = 1
 
 
@@ -165,15 +178,24 @@ def _shards(value: object, *, with_producers: bool) -> dict[str, ShardLoad]:
         raise MalformedError("shards must be an object")
     shards: dict[str, ShardLoad] = {}
     for key, entry in value.items():
-        if not isinstance(entry, list) or len(entry) != (3 if with_producers else 2):
+        if not isinstance(entry, list) or len(entry) != (5 if with_producers else 4):
             raise MalformedError(f"shard {key!r}: wrong entry {entry!r}")
-        producers = _count(entry[2], f"shard {key!r} producers") if with_producers else 1
+        producers = _count(entry[4], f"shard {key!r} producers") if with_producers else 1
+        numbers = [_number(entry[i], f"shard {key!r} [{i}]") for i in range(4)]
         shards[_text(key, "shard key")] = ShardLoad(
-            _number(entry[0], f"shard {key!r} records/s"),
-            _number(entry[1], f"shard {key!r} bytes/s"),
-            producers,
+            numbers[0], numbers[1], numbers[2], numbers[3], producers
         )
     return shards
+
+
+def _entry(load: ShardLoad) -> list[float]:
+    return [
+        load.records_per_second,
+        load.bytes_per_second,
+        load.limit_records_per_second,
+        load.limit_bytes_per_second,
+        load.producers,
+    ]
 
 
 def encode_report(report: Report) -> bytes:
@@ -183,10 +205,7 @@ def encode_report(report: Report) -> bytes:
         "producer": report.producer_id,
         "sequence": report.sequence,
         "wall_time": report.wall_time,
-        "shards": {
-            key: [load.records_per_second, load.bytes_per_second]
-            for key, load in report.shards.items()
-        },
+        "shards": {key: _entry(load)[:4] for key, load in report.shards.items()},
     }
     return json.dumps(document, separators=(",", ":")).encode()
 
@@ -214,10 +233,7 @@ def encode_summary(summary: Summary) -> bytes:
         "sequence": summary.sequence,
         "producers": summary.producers,
         "wall_time": summary.wall_time,
-        "shards": {
-            key: [load.records_per_second, load.bytes_per_second, load.producers]
-            for key, load in summary.shards.items()
-        },
+        "shards": {key: _entry(load) for key, load in summary.shards.items()},
     }
     return json.dumps(document, separators=(",", ":")).encode()
 
@@ -299,10 +315,12 @@ class Summarizer:
             for key, load in report.shards.items():
                 if load.records_per_second <= 0.0 and load.bytes_per_second <= 0.0:
                     continue
-                total = totals.setdefault(key, [0.0, 0.0, 0.0])
+                total = totals.setdefault(key, [0.0, 0.0, 0.0, 0.0, 0.0])
                 total[0] += load.records_per_second
                 total[1] += load.bytes_per_second
-                total[2] += 1
+                total[2] += load.limit_records_per_second
+                total[3] += load.limit_bytes_per_second
+                total[4] += 1
         for producer in [p for p in seen if p not in listed]:
             del seen[producer]  # gone from the store: forget it
         self.sequence += 1
@@ -310,7 +328,10 @@ class Summarizer:
             epoch=self.epoch,
             sequence=self.sequence,
             producers=producers,
-            shards={key: ShardLoad(r, b, int(n)) for key, (r, b, n) in totals.items()},
+            shards={
+                key: ShardLoad(total[0], total[1], total[2], total[3], int(total[4]))
+                for key, total in totals.items()
+            },
             wall_time=wall_time,
         )
         return summary, expired
@@ -328,12 +349,15 @@ class CeilingAdjuster:
         producer_max: (records/s, bytes/s) this producer may send to one shard at most; it is
             also the ceiling of shards the summary does not list.
         smoothing: fraction of the way to the target moved per summary, 0 < s <= 1.
-        staleness: seconds a summary version may stay unchanged before it is not applied.
+        fairness: weight of the mean limit of the shard's producers in the base that is
+            scaled, 0 … 1 (0 is the seed's formula: shares keep their ratios forever).
+        staleness: seconds a summary version may stay unchanged before it is called stale.
     """
 
     aggregate_max: tuple[float, float]
     producer_max: tuple[float, float]
     smoothing: float = 0.4
+    fairness: float = 0.5
     staleness: float = 15.0
     ceilings: dict[str, tuple[float, float]] = field(default_factory=dict)
     _version: tuple[str, int] | None = None
@@ -348,6 +372,8 @@ class CeilingAdjuster:
                 raise ValueError(f"{name} must be two positive finite rates, got {pair!r}")
         if not 0.0 < self.smoothing <= 1.0:
             raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing!r}")
+        if not 0.0 <= self.fairness <= 1.0:
+            raise ValueError(f"fairness must be in [0, 1], got {self.fairness!r}")
         if not self.staleness > 0:
             raise ValueError(f"staleness must be > 0, got {self.staleness!r}")
 
@@ -355,8 +381,34 @@ class CeilingAdjuster:
         """The current ceiling of shard ``key``: the producer maximum until a summary says."""
         return self.ceilings.get(key, self.producer_max)
 
-    def apply(self, summary: Summary, now: float) -> dict[str, tuple[float, float]] | None:
+    def apply(
+        self,
+        summary: Summary,
+        now: float,
+        limits: Mapping[str, tuple[float, float]] | None = None,
+    ) -> dict[str, tuple[float, float]] | None:
         """Apply ``summary``, read at ``now``, unless its version was applied already.
+
+        Per shard and currency, with ``limit`` this producer's limit in force and ``mean``
+        the mean limit of the producers that sent there (from the summary)::
+
+            base    = (1 - fairness) × limit + fairness × mean
+            target  = min(producer_max, aggregate_max / aggregate_current × base)
+            ceiling = (1 - smoothing) × ceiling + smoothing × target
+
+        Over the producers of a shard the mean term adds up to what it takes away, so the
+        aggregate moves exactly as with the seed's formula; what it changes is the split,
+        which drifts toward equal limits instead of keeping whatever ratios history left.
+
+        Args:
+            summary: the summary read from the store.
+            now: the time it was read.
+            limits: this producer's limits in force per shard: the rate throttling feedback
+                (AIMD) holds a shard at, at most its ceiling. Scaling that rather than the
+                ceiling matters when ceilings together exceed the shard: AIMD then cuts
+                under them, the measured aggregate looks fine, and scaling the ceilings
+                would leave them too high, with Kinesis throttling at every recovery.
+                Shards not listed use their ceiling.
 
         Returns:
             The new ceilings of the shards the summary lists (shard key → (records/s,
@@ -378,9 +430,10 @@ class CeilingAdjuster:
                     min(self.producer_max[0], self.aggregate_max[0] * share),
                     min(self.producer_max[1], self.aggregate_max[1] * share),
                 )
+            limit = old if limits is None else limits.get(key, old)
             new = (
-                self._move(old[0], load.records_per_second, 0),
-                self._move(old[1], load.bytes_per_second, 1),
+                self._move(old[0], min(old[0], limit[0]), load.limit_records_per_second, load, 0),
+                self._move(old[1], min(old[1], limit[1]), load.limit_bytes_per_second, load, 1),
             )
             self.ceilings[key] = new
             changed[key] = new
@@ -393,8 +446,13 @@ class CeilingAdjuster:
         """
         return self._version is not None and now - self._version_since >= self.staleness
 
-    def _move(self, ceiling: float, current: float, index: int) -> float:
-        # Nobody sent anything: no evidence either way, keep the ceiling (as the seed does).
-        scale = self.aggregate_max[index] / current if current > 0.0 else 1.0
-        target = min(self.producer_max[index], scale * ceiling)
+    def _move(
+        self, ceiling: float, limit: float, limit_sum: float, load: ShardLoad, index: int
+    ) -> float:
+        current = load.bytes_per_second if index else load.records_per_second
+        if current <= 0.0:
+            return ceiling  # nobody sent anything: no evidence either way (as the seed does)
+        mean = limit_sum / load.producers if load.producers > 0 else limit
+        base = (1.0 - self.fairness) * limit + self.fairness * mean
+        target = min(self.producer_max[index], self.aggregate_max[index] / current * base)
         return (1.0 - self.smoothing) * ceiling + self.smoothing * target
