@@ -124,12 +124,18 @@ class S3Store:
         client: an aiobotocore S3 client, opened and closed by the caller.
         bucket: the bucket name.
         prefix: the key prefix of this group of producers, e.g. ``"aiokpl/orders/"``.
+        page_size: keys per ``ListObjectsV2`` page, 1 … 1,000.
     """
 
-    def __init__(self, client: Any, bucket: str, prefix: str = "aiokpl/") -> None:
+    def __init__(
+        self, client: Any, bucket: str, prefix: str = "aiokpl/", *, page_size: int = 1000
+    ) -> None:
+        if not 1 <= page_size <= 1000:
+            raise ConfigError(f"page_size must be 1 … 1,000; got {page_size!r}")
         self.client = client
         self.bucket = bucket
         self.prefix = prefix
+        self.page_size = page_size
 
     def __repr__(self) -> str:
         return f"S3Store(bucket={self.bucket!r}, prefix={self.prefix!r})"
@@ -153,7 +159,11 @@ class S3Store:
     async def reports(self) -> list[bytes]:
         keys: list[str] = []
         paginator = self.client.get_paginator("list_objects_v2")
-        async for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}reports/"):
+        async for page in paginator.paginate(
+            Bucket=self.bucket,
+            Prefix=f"{self.prefix}reports/",
+            PaginationConfig={"PageSize": self.page_size},
+        ):
             keys.extend(
                 item["Key"] for item in page.get("Contents", ()) if item["Key"].endswith(".json")
             )
