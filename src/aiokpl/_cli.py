@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from . import aggregation
+from ._coordinate_cli import add_parser as add_coordinate_parser
 from ._core.config import Config
 from ._core.hashing import hash_key_of
 from ._core.results import RecordResult
@@ -237,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keys", type=_positive, default=4096, help="distinct partition keys (4096)")
     demo.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     demo.set_defaults(handler=_demo)
+    add_coordinate_parser(commands)
     return parser
 
 
