@@ -152,6 +152,15 @@ def test_a_joiner_starts_from_its_share_among_the_producers_already_there() -> N
     assert changed == {KEY: pytest.approx((1000.0 / 3, 1_048_576.0 / 3), rel=1e-12)}
 
 
+def test_a_joiner_on_a_shard_with_room_starts_from_the_unused_capacity() -> None:
+    limits = adjuster(fairness=0.0)
+    # Two producers send 100 of 1,000 records/s: rather than half (500), the joiner may
+    # start at the 900 unused, then scales by 1000 / 100 toward its maximum.
+    changed = limits.apply(summary(1, 100.0, 1_048_576.0, 2), now=0.0)
+    assert changed is not None
+    assert changed[KEY][0] == 0.6 * 900 + 0.4 * 1000
+
+
 def test_a_joiner_start_never_exceeds_the_producer_maximum() -> None:
     limits = adjuster(producer_max=(100.0, 1000.0))
     changed = limits.apply(summary(1, 1000.0, 1_048_576.0, 1), now=0.0)

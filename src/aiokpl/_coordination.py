@@ -490,7 +490,7 @@ class _ProducerCoordinator:
         self._limiters: dict[str, Limiter] = {}
         # stream → shard → [records, bytes] admitted since the last report.
         self._meters: dict[str, dict[str, list[int]]] = {}
-        self._since = clock()
+        self._since = self._started = clock()
         self._sequence = 0
         self._problems = _Problems("coordination")
         self._random = random.Random()
@@ -547,7 +547,11 @@ class _ProducerCoordinator:
 
     def _apply(self, summary: Summary | None, now: float) -> None:
         if summary is None:
-            self._problems.fail("summary", "no summary in the store yet: is a summarizer running?")
+            # Right after start-up the summarizer may simply not have written one yet.
+            if now - self._started >= self.adjuster.staleness:
+                self._problems.fail(
+                    "summary", "no summary in the store yet: is a summarizer running?"
+                )
             return
         changed = self.adjuster.apply(summary, now, self._limits(now))
         if changed is None:

@@ -35,10 +35,10 @@ summary: each summary version ``(epoch, sequence)`` is applied once, however oft
 (applying one scale twice would overshoot), and one that has not changed for ``staleness``
 seconds is reported stale (its summarizer stopped; the ceilings stay as they are).
 
-A joiner (a producer with no ceiling yet for a shard the summary lists) starts from the fair
-share ``aggregate_max / producers on that shard`` rather than from the per-producer maximum:
-the summary counts producers that already send there, so the joiner's entry and the others'
-scaling down meet at about an equal share instead of the joiner keeping a much larger one.
+A joiner (a producer with no ceiling yet for a shard the summary lists) starts from the equal
+share ``aggregate_max / producers on that shard``, or from the capacity the others leave unused
+if that is more, rather than from the per-producer maximum, so its entry does not first push
+the shard far over its limit.
 
 Wire format: UTF-8 JSON objects with a ``"format"`` marker. Decoding validates every field and
 raises :class:`MalformedError` for anything else, so a foreign or corrupt object in the shared
@@ -424,11 +424,11 @@ class CeilingAdjuster:
         for key, load in summary.shards.items():
             old = self.ceilings.get(key)
             if old is None:
-                # A joiner's fair start: its share among the producers already there.
-                share = 1.0 / max(1, load.producers)
+                # A joiner's start: its share among the producers already there, or what
+                # they leave unused if that is more.
                 old = (
-                    min(self.producer_max[0], self.aggregate_max[0] * share),
-                    min(self.producer_max[1], self.aggregate_max[1] * share),
+                    self._start(load.records_per_second, load, 0),
+                    self._start(load.bytes_per_second, load, 1),
                 )
             limit = old if limits is None else limits.get(key, old)
             new = (
@@ -445,6 +445,11 @@ class CeilingAdjuster:
         The ceilings then stay where they are; the caller says so (its summarizer stopped).
         """
         return self._version is not None and now - self._version_since >= self.staleness
+
+    def _start(self, current: float, load: ShardLoad, index: int) -> float:
+        aggregate_max = self.aggregate_max[index]
+        share = aggregate_max / max(1, load.producers)
+        return min(self.producer_max[index], max(share, aggregate_max - current))
 
     def _move(
         self, ceiling: float, limit: float, limit_sum: float, load: ShardLoad, index: int
