@@ -363,3 +363,19 @@ async def test_the_summarizer_survives_a_failing_store(caplog: pytest.LogCapture
         "coordination summarizer: the store failed (Internal: OSError: down) "
         "(logged once until it recovers)"
     ]
+
+
+@pytest.mark.anyio
+async def test_a_joiner_reads_the_summary_at_once_and_starts_at_a_share() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("events", shard_count=1)
+    store = MemoryStore()
+    # Three producers already fill the shard (100 records/s, limits summing to 100).
+    busy = ShardLoad(CAPACITY, 5000.0, CAPACITY, 5000.0, 3)
+    store.summary = encode_summary(Summary("e", 1, 3, {f"events/{SHARD}": busy}))
+    async with Producer(producer_config(), client=fake, coordination=coordination(store)) as p:
+        for _ in range(2):  # the first loads the shard map, the second is limited per shard
+            p.put_record_nowait(stream="events", partition_key="k", data=b"x")
+            await anyio.sleep(0.05)  # together far less than the 1 s interval
+        ceiling = p.statistics().streams[0].ceilings_by_shard[SHARD]
+        assert ceiling[0] == pytest.approx(CAPACITY / 3)

@@ -586,7 +586,11 @@ class _ProducerCoordinator:
         self._apply(summary, self._clock())
 
     async def run(self) -> None:
-        """Report and adjust every interval until cancelled; then remove the report."""
+        """Report and adjust every interval until cancelled; then remove the report.
+
+        The first round runs at once: a producer joining a busy group reads the summary
+        before it has sent much, so its shards start at a share instead of at the maximum.
+        """
         coordination = self.coordination
         timeout = (
             coordination.interval
@@ -595,9 +599,9 @@ class _ProducerCoordinator:
         )
         try:
             while True:
-                await anyio.sleep(coordination.interval * self._random.uniform(0.9, 1.1))
                 await _guarded(self._round(), timeout, self._problems)
                 self.rounds += 1
+                await anyio.sleep(coordination.interval * self._random.uniform(0.9, 1.1))
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                 try:
