@@ -82,6 +82,9 @@ def test_a_ceiling_lowers_the_rates_and_aimd_recovers_to_it_not_above() -> None:
     limiter.set_ceiling(200.0, 100_000.0, now=0.0)
     assert limiter.rates == (200.0, 100_000.0)
     assert limiter.ceiling == (200.0, 100_000.0)
+    # One second of burst, as at creation: an idle shard bursts at most its share.
+    assert limiter.bucket.capacities == (200.0, 100_000.0)
+    assert limiter.bucket.tokens(0.0) == (200.0, 100_000.0)
     limiter.throttled(now=1.0)
     assert limiter.rates == (100.0, 50_000.0)
     admitted: list[KinesisRecord] = []

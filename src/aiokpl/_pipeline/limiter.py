@@ -74,9 +74,15 @@ class ShardLimiter:
             self._apply_rates(now)
 
     def set_ceiling(self, records_per_second: float, bytes_per_second: float, now: float) -> None:
-        """Change the rates AIMD recovers to; a rate above the new ceiling drops to it."""
+        """Change the rates AIMD recovers to; a rate above the new ceiling drops to it.
+
+        The bucket's capacities follow (one second of the ceiling, as at creation), so a
+        shard idle for a while bursts at most its share, not the configured rate.
+        """
         self._records_rate.configured = records_per_second
         self._bytes_rate.configured = bytes_per_second
+        self.bucket.set_capacity(0, records_per_second, now)
+        self.bucket.set_capacity(1, bytes_per_second, now)
         self._apply_rates(now)
 
     def current_rates(self, now: float) -> tuple[float, float]:
