@@ -8,7 +8,7 @@ coordinate through a store they can all reach (an S3 prefix or a DynamoDB table)
    shard since the last report (records/s and bytes/s, retries included: that is the load
    Kinesis sees);
 2. one summarizer (:class:`Summarizer`) adds up the fresh reports into a :class:`Summary`:
-   per shard, the aggregate rates and how many producers sent there;
+   per shard, the aggregate rates, the summed limits and how many producers sent there;
 3. every producer reads the summary and moves each shard's ceiling (the rate its limiter
    admits at most, and that AIMD recovers to after throttling) with :class:`CeilingAdjuster`::
 
@@ -47,8 +47,9 @@ prefix is skipped by the caller, never trusted.
 The seed is AWS's distributed DynamoDB rate limiting through S3 (per-worker objects, a summary
 object, the ``max / current`` scale, smoothing 0.4, a staleness cutoff, jittered intervals); the
 KPL has nothing like it (its limits are per process). Differences: limits per shard and in two
-currencies; staleness by sequence numbers on the reader's clock instead of wall-clock
-timestamps; a summary applied once per version; the joiner's fair start.
+currencies; the limit in force (not the ceiling) is scaled, and the fairness term; staleness by
+sequence numbers on the reader's clock instead of wall-clock timestamps; a summary applied once
+per version; the joiner's start.
 """
 
 from __future__ import annotations
