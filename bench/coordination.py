@@ -431,8 +431,8 @@ def run(*, quick: bool = False, store: str = "dynamodb", shard_rate: float = 500
     from aiokpl.testing import LoopbackKinesis
 
     if quick:
-        without_duration, without_window = 10.0, (3.0, 10.0)
-        with_duration, with_window, swap_at = 30.0, (6.0, 14.0), 14.0
+        without_duration, without_window = 8.0, (3.0, 8.0)
+        with_duration, with_window, swap_at = 34.0, (10.0, 18.0), 18.0
     else:
         without_duration, without_window = 30.0, (10.0, 30.0)
         with_duration, with_window, swap_at = 75.0, (15.0, 40.0), 40.0

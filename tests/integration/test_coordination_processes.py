@@ -3,7 +3,7 @@
 The small-scale run of ``bench/coordination.py`` (``--quick``, 200 records/s per shard): the
 loopback throttling server runs in a thread of this process, the store on moto's server, the
 summarizer (``aiokpl coordinate``) and the producers in processes of their own; all are
-stopped by the experiment's context managers whatever happens. About 50 s of wall time.
+stopped by the experiment's context managers whatever happens. About 55 s of wall time.
 """
 
 from __future__ import annotations
