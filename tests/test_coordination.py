@@ -22,7 +22,7 @@ from aiokpl._core.records import KinesisRecord
 from aiokpl._pipeline.limiter import Limiter, ShardLimiter
 from aiokpl._pipeline.scheduler import Scheduler
 from aiokpl._producer import Producer
-from aiokpl.coordination import Coordination, run_summarizer
+from aiokpl.coordination import Coordination, DynamoDBStore, run_summarizer
 from aiokpl.testing import FakeKinesis
 
 SHARD = "shardId-000000000000"
@@ -128,6 +128,7 @@ def test_limiter_applies_a_ceiling_now_or_when_the_shard_first_appears() -> None
         ({"interval": True}, "interval must be a number"),
         ({"staleness": 2.0, "interval": 5.0}, "staleness must be at least 5"),
         ({"smoothing": 0.0}, r"smoothing must be in \(0, 1\]"),
+        ({"fairness": 1.5}, r"fairness must be in \[0, 1\]"),
         ({"shard_max_records_per_sec": 0}, "shard_max_records_per_sec must be greater than 0"),
         ({"shard_max_bytes_per_sec": float("inf")}, "shard_max_bytes_per_sec must be greater"),
         ({"request_timeout": 0.0}, "request_timeout must be greater than 0"),
@@ -137,6 +138,11 @@ def test_limiter_applies_a_ceiling_now_or_when_the_shard_first_appears() -> None
 def test_coordination_rejects_bad_settings(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Coordination(store=MemoryStore(), **changes)
+
+
+def test_dynamodb_store_rejects_a_ttl_that_is_not_positive() -> None:
+    with pytest.raises(ConfigError, match="ttl_seconds must be greater than 0; got 0"):
+        DynamoDBStore(object(), "table", ttl_seconds=0)
 
 
 def test_coordination_defaults() -> None:
