@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from . import _cli_put, _cli_tail, aggregation
+from . import _cli_put, _cli_tail, _coordinate_cli, aggregation
 from ._cli_options import EXIT_USAGE, add_backend_option, add_global_options, global_options_parent
 from ._core.config import Config
 from ._core.hashing import hash_key_of
@@ -259,6 +259,7 @@ SUBCOMMANDS: list[AddParser] = [
     _add_demo_parser,
     _cli_put.add_parser,
     _cli_tail.add_parser,
+    _coordinate_cli.add_parser,
 ]
 """The ``add_parser(commands, parents)`` function of every subcommand, in ``--help`` order."""
 

@@ -93,8 +93,11 @@ def _uses_trio() -> bool:
 
 
 @contextlib.asynccontextmanager
-async def create_client(config: Config) -> AsyncIterator[Any]:
-    """Open an aiobotocore Kinesis client configured from ``config``; close it on exit.
+async def create_client(config: Config, service: str = "kinesis") -> AsyncIterator[Any]:
+    """Open an aiobotocore client configured from ``config``; close it on exit.
+
+    ``service`` is ``"kinesis"`` for the producer; coordination opens ``"s3"`` and
+    ``"dynamodb"`` clients the same way (same credentials, timeouts and HTTP backend).
 
     Raises:
         ConfigError: no region is configured or resolvable and no ``endpoint_url`` is set.
@@ -132,7 +135,7 @@ async def create_client(config: Config) -> AsyncIterator[Any]:
         # A custom endpoint (a local server) needs no real region, but botocore wants one.
         region = "us-east-1"
     client_context = session.create_client(
-        "kinesis",
+        service,
         region_name=region,
         endpoint_url=config.endpoint_url,
         verify=config.verify_ssl,

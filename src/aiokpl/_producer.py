@@ -22,12 +22,13 @@ import asyncio
 import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ._coordination import Coordination, _ProducerCoordinator
 from ._core.config import Config
 from ._core.errors import (
     BufferFullError,
@@ -107,6 +108,8 @@ class StreamStatistics:
         rate_limited: Kinesis records queued in the limiter, all shards.
         queued_by_shard: Kinesis records queued in the limiter, by shard (non-empty only).
         rates_by_shard: current (records/s, bytes/s) of each shard limited so far.
+        ceilings_by_shard: the (records/s, bytes/s) each shard's rate recovers to after
+            throttling: the configured rates, or what coordination set.
         collecting: Kinesis records in the open ``PutRecords`` request.
         retries: user-record retries so far.
     """
@@ -121,6 +124,7 @@ class StreamStatistics:
     rates_by_shard: dict[str, tuple[float, float]]
     collecting: int
     retries: int
+    ceilings_by_shard: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,9 +186,13 @@ class _Stream:
             max_size=config.collection_max_size,
             grace=grace,
         )
+        admit: Callable[[KinesisRecord], None] = self.collector.put
+        coordinator = producer._coordinator
+        if coordinator is not None:
+            admit = coordinator.meter(stream, admit)
         self.limiter = Limiter(
             scheduler,
-            self.collector.put,
+            admit,
             self._expire_in_limiter,
             clock,
             records_per_second=config.rate_limit_records_per_sec_per_shard,
@@ -213,6 +221,8 @@ class _Stream:
                 retry_delay=buffered / 2,
             ),
         )
+        if coordinator is not None:
+            coordinator.attach(stream, self.limiter)
         self.shard_map.start()
 
     def _expire_in_limiter(self, record: KinesisRecord) -> None:
@@ -237,6 +247,7 @@ class _Stream:
             rates_by_shard={s: sl.rates for s, sl in limiter.shards.items()},
             collecting=self.collector.buffered_records,
             retries=self.retrier.retries,
+            ceilings_by_shard={s: sl.ceiling for s, sl in limiter.shards.items()},
         )
 
 
@@ -266,11 +277,27 @@ class Producer:
             client, or :class:`aiokpl.testing.FakeKinesis`). The producer does not close a
             client it was given. When ``None``, the producer opens its own aiobotocore client
             from ``config`` and closes it on exit.
+        coordination: share per-shard limits with other producer processes through a store
+            (:class:`aiokpl.coordination.Coordination`); ``None`` (the default) limits each
+            shard to ``config``'s rates alone.
     """
 
-    def __init__(self, config: Config, *, client: KinesisClient | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        client: KinesisClient | None = None,
+        coordination: Coordination | None = None,
+    ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
+        if coordination is not None and not isinstance(coordination, Coordination):
+            raise TypeError(
+                "coordination must be an aiokpl.coordination.Coordination, "
+                f"not {type(coordination).__name__}"
+            )
+        self._coordination = coordination
+        self._coordinator: _ProducerCoordinator | None = None
         self.config = config
         self._given_client = client
         self._client: Any = client
@@ -322,6 +349,9 @@ class Producer:
             request_timeout=self.config.request_timeout_ms / 1000,
         )
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
+        if self._coordination is not None:
+            self._coordinator = _ProducerCoordinator(self._coordination, self.config, self._clock)
+            task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
         return self
 
     async def __aexit__(
