@@ -38,6 +38,7 @@ def test_all_is_pinned() -> None:
         "BufferFullError",
         "Config",
         "ConfigError",
+        "FailedRecord",
         "InvalidRecordError",
         "InvalidRecordTypeError",
         "Outcome",

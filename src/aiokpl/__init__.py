@@ -14,6 +14,7 @@ from ._core.errors import InvalidRecordTypeError as InvalidRecordTypeError
 from ._core.errors import ProducerClosedError as ProducerClosedError
 from ._core.errors import RecordFailedError as RecordFailedError
 from ._core.results import Attempt as Attempt
+from ._core.results import FailedRecord as FailedRecord
 from ._core.results import RecordResult as RecordResult
 from ._core.token_bucket import TokenBucket as TokenBucket
 from ._outcome import Outcome as Outcome
@@ -31,6 +32,7 @@ __all__ = (
     "BufferFullError",
     "Config",
     "ConfigError",
+    "FailedRecord",
     "InvalidRecordError",
     "InvalidRecordTypeError",
     "Outcome",

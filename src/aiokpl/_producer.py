@@ -34,6 +34,7 @@ from ._core.hashing import check_stream_name, check_user_record
 from ._core.records import KinesisRecord, UserRecord, result_of
 from ._core.results import Attempt, RecordResult
 from ._core.retry_policy import RetryPolicy
+from ._failures import FailureHandler
 from ._kinesis import KinesisClient, create_client
 from ._outcome import Outcome
 from ._pipeline.aggregator import Aggregator
@@ -115,6 +116,8 @@ class ProducerStatistics:
         requests_in_flight: calls under way now.
         requests_queued: requests waiting for a free connection.
         streams: per-stream snapshots.
+        failure_callbacks_pending: async ``Config.on_record_failure`` calls queued or running.
+        failure_callback_errors: exceptions ``Config.on_record_failure`` raised so far.
     """
 
     outstanding_records: int
@@ -127,6 +130,8 @@ class ProducerStatistics:
     requests_in_flight: int
     requests_queued: int
     streams: tuple[StreamStatistics, ...]
+    failure_callbacks_pending: int = 0
+    failure_callback_errors: int = 0
 
 
 class _Stream:
@@ -267,6 +272,7 @@ class Producer:
         self._failed = 0
         self._room: anyio.Event | None = None
         self._flush_waiters: list[_FlushWaiter] = []
+        self._failures = FailureHandler(config, self._release_held)
         buffered = config.record_max_buffered_time_ms / 1000
         ttl = config.record_ttl_ms / 1000
         self._buffered = buffered
@@ -287,6 +293,7 @@ class Producer:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
+        self._failures.task_group = task_group
         self._sender = Sender(
             self._client,
             task_group,
@@ -324,8 +331,10 @@ class Producer:
             try:
                 await task_group.__aexit__(None, None, None)
             finally:
+                self._failures.task_group = None
                 self._fail_outstanding(code, message)
                 self._scheduler.clear()
+                await self._failures.drain(self.config.request_timeout_ms / 1000)
                 if self._client_cm is not None:
                     with anyio.CancelScope(shield=True):
                         await self._client_cm.__aexit__(None, None, None)
@@ -334,6 +343,8 @@ class Producer:
     def _fail_outstanding(self, code: str, message: str) -> None:
         now = self._clock()
         for record in list(self._outstanding):
+            if record.outcome.done():
+                continue  # failed already; held for its on_record_failure (see _finish)
             record.add_attempt(Attempt(now, now, now - record.last_end, False, code, message))
             self._finish(record, False)
 
@@ -471,12 +482,29 @@ class Producer:
     def _finish(self, record: UserRecord, success: bool) -> None:
         if self._outstanding.pop(record, False) is False:
             return  # already finished
-        self._outstanding_bytes -= record.size
         if success:
             self._succeeded += 1
-        else:
-            self._failed += 1
-        record.outcome._resolve_from(result_of, record.outcome_parts())
+            record.outcome._resolve_from(result_of, record.outcome_parts())
+        elif self._hold_failed(record):
+            # An async on_record_failure runs for it: the record stays outstanding
+            # (back-pressure, flush() and exit wait for it) until the callback returns.
+            self._outstanding[record] = None
+            return
+        self._release(record)
+
+    def _hold_failed(self, record: UserRecord) -> bool:
+        """Resolve a failed record once; whether it stays outstanding for its callback."""
+        if record.outcome.done():
+            return True  # finished again while held: it is still held
+        self._failed += 1
+        return self._failures.resolve(record)
+
+    def _release_held(self, record: UserRecord) -> None:
+        del self._outstanding[record]
+        self._release(record)
+
+    def _release(self, record: UserRecord) -> None:
+        self._outstanding_bytes -= record.size
         if self._room is not None:
             self._room.set()
             self._room = None
@@ -546,6 +574,8 @@ class Producer:
             requests_in_flight=sender.in_flight if sender else 0,
             requests_queued=sender.queued if sender else 0,
             streams=tuple(p.statistics() for p in self._streams.values()),
+            failure_callbacks_pending=self._failures.pending,
+            failure_callback_errors=self._failures.callback_errors,
         )
 
     def __repr__(self) -> str:

@@ -22,9 +22,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .results import Attempt, RecordResult
+from .results import Attempt, FailedRecord, RecordResult
 
-__all__ = ("AGGREGATE_PARTITION_KEY", "KinesisRecord", "UserRecord", "result_of")
+__all__ = (
+    "AGGREGATE_PARTITION_KEY",
+    "KinesisRecord",
+    "UserRecord",
+    "failed_record_of",
+    "failed_result_of",
+    "result_of",
+)
 
 Delivered = tuple[float, float, float, str, str]
 """A successful attempt as plain values: started, ended, delay, shard id, sequence number."""
@@ -189,3 +196,18 @@ def result_of(parts: ResultParts) -> RecordResult:
     started, ended, delay, shard_id, sequence_number = delivered
     last = Attempt(started, ended, delay, True, None, None, shard_id, sequence_number)
     return RecordResult(True, shard_id, sequence_number, (*attempts, last))
+
+
+def failed_record_of(record: UserRecord) -> FailedRecord:
+    """The public copy of a failed user record, for a result or a failure callback."""
+    return FailedRecord(record.stream, record.partition_key, record.data, record.explicit_hash_key)
+
+
+def failed_result_of(parts: tuple[tuple[Attempt, ...], FailedRecord]) -> RecordResult:
+    """Build a failed record's :class:`RecordResult` carrying the record itself.
+
+    ``parts`` is the record's attempts and its :func:`failed_record_of`; used instead of
+    :func:`result_of` when ``Config.return_record_on_failure`` is set.
+    """
+    attempts, record = parts
+    return RecordResult(False, None, None, attempts, record)
