@@ -50,6 +50,7 @@ def test_all_is_pinned() -> None:
         "RecordFailedError",
         "RecordResult",
         "StreamStatistics",
+        "SyncProducer",
         "TokenBucket",
         "__version__",
     }

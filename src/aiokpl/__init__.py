@@ -23,6 +23,7 @@ from ._producer import ProducerStatistics as ProducerStatistics
 from ._producer import StreamStatistics as StreamStatistics
 from ._rate_limiter import RateLimiter as RateLimiter
 from ._rate_limiter import RateLimiterStatistics as RateLimiterStatistics
+from ._sync import SyncProducer as SyncProducer
 from ._version import __version__ as __version__
 
 __all__ = (
@@ -44,6 +45,7 @@ __all__ = (
     "RecordFailedError",
     "RecordResult",
     "StreamStatistics",
+    "SyncProducer",
     "TokenBucket",
     "__version__",
 )

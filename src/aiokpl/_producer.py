@@ -478,6 +478,26 @@ class Producer:
             )
         return self._enqueue(pipeline, stream, partition_key, key, payload, hash_key, ehk)
 
+    def _put_validated(
+        self,
+        stream: str,
+        partition_key: str,
+        key: bytes,
+        payload: bytes,
+        hash_key: int,
+        ehk: str | None,
+        *,
+        force: bool = False,
+    ) -> Outcome[RecordResult] | None:
+        """Put a record validated elsewhere (by ``SyncProducer``, in its caller's thread).
+
+        Returns ``None`` (and enqueues nothing) when there is no room, unless ``force``.
+        """
+        if not force and not self._has_room(len(key) + len(payload)):
+            return None
+        pipeline = self._streams.get(stream)
+        return self._enqueue(pipeline, stream, partition_key, key, payload, hash_key, ehk)
+
     # --- results --------------------------------------------------------------------------
     def _finish(self, record: UserRecord, success: bool) -> None:
         if self._outstanding.pop(record, False) is False:
