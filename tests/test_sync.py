@@ -16,7 +16,6 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -166,7 +165,7 @@ def test_bad_input_raises_in_the_callers_thread_and_changes_nothing(backend: str
 
 
 def test_constructor_errors(backend: str) -> None:
-    with pytest.raises(TypeError, match="config must be an aiokpl.Config, not dict"):
+    with pytest.raises(TypeError, match=r"config must be an aiokpl\.Config, not dict"):
         SyncProducer({"region": "us-east-1"})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="backend must be 'asyncio' or 'trio'; got 'curio'"):
         SyncProducer(CONFIG, client=FakeKinesis(), backend="curio")  # type: ignore[arg-type]
