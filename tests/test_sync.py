@@ -8,6 +8,7 @@ background loop on asyncio and on trio.
 
 from __future__ import annotations
 
+import concurrent.futures
 import gc
 import re
 import threading
@@ -235,8 +236,7 @@ def test_calls_that_would_wait_on_the_loop_from_the_loop_raise(backend: str) -> 
                     call()
                 except RuntimeError as exc:
                     raised.append(exc)
-            try:  # the record that just resolved has made room: this one is accepted
-                producer.put_record(stream="s", partition_key="again", data=b"d")
+            try:  # its record counts until its callbacks have run: the producer is full
                 producer.put_record(stream="s", partition_key="full", data=b"d")
             except BufferFullError as exc:
                 raised.append(exc)
@@ -268,7 +268,8 @@ def test_records_waiting_in_the_hand_over_at_close_timeout_fail_once(backend: st
     # An async failure callback that never returns holds its records, so the producer's own
     # bound stops the pump and later records wait in the hand-over queue at close.
     fake = FakeKinesis()
-    fake.script_records([("KMSDisabledException", "off")] * 2)
+    for _ in range(2):  # the two records may go in one request or in two
+        fake.script_records([("KMSDisabledException", "off")] * 2)
     fake.add_stream("s")
     seen: list[RecordResult] = []
 
@@ -313,3 +314,46 @@ def test_the_examples_in_the_docs_run(backend: str) -> None:
     for n, block in enumerate(blocks):
         code = block.replace('backend="asyncio"', f"backend={backend!r}")
         exec(compile(code, f"docs/sync.md#{n}", "exec"), {"__name__": "__docs__"})
+
+
+def test_the_futures_behave_as_concurrent_futures(backend: str) -> None:
+    # SyncProducer's futures create their lock only when needed: every Future method must
+    # still work, before and after the result, from other threads too.
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.latency = 0.1
+    config = CONFIG.replace(record_max_buffered_time_ms=0)
+    called: list[Future[RecordResult]] = []
+    with SyncProducer(config, client=fake, backend=backend) as producer:
+        waited = producer.put_record(stream="s", partition_key="a", data=b"1")
+        watched = producer.put_record(stream="s", partition_key="b", data=b"2")
+        polled = producer.put_record(stream="s", partition_key="c", data=b"3")
+        assert isinstance(waited, Future)
+        assert waited.running()
+        assert not waited.cancel()  # a record in the pipeline cannot be taken back
+        assert not waited.cancelled()
+        assert not polled.done()  # asked before the result: the lazy path
+        assert "state=running" in repr(watched)
+        watched.add_done_callback(called.append)
+        results: list[RecordResult] = []
+        blocked = threading.Thread(target=lambda: results.append(waited.result(WAIT)))
+        blocked.start()  # a thread blocked in result() is woken by the resolution
+        done, pending = concurrent.futures.wait([waited, watched, polled], timeout=WAIT)
+        blocked.join(WAIT)
+        assert (len(done), pending) == (3, set())
+        assert results == [waited.result()]
+        assert called == [watched]
+        late: list[Future[RecordResult]] = []
+        watched.add_done_callback(late.append)  # already resolved: called at once
+        assert late == [watched]
+        assert watched.exception() is None
+        assert list(concurrent.futures.as_completed([polled], timeout=WAIT)) == [polled]
+        assert "state=finished returned RecordResult" in repr(polled)
+        untouched = producer.put_record(stream="s", partition_key="d", data=b"4")
+        producer.flush(timeout=WAIT)
+    # Resolved without anyone waiting (the unlocked path), read afterwards.
+    assert untouched.done()
+    assert untouched.result().success
+    assert untouched.result() is untouched.result()  # built once
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        untouched.set_result(untouched.result())

@@ -10,8 +10,9 @@ How a record crosses threads, and why:
   the producer is at its bounds, and appends it to a ``deque``. Only the first record after the
   loop last looked schedules a wake-up of the loop (``call_soon_threadsafe`` on asyncio, the
   trio token's ``run_sync_soon`` on trio): a busy producer pays one wake-up per batch, not one
-  per record. A ``BlockingPortal.call`` per record would cost a cross-thread round trip and a
-  task each, several times the pipeline's own cost per record (see ``bench/sync.py``);
+  per record. A ``BlockingPortal.call`` per record costs a cross-thread round trip and a task
+  each: in ``bench/sync.py`` that is about 13 times the async producer's time, where this
+  hand-over costs about twice;
 * one pump task in the loop moves everything queued into the pipeline;
 * the record's ``Outcome`` done-callback resolves its future in the loop's thread: no task, no
   round trip per record.
@@ -34,11 +35,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import sys
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures._base import FINISHED, RUNNING
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -64,10 +67,139 @@ _BACKENDS = ("asyncio", "trio")
 _CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 records
 
 # future, stream, partition key, its UTF-8 bytes, data, hash key, explicit hash key, sequence
-_Item = tuple["Future[RecordResult]", str, str, bytes, bytes, int, "str | None", int]
+_Item = tuple["_RecordFuture", str, str, bytes, bytes, int, "str | None", int]
 
 # SyncProducers not closed yet; closed at interpreter exit (see _close_forgotten).
 _open_producers: weakref.WeakSet[SyncProducer] = weakref.WeakSet()
+
+
+# See _RecordFuture: without the GIL, its unlocked paths would need their own proof.
+_GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
+# Guards what _RecordFuture creates on first use, and the build of a result by Outcome (not
+# safe from two threads at once).
+_LAZY_LOCK = threading.Lock()
+
+
+class _Resolved:
+    """A result given as it is, with the ``result()`` method of an ``Outcome``."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: RecordResult) -> None:
+        self._value = value
+
+    def result(self) -> RecordResult:
+        return self._value
+
+
+class _RecordFuture(Future[RecordResult]):
+    """A ``concurrent.futures.Future`` that costs little to hold by the hundred thousand.
+
+    Why not a plain ``Future``: its ``__init__`` builds a ``threading.Condition``, a dozen
+    objects the garbage collector tracks, and its result would have to be built at once. With
+    100k futures held by the caller, the collections these objects cause took the blocking API
+    from about 2.7 to about 5.6 times the async producer's time (the ``bench/sync.py``
+    scenario, with plain futures swapped in). So this one:
+
+    * creates its condition, and its lists of waiters and callbacks, only when a method must
+      wait or lock (``result()`` on a pending future, ``add_done_callback``,
+      ``concurrent.futures.wait``, …);
+    * keeps the record's ``Outcome`` and builds the :class:`~aiokpl.RecordResult` from it when
+      first asked for, as the async producer does;
+    * answers ``done()`` and ``result()`` on a resolved future without a lock.
+
+    Why the unlocked paths are safe: resolving stores the outcome and the state *before* it
+    looks for a condition, and every waiter creates the condition *before* it looks at the
+    state, under the condition's lock. Under the GIL's sequentially consistent ordering either
+    the resolver sees the condition (and notifies under its lock, as ``Future`` does) or the
+    waiter sees ``FINISHED`` and does not wait. Without the GIL, every path takes the lock.
+    The future starts ``RUNNING``: a record in the pipeline cannot be cancelled.
+    """
+
+    def __init__(self) -> None:  # not Future.__init__: no condition yet
+        self._state = RUNNING
+        self._source: Outcome[RecordResult] | _Resolved | None = None
+        self._exception = None
+        # Plain attributes, never self.__dict__: reading that would give every future a
+        # dictionary object of its own (CPython keeps attribute values inline until then).
+        self._lazy_condition: threading.Condition | None = None
+        self._lazy_waiters: list[Any] | None = None
+        self._lazy_callbacks: list[Callable[[Future[RecordResult]], object]] | None = None
+
+    @property  # read-only on purpose: created on first use
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        condition = self._lazy_condition
+        if condition is None:
+            with _LAZY_LOCK:  # two threads racing here must end up with the same one
+                condition = self._lazy_condition
+                if condition is None:
+                    condition = self._lazy_condition = threading.Condition()
+        return condition
+
+    # Future's lists of waiters (of concurrent.futures.wait) and of callbacks, on first use;
+    # only ever touched under the condition's lock, like Future's own.
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        if self._lazy_waiters is None:
+            self._lazy_waiters = []
+        return self._lazy_waiters
+
+    @property
+    def _done_callbacks(self) -> list[Callable[[Future[RecordResult]], object]]:
+        if self._lazy_callbacks is None:
+            self._lazy_callbacks = []
+        return self._lazy_callbacks
+
+    @property  # read by Future's methods
+    def _result(self) -> RecordResult | None:  # type: ignore[override]
+        source = self._source
+        if source is None:
+            return None
+        with _LAZY_LOCK:
+            return source.result()
+
+    def done(self) -> bool:
+        if _GIL and self._state == FINISHED:
+            return True
+        return super().done()
+
+    def result(self, timeout: float | None = None) -> RecordResult:
+        if _GIL and self._state == FINISHED:
+            return self._result  # type: ignore[return-value]
+        return super().result(timeout)
+
+    def set_result(self, result: RecordResult) -> None:
+        self._resolve(_Resolved(result))
+
+    def _resolve(self, source: Outcome[RecordResult] | _Resolved) -> None:
+        if not _GIL or self._has_condition():
+            with self._condition:
+                self._finish_locked(source)
+        else:
+            if self._state == FINISHED:
+                raise InvalidStateError(f"{self._state}: {self!r}")
+            self._source = source
+            self._state = FINISHED
+            if self._has_condition():  # a waiter came meanwhile (another thread): wake it
+                with self._condition:
+                    self._notify_locked()
+        if self._lazy_callbacks is not None:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+
+    def _has_condition(self) -> bool:
+        return self._lazy_condition is not None
+
+    def _finish_locked(self, source: Outcome[RecordResult] | _Resolved) -> None:
+        if self._state == FINISHED:
+            raise InvalidStateError(f"{self._state}: {self!r}")
+        self._source = source
+        self._state = FINISHED
+        self._notify_locked()
+
+    def _notify_locked(self) -> None:
+        for waiter in self._waiters:
+            waiter.add_result(self)
+        self._condition.notify_all()
 
 
 class _FlushWaiter:
@@ -243,7 +375,7 @@ class SyncProducer:
                     )
                 queue.popleft()
                 outcome.add_done_callback(
-                    partial(self._resolved, future, len(key) + len(payload), seq)
+                    partial(_settle_outcome, self, future, len(key) + len(payload), seq)
                 )
                 moved += 1
                 if not moved & _CHECKPOINT_EVERY_MASK:
@@ -269,7 +401,9 @@ class SyncProducer:
                 stream, partition_key, key, payload, hash_key, ehk, force=True
             )
             assert outcome is not None
-            outcome.add_done_callback(partial(self._resolved, future, len(key) + len(payload), seq))
+            outcome.add_done_callback(
+                partial(_settle_outcome, self, future, len(key) + len(payload), seq)
+            )
 
     def _fail_the_rest(self) -> None:
         """Fail whatever never reached the pipeline (only if the loop itself failed)."""
@@ -284,20 +418,19 @@ class SyncProducer:
                 record = FailedRecord(stream, partition_key, payload, ehk)
             self._settle(
                 future,
-                RecordResult(False, None, None, (attempt,), record),
+                _Resolved(RecordResult(False, None, None, (attempt,), record)),
                 len(key) + len(payload),
                 seq,
             )
 
-    def _resolved(
-        self, future: Future[RecordResult], size: int, seq: int, outcome: Outcome[RecordResult]
-    ) -> None:
-        self._settle(future, outcome.result(), size, seq)
-
     def _settle(
-        self, future: Future[RecordResult], result: RecordResult, size: int, seq: int
+        self,
+        future: _RecordFuture,
+        source: Outcome[RecordResult] | _Resolved,
+        size: int,
+        seq: int,
     ) -> None:
-        future.set_result(result)  # first: a flush that returns sees this future done
+        future._resolve(source)  # first: a flush that returns sees this future done
         with self._lock:
             self._pending_records -= 1
             self._pending_bytes -= size
@@ -366,8 +499,7 @@ class SyncProducer:
             partition_key, data, explicit_hash_key, self._max_record_size
         )
         size = len(key) + len(payload)
-        future: Future[RecordResult] = Future()
-        future.set_running_or_notify_cancel()  # a record in the pipeline cannot be taken back
+        future = _RecordFuture()
         with self._lock:
             if not self._has_room(size):
                 self._wait_for_room(size, timeout)
@@ -515,6 +647,18 @@ class SyncProducer:
             f"outstanding_records={self._pending_records} "
             f"outstanding_bytes={self._pending_bytes}>"
         )
+
+
+def _settle_outcome(
+    producer: SyncProducer,
+    future: _RecordFuture,
+    size: int,
+    seq: int,
+    outcome: Outcome[RecordResult],
+) -> None:
+    """The done-callback of a record's outcome (a function, not a bound method: one object
+    fewer per record in flight)."""
+    producer._settle(future, outcome, size, seq)
 
 
 def _not_started(function: Callable[[], object]) -> object:
