@@ -11,6 +11,8 @@ from __future__ import annotations
 import concurrent.futures
 import gc
 import re
+import subprocess
+import sys
 import threading
 import weakref
 from collections import Counter
@@ -357,3 +359,30 @@ def test_the_futures_behave_as_concurrent_futures(backend: str) -> None:
     assert untouched.result() is untouched.result()  # built once
     with pytest.raises(concurrent.futures.InvalidStateError):
         untouched.set_result(untouched.result())
+
+
+def test_a_producer_left_open_is_closed_at_interpreter_exit(backend: str) -> None:
+    # Registered before aiokpl is imported, the check runs after aiokpl's own exit hook.
+    script = f"""
+import atexit
+
+def check():
+    print("resolved:", all(f.done() and f.result().success for f in futures), flush=True)
+
+atexit.register(check)
+
+from aiokpl import Config, SyncProducer
+from aiokpl.testing import FakeKinesis
+
+fake = FakeKinesis()
+fake.add_stream("s")
+config = Config(region="us-east-1", record_max_buffered_time_ms=3_600_000)
+producer = SyncProducer(config, client=fake, backend={backend!r})
+futures = [producer.put_record(stream="s", partition_key=str(i), data=b"d") for i in range(50)]
+print("pending:", sum(not f.done() for f in futures), flush=True)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["pending: 50", "resolved: True"]
