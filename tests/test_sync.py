@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import gc
+import logging
 import re
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from aiokpl import (
     Config,
     InvalidRecordError,
     InvalidRecordTypeError,
+    Producer,
     ProducerClosedError,
     RecordResult,
     SyncProducer,
@@ -386,3 +388,30 @@ print("pending:", sum(not f.done() for f in futures), flush=True)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["pending: 50", "resolved: True"]
+
+
+def test_a_failing_loop_still_resolves_every_future(
+    backend: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A bug in the hand-over (simulated) stops the loop: nothing may be left pending.
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Producer, "_put_validated", broken)
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    config = CONFIG.replace(return_record_on_failure=True)
+    producer = SyncProducer(config, client=fake, backend=backend)
+    with caplog.at_level(logging.ERROR, logger="aiokpl"):
+        futures = [
+            producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(3)
+        ]
+        results = [future.result(WAIT) for future in futures]
+        producer.close()
+    assert {(r.error_code, r.error_message) for r in results} == {
+        ("Internal", "the SyncProducer's event loop stopped")
+    }
+    assert [r.record.partition_key if r.record else None for r in results] == ["k0", "k1", "k2"]
+    assert "the SyncProducer's event loop failed" in caplog.text
+    with pytest.raises(ProducerClosedError):
+        producer.put_record(stream="s", partition_key="k", data=b"d")

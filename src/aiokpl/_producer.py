@@ -503,8 +503,11 @@ class Producer:
         if self._outstanding.pop(record, False) is False:
             return  # already finished
         if success:
+            if not record.outcome._resolve_from(result_of, record.outcome_parts()):
+                # Failed before and held for its on_record_failure (below): still held.
+                self._outstanding[record] = None
+                return
             self._succeeded += 1
-            record.outcome._resolve_from(result_of, record.outcome_parts())
         elif self._hold_failed(record):
             # An async on_record_failure runs for it: the record stays outstanding
             # (back-pressure, flush() and exit wait for it) until the callback returns.
@@ -515,7 +518,7 @@ class Producer:
     def _hold_failed(self, record: UserRecord) -> bool:
         """Resolve a failed record once; whether it stays outstanding for its callback."""
         if record.outcome.done():
-            return True  # finished again while held: it is still held
+            return True  # failed again while held: it is still held
         self._failed += 1
         return self._failures.resolve(record)
 

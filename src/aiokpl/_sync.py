@@ -396,11 +396,12 @@ class SyncProducer:
         with self._lock:
             self._closing = True
         while queue:
-            future, stream, partition_key, key, payload, hash_key, ehk, seq = queue.popleft()
+            future, stream, partition_key, key, payload, hash_key, ehk, seq = queue[0]
             outcome = producer._put_validated(
                 stream, partition_key, key, payload, hash_key, ehk, force=True
             )
             assert outcome is not None
+            queue.popleft()  # only now: if that raised, _fail_the_rest still has it
             outcome.add_done_callback(
                 partial(_settle_outcome, self, future, len(key) + len(payload), seq)
             )
