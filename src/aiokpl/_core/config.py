@@ -158,10 +158,11 @@ class Config:
     """Called once with the :class:`~aiokpl.RecordResult` of every record that fails, whatever
     the cause (a service error, ``"Expired"``, ``"Cancelled"`` at exit, …), never for a
     delivered record. A plain function runs in the producer's task as the record fails; an
-    ``async def`` function runs in the producer's task group, a few at a time, and the record
-    counts as outstanding until it returns. Exceptions it raises are logged and counted, never
-    raised into the pipeline. Use it with ``return_record_on_failure=True`` to route failed
-    records to a dead-letter store."""
+    ``async def`` function runs in the producer's task group, at most 16 at a time, and the
+    record counts as outstanding until it returns; at exit, callbacks of records failed by the
+    exit itself get at most ``request_timeout_ms``. Exceptions it raises are logged and
+    counted, never raised into the pipeline. Use it with ``return_record_on_failure=True`` to
+    route failed records to a dead-letter store."""
 
     def __post_init__(self) -> None:
         for name, kind, low, high in _RULES:
