@@ -218,6 +218,7 @@ def test_back_pressure_timeout_and_close_while_waiting(backend: str) -> None:
     waiter = threading.Thread(target=blocked_put)
     waiter.start()
     while producer._room_waiters == 0:  # the thread is waiting for room (a private count)
+        assert waiter.is_alive(), errors
         waiter.join(0.001)
     producer.close(timeout=0)
     waiter.join(WAIT)
@@ -268,7 +269,10 @@ def test_dead_letters_through_the_sync_producer(backend: str) -> None:
     assert result.record.data == b"lost"
 
 
-def test_records_waiting_in_the_hand_over_at_close_timeout_fail_once(backend: str) -> None:
+@pytest.mark.parametrize("close_timeout", [0.1, None])
+def test_records_waiting_in_the_hand_over_at_close_fail_once(
+    backend: str, close_timeout: float | None
+) -> None:
     # An async failure callback that never returns holds its records, so the producer's own
     # bound stops the pump and later records wait in the hand-over queue at close.
     fake = FakeKinesis()
@@ -285,6 +289,7 @@ def test_records_waiting_in_the_hand_over_at_close_timeout_fail_once(backend: st
         max_outstanding_records=2,
         record_max_buffered_time_ms=0,
         request_timeout_ms=100,
+        record_ttl_ms=100,  # close() without a timeout is bounded by it
         on_record_failure=hold,
     )
     producer = SyncProducer(config, client=fake, backend=backend)
@@ -292,7 +297,7 @@ def test_records_waiting_in_the_hand_over_at_close_timeout_fail_once(backend: st
     for future in held:
         assert future.result(WAIT).error_code == "KMSDisabledException"
     queued = [producer.put_record(stream="s", partition_key=f"q{i}", data=b"d") for i in range(2)]
-    producer.close(timeout=0.1)
+    producer.close(timeout=close_timeout)
     assert {future.result().error_code for future in queued} == {"Cancelled"}
     assert producer.outstanding_records == 0
     # Every failed record's callback was called once (those of the queued ones at the exit).
@@ -325,7 +330,7 @@ def test_the_futures_behave_as_concurrent_futures(backend: str) -> None:
     # still work, before and after the result, from other threads too.
     fake = FakeKinesis()
     fake.add_stream("s")
-    fake.latency = 0.1
+    fake.latency = 1.0  # long enough to look at pending futures, even on a loaded machine
     config = CONFIG.replace(record_max_buffered_time_ms=0)
     called: list[Future[RecordResult]] = []
     with SyncProducer(config, client=fake, backend=backend) as producer:
@@ -402,16 +407,22 @@ def test_a_failing_loop_still_resolves_every_future(
     fake.add_stream("s")
     config = CONFIG.replace(return_record_on_failure=True)
     producer = SyncProducer(config, client=fake, backend=backend)
+    futures: list[Future[RecordResult]] = []
     with caplog.at_level(logging.ERROR, logger="aiokpl"):
-        futures = [
-            producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(3)
-        ]
+        # The loop fails on the first record it takes: puts are refused from then on.
+        for i in range(3):
+            try:
+                futures.append(producer.put_record(stream="s", partition_key=f"k{i}", data=b"d"))
+            except ProducerClosedError:
+                break
         results = [future.result(WAIT) for future in futures]
         producer.close()
+    assert results  # the first put always comes before the failure
     assert {(r.error_code, r.error_message) for r in results} == {
         ("Internal", "the SyncProducer's event loop stopped")
     }
-    assert [r.record.partition_key if r.record else None for r in results] == ["k0", "k1", "k2"]
+    keys = [r.record.partition_key if r.record else None for r in results]
+    assert keys == [f"k{i}" for i in range(len(results))]
     assert "the SyncProducer's event loop failed" in caplog.text
     with pytest.raises(ProducerClosedError):
         producer.put_record(stream="s", partition_key="k", data=b"d")

@@ -451,8 +451,12 @@ class SyncProducer:
 
     def _on_close(self, timeout: float | None) -> None:
         assert self._scope is not None
-        if timeout is not None:
-            self._scope.deadline = self._clock() + timeout
+        if timeout is None:
+            # The producer's own bound on its exit; here it also bounds the hand-over, which
+            # can wait for room while async failure callbacks hold records.
+            config = self.config
+            timeout = (config.record_ttl_ms + config.request_timeout_ms) / 1000 + 1.0
+        self._scope.deadline = self._clock() + timeout
         self._on_wake()
 
     def _wake_locked(self) -> None:
@@ -582,7 +586,9 @@ class SyncProducer:
 
         Args:
             timeout: the most seconds to let the remaining records be delivered; ``None``
-                allows each record its ``record_ttl_ms``.
+                allows each record its ``record_ttl_ms`` (the close then takes at most about
+                ``record_ttl_ms`` + ``request_timeout_ms``, plus ``request_timeout_ms`` for
+                the async ``on_record_failure`` calls of records failed by the close).
 
         Raises:
             RuntimeError: called from the producer's own thread (a future's done-callback).
