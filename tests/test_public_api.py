@@ -39,6 +39,7 @@ def test_all_is_pinned() -> None:
         "BufferFullError",
         "Config",
         "ConfigError",
+        "FailedRecord",
         "InvalidRecordError",
         "InvalidRecordTypeError",
         "Outcome",
@@ -50,6 +51,7 @@ def test_all_is_pinned() -> None:
         "RecordFailedError",
         "RecordResult",
         "StreamStatistics",
+        "SyncProducer",
         "TokenBucket",
         "__version__",
     }

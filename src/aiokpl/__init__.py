@@ -14,6 +14,7 @@ from ._core.errors import InvalidRecordTypeError as InvalidRecordTypeError
 from ._core.errors import ProducerClosedError as ProducerClosedError
 from ._core.errors import RecordFailedError as RecordFailedError
 from ._core.results import Attempt as Attempt
+from ._core.results import FailedRecord as FailedRecord
 from ._core.results import RecordResult as RecordResult
 from ._core.token_bucket import TokenBucket as TokenBucket
 from ._outcome import Outcome as Outcome
@@ -22,6 +23,7 @@ from ._producer import ProducerStatistics as ProducerStatistics
 from ._producer import StreamStatistics as StreamStatistics
 from ._rate_limiter import RateLimiter as RateLimiter
 from ._rate_limiter import RateLimiterStatistics as RateLimiterStatistics
+from ._sync import SyncProducer as SyncProducer
 from ._version import __version__ as __version__
 
 __all__ = (
@@ -31,6 +33,7 @@ __all__ = (
     "BufferFullError",
     "Config",
     "ConfigError",
+    "FailedRecord",
     "InvalidRecordError",
     "InvalidRecordTypeError",
     "Outcome",
@@ -42,6 +45,7 @@ __all__ = (
     "RecordFailedError",
     "RecordResult",
     "StreamStatistics",
+    "SyncProducer",
     "TokenBucket",
     "__version__",
 )

@@ -40,6 +40,7 @@ from ._core.hashing import check_stream_name, check_user_record
 from ._core.records import KinesisRecord
 from ._core.results import Attempt, RecordResult
 from ._core.retry_policy import RetryPolicy
+from ._failures import FailureHandler
 from ._kinesis import KinesisClient, create_client
 from ._outcome import Outcome
 from ._pipeline.aggregator import Aggregator
@@ -142,6 +143,8 @@ class ProducerStatistics:
         requests_in_flight: calls under way now.
         requests_queued: requests waiting for a free connection.
         streams: per-stream snapshots.
+        failure_callbacks_pending: async ``Config.on_record_failure`` calls queued or running.
+        failure_callback_errors: exceptions ``Config.on_record_failure`` raised so far.
     """
 
     outstanding_records: int
@@ -154,6 +157,8 @@ class ProducerStatistics:
     requests_in_flight: int
     requests_queued: int
     streams: tuple[StreamStatistics, ...]
+    failure_callbacks_pending: int = 0
+    failure_callback_errors: int = 0
 
 
 class _Stream:
@@ -206,6 +211,8 @@ class _Stream:
             enabled=config.aggregation_enabled,
             max_size=config.aggregation_max_size,
             max_count=config.aggregation_max_count,
+            # A failed record's result carries its data: then records keep it in flight.
+            release_data=not config.return_record_on_failure,
         )
         self.retrier = Retrier(
             stream,
@@ -321,6 +328,7 @@ class Producer:
         self._failed = 0
         self._room: anyio.Event | None = None
         self._flush_waiters: list[_FlushWaiter] = []
+        self._failures = FailureHandler(config, self._release_held)
         buffered = config.record_max_buffered_time_ms / 1000
         ttl = config.record_ttl_ms / 1000
         self._buffered = buffered
@@ -341,6 +349,7 @@ class Producer:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
+        self._failures.task_group = task_group
         self._sender = Sender(
             self._client,
             task_group,
@@ -381,8 +390,10 @@ class Producer:
             try:
                 await task_group.__aexit__(None, None, None)
             finally:
+                self._failures.task_group = None
                 self._fail_outstanding(code, message)
                 self._scheduler.clear()
+                await self._failures.drain(self.config.request_timeout_ms / 1000)
                 if self._client_cm is not None:
                     with anyio.CancelScope(shield=True):
                         await self._client_cm.__aexit__(None, None, None)
@@ -390,7 +401,8 @@ class Producer:
 
     def _fail_outstanding(self, code: str, message: str) -> None:
         now = self._clock()
-        records = list(self._outstanding)
+        # Records already failed and held for their on_record_failure keep their result.
+        records = [record for record in self._outstanding if not record._done]
         for record in records:
             record.add_attempt(Attempt(now, now, now - record.last_end, False, code, message))
         self._finish(records, False)
@@ -608,29 +620,71 @@ class Producer:
             outcomes.append(record)
         return outcomes
 
+    def _put_validated(
+        self,
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        hash_key: int,
+        ehk: str | None,
+        *,
+        force: bool = False,
+    ) -> Outcome[RecordResult] | None:
+        """Put a record validated elsewhere (by ``SyncProducer``, in its caller's thread).
+
+        Returns ``None`` (and enqueues nothing) when there is no room, unless ``force``.
+        """
+        if not force and not self._has_room(size):
+            return None
+        return self._enqueue(stream, key, size, payload, hash_key, ehk)
+
     # --- results --------------------------------------------------------------------------
     def _finish(self, records: list[UserRecord], success: bool) -> None:
         """Resolve ``records`` (delivered, or failed with their last attempt's code).
 
         Called once per request's worth of records, not once per record: this loop is half of
-        the per-record cost of delivery. A record already resolved is skipped.
+        the per-record cost of delivery. A record already resolved is skipped. A failed record
+        goes through the failure handler (``on_record_failure``); while an async callback runs
+        for it, it stays outstanding (see :mod:`aiokpl._failures`) until ``_release_held``.
         """
-        pop = self._outstanding.pop
+        outstanding = self._outstanding
+        pop = outstanding.pop
         waiters = self._flush_waiters
+        failures = self._failures
         finished = 0
         for record in records:
             if pop(record, False) is False:
                 continue  # already finished
+            if record._done:
+                # Failed before, and held for its on_record_failure: still held.
+                outstanding[record] = None
+                continue
             finished += 1
             # Before resolving: a done-callback that puts again must see the room it frees.
             self._outstanding_bytes -= record.size
-            record._finish()
+            if success:
+                record._finish()
+            elif failures.resolve(record):
+                outstanding[record] = None  # held until its async callback returns
+                self._outstanding_bytes += record.size
+                continue
             if waiters:
                 self._flush_progress(record)
         if success:
             self._succeeded += finished
         else:
             self._failed += finished
+        if self._room is not None:
+            self._room.set()
+            self._room = None
+
+    def _release_held(self, record: UserRecord) -> None:
+        """A held failed record's callback has returned: it stops being outstanding."""
+        del self._outstanding[record]
+        self._outstanding_bytes -= record.size
+        if self._flush_waiters:
+            self._flush_progress(record)
         if self._room is not None:
             self._room.set()
             self._room = None
@@ -699,6 +753,8 @@ class Producer:
             requests_in_flight=sender.in_flight if sender else 0,
             requests_queued=sender.queued if sender else 0,
             streams=tuple(p.statistics() for p in self._streams.values()),
+            failure_callbacks_pending=self._failures.pending,
+            failure_callback_errors=self._failures.callback_errors,
         )
 
     def __repr__(self) -> str:

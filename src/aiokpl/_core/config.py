@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .results import RecordResult
 
 __all__ = ("Config",)
 
@@ -144,6 +148,23 @@ class Config:
     """HTTP client under aiobotocore: ``"aiohttp"``, ``"httpx"``, or ``"auto"``: aiohttp on
     asyncio and httpx on trio."""
 
+    # --- Failed records ------------------------------------------------------------------
+    return_record_on_failure: bool = False
+    """Attach the record itself (a :class:`~aiokpl.FailedRecord`: stream, partition key,
+    data, explicit hash key) to every failed :class:`~aiokpl.RecordResult`, as
+    ``result.record`` (KPL ``ReturnUserRecordOnFailure``). Off by default: a failed result
+    then holds no payload."""
+
+    on_record_failure: Callable[[RecordResult], object] | None = None
+    """Called once with the :class:`~aiokpl.RecordResult` of every record that fails, whatever
+    the cause (a service error, ``"Expired"``, ``"Cancelled"`` at exit, …), never for a
+    delivered record. A plain function runs in the producer's task as the record fails; an
+    ``async def`` function runs in the producer's task group, at most 16 at a time, and the
+    record counts as outstanding until it returns; at exit, callbacks of records failed by the
+    exit itself get at most ``request_timeout_ms``. Exceptions it raises are logged and
+    counted, never raised into the pipeline. Use it with ``return_record_on_failure=True`` to
+    route failed records to a dead-letter store."""
+
     def __post_init__(self) -> None:
         for name, kind, low, high in _RULES:
             _check(name, getattr(self, name), kind, low, high)
@@ -158,6 +179,11 @@ class Config:
                 f"max_record_size ({self.max_record_size}), or a largest record could never "
                 "be accepted"
             )
+        if self.on_record_failure is not None and not callable(self.on_record_failure):
+            raise TypeError(
+                "on_record_failure must be a callable taking a RecordResult (a function or an "
+                f"async function), or None; got {type(self.on_record_failure).__name__}"
+            )
         if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
             raise ConfigError("aws_access_key_id and aws_secret_access_key must be given together")
 
@@ -171,7 +197,13 @@ class Config:
             value = getattr(self, field.name)
             if value == field.default:
                 continue
-            shown = "'***'" if field.name in _SECRET_FIELDS and value is not None else repr(value)
+            if field.name in _SECRET_FIELDS and value is not None:
+                shown = "'***'"
+            elif callable(value):
+                # A function's repr carries its address, which changes between runs.
+                shown = getattr(value, "__qualname__", None) or type(value).__qualname__
+            else:
+                shown = repr(value)
             parts.append(f"{field.name}={shown}")
         return f"Config({', '.join(parts)})"
 
@@ -191,6 +223,7 @@ _RULES: tuple[tuple[str, str, float, float], ...] = (
     ("verify_ssl", "bool", 0, 0),
     ("aggregation_enabled", "bool", 0, 0),
     ("fail_if_throttled", "bool", 0, 0),
+    ("return_record_on_failure", "bool", 0, 0),
     ("aggregation_max_count", "int", 1, 4_294_967_295),
     ("aggregation_max_size", "int", 64, 1 * MiB),
     ("collection_max_count", "int", 1, 500),

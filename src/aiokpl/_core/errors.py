@@ -52,7 +52,8 @@ class ProducerClosedError(AiokplError):
 
 class BufferFullError(AiokplError):
     """Raised by ``put_record_nowait`` when accepting the record would exceed
-    ``Config.max_outstanding_records`` or ``Config.max_outstanding_bytes``.
+    ``Config.max_outstanding_records`` or ``Config.max_outstanding_bytes`` (and by
+    ``SyncProducer.put_record`` when no room came within its ``timeout``).
 
     Use ``await put_record(...)`` to wait for room instead, or retry later. The producer is
     unaffected and nothing was enqueued.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .errors import RecordFailedError
 
-__all__ = ("Attempt", "RecordResult")
+__all__ = ("Attempt", "FailedRecord", "RecordResult")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,35 @@ class Attempt:
         return self.ended_at - self.started_at
 
 
+@dataclass(frozen=True, slots=True, repr=False)
+class FailedRecord:
+    """The record a failed :class:`RecordResult` carries, so it can be stored or put again.
+
+    Present only when ``Config.return_record_on_failure`` is set (the KPL's
+    ``ReturnUserRecordOnFailure``), and only on failed results: a delivered record's data is
+    never kept.
+
+    Attributes:
+        stream: the stream it was put to.
+        partition_key: its partition key.
+        data: its payload, as ``bytes``.
+        explicit_hash_key: the explicit hash key as a decimal string, or ``None`` if the record
+            was routed by its partition key.
+    """
+
+    stream: str
+    partition_key: str
+    data: bytes
+    explicit_hash_key: str | None = None
+
+    def __repr__(self) -> str:
+        # The payload may be large or sensitive: show its size, not its bytes.
+        return (
+            f"FailedRecord(stream={self.stream!r}, partition_key={self.partition_key!r}, "
+            f"data=<{len(self.data)} bytes>, explicit_hash_key={self.explicit_hash_key!r})"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class RecordResult:
     """The final word on one record.
@@ -65,12 +94,15 @@ class RecordResult:
             one sequence number.
         attempts: every attempt, oldest first. Never empty for a record that reached the
             pipeline.
+        record: the failed record itself (a :class:`FailedRecord`) when
+            ``Config.return_record_on_failure`` is set; ``None`` on success or when it is off.
     """
 
     success: bool
     shard_id: str | None = None
     sequence_number: str | None = None
     attempts: tuple[Attempt, ...] = ()
+    record: FailedRecord | None = None
 
     @property
     def error_code(self) -> str | None:

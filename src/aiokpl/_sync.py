@@ -1,0 +1,679 @@
+"""``SyncProducer``: the producer for threaded code, its pipeline on a background event loop.
+
+One thread runs an event loop (asyncio or trio, through ``anyio.run``) hosting a
+:class:`~aiokpl.Producer`. Any number of other threads call :meth:`SyncProducer.put_record`,
+which returns a :class:`concurrent.futures.Future`.
+
+How a record crosses threads, and why:
+
+* the caller's thread validates it (errors are raised there, synchronously), waits for room if
+  the producer is at its bounds, and appends it to a ``deque``. Only the first record after the
+  loop last looked schedules a wake-up of the loop (``call_soon_threadsafe`` on asyncio, the
+  trio token's ``run_sync_soon`` on trio): a busy producer pays one wake-up per batch, not one
+  per record. A ``BlockingPortal.call`` per record costs a cross-thread round trip and a task
+  each: in ``bench/sync.py`` that is about 13 times the async producer's time, where this
+  hand-over costs about twice;
+* one pump task in the loop moves everything queued into the pipeline;
+* the record's ``Outcome`` done-callback resolves its future in the loop's thread: no task, no
+  round trip per record.
+
+Invariants:
+
+* every future handed out is resolved, exactly once, by the time :meth:`SyncProducer.close`
+  returns (delivered, failed, or failed ``"Cancelled"`` when ``close(timeout=…)`` ran out);
+* records handed over and not yet resolved never exceed ``max_outstanding_records`` /
+  ``max_outstanding_bytes``: ``put_record`` blocks the calling thread for room;
+* the producer's loop thread never blocks on its own work: calls that would wait for it from
+  that thread (``flush``, ``close``, a ``put_record`` without room) raise instead.
+
+Everything shared between threads is guarded by one lock, held briefly: the queue of records,
+the counts, the flush waiters and the wake-up flag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import sys
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures._base import FINISHED, RUNNING
+from functools import partial
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+from anyio.from_thread import BlockingPortal
+
+from ._core.config import Config
+from ._core.errors import BufferFullError, ProducerClosedError
+from ._core.hashing import check_stream_name, check_user_record
+from ._core.results import Attempt, FailedRecord, RecordResult
+from ._producer import Producer, ProducerStatistics, _clock_of_running_loop
+
+if TYPE_CHECKING:
+    from ._kinesis import KinesisClient
+    from ._outcome import Outcome
+
+__all__ = ("SyncProducer",)
+
+logger = logging.getLogger("aiokpl")
+
+_BACKENDS = ("asyncio", "trio")
+_CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 records
+
+# future, stream, partition key, size (key UTF-8 + data), data, hash key, explicit hash key, seq
+_Item = tuple["_RecordFuture", str, str, int, bytes, int, "str | None", int]
+
+# SyncProducers not closed yet; closed at interpreter exit (see _close_forgotten).
+_open_producers: weakref.WeakSet[SyncProducer] = weakref.WeakSet()
+
+
+# See _RecordFuture: without the GIL, its unlocked paths would need their own proof.
+_GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
+# Guards what _RecordFuture creates on first use, and the build of a result by Outcome (not
+# safe from two threads at once).
+_LAZY_LOCK = threading.Lock()
+
+
+class _Resolved:
+    """A result given as it is, with the ``result()`` method of an ``Outcome``."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: RecordResult) -> None:
+        self._value = value
+
+    def result(self) -> RecordResult:
+        return self._value
+
+
+class _RecordFuture(Future[RecordResult]):
+    """A ``concurrent.futures.Future`` that costs little to hold by the hundred thousand.
+
+    Why not a plain ``Future``: its ``__init__`` builds a ``threading.Condition``, a dozen
+    objects the garbage collector tracks, and its result would have to be built at once. With
+    100k futures held by the caller, the collections these objects cause took the blocking API
+    from about 2.7 to about 5.6 times the async producer's time (the ``bench/sync.py``
+    scenario, with plain futures swapped in). So this one:
+
+    * creates its condition, and its lists of waiters and callbacks, only when a method must
+      wait or lock (``result()`` on a pending future, ``add_done_callback``,
+      ``concurrent.futures.wait``, …);
+    * keeps the record's ``Outcome`` and builds the :class:`~aiokpl.RecordResult` from it when
+      first asked for, as the async producer does;
+    * answers ``done()`` and ``result()`` on a resolved future without a lock.
+
+    Why the unlocked paths are safe: resolving stores the outcome and the state *before* it
+    looks for a condition, and every waiter creates the condition *before* it looks at the
+    state, under the condition's lock. Under the GIL's sequentially consistent ordering either
+    the resolver sees the condition (and notifies under its lock, as ``Future`` does) or the
+    waiter sees ``FINISHED`` and does not wait. Without the GIL, every path takes the lock.
+    The future starts ``RUNNING``: a record in the pipeline cannot be cancelled.
+    """
+
+    def __init__(self) -> None:  # not Future.__init__: no condition yet
+        self._state = RUNNING
+        self._source: Outcome[RecordResult] | _Resolved | None = None
+        self._exception = None
+        # Plain attributes, never self.__dict__: reading that would give every future a
+        # dictionary object of its own (CPython keeps attribute values inline until then).
+        self._lazy_condition: threading.Condition | None = None
+        self._lazy_waiters: list[Any] | None = None
+        self._lazy_callbacks: list[Callable[[Future[RecordResult]], object]] | None = None
+
+    @property  # read-only on purpose: created on first use
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        condition = self._lazy_condition
+        if condition is None:
+            with _LAZY_LOCK:  # two threads racing here must end up with the same one
+                condition = self._lazy_condition
+                if condition is None:
+                    condition = self._lazy_condition = threading.Condition()
+        return condition
+
+    # Future's lists of waiters (of concurrent.futures.wait) and of callbacks, on first use;
+    # only ever touched under the condition's lock, like Future's own.
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        if self._lazy_waiters is None:
+            self._lazy_waiters = []
+        return self._lazy_waiters
+
+    @property
+    def _done_callbacks(self) -> list[Callable[[Future[RecordResult]], object]]:
+        if self._lazy_callbacks is None:
+            self._lazy_callbacks = []
+        return self._lazy_callbacks
+
+    @property  # read by Future's methods
+    def _result(self) -> RecordResult | None:  # type: ignore[override]
+        source = self._source
+        if source is None:
+            return None
+        with _LAZY_LOCK:
+            return source.result()
+
+    def done(self) -> bool:
+        if _GIL and self._state == FINISHED:
+            return True
+        return super().done()
+
+    def result(self, timeout: float | None = None) -> RecordResult:
+        if _GIL and self._state == FINISHED:
+            return self._result  # type: ignore[return-value]
+        return super().result(timeout)
+
+    def set_result(self, result: RecordResult) -> None:
+        self._resolve(_Resolved(result))
+
+    def _resolve(self, source: Outcome[RecordResult] | _Resolved) -> None:
+        if not _GIL or self._has_condition():
+            with self._condition:
+                self._finish_locked(source)
+        else:
+            if self._state == FINISHED:
+                raise InvalidStateError(f"{self._state}: {self!r}")
+            self._source = source
+            self._state = FINISHED
+            if self._has_condition():  # a waiter came meanwhile (another thread): wake it
+                with self._condition:
+                    self._notify_locked()
+        if self._lazy_callbacks is not None:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+
+    def _has_condition(self) -> bool:
+        return self._lazy_condition is not None
+
+    def _finish_locked(self, source: Outcome[RecordResult] | _Resolved) -> None:
+        if self._state == FINISHED:
+            raise InvalidStateError(f"{self._state}: {self!r}")
+        self._source = source
+        self._state = FINISHED
+        self._notify_locked()
+
+    def _notify_locked(self) -> None:
+        for waiter in self._waiters:
+            waiter.add_result(self)
+        self._condition.notify_all()
+
+
+class _FlushWaiter:
+    __slots__ = ("event", "horizon", "remaining")
+
+    def __init__(self, horizon: int, remaining: int) -> None:
+        self.horizon = horizon
+        self.remaining = remaining
+        self.event = threading.Event()
+
+
+def _threadsafe_scheduler() -> Callable[[Callable[[], object]], object]:
+    """The running loop's cheapest way to run a function soon, callable from another thread."""
+    try:
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:
+        import trio
+
+        return trio.lowlevel.current_trio_token().run_sync_soon
+
+
+class SyncProducer:
+    """The producer for code that is not async: Django views, Celery tasks, scripts, threads.
+
+    It runs a :class:`~aiokpl.Producer` on an event loop in a background thread; every method
+    is thread-safe. Use it as a context manager, or call :meth:`close` when done::
+
+        with SyncProducer(Config(region="us-east-1")) as producer:
+            future = producer.put_record(stream="events", partition_key="k", data=b"...")
+            result = future.result()  # a RecordResult
+
+    A producer left open is closed (flushed) when the interpreter exits; its thread never keeps
+    the interpreter alive.
+
+    Args:
+        config: the settings.
+        client: as for :class:`~aiokpl.Producer`: an object with the Kinesis client methods
+            (e.g. :class:`aiokpl.testing.FakeKinesis`), or ``None`` to open an aiobotocore
+            client from ``config``. A given client is used from the background thread only.
+        backend: the event loop of the background thread: ``"asyncio"`` or ``"trio"``.
+        backend_options: passed to ``anyio.run`` (e.g. ``{"use_uvloop": True}`` on asyncio).
+
+    Raises:
+        TypeError: ``config`` is not a :class:`~aiokpl.Config`.
+        ValueError: ``backend`` is not ``"asyncio"`` or ``"trio"``.
+        Exception: whatever starting the producer raised (for example no region).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        client: KinesisClient | None = None,
+        backend: Literal["asyncio", "trio"] = "asyncio",
+        backend_options: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(config, Config):
+            raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
+        if backend not in _BACKENDS:
+            raise ValueError(f"backend must be 'asyncio' or 'trio'; got {backend!r}")
+        self.config = config
+        self.backend = backend
+        self._max_records = config.max_outstanding_records
+        self._max_bytes = config.max_outstanding_bytes
+        self._max_record_size = config.max_record_size
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._queue: deque[_Item] = deque()
+        self._known_streams: set[str] = set()
+        self._pending_records = 0
+        self._pending_bytes = 0
+        self._room_waiters = 0
+        self._seq = 0
+        self._flush_waiters: list[_FlushWaiter] = []
+        self._flush_requested = False
+        self._wake_scheduled = False
+        self._closing = False
+        self._loop_done = False
+        self._loop_thread: int | None = None
+        self._call_soon: Callable[[Callable[[], object]], object] = _not_started
+        self._wakeup: anyio.Event | None = None
+        self._clock: Callable[[], float] = _not_running_clock
+        self._scope: anyio.CancelScope | None = None
+        self._producer: Producer | None = None
+        self._portal: BlockingPortal | None = None
+        self._final_statistics: ProducerStatistics | None = None
+        started: Future[None] = Future()
+        self._thread = threading.Thread(
+            target=self._thread_main,
+            args=(client, backend, backend_options or {}, started),
+            name="aiokpl SyncProducer",
+            daemon=True,  # a forgotten producer must not hang the interpreter at exit
+        )
+        self._thread.start()
+        try:
+            started.result()
+        except BaseException:
+            self._thread.join()
+            raise
+        _open_producers.add(self)
+
+    # --- the background thread ----------------------------------------------------------
+    def _thread_main(
+        self,
+        client: KinesisClient | None,
+        backend: str,
+        backend_options: dict[str, Any],
+        started: Future[None],
+    ) -> None:
+        try:
+            anyio.run(
+                self._serve, client, started, backend=backend, backend_options=backend_options
+            )
+        except BaseException as exc:
+            if not started.done():
+                started.set_exception(exc)
+            else:  # a bug: every future was still resolved (see _serve), but say so
+                logger.exception("the SyncProducer's event loop failed", exc_info=exc)
+
+    async def _serve(self, client: KinesisClient | None, started: Future[None]) -> None:
+        self._loop_thread = threading.get_ident()
+        self._call_soon = _threadsafe_scheduler()
+        # Read in callbacks run by _call_soon, outside any task, where anyio cannot tell
+        # which loop runs them.
+        self._clock = _clock_of_running_loop()
+        self._wakeup = anyio.Event()
+        try:
+            with anyio.CancelScope() as scope:  # close(timeout=…) sets its deadline
+                self._scope = scope
+                async with Producer(self.config, client=client) as producer:
+                    self._producer = producer
+                    async with BlockingPortal() as portal:  # for statistics() only
+                        self._portal = portal
+                        started.set_result(None)
+                        try:
+                            await self._pump(producer)
+                        finally:
+                            self._portal = None
+                            self._hand_over_the_rest(producer)
+            if self._producer is not None:
+                self._final_statistics = self._producer.statistics()
+        finally:
+            with self._lock:
+                self._closing = self._loop_done = True
+                self._room.notify_all()
+            self._fail_the_rest()
+            self._loop_thread = None  # a later thread may reuse the identifier
+
+    async def _pump(self, producer: Producer) -> None:
+        """Move queued records into the pipeline, a batch per wake-up, until closed."""
+        queue = self._queue
+        moved = 0
+        while True:
+            assert self._wakeup is not None
+            await self._wakeup.wait()
+            self._wakeup = anyio.Event()
+            with self._lock:
+                self._wake_scheduled = False
+                flush, self._flush_requested = self._flush_requested, False
+                closing = self._closing  # once set, nothing more is queued
+            while queue:
+                # Peek, and pop only once in the pipeline: a cancellation leaves it queued.
+                future, stream, key, size, payload, hash_key, ehk, seq = queue[0]
+                outcome = producer._put_validated(stream, key, size, payload, hash_key, ehk)
+                if outcome is None:  # no room: only while failure callbacks hold records
+                    outcome = await producer.put_record(
+                        stream=stream,
+                        partition_key=key,
+                        data=payload,
+                        explicit_hash_key=ehk,
+                    )
+                queue.popleft()
+                outcome.add_done_callback(partial(_settle_outcome, self, future, size, seq))
+                moved += 1
+                if not moved & _CHECKPOINT_EVERY_MASK:
+                    await anyio.lowlevel.checkpoint()  # let the stages run during a long batch
+            if flush:
+                producer._flush_now(None)
+            if closing:
+                return
+
+    def _hand_over_the_rest(self, producer: Producer) -> None:
+        """Put what is still queued when the pump stops early (``close`` timed out).
+
+        The producer is about to exit cancelled: these fail ``"Cancelled"`` with the rest,
+        through the same path (and ``on_record_failure``). They are counted already, so
+        bypassing the producer's bounds here cannot grow memory.
+        """
+        queue = self._queue
+        with self._lock:
+            self._closing = True
+        while queue:
+            future, stream, key, size, payload, hash_key, ehk, seq = queue[0]
+            outcome = producer._put_validated(stream, key, size, payload, hash_key, ehk, force=True)
+            assert outcome is not None
+            queue.popleft()  # only now: if that raised, _fail_the_rest still has it
+            outcome.add_done_callback(partial(_settle_outcome, self, future, size, seq))
+
+    def _fail_the_rest(self) -> None:
+        """Fail whatever never reached the pipeline (only if the loop itself failed)."""
+        now = self._clock()
+        while self._queue:
+            future, stream, key, size, payload, _, ehk, seq = self._queue.popleft()
+            attempt = Attempt(
+                now, now, 0.0, False, "Internal", "the SyncProducer's event loop stopped"
+            )
+            record = None
+            if self.config.return_record_on_failure:
+                record = FailedRecord(stream, key, payload, ehk)
+            self._settle(
+                future,
+                _Resolved(RecordResult(False, None, None, (attempt,), record)),
+                size,
+                seq,
+            )
+
+    def _settle(
+        self,
+        future: _RecordFuture,
+        source: Outcome[RecordResult] | _Resolved,
+        size: int,
+        seq: int,
+    ) -> None:
+        future._resolve(source)  # first: a flush that returns sees this future done
+        with self._lock:
+            self._pending_records -= 1
+            self._pending_bytes -= size
+            if self._room_waiters:
+                self._room.notify_all()
+            if self._flush_waiters:
+                for waiter in list(self._flush_waiters):
+                    if seq <= waiter.horizon:
+                        waiter.remaining -= 1
+                        if not waiter.remaining:
+                            waiter.event.set()
+                            self._flush_waiters.remove(waiter)
+
+    def _on_wake(self) -> None:
+        assert self._wakeup is not None
+        self._wakeup.set()
+
+    def _on_close(self, timeout: float | None) -> None:
+        assert self._scope is not None
+        if timeout is None:
+            # The producer's own bound on its exit; here it also bounds the hand-over, which
+            # can wait for room while async failure callbacks hold records.
+            config = self.config
+            timeout = (config.record_ttl_ms + config.request_timeout_ms) / 1000 + 1.0
+        self._scope.deadline = self._clock() + timeout
+        self._on_wake()
+
+    def _wake_locked(self) -> None:
+        """Schedule one wake-up of the pump, unless one is pending (caller holds the lock)."""
+        if not self._wake_scheduled and not self._loop_done:
+            self._wake_scheduled = True
+            self._call_soon(self._on_wake)
+
+    # --- the public methods ---------------------------------------------------------------
+    def put_record(
+        self,
+        *,
+        stream: str,
+        partition_key: str,
+        data: bytes | bytearray | memoryview,
+        explicit_hash_key: str | int | None = None,
+        timeout: float | None = None,
+    ) -> Future[RecordResult]:
+        """Put one record; block the calling thread only while the producer is full.
+
+        Args:
+            stream: the stream name.
+            partition_key: 1 … 256 characters; decides the shard unless ``explicit_hash_key``.
+            data: the payload; ``len(data)`` + the key's UTF-8 length must fit
+                ``Config.max_record_size``.
+            explicit_hash_key: a decimal hash key (0 … 2**128 - 1) choosing the shard.
+            timeout: the most seconds to wait for room; ``None`` waits as long as needed.
+
+        Returns:
+            A :class:`concurrent.futures.Future` resolving to the record's
+            :class:`~aiokpl.RecordResult` (never to an exception; it cannot be cancelled).
+
+        Raises:
+            InvalidRecordError: a value is out of its limits (nothing was enqueued).
+            InvalidRecordTypeError: an argument has the wrong type.
+            BufferFullError: no room within ``timeout`` seconds, or no room and the call comes
+                from the producer's own thread (a future's done-callback), which must not wait.
+            ProducerClosedError: the producer is closed, or closed while this call waited.
+        """
+        if self._closing:
+            raise ProducerClosedError("the SyncProducer is closed; create a new one")
+        if not (type(stream) is str and stream in self._known_streams):
+            self._known_streams.add(check_stream_name(stream))
+        key, size, payload, hash_key, ehk = check_user_record(
+            partition_key, data, explicit_hash_key, self._max_record_size
+        )
+        future = _RecordFuture()
+        with self._lock:
+            if not self._has_room(size):
+                self._wait_for_room(size, timeout)
+            if self._closing:
+                raise ProducerClosedError("the SyncProducer is closed; create a new one")
+            self._seq += 1
+            self._pending_records += 1
+            self._pending_bytes += size
+            self._queue.append((future, stream, key, size, payload, hash_key, ehk, self._seq))
+            self._wake_locked()
+        return future
+
+    def _has_room(self, size: int) -> bool:
+        return (
+            self._pending_records < self._max_records
+            and self._pending_bytes + size <= self._max_bytes
+        )
+
+    def _wait_for_room(self, size: int, timeout: float | None) -> None:
+        """Wait, holding the lock's condition, until the record fits (or fail)."""
+        if threading.get_ident() == self._loop_thread:
+            raise BufferFullError(
+                "the producer is full and put_record was called from its own thread (a "
+                "future's done-callback), which must not wait; put from another thread"
+            )
+        self._room_waiters += 1
+        try:
+            fits = self._room.wait_for(lambda: self._closing or self._has_room(size), timeout)
+        finally:
+            self._room_waiters -= 1
+        if self._closing:
+            raise ProducerClosedError("the SyncProducer closed while this put waited for room")
+        if not fits:
+            raise BufferFullError(
+                f"no room for the record within timeout={timeout} s: the producer holds "
+                f"{self._pending_records} records / {self._pending_bytes} bytes "
+                f"(max_outstanding_records={self._max_records}, "
+                f"max_outstanding_bytes={self._max_bytes})"
+            )
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now and block until every earlier put has its result.
+
+        Args:
+            timeout: the most seconds to wait; ``None`` waits as long as needed.
+
+        Raises:
+            TimeoutError: some records put before the call have no result after ``timeout``
+                seconds (they go on; nothing is lost).
+            RuntimeError: called from the producer's own thread (a future's done-callback).
+        """
+        self._refuse_own_thread("flush")
+        with self._lock:
+            if not self._pending_records:
+                return
+            waiter = _FlushWaiter(self._seq, self._pending_records)
+            self._flush_waiters.append(waiter)
+            self._flush_requested = True
+            self._wake_locked()
+        if not waiter.event.wait(timeout):
+            with self._lock:
+                if waiter in self._flush_waiters:
+                    self._flush_waiters.remove(waiter)
+                remaining = waiter.remaining
+            if remaining:
+                raise TimeoutError(
+                    f"flush() timed out after {timeout} s: {remaining} of the records put "
+                    "before it have no result yet"
+                )
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, resolve every future, and stop the background thread. Idempotent.
+
+        Every future handed out is resolved when this returns. With ``timeout``, records still
+        without a result after that many seconds fail with code ``"Cancelled"``. Failures are
+        reported through the futures (and ``Config.on_record_failure``), never raised here.
+
+        Args:
+            timeout: the most seconds to let the remaining records be delivered; ``None``
+                allows each record its ``record_ttl_ms`` (the close then takes at most about
+                ``record_ttl_ms`` + ``request_timeout_ms``, plus ``request_timeout_ms`` for
+                the async ``on_record_failure`` calls of records failed by the close).
+
+        Raises:
+            RuntimeError: called from the producer's own thread (a future's done-callback).
+        """
+        self._refuse_own_thread("close")
+        with self._lock:
+            if not self._closing:
+                self._closing = True
+                self._room.notify_all()
+                if not self._loop_done:
+                    self._call_soon(partial(self._on_close, timeout))
+        self._thread.join()
+        _open_producers.discard(self)
+
+    def __enter__(self) -> SyncProducer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _refuse_own_thread(self, what: str) -> None:
+        if threading.get_ident() == self._loop_thread:
+            raise RuntimeError(
+                f"{what}() waits for the producer's own thread and cannot be called from it "
+                "(from a future's done-callback); call it from another thread"
+            )
+
+    # --- introspection --------------------------------------------------------------------
+    @property
+    def outstanding_records(self) -> int:
+        """Records put and not resolved yet (including those still being handed over)."""
+        return self._pending_records
+
+    @property
+    def outstanding_bytes(self) -> int:
+        """Partition key plus data bytes of the outstanding records."""
+        return self._pending_bytes
+
+    def statistics(self) -> ProducerStatistics:
+        """A snapshot of the underlying producer (its last one once closed)."""
+        producer = self._producer
+        if threading.get_ident() == self._loop_thread and producer is not None:
+            return producer.statistics()
+        portal = self._portal
+        if portal is not None and producer is not None:
+            try:
+                return portal.call(producer.statistics)
+            except RuntimeError:
+                pass  # the portal stopped meanwhile: the final snapshot is taken by then
+        self._thread.join()
+        assert self._final_statistics is not None
+        return self._final_statistics
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closing else "running"
+        return (
+            f"<SyncProducer {state} backend={self.backend!r} "
+            f"outstanding_records={self._pending_records} "
+            f"outstanding_bytes={self._pending_bytes}>"
+        )
+
+
+def _settle_outcome(
+    producer: SyncProducer,
+    future: _RecordFuture,
+    size: int,
+    seq: int,
+    outcome: Outcome[RecordResult],
+) -> None:
+    """The done-callback of a record's outcome (a function, not a bound method: one object
+    fewer per record in flight)."""
+    producer._settle(future, outcome, size, seq)
+
+
+def _not_started(function: Callable[[], object]) -> object:
+    raise RuntimeError("the SyncProducer's event loop is not running")
+
+
+def _not_running_clock() -> float:
+    raise RuntimeError("the SyncProducer's event loop is not running")
+
+
+@atexit.register
+def _close_forgotten() -> None:
+    """Close producers still open at interpreter exit, so their records are delivered.
+
+    ``atexit`` runs after non-daemon threads are joined but while daemon threads (ours) still
+    run, so the loop can still flush.
+    """
+    for producer in list(_open_producers):
+        try:
+            producer.close()
+        except Exception:  # pragma: no cover - nothing can be raised to anyone at exit
+            logger.exception("closing a SyncProducer at exit failed")
