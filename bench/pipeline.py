@@ -110,9 +110,17 @@ async def bare_loop(fake: FakeKinesis, stream: str, keys: list[str], data: bytes
     return elapsed
 
 
-async def pipeline(fake: FakeKinesis, stream: str, keys: list[str], data: bytes, n: int) -> float:
+async def pipeline(
+    fake: FakeKinesis,
+    stream: str,
+    keys: list[str],
+    data: bytes,
+    n: int,
+    config: Config | None = None,
+) -> float:
     """``n`` records through a ``Producer``: put → every outcome resolved; returns seconds."""
-    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+    config = config or Config(region="us-east-1")
+    async with Producer(config, client=fake) as producer:
         # Load the shard map first: the clock measures the steady state, not start-up.
         await (await producer.put_record(stream=stream, partition_key="warm-up", data=b"w"))
         put = producer.put_record

@@ -10,7 +10,8 @@ Everything the pipeline needs from the SDK passes through here:
 * :func:`client_error`, which builds the exception a real client raises for a service error, so
   fakes behave like the SDK;
 * :func:`create_client`, which opens the producer's own aiobotocore client with SDK retries
-  off (the retrier owns retries) and the HTTP backend that suits the running event loop.
+  off (the retrier owns retries) and the HTTP backend that suits the running event loop;
+  :func:`create_cloudwatch_client` opens a CloudWatch client the same way, for the metrics.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ._core.errors import ConfigError
 if TYPE_CHECKING:
     from ._core.config import Config
 
-__all__ = ("KinesisClient", "client_error", "create_client", "error_of")
+__all__ = ("KinesisClient", "client_error", "create_client", "create_cloudwatch_client", "error_of")
 
 
 class KinesisClient(Protocol):
@@ -82,13 +83,33 @@ def _uses_trio() -> bool:
         return False
 
 
-@contextlib.asynccontextmanager
-async def create_client(config: Config) -> AsyncIterator[Any]:
-    """Open an aiobotocore Kinesis client configured from ``config``; close it on exit.
+def create_cloudwatch_client(
+    config: Config, *, endpoint_url: str | None = None
+) -> contextlib.AbstractAsyncContextManager[Any]:
+    """Open an aiobotocore CloudWatch client with ``config``'s region and credentials.
+
+    ``config.endpoint_url`` is Kinesis's, so it is not used: pass ``endpoint_url`` instead.
 
     Raises:
         ConfigError: no region is configured or resolvable and no ``endpoint_url`` is set.
     """
+    return create_client(config, service="cloudwatch", endpoint_url=endpoint_url)
+
+
+@contextlib.asynccontextmanager
+async def create_client(
+    config: Config, *, service: str = "kinesis", endpoint_url: str | None = None
+) -> AsyncIterator[Any]:
+    """Open an aiobotocore Kinesis client configured from ``config``; close it on exit.
+
+    ``service`` and ``endpoint_url`` open another service's client with the same settings
+    (``endpoint_url`` then replaces ``config.endpoint_url``).
+
+    Raises:
+        ConfigError: no region is configured or resolvable and no ``endpoint_url`` is set.
+    """
+    if service != "kinesis":
+        config = config.replace(endpoint_url=endpoint_url)
     from aiobotocore.config import AioConfig
     from aiobotocore.session import get_session
 
@@ -122,7 +143,7 @@ async def create_client(config: Config) -> AsyncIterator[Any]:
         # A custom endpoint (a local server) needs no real region, but botocore wants one.
         region = "us-east-1"
     client_context = session.create_client(
-        "kinesis",
+        service,
         region_name=region,
         endpoint_url=config.endpoint_url,
         verify=config.verify_ssl,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -29,12 +29,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._core.config import Config
-from ._core.errors import BufferFullError, ProducerClosedError
+from ._core.errors import BufferFullError, ConfigError, ProducerClosedError
 from ._core.hashing import check_stream_name, check_user_record
+from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
 from ._core.records import KinesisRecord
 from ._core.results import Attempt, RecordResult
 from ._core.retry_policy import RetryPolicy
 from ._kinesis import KinesisClient, create_client
+from ._metrics import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
 from ._outcome import Outcome
 from ._pipeline.aggregator import Aggregator
 from ._pipeline.collector import Collector
@@ -190,6 +192,7 @@ class _Stream:
                 aggregation_enabled=config.aggregation_enabled,
                 retry_delay=buffered / 2,
             ),
+            metrics=producer._metrics,
         )
         self.shard_map.start()
 
@@ -244,11 +247,37 @@ class Producer:
             client, or :class:`aiokpl.testing.FakeKinesis`). The producer does not close a
             client it was given. When ``None``, the producer opens its own aiobotocore client
             from ``config`` and closes it on exit.
+        metrics_sinks: where to send the metrics every ``config.metrics_upload_interval_ms``
+            (e.g. :class:`aiokpl.CloudWatchSink`); needs ``config.metrics_level`` other than
+            ``"none"``. The producer opens and closes them.
+
+    Raises:
+        ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``.
+        TypeError: ``config`` is not a ``Config``, or a sink is not a ``MetricsSink``.
     """
 
-    def __init__(self, config: Config, *, client: KinesisClient | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        client: KinesisClient | None = None,
+        metrics_sinks: Iterable[MetricsSink] = (),
+    ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
+        self._sinks = tuple(metrics_sinks)
+        for sink in self._sinks:
+            if not isinstance(sink, MetricsSink):
+                raise TypeError(f"{sink!r} is not a MetricsSink (open, publish, aclose)")
+        self._metrics: MetricsRecorder | None = None
+        if config.metrics_level != "none":
+            table = MetricsTable(config.metrics_level, config.metrics_granularity)
+            self._metrics = MetricsRecorder(table)
+        elif self._sinks:
+            raise ConfigError(
+                "metrics_sinks need Config.metrics_level 'summary' or 'detailed'; it is 'none'"
+            )
+        self._uploader: Uploader | None = None
         self.config = config
         self._given_client = client
         self._client: Any = client
@@ -289,6 +318,8 @@ class Producer:
             self._client_cm = create_client(self.config)
             self._client = await self._client_cm.__aenter__()
         self._clock = _clock_of_running_loop()
+        if self._sinks:
+            await self._open_sinks()
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
@@ -300,7 +331,64 @@ class Producer:
             request_timeout=self.config.request_timeout_ms / 1000,
         )
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
+        if self._metrics is not None:
+            self._start_metrics(task_group)
         return self
+
+    async def _open_sinks(self) -> None:
+        opened = []
+        try:
+            for sink in self._sinks:
+                await sink.open(self.config)
+                opened.append(sink)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                for sink in opened:
+                    await sink.aclose()
+                if self._client_cm is not None:
+                    await self._client_cm.__aexit__(None, None, None)
+            raise
+
+    def _start_metrics(self, task_group: TaskGroup) -> None:
+        metrics = self._metrics
+        assert metrics is not None
+        if metrics.table.level == "detailed":
+            task_group.start_soon(self._sample_metrics, name="aiokpl metrics sampler")
+        if self._sinks:
+            self._uploader = Uploader(
+                metrics.table,
+                self._sinks,
+                self.config.metrics_upload_interval_ms / 1000,
+                self._clock,
+                lambda now: metrics.sample(self._received_by_stream(), now, pending=False),
+            )
+            task_group.start_soon(self._uploader.run, name="aiokpl metrics upload")
+
+    def _received_by_stream(self) -> list[tuple[str, int]]:
+        # Records that entered a stream's aggregator, less those that came back for a retry:
+        # the puts, counted by the pipeline anyway (so put_record does no metrics work).
+        return [
+            (name, p.aggregator.records_in - p.retrier.retries) for name, p in self._streams.items()
+        ]
+
+    async def _sample_metrics(self) -> None:
+        metrics = self._metrics
+        assert metrics is not None
+        while True:
+            await anyio.sleep(SAMPLE_INTERVAL)
+            metrics.sample(self._received_by_stream(), self._clock(), pending=True)
+
+    async def _close_metrics(self) -> None:
+        # The last upload (failures included) and the sinks' release: shielded and bounded.
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + self.config.request_timeout_ms / 1000
+            if self._uploader is not None:
+                await self._uploader.upload(final=True)
+            for sink in self._sinks:
+                try:
+                    await sink.aclose()
+                except Exception as exc:
+                    logger.warning("closing metrics sink %s failed: %r", type(sink).__name__, exc)
 
     async def __aexit__(
         self,
@@ -331,6 +419,8 @@ class Producer:
             finally:
                 self._fail_outstanding(code, message)
                 self._scheduler.clear()
+                if self._sinks:
+                    await self._close_metrics()
                 if self._client_cm is not None:
                     with anyio.CancelScope(shield=True):
                         await self._client_cm.__aexit__(None, None, None)
@@ -466,6 +556,10 @@ class Producer:
         Called once per request's worth of records, not once per record: this loop is half of
         the per-record cost of delivery. A record already resolved is skipped.
         """
+        if not success and self._metrics is not None:
+            # Failures are rare: counted record by record, those not finished yet only.
+            fresh = [record for record in records if record in self._outstanding]
+            self._metrics.failed(fresh, self._clock())
         pop = self._outstanding.pop
         waiters = self._flush_waiters
         finished = 0
@@ -535,6 +629,37 @@ class Producer:
     def outstanding_bytes(self) -> int:
         """Partition key plus data bytes of the outstanding records."""
         return self._outstanding_bytes
+
+    def metrics(
+        self, name: str | None = None, window_s: int | None = None
+    ) -> list[MetricStatistics]:
+        """Statistics of the KPL metrics over the last ``window_s`` seconds.
+
+        One :class:`~aiokpl.MetricStatistics` per series with values in the window: each
+        metric name globally, per stream and per shard (as far as
+        ``Config.metrics_granularity`` goes), sorted by name. Empty when
+        ``Config.metrics_level`` is ``"none"``.
+
+        Args:
+            name: only this metric (e.g. ``"UserRecordsPut"``); ``None`` for all.
+            window_s: the span, 1 … 60 whole seconds, the current one included; ``None``
+                for 60.
+
+        Raises:
+            ValueError: ``window_s`` is out of range or ``name`` is not a metric name.
+        """
+        window = WINDOW_SECONDS if window_s is None else window_s
+        if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= 60:
+            raise ValueError(f"window_s must be an int, 1 … {WINDOW_SECONDS}; got {window_s!r}")
+        if name is not None and name not in METRICS:
+            raise ValueError(f"name must be one of the KPL metric names; got {name!r}")
+        metrics = self._metrics
+        if metrics is None:
+            return []
+        now = self._clock()
+        if self._task_group is not None:
+            metrics.sample(self._received_by_stream(), now, pending=False)
+        return metrics.table.window(now, window, name)
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the producer's counters and of every stream's pipeline."""

@@ -27,6 +27,7 @@ from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, ex
 from .._record import UserRecord
 
 if TYPE_CHECKING:
+    from .._metrics import MetricsRecorder
     from .aggregator import Aggregator
     from .limiter import Limiter
     from .scheduler import Scheduler
@@ -67,6 +68,7 @@ class Retrier:
         policy: RetryPolicy,
         *,
         random_value: Callable[[], float] = random.random,
+        metrics: MetricsRecorder | None = None,
     ) -> None:
         self.stream = stream
         self._shard_map = shard_map
@@ -77,6 +79,7 @@ class Retrier:
         self._clock = clock
         self._policy = policy
         self._random = random_value
+        self._metrics = metrics
         self._backoff = Backoff(0.1, 2.0, 5.0, jitter=0.5)
         self.resume_at = -float("inf")
         self.retries = 0
@@ -94,6 +97,8 @@ class Retrier:
             records, result, started, ended, now, self._policy, self._shard_map.hash_range
         )
         error = decisions.request_error
+        if self._metrics is not None:
+            self._metrics.request_done(self.stream, records, result, error, started, ended, now)
         if error is None:
             self._backoff.reset()
         elif error[0] not in FAIL_FAST:
@@ -136,6 +141,9 @@ class Retrier:
 
     def _apply(self, decisions: Decisions) -> None:
         if decisions.succeeded:
+            if self._metrics is not None:
+                # Before they are resolved: a resolved record has let go of its data.
+                self._metrics.delivered(self.stream, decisions.succeeded, self._clock())
             self._finish(decisions.succeeded, True)
         if decisions.failed:
             self._finish(decisions.failed, False)

@@ -1,0 +1,453 @@
+"""Metrics: the pipeline's hooks, the sink protocol, the CloudWatch sink and the upload loop.
+
+:class:`MetricsRecorder` turns what the pipeline already has in hand into values of the KPL's
+metrics (``_core.metrics`` keeps them). It is called at batch level only, never per put:
+
+* per answered ``PutRecords`` request, by the retrier (:meth:`~MetricsRecorder.request_done`):
+  request time, records per request, and per Kinesis record its success, size and error code;
+* per request's delivered user records, by the retrier (:meth:`~MetricsRecorder.delivered`),
+  with C-level ``map``/``sum``/``min``/``max`` over the batch rather than a Python loop;
+* per failed user record, by ``Producer._finish`` (:meth:`~MetricsRecorder.failed`): failures
+  are rare, so this one is per record;
+* every 200 ms, by the sampler task (:meth:`~MetricsRecorder.sample`), as the KPL does:
+  ``UserRecordsPending`` per stream, and ``UserRecordsReceived`` from counters the pipeline
+  keeps anyway (records into the aggregator minus records retried), so ``put_record`` does
+  no metrics work at all.
+
+When ``Config.metrics_level`` is ``"none"`` there is no recorder: each hook is one
+``if ... is not None`` on a batch, and no task runs.
+
+Every ``metrics_upload_interval_ms`` the upload loop hands the statistics of the whole
+seconds since the previous upload to each :class:`MetricsSink`; on exit a last upload (the
+current second included) is made, bounded in time. A sink that fails is logged and skipped:
+metrics never disturb delivery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import itertools
+import logging
+import math
+from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter, itemgetter
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import anyio
+
+from ._core.metrics import MetricsTable, MetricStatistics, cloudwatch_batches, cloudwatch_datum
+from ._kinesis import create_cloudwatch_client, error_of
+
+if TYPE_CHECKING:
+    from ._core.config import Config
+    from ._core.records import KinesisRecord, UserRecord
+
+__all__ = ("CloudWatchSink", "MetricsRecorder", "MetricsSink", "Uploader")
+
+logger = logging.getLogger("aiokpl.metrics")
+
+SAMPLE_INTERVAL = 0.2  # seconds between UserRecordsPending samples (KPL: 200 ms)
+
+_delivered_parts = attrgetter("data", "attempts", "delivered")
+_delivery = itemgetter(2)  # of those parts
+_delay_of = itemgetter(2)  # of a delivery: (started, ended, delay, shard id, sequence number)
+_shard_of = itemgetter(3)
+
+
+@runtime_checkable
+class MetricsSink(Protocol):
+    """Where a producer sends its metrics, every ``Config.metrics_upload_interval_ms``.
+
+    Implement the three coroutines; give instances to ``Producer(metrics_sinks=[...])``.
+    The producer calls ``open`` once on entering, ``publish`` after each interval with the
+    statistics of that interval (each series once; ``count`` is never 0), and ``aclose`` once
+    on exit after a last ``publish``. Exceptions from ``publish`` are logged and otherwise
+    ignored; a ``publish`` that takes longer than the upload interval is cancelled.
+    """
+
+    async def open(self, config: Config) -> None:
+        """Prepare to publish (e.g. open a client), with the producer's configuration."""
+
+    async def publish(self, metrics: Sequence[MetricStatistics]) -> None:
+        """Send the statistics of one interval."""
+
+    async def aclose(self) -> None:
+        """Release what ``open`` acquired."""
+
+
+class MetricsRecorder:
+    """Records the KPL's metrics from the pipeline's batch-level events into a table."""
+
+    def __init__(self, table: MetricsTable) -> None:
+        self.table = table
+        self._leaf = table.leaf
+        self._by_shard = table.granularity == "shard"
+        self._detailed = table.level == "detailed"
+        self._received: dict[str, int] = {}
+        self._finished: dict[str, int] = {}
+        # (stream, shard) -> the series a delivery updates: one look-up per run of records.
+        self._delivery_series: dict[tuple[str, str | None], tuple[Any, Any, Any, Any]] = {}
+
+    # --- per request ---------------------------------------------------------------------
+    def request_done(
+        self,
+        stream: str,
+        records: Sequence[KinesisRecord],
+        result: dict[str, Any] | tuple[str, str],
+        request_error: tuple[str, str] | None,
+        started: float,
+        ended: float,
+        now: float,
+    ) -> None:
+        """A ``PutRecords`` call was answered (or failed as a whole): KPL ``retrier.cc``."""
+        leaf = self._leaf
+        if self._detailed:
+            sizes = [len(kr.records) for kr in records]
+            self._put(leaf("RequestTime", stream), (ended - started) * 1000.0, now)
+            self._put(leaf("KinesisRecordsPerPutRecordsRequest", stream), len(records), now)
+            self._put(leaf("UserRecordsPerPutRecordsRequest", stream), sum(sizes), now)
+            per_shard: dict[str | None, list[int]] = {}
+            for kr, n in zip(records, sizes, strict=True):
+                per_shard.setdefault(kr.predicted_shard, []).append(n)
+            for shard, counts in per_shard.items():
+                series = leaf("UserRecordsPerKinesisRecord", stream, shard)
+                self._put_many(series, counts, now)
+        if request_error is not None:
+            code = request_error[0]
+            self._put(leaf("ErrorsByCode", stream, None, code), 1, now)
+            self._put(leaf("AllErrors", stream), 1, now)
+            return
+        assert isinstance(result, dict)
+        # shard: [Kinesis records, delivered, their data sizes...]; errors by (shard, code)
+        delivered: dict[str | None, list[int]] = {}
+        failed: dict[str | None, int] = {}
+        errors: dict[tuple[str | None, str], int] = {}
+        for kr, entry in zip(records, result["Records"], strict=True):
+            shard = kr.predicted_shard
+            # As _core.retry_policy.classify judges an entry (malformed ones are "Internal").
+            if (
+                isinstance(entry, dict)
+                and entry.get("SequenceNumber")
+                and isinstance(entry.get("ShardId"), str)
+            ):
+                delivered.setdefault(shard, []).append(len(kr.data))
+            else:
+                error_code = entry.get("ErrorCode") if isinstance(entry, dict) else None
+                key = (shard, str(error_code) if error_code else "Internal")
+                errors[key] = errors.get(key, 0) + 1
+                failed[shard] = failed.get(shard, 0) + 1
+        for shard in delivered.keys() | failed.keys():
+            sizes = delivered.get(shard, [])
+            ok, bad = len(sizes), failed.get(shard, 0)
+            put_series = leaf("KinesisRecordsPut", stream, shard)
+            errors_series = leaf("AllErrors", stream, shard)
+            if put_series is not None:
+                put_series.add_many(ok + bad, ok, 0 if bad else 1, 1 if ok else 0, now)
+            if errors_series is not None:
+                errors_series.add_many(ok + bad, bad, 0 if ok else 1, 1 if bad else 0, now)
+            if sizes:
+                self._put_many(leaf("KinesisRecordsDataPut", stream, shard), sizes, now)
+        for (shard, code), n in errors.items():
+            series = leaf("ErrorsByCode", stream, shard, code)
+            if series is not None:
+                series.add_many(n, n, 1, 1, now)
+
+    # --- per finished user record --------------------------------------------------------
+    def delivered(self, stream: str, records: Sequence[UserRecord], now: float) -> None:
+        """User records delivered by one request (in request order)."""
+        parts = list(map(_delivered_parts, records))
+        if self._by_shard:
+            # Records of one Kinesis record share a shard and come together: few runs.
+            start = 0
+            for shard, run in itertools.groupby(list(map(_shard_of, map(_delivery, parts)))):
+                end = start + len(list(run))
+                self._delivered_run(stream, shard, parts[start:end], now)
+                start = end
+        else:
+            self._delivered_run(stream, None, parts, now)
+        if self._detailed:
+            self._finished[stream] = self._finished.get(stream, 0) + len(records)
+
+    def _delivered_run(self, stream: str, shard: str | None, parts: list[Any], now: float) -> None:
+        series = self._delivery_series.get((stream, shard))
+        if series is None:
+            leaf = self._leaf
+            series = self._delivery_series[(stream, shard)] = (
+                leaf("UserRecordsPut", stream, shard),
+                leaf("BufferingTime", stream, shard),
+                leaf("UserRecordsDataPut", stream, shard),
+                leaf("RetriesPerRecord", stream, shard),
+            )
+        put, buffering, data_put, retried = series
+        n = len(parts)
+        datas, attempts, delivered = zip(*parts, strict=True)
+        if put is not None:
+            put.add_many(n, n, 1, 1, now)
+        # BufferingTime: one value per attempt, the wait before it (KPL: start - last end).
+        delays = list(map(_delay_of, delivered))
+        retries = list(map(len, attempts))
+        if any(retries):
+            delays.extend(a.delay for tried in attempts for a in tried)
+        if buffering is not None:
+            buffering.add_many(
+                len(delays), sum(delays) * 1e3, min(delays) * 1e3, max(delays) * 1e3, now
+            )
+        if data_put is not None:
+            sizes = list(map(len, datas))
+            data_put.add_many(n, sum(sizes), min(sizes), max(sizes), now)
+        if retried is not None:
+            retried.add_many(n, sum(retries), min(retries), max(retries), now)
+
+    def failed(self, record: UserRecord, now: float) -> None:
+        """One user record failed for good (its attempts say why)."""
+        leaf = self._leaf
+        stream = record.stream
+        shard = record.predicted_shard
+        attempts = record.attempts
+        self._put(leaf("UserRecordsPut", stream, shard), 0, now)
+        if attempts and attempts[-1].error_code == "Expired":
+            self._put(leaf("UserRecordExpired", stream, shard), 1, now)
+        self._put_many(leaf("BufferingTime", stream, shard), [a.delay for a in attempts], now, 1e3)
+        if self._detailed:
+            self._put(leaf("RetriesPerRecord", stream, shard), max(len(attempts) - 1, 0), now)
+            self._finished[stream] = self._finished.get(stream, 0) + 1
+
+    # --- sampled -------------------------------------------------------------------------
+    def sample(self, received: Iterable[tuple[str, int]], now: float, *, pending: bool) -> None:
+        """Count the records received since the last call, per stream; with ``pending``,
+        also record each stream's records not yet finished."""
+        if not self._detailed:
+            return
+        leaf = self._leaf
+        for stream, total in received:
+            new = total - self._received.get(stream, 0)
+            self._received[stream] = total
+            if new:
+                series = leaf("UserRecordsReceived", stream)
+                assert series is not None
+                series.add_many(new, new, 1, 1, now)
+            if pending:
+                self._put(
+                    leaf("UserRecordsPending", stream),
+                    total - self._finished.get(stream, 0),
+                    now,
+                )
+
+    # --- helpers -------------------------------------------------------------------------
+    @staticmethod
+    def _put(series: Any, value: float, now: float) -> None:
+        if series is not None:
+            series.add(value, now)
+
+    @staticmethod
+    def _put_many(series: Any, values: list[Any], now: float, scale: float = 1.0) -> None:
+        if series is not None and values:
+            series.add_many(
+                len(values), sum(values) * scale, min(values) * scale, max(values) * scale, now
+            )
+
+
+class Uploader:
+    """Hands each interval's statistics to the sinks; never raises into the producer.
+
+    Args:
+        table: the producer's metrics.
+        sinks: where to send them.
+        interval: seconds between uploads.
+        clock: the producer's clock.
+        before_collect: called just before statistics are collected (to sample counters).
+    """
+
+    def __init__(
+        self,
+        table: MetricsTable,
+        sinks: Sequence[MetricsSink],
+        interval: float,
+        clock: Callable[[], float],
+        before_collect: Callable[[float], None],
+    ) -> None:
+        self._table = table
+        self._sinks = tuple(sinks)
+        self._interval = interval
+        self._clock = clock
+        self._before_collect = before_collect
+        self._checkpoint = math.floor(clock())
+        self.uploads = 0
+        self.failures = 0
+
+    async def run(self) -> None:
+        """Upload every interval, until cancelled."""
+        while True:
+            await anyio.sleep(self._interval)
+            await self.upload(final=False)
+
+    async def upload(self, *, final: bool) -> None:
+        """Publish the whole seconds since the last upload (and the current one if ``final``)."""
+        now = self._clock()
+        self._before_collect(now)
+        end = math.floor(now) + (1 if final else 0)
+        metrics = self._table.collect(self._checkpoint, end)
+        self._checkpoint = end
+        if not metrics:
+            return
+        self.uploads += 1
+        for sink in self._sinks:
+            try:
+                with anyio.move_on_after(self._interval) as scope:
+                    await sink.publish(metrics)
+                if scope.cancelled_caught:
+                    self.failures += 1
+                    logger.warning(
+                        "metrics upload to %s took over %g s: abandoned",
+                        _name(sink),
+                        self._interval,
+                    )
+            except Exception as exc:
+                self.failures += 1
+                code, message = error_of(exc)
+                logger.warning("metrics upload to %s failed: %s: %s", _name(sink), code, message)
+
+
+def _name(sink: object) -> str:
+    return type(sink).__name__
+
+
+class CloudWatchSink:
+    """Sends metrics to Amazon CloudWatch with ``PutMetricData``, as the KPL does.
+
+    Each series of an interval becomes one ``MetricDatum`` with a statistic set (sample
+    count, sum, minimum, maximum), its unit and dimensions, in the namespace
+    ``Config.metrics_namespace``; requests hold at most 1,000 data and 1 MB. The client is
+    an aiobotocore CloudWatch client opened from the producer's ``Config`` (region,
+    credentials, profile: the same as for Kinesis), with SDK retries off; each request is
+    tried up to ``attempts`` times, then logged (code and message only) and dropped.
+
+    Args:
+        endpoint_url: CloudWatch endpoint to use instead of the region's (a local server).
+            ``Config.endpoint_url`` is Kinesis's and is not used here.
+        client: an already open CloudWatch client to use (not closed by the sink).
+        attempts: tries per request, 1 … 10.
+        retry_delay: seconds before the first retry; doubled for each further one.
+    """
+
+    def __init__(
+        self,
+        *,
+        endpoint_url: str | None = None,
+        client: Any = None,
+        attempts: int = 3,
+        retry_delay: float = 1.0,
+    ) -> None:
+        if not 1 <= attempts <= 10:
+            raise ValueError(f"attempts must be 1 … 10; got {attempts!r}")
+        self.endpoint_url = endpoint_url
+        self._client = client
+        self._attempts = attempts
+        self._retry_delay = retry_delay
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._namespace = "KinesisProducerLibrary"
+        self.requests_sent = 0
+        self.requests_failed = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<CloudWatchSink endpoint_url={self.endpoint_url!r} namespace={self._namespace!r} "
+            f"requests_sent={self.requests_sent} requests_failed={self.requests_failed}>"
+        )
+
+    async def open(self, config: Config) -> None:
+        """Open the CloudWatch client (unless one was given)."""
+        self._namespace = config.metrics_namespace
+        if self._client is None:
+            stack = contextlib.AsyncExitStack()
+            self._client = await stack.enter_async_context(
+                create_cloudwatch_client(config, endpoint_url=self.endpoint_url)
+            )
+            self._stack = stack
+
+    async def publish(self, metrics: Sequence[MetricStatistics]) -> None:
+        """Send ``metrics`` in as few ``PutMetricData`` requests as the limits allow."""
+        if self._client is None:
+            raise RuntimeError("CloudWatchSink.publish before open()")
+        timestamp = datetime.datetime.now(datetime.timezone.utc)
+        data = [cloudwatch_datum(stats, timestamp) for stats in metrics]
+        for batch in cloudwatch_batches(data, self._namespace):
+            await self._send(batch)
+
+    async def _send(self, batch: list[dict[str, Any]]) -> None:
+        delay = self._retry_delay
+        for attempt in range(1, self._attempts + 1):
+            self.requests_sent += 1
+            try:
+                await self._client.put_metric_data(Namespace=self._namespace, MetricData=batch)
+                return
+            except Exception as exc:
+                code, message = error_of(exc)
+                if attempt == self._attempts:
+                    self.requests_failed += 1
+                    logger.warning(
+                        "PutMetricData of %d metrics failed %d times, dropped: %s: %s",
+                        len(batch),
+                        attempt,
+                        code,
+                        message,
+                    )
+                    return
+                await anyio.sleep(delay)
+                delay *= 2
+
+    async def aclose(self) -> None:
+        """Close the client the sink opened."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            self._client = None
+            await stack.aclose()
+
+
+SeriesKey = tuple[str, "str | None", "str | None", "str | None"]  # name, stream, shard, code
+
+
+class RunningTotals:
+    """Per series: count and sum since the start (the sum of every published interval), and
+    the min and max of the last interval that had values. What pull-based systems
+    (Prometheus, OpenTelemetry's observable instruments) want from interval statistics."""
+
+    def __init__(self) -> None:
+        self.series: dict[SeriesKey, list[float]] = {}
+
+    def add(self, metrics: Sequence[MetricStatistics]) -> None:
+        for stats in metrics:
+            key = (stats.name, stats.stream, stats.shard_id, stats.error_code)
+            totals = self.series.get(key)
+            if totals is None:
+                self.series[key] = [stats.count, stats.sum, stats.min, stats.max]
+            else:
+                totals[0] += stats.count
+                totals[1] += stats.sum
+                totals[2] = stats.min
+                totals[3] = stats.max
+
+    def of(self, name: str) -> list[tuple[dict[str, str], list[float]]]:
+        """``(labels, [count, sum, min, max])`` of every series of ``name``."""
+        return [
+            (_labels(stream, shard, code), totals)
+            for (metric, stream, shard, code), totals in self.series.items()
+            if metric == name
+        ]
+
+
+def _labels(stream: str | None, shard: str | None, code: str | None) -> dict[str, str]:
+    labels = {}
+    if stream is not None:
+        labels["stream"] = stream
+    if shard is not None:
+        labels["shard_id"] = shard
+    if code is not None:
+        labels["error_code"] = code
+    return labels
+
+
+def snake_case(name: str) -> str:
+    """``"UserRecordsPut"`` → ``"user_records_put"``."""
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
