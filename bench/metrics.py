@@ -3,9 +3,10 @@
 The same 200k records (100 bytes, 4096 keys, 64 shards, aggregation on) go through the
 pipeline of :mod:`bench.pipeline` three times per round, once per level, in one event loop,
 after a warm-up run, the order rotating from round to round so that drift and noise hit every
-level alike; the best time of each level is kept. With ``"none"`` the producer has no recorder at all, so that
-run is the pipeline's own cost; the targets are on the ratios (SPEC: detailed costs at most
-5% of throughput). The garbage collector stays on, as in production.
+level alike; the best time of each level is kept. With ``"none"`` the producer has no
+recorder at all, so that run is the pipeline's own cost; the targets are on the ratios
+(SPEC: detailed costs at most 5% of throughput). The garbage collector stays on, as in
+production.
 """
 
 from __future__ import annotations

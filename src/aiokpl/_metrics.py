@@ -272,7 +272,10 @@ class Uploader:
         self._interval = interval
         self._clock = clock
         self._before_collect = before_collect
-        self._checkpoint = math.floor(clock())
+        # Per sink: the first second it has not been sent yet. It moves on once a publish
+        # returns, fails or times out; a publish cancelled by the producer's exit leaves it,
+        # so the last upload sends that span again rather than losing it.
+        self._checkpoints = [math.floor(clock())] * len(self._sinks)
         self.uploads = 0
         self.failures = 0
 
@@ -283,16 +286,20 @@ class Uploader:
             await self.upload(final=False)
 
     async def upload(self, *, final: bool) -> None:
-        """Publish the whole seconds since the last upload (and the current one if ``final``)."""
+        """Publish the whole seconds not yet sent (and the current one if ``final``), to all
+        sinks at once."""
         now = self._clock()
         self._before_collect(now)
         end = math.floor(now) + (1 if final else 0)
-        metrics = self._table.collect(self._checkpoint, end)
-        self._checkpoint = end
-        if not metrics:
-            return
         self.uploads += 1
-        for sink in self._sinks:
+        async with anyio.create_task_group() as task_group:
+            for index in range(len(self._sinks)):
+                task_group.start_soon(self._publish, index, end)
+
+    async def _publish(self, index: int, end: int) -> None:
+        sink = self._sinks[index]
+        metrics = self._table.collect(self._checkpoints[index], end)
+        if metrics:
             try:
                 with anyio.move_on_after(self._interval) as scope:
                     await sink.publish(metrics)
@@ -307,6 +314,7 @@ class Uploader:
                 self.failures += 1
                 code, message = error_of(exc)
                 logger.warning("metrics upload to %s failed: %s: %s", _name(sink), code, message)
+        self._checkpoints[index] = end
 
 
 def _name(sink: object) -> str:
