@@ -395,6 +395,9 @@ async def test_cloudwatch_sink_retries_then_drops_and_logs(
             assert len(client.calls) == 3
             await (await producer.put_record(stream="s", partition_key="k", data=b"x"))
     assert len(client.calls) == 4  # and the last upload, on exit
+    assert repr(sink) == (
+        "<CloudWatchSink endpoint_url=None namespace='NS' requests_sent=4 requests_failed=1>"
+    )
     assert {call["Namespace"] for call in client.calls} == {"NS"}
     assert sink.requests_failed == 1
     assert "PutMetricData of" in caplog.text
@@ -432,3 +435,36 @@ async def test_cloudwatch_sink_checks_its_arguments_and_state() -> None:
     await sink.aclose()  # nothing opened: nothing to close
     with pytest.raises(ValueError, match="attempts must be 1 … 10"):
         CloudWatchSink(attempts=0)
+
+
+async def test_a_sink_that_fails_to_close_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    class Sticky(RecordingSink):
+        async def aclose(self) -> None:
+            raise OSError("still busy")
+
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    sink = Sticky()
+    with caplog.at_level(logging.WARNING, logger="aiokpl"):
+        async with Producer(config(), client=fake, metrics_sinks=[sink]) as producer:
+            await (await producer.put_record(stream="s", partition_key="k", data=b"x"))
+    assert "closing metrics sink Sticky failed: OSError('still busy')" in caplog.text
+    assert put_counts(sink) == [1]
+
+
+async def test_records_failing_at_once_are_put_as_zero_not_expired() -> None:
+    fake = FakeKinesis()  # no stream: every request fails with ResourceNotFoundException
+    async with Producer(config(metrics_level="summary"), client=fake) as producer:
+        result = await (await producer.put_record(stream="gone", partition_key="k", data=b"x"))
+        metrics = producer.metrics()
+    assert result.error_code == "ResourceNotFoundException"
+    assert values(series(metrics, "UserRecordsPut", "gone")) == (1, 0, 0, 0)
+    assert series(metrics, "UserRecordExpired", "gone") is None
+    code = "ResourceNotFoundException"
+    assert values(series(metrics, "ErrorsByCode", "gone", error_code=code)) == (1, 1, 1, 1)
+    assert {m.name for m in metrics} == {
+        "UserRecordsPut",
+        "BufferingTime",
+        "ErrorsByCode",
+        "AllErrors",
+    }

@@ -11,7 +11,15 @@ from typing import Any
 import anyio
 import pytest
 
-from aiokpl import Config, MetricsSink, OpenTelemetrySink, Producer, PrometheusSink
+from aiokpl import (
+    Config,
+    MetricsSink,
+    MetricStatistics,
+    OpenTelemetrySink,
+    Producer,
+    PrometheusSink,
+)
+from aiokpl._metrics import RunningTotals, snake_case
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio
@@ -130,3 +138,25 @@ async def test_a_missing_extra_is_named_when_the_sink_opens(
     monkeypatch.setattr(builtins, "__import__", without)
     with pytest.raises(ImportError, match=message):
         await sink().open(CONFIG)
+
+
+def test_running_totals_accumulate_counts_and_keep_the_last_extremes() -> None:
+    totals = RunningTotals()
+    first = MetricStatistics("ErrorsByCode", "Count", 2, 2.0, 1.0, 1.0, "s", "shard-1", "Boom")
+    totals.add([first, MetricStatistics("AllErrors", "Count", 3, 1.0, 0.0, 1.0)])
+    totals.add(
+        [MetricStatistics("ErrorsByCode", "Count", 1, 1.0, 1.0, 1.0, "s", "shard-1", "Boom")]
+    )
+    assert totals.of("ErrorsByCode") == [
+        ({"stream": "s", "shard_id": "shard-1", "error_code": "Boom"}, [3, 3.0, 1.0, 1.0])
+    ]
+    assert totals.of("AllErrors") == [({}, [3, 1.0, 0.0, 1.0])]
+    assert totals.of("RequestTime") == []
+    assert snake_case("KinesisRecordsPerPutRecordsRequest") == (
+        "kinesis_records_per_put_records_request"
+    )
+
+
+async def test_sinks_that_were_never_opened_close_quietly() -> None:
+    await PrometheusSink().aclose()
+    await OpenTelemetrySink().aclose()

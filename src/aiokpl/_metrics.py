@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 
-from ._core.metrics import MetricsTable, MetricStatistics, cloudwatch_batches, cloudwatch_datum
+from ._core.metrics import (
+    MetricsTable,
+    MetricStatistics,
+    WindowedStatistic,
+    cloudwatch_batches,
+    cloudwatch_datum,
+)
 from ._kinesis import create_cloudwatch_client, error_of
 
 if TYPE_CHECKING:
@@ -87,7 +93,15 @@ class MetricsRecorder:
         self._received: dict[str, int] = {}
         self._finished: dict[str, int] = {}
         # (stream, shard) -> the series a delivery updates: one look-up per run of records.
-        self._delivery_series: dict[tuple[str, str | None], tuple[Any, Any, Any, Any]] = {}
+        self._delivery_series: dict[
+            tuple[str, str | None],
+            tuple[
+                WindowedStatistic,
+                WindowedStatistic,
+                WindowedStatistic | None,
+                WindowedStatistic | None,
+            ],
+        ] = {}
 
     # --- per request ---------------------------------------------------------------------
     def request_done(
@@ -104,9 +118,9 @@ class MetricsRecorder:
         leaf = self._leaf
         if self._detailed:
             sizes = [len(kr.records) for kr in records]
-            self._put(leaf("RequestTime", stream), (ended - started) * 1000.0, now)
-            self._put(leaf("KinesisRecordsPerPutRecordsRequest", stream), len(records), now)
-            self._put(leaf("UserRecordsPerPutRecordsRequest", stream), sum(sizes), now)
+            self._series("RequestTime", stream).add((ended - started) * 1000.0, now)
+            self._series("KinesisRecordsPerPutRecordsRequest", stream).add(len(records), now)
+            self._series("UserRecordsPerPutRecordsRequest", stream).add(sum(sizes), now)
             per_shard: dict[str | None, list[int]] = {}
             for kr, n in zip(records, sizes, strict=True):
                 per_shard.setdefault(kr.predicted_shard, []).append(n)
@@ -115,8 +129,8 @@ class MetricsRecorder:
                 self._put_many(series, counts, now)
         if request_error is not None:
             code = request_error[0]
-            self._put(leaf("ErrorsByCode", stream, None, code), 1, now)
-            self._put(leaf("AllErrors", stream), 1, now)
+            self._series("ErrorsByCode", stream, None, code).add(1, now)
+            self._series("AllErrors", stream).add(1, now)
             return
         assert isinstance(result, dict)
         # shard: [Kinesis records, delivered, their data sizes...]; errors by (shard, code)
@@ -140,18 +154,15 @@ class MetricsRecorder:
         for shard in delivered.keys() | failed.keys():
             sizes = delivered.get(shard, [])
             ok, bad = len(sizes), failed.get(shard, 0)
-            put_series = leaf("KinesisRecordsPut", stream, shard)
-            errors_series = leaf("AllErrors", stream, shard)
-            if put_series is not None:
-                put_series.add_many(ok + bad, ok, 0 if bad else 1, 1 if ok else 0, now)
-            if errors_series is not None:
-                errors_series.add_many(ok + bad, bad, 0 if ok else 1, 1 if bad else 0, now)
+            # Summary metrics: recorded at every level there is a recorder for.
+            put_series = self._series("KinesisRecordsPut", stream, shard)
+            put_series.add_many(ok + bad, ok, 0 if bad else 1, 1 if ok else 0, now)
+            errors_series = self._series("AllErrors", stream, shard)
+            errors_series.add_many(ok + bad, bad, 0 if ok else 1, 1 if bad else 0, now)
             if sizes:
                 self._put_many(leaf("KinesisRecordsDataPut", stream, shard), sizes, now)
         for (shard, code), n in errors.items():
-            series = leaf("ErrorsByCode", stream, shard, code)
-            if series is not None:
-                series.add_many(n, n, 1, 1, now)
+            self._series("ErrorsByCode", stream, shard, code).add_many(n, n, 1, 1, now)
 
     # --- per finished user record --------------------------------------------------------
     def delivered(self, stream: str, records: Sequence[UserRecord], now: float) -> None:
@@ -174,25 +185,23 @@ class MetricsRecorder:
         if series is None:
             leaf = self._leaf
             series = self._delivery_series[(stream, shard)] = (
-                leaf("UserRecordsPut", stream, shard),
-                leaf("BufferingTime", stream, shard),
+                self._series("UserRecordsPut", stream, shard),
+                self._series("BufferingTime", stream, shard),
                 leaf("UserRecordsDataPut", stream, shard),
                 leaf("RetriesPerRecord", stream, shard),
             )
         put, buffering, data_put, retried = series
         n = len(parts)
         datas, attempts, delivered = zip(*parts, strict=True)
-        if put is not None:
-            put.add_many(n, n, 1, 1, now)
+        put.add_many(n, n, 1, 1, now)
         # BufferingTime: one value per attempt, the wait before it (KPL: start - last end).
         delays = list(map(_delay_of, delivered))
         retries = list(map(len, attempts))
         if any(retries):
             delays.extend(a.delay for tried in attempts for a in tried)
-        if buffering is not None:
-            buffering.add_many(
-                len(delays), sum(delays) * 1e3, min(delays) * 1e3, max(delays) * 1e3, now
-            )
+        buffering.add_many(
+            len(delays), sum(delays) * 1e3, min(delays) * 1e3, max(delays) * 1e3, now
+        )
         if data_put is not None:
             sizes = list(map(len, datas))
             data_put.add_many(n, sum(sizes), min(sizes), max(sizes), now)
@@ -201,16 +210,17 @@ class MetricsRecorder:
 
     def failed(self, record: UserRecord, now: float) -> None:
         """One user record failed for good (its attempts say why)."""
-        leaf = self._leaf
         stream = record.stream
         shard = record.predicted_shard
         attempts = record.attempts
-        self._put(leaf("UserRecordsPut", stream, shard), 0, now)
+        self._series("UserRecordsPut", stream, shard).add(0, now)
         if attempts and attempts[-1].error_code == "Expired":
-            self._put(leaf("UserRecordExpired", stream, shard), 1, now)
-        self._put_many(leaf("BufferingTime", stream, shard), [a.delay for a in attempts], now, 1e3)
+            self._series("UserRecordExpired", stream, shard).add(1, now)
+        self._put_many(
+            self._series("BufferingTime", stream, shard), [a.delay for a in attempts], now, 1e3
+        )
         if self._detailed:
-            self._put(leaf("RetriesPerRecord", stream, shard), max(len(attempts) - 1, 0), now)
+            self._series("RetriesPerRecord", stream, shard).add(max(len(attempts) - 1, 0), now)
             self._finished[stream] = self._finished.get(stream, 0) + 1
 
     # --- sampled -------------------------------------------------------------------------
@@ -219,29 +229,29 @@ class MetricsRecorder:
         also record each stream's records not yet finished."""
         if not self._detailed:
             return
-        leaf = self._leaf
         for stream, total in received:
             new = total - self._received.get(stream, 0)
             self._received[stream] = total
             if new:
-                series = leaf("UserRecordsReceived", stream)
-                assert series is not None
-                series.add_many(new, new, 1, 1, now)
+                self._series("UserRecordsReceived", stream).add_many(new, new, 1, 1, now)
             if pending:
-                self._put(
-                    leaf("UserRecordsPending", stream),
-                    total - self._finished.get(stream, 0),
-                    now,
-                )
+                pending_now = total - self._finished.get(stream, 0)
+                self._series("UserRecordsPending", stream).add(pending_now, now)
 
     # --- helpers -------------------------------------------------------------------------
-    @staticmethod
-    def _put(series: Any, value: float, now: float) -> None:
-        if series is not None:
-            series.add(value, now)
+    def _series(
+        self, name: str, stream: str, shard: str | None = None, code: str | None = None
+    ) -> WindowedStatistic:
+        """The series of a metric the level is known to record (summary metrics always,
+        detailed ones under ``if self._detailed``)."""
+        series = self._leaf(name, stream, shard, code)
+        assert series is not None, name
+        return series
 
     @staticmethod
-    def _put_many(series: Any, values: list[Any], now: float, scale: float = 1.0) -> None:
+    def _put_many(
+        series: WindowedStatistic | None, values: list[Any], now: float, scale: float = 1.0
+    ) -> None:
         if series is not None and values:
             series.add_many(
                 len(values), sum(values) * scale, min(values) * scale, max(values) * scale, now

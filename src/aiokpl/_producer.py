@@ -382,8 +382,8 @@ class Producer:
         # The last upload (failures included) and the sinks' release: shielded and bounded.
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + self.config.request_timeout_ms / 1000
-            if self._uploader is not None:
-                await self._uploader.upload(final=True)
+            assert self._uploader is not None  # started with the sinks
+            await self._uploader.upload(final=True)
             for sink in self._sinks:
                 try:
                     await sink.aclose()
