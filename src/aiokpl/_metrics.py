@@ -10,9 +10,9 @@ metrics (``_core.metrics`` keeps them). It is called at batch level only, never 
 * per failed user record, by ``Producer._finish`` (:meth:`~MetricsRecorder.failed`): failures
   are rare, so this one is per record;
 * every 200 ms, by the sampler task (:meth:`~MetricsRecorder.sample`), as the KPL does:
-  ``UserRecordsPending`` per stream, and ``UserRecordsReceived`` from counters the pipeline
-  keeps anyway (records into the aggregator minus records retried), so ``put_record`` does
-  no metrics work at all.
+  ``UserRecordsPending`` per stream (the producer's outstanding records), and
+  ``UserRecordsReceived`` as the growth of finished plus outstanding records, so
+  ``put_record`` does no metrics work at all.
 
 When ``Config.metrics_level`` is ``"none"`` there is no recorder: each hook is one
 ``if ... is not None`` on a batch, and no task runs.
@@ -30,6 +30,7 @@ import datetime
 import itertools
 import logging
 import math
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -47,7 +48,8 @@ from ._kinesis import create_cloudwatch_client, error_of
 
 if TYPE_CHECKING:
     from ._core.config import Config
-    from ._core.records import KinesisRecord, UserRecord
+    from ._core.records import KinesisRecord
+    from ._record import UserRecord
 
 __all__ = ("CloudWatchSink", "MetricsRecorder", "MetricsSink", "Uploader")
 
@@ -55,10 +57,12 @@ logger = logging.getLogger("aiokpl.metrics")
 
 SAMPLE_INTERVAL = 0.2  # seconds between UserRecordsPending samples (KPL: 200 ms)
 
-_delivered_parts = attrgetter("data", "attempts", "delivered")
-_delivery = itemgetter(2)  # of those parts
-_delay_of = itemgetter(2)  # of a delivery: (started, ended, delay, shard id, sequence number)
-_shard_of = itemgetter(3)
+_delivery_of = attrgetter("delivered")
+_last_end_of = attrgetter("last_end")
+_data_of = attrgetter("data")
+_attempts_of = attrgetter("attempts")
+_started_of = itemgetter(0)  # of a delivery: (started, ended, shard id, sequence number)
+_shard_of = itemgetter(2)
 
 
 @runtime_checkable
@@ -166,21 +170,22 @@ class MetricsRecorder:
 
     # --- per finished user record --------------------------------------------------------
     def delivered(self, stream: str, records: Sequence[UserRecord], now: float) -> None:
-        """User records delivered by one request (in request order)."""
-        parts = list(map(_delivered_parts, records))
+        """User records delivered by one request (in request order), not resolved yet."""
         if self._by_shard:
             # Records of one Kinesis record share a shard and come together: few runs.
             start = 0
-            for shard, run in itertools.groupby(list(map(_shard_of, map(_delivery, parts)))):
+            for shard, run in itertools.groupby(list(map(_shard_of, map(_delivery_of, records)))):
                 end = start + len(list(run))
-                self._delivered_run(stream, shard, parts[start:end], now)
+                self._delivered_run(stream, shard, records[start:end], now)
                 start = end
         else:
-            self._delivered_run(stream, None, parts, now)
+            self._delivered_run(stream, None, records, now)
         if self._detailed:
             self._finished[stream] = self._finished.get(stream, 0) + len(records)
 
-    def _delivered_run(self, stream: str, shard: str | None, parts: list[Any], now: float) -> None:
+    def _delivered_run(
+        self, stream: str, shard: str | None, records: Sequence[UserRecord], now: float
+    ) -> None:
         series = self._delivery_series.get((stream, shard))
         if series is None:
             leaf = self._leaf
@@ -191,11 +196,13 @@ class MetricsRecorder:
                 leaf("RetriesPerRecord", stream, shard),
             )
         put, buffering, data_put, retried = series
-        n = len(parts)
-        datas, attempts, delivered = zip(*parts, strict=True)
+        n = len(records)
         put.add_many(n, n, 1, 1, now)
-        # BufferingTime: one value per attempt, the wait before it (KPL: start - last end).
-        delays = list(map(_delay_of, delivered))
+        # BufferingTime: one value per attempt, the wait before it (KPL: start - last end);
+        # the successful attempt's is its request's start less the record's last end.
+        starts = map(_started_of, map(_delivery_of, records))
+        delays = list(map(operator.sub, starts, map(_last_end_of, records)))
+        attempts = list(map(_attempts_of, records))
         retries = list(map(len, attempts))
         if any(retries):
             delays.extend(a.delay for tried in attempts for a in tried)
@@ -203,40 +210,42 @@ class MetricsRecorder:
             len(delays), sum(delays) * 1e3, min(delays) * 1e3, max(delays) * 1e3, now
         )
         if data_put is not None:
-            sizes = list(map(len, datas))
+            sizes = list(map(len, map(_data_of, records)))
             data_put.add_many(n, sum(sizes), min(sizes), max(sizes), now)
         if retried is not None:
             retried.add_many(n, sum(retries), min(retries), max(retries), now)
 
-    def failed(self, record: UserRecord, now: float) -> None:
-        """One user record failed for good (its attempts say why)."""
-        stream = record.stream
-        shard = record.predicted_shard
-        attempts = record.attempts
-        self._series("UserRecordsPut", stream, shard).add(0, now)
-        if attempts and attempts[-1].error_code == "Expired":
-            self._series("UserRecordExpired", stream, shard).add(1, now)
-        self._put_many(
-            self._series("BufferingTime", stream, shard), [a.delay for a in attempts], now, 1e3
-        )
-        if self._detailed:
-            self._series("RetriesPerRecord", stream, shard).add(max(len(attempts) - 1, 0), now)
-            self._finished[stream] = self._finished.get(stream, 0) + 1
+    def failed(self, records: Iterable[UserRecord], now: float) -> None:
+        """User records that failed for good (their attempts say why), not resolved yet."""
+        for record in records:
+            stream = record.stream
+            shard = record.predicted_shard
+            attempts = record.attempts
+            self._series("UserRecordsPut", stream, shard).add(0, now)
+            if attempts and attempts[-1].error_code == "Expired":
+                self._series("UserRecordExpired", stream, shard).add(1, now)
+            delays = [a.delay for a in attempts]
+            self._put_many(self._series("BufferingTime", stream, shard), delays, now, 1e3)
+            if self._detailed:
+                retries = max(len(attempts) - 1, 0)
+                self._series("RetriesPerRecord", stream, shard).add(retries, now)
+                self._finished[stream] = self._finished.get(stream, 0) + 1
 
     # --- sampled -------------------------------------------------------------------------
-    def sample(self, received: Iterable[tuple[str, int]], now: float, *, pending: bool) -> None:
-        """Count the records received since the last call, per stream; with ``pending``,
-        also record each stream's records not yet finished."""
+    def sample(self, outstanding: dict[str, int], now: float, *, pending: bool) -> None:
+        """From each stream's records outstanding now, count those received since the last
+        call (received = finished + outstanding); with ``pending``, record them as
+        ``UserRecordsPending`` too."""
         if not self._detailed:
             return
-        for stream, total in received:
+        for stream, waiting in outstanding.items():
+            total = self._finished.get(stream, 0) + waiting
             new = total - self._received.get(stream, 0)
             self._received[stream] = total
             if new:
                 self._series("UserRecordsReceived", stream).add_many(new, new, 1, 1, now)
             if pending:
-                pending_now = total - self._finished.get(stream, 0)
-                self._series("UserRecordsPending", stream).add(pending_now, now)
+                self._series("UserRecordsPending", stream).add(waiting, now)
 
     # --- helpers -------------------------------------------------------------------------
     def _series(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -360,23 +361,26 @@ class Producer:
                 self._sinks,
                 self.config.metrics_upload_interval_ms / 1000,
                 self._clock,
-                lambda now: metrics.sample(self._received_by_stream(), now, pending=False),
+                lambda now: metrics.sample(self._outstanding_by_stream(), now, pending=False),
             )
             task_group.start_soon(self._uploader.run, name="aiokpl metrics upload")
 
-    def _received_by_stream(self) -> list[tuple[str, int]]:
-        # Records that entered a stream's aggregator, less those that came back for a retry:
-        # the puts, counted by the pipeline anyway (so put_record does no metrics work).
-        return [
-            (name, p.aggregator.records_in - p.retrier.retries) for name, p in self._streams.items()
-        ]
+    def _outstanding_by_stream(self) -> dict[str, int]:
+        # What the metrics sample instead of counting puts (so put_record does no metrics
+        # work): with one stream, a length; with several, one pass over the outstanding.
+        streams = self._streams
+        if len(streams) == 1:
+            return dict.fromkeys(streams, len(self._outstanding))
+        counts = dict.fromkeys(streams, 0)
+        counts.update(Counter(record.stream for record in self._outstanding))
+        return counts
 
     async def _sample_metrics(self) -> None:
         metrics = self._metrics
         assert metrics is not None
         while True:
             await anyio.sleep(SAMPLE_INTERVAL)
-            metrics.sample(self._received_by_stream(), self._clock(), pending=True)
+            metrics.sample(self._outstanding_by_stream(), self._clock(), pending=True)
 
     async def _close_metrics(self) -> None:
         # The last upload (failures included) and the sinks' release: shielded and bounded.
@@ -658,7 +662,7 @@ class Producer:
             return []
         now = self._clock()
         if self._task_group is not None:
-            metrics.sample(self._received_by_stream(), now, pending=False)
+            metrics.sample(self._outstanding_by_stream(), now, pending=False)
         return metrics.table.window(now, window, name)
 
     def statistics(self) -> ProducerStatistics:
