@@ -468,3 +468,25 @@ async def test_records_failing_at_once_are_put_as_zero_not_expired() -> None:
         "ErrorsByCode",
         "AllErrors",
     }
+
+
+async def test_records_delivered_to_another_shard_than_predicted_count_there() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    async with Producer(config(metrics_level="summary"), client=fake) as producer:
+        await start(producer, fake, "s")
+        # The map still has the parent: records predicted to it land on its children.
+        low, high = fake.split("s", SHARD0, 2**127)
+        outcomes = [
+            await producer.put_record(stream="s", partition_key=key, data=b"x")
+            for key in (key_on(0, "a"), key_on(1, "b"), key_on(1, "c"))
+        ]
+        results = [await outcome for outcome in outcomes]
+        metrics = producer.metrics()
+    assert [r.shard_id for r in results] == [low, high, high]
+    assert values(series(metrics, "UserRecordsPut", "s")) == (3, 3, 1, 1)
+    assert values(series(metrics, "UserRecordsPut", "s", low)) == (1, 1, 1, 1)
+    assert values(series(metrics, "UserRecordsPut", "s", high)) == (2, 2, 1, 1)
+    assert series(metrics, "UserRecordsPut", "s", SHARD0) is None
+    # The Kinesis records keep their predicted shard, as in the KPL.
+    assert values(series(metrics, "KinesisRecordsPut", "s", SHARD0)) == (3, 3, 1, 1)

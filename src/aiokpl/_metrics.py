@@ -5,8 +5,9 @@ metrics (``_core.metrics`` keeps them). It is called at batch level only, never 
 
 * per answered ``PutRecords`` request, by the retrier (:meth:`~MetricsRecorder.request_done`):
   request time, records per request, and per Kinesis record its success, size and error code;
-* per request's delivered user records, by the retrier (:meth:`~MetricsRecorder.delivered`),
-  with C-level ``map``/``sum``/``min``/``max`` over the batch rather than a Python loop;
+* per request's delivered user records, in the same call, per shard, with C-level
+  ``map``/``sum``/``min``/``max`` rather than a loop over the records; those delivered to
+  another shard than predicted go through :meth:`~MetricsRecorder.delivered_elsewhere`;
 * per failed user record, by ``Producer._finish`` (:meth:`~MetricsRecorder.failed`): failures
   are rare, so this one is per record;
 * every 200 ms, by the sampler task (:meth:`~MetricsRecorder.sample`), as the KPL does:
@@ -27,12 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import itertools
 import logging
 import math
-import operator
 from collections.abc import Callable, Iterable, Sequence
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
@@ -57,12 +56,10 @@ logger = logging.getLogger("aiokpl.metrics")
 
 SAMPLE_INTERVAL = 0.2  # seconds between UserRecordsPending samples (KPL: 200 ms)
 
-_delivery_of = attrgetter("delivered")
+_records_of = attrgetter("records")
 _last_end_of = attrgetter("last_end")
 _data_of = attrgetter("data")
 _attempts_of = attrgetter("attempts")
-_started_of = itemgetter(0)  # of a delivery: (started, ended, shard id, sequence number)
-_shard_of = itemgetter(2)
 
 
 @runtime_checkable
@@ -96,7 +93,17 @@ class MetricsRecorder:
         self._detailed = table.level == "detailed"
         self._received: dict[str, int] = {}
         self._finished: dict[str, int] = {}
-        # (stream, shard) -> the series a delivery updates: one look-up per run of records.
+        # (stream, shard) -> the series a request's answer updates: one look-up per shard.
+        self._request_series_of: dict[
+            tuple[str, str | None],
+            tuple[
+                WindowedStatistic,
+                WindowedStatistic,
+                WindowedStatistic | None,
+                WindowedStatistic | None,
+            ],
+        ] = {}
+        # (stream, shard) -> the series a delivery updates: one look-up per shard.
         self._delivery_series: dict[
             tuple[str, str | None],
             tuple[
@@ -117,75 +124,123 @@ class MetricsRecorder:
         started: float,
         ended: float,
         now: float,
-    ) -> None:
-        """A ``PutRecords`` call was answered (or failed as a whole): KPL ``retrier.cc``."""
-        leaf = self._leaf
+    ) -> int:
+        """A ``PutRecords`` call was answered (or failed as a whole): KPL ``retrier.cc``.
+
+        Also records the delivery of the user records of every Kinesis record delivered to
+        its predicted shard (or sent unpredicted), the common case, here a Kinesis record at a
+        time; returns how many. The others (delivered elsewhere, judged by the retrier) go
+        through :meth:`delivered_elsewhere`.
+        """
         if self._detailed:
-            sizes = [len(kr.records) for kr in records]
             self._series("RequestTime", stream).add((ended - started) * 1000.0, now)
             self._series("KinesisRecordsPerPutRecordsRequest", stream).add(len(records), now)
-            self._series("UserRecordsPerPutRecordsRequest", stream).add(sum(sizes), now)
-            per_shard: dict[str | None, list[int]] = {}
-            for kr, n in zip(records, sizes, strict=True):
-                per_shard.setdefault(kr.predicted_shard, []).append(n)
-            for shard, counts in per_shard.items():
-                series = leaf("UserRecordsPerKinesisRecord", stream, shard)
-                self._put_many(series, counts, now)
+            users = sum(map(len, map(_records_of, records)))
+            self._series("UserRecordsPerPutRecordsRequest", stream).add(users, now)
         if request_error is not None:
+            entries: list[Any] = [None] * len(records)
             code = request_error[0]
             self._series("ErrorsByCode", stream, None, code).add(1, now)
             self._series("AllErrors", stream).add(1, now)
-            return
-        assert isinstance(result, dict)
-        # shard: [Kinesis records, delivered, their data sizes...]; errors by (shard, code)
-        delivered: dict[str | None, list[int]] = {}
-        failed: dict[str | None, int] = {}
+        else:
+            assert isinstance(result, dict)
+            entries = result["Records"]
+        by_shard = self._by_shard
+        # Per predicted shard: user records per Kinesis record, sizes of those delivered,
+        # and how many failed; errors by (shard, code); user records delivered, by shard.
+        per_shard: dict[str | None, tuple[list[int], list[int], list[int]]] = {}
         errors: dict[tuple[str | None, str], int] = {}
-        for kr, entry in zip(records, result["Records"], strict=True):
+        delivered: dict[str | None, list[UserRecord]] = {}
+        for kr, entry in zip(records, entries, strict=True):
             shard = kr.predicted_shard
+            tally = per_shard.get(shard)
+            if tally is None:
+                tally = per_shard[shard] = ([], [], [])
+            tally[0].append(len(kr.records))
+            if entry is None:
+                continue  # the request failed as a whole: counted above, without shard
             # As _core.retry_policy.classify judges an entry (malformed ones are "Internal").
-            if (
-                isinstance(entry, dict)
-                and entry.get("SequenceNumber")
-                and isinstance(entry.get("ShardId"), str)
-            ):
-                delivered.setdefault(shard, []).append(len(kr.data))
+            actual = entry.get("ShardId") if isinstance(entry, dict) else None
+            if isinstance(actual, str) and entry.get("SequenceNumber"):
+                tally[1].append(len(kr.data))
+                if shard is None or shard == actual:  # all its user records are delivered
+                    key = actual if by_shard else None
+                    users_here = delivered.get(key)
+                    if users_here is None:
+                        delivered[key] = list(kr.records)
+                    else:
+                        users_here += kr.records
             else:
+                tally[2].append(1)
                 error_code = entry.get("ErrorCode") if isinstance(entry, dict) else None
-                key = (shard, str(error_code) if error_code else "Internal")
-                errors[key] = errors.get(key, 0) + 1
-                failed[shard] = failed.get(shard, 0) + 1
-        for shard in delivered.keys() | failed.keys():
-            sizes = delivered.get(shard, [])
-            ok, bad = len(sizes), failed.get(shard, 0)
-            # Summary metrics: recorded at every level there is a recorder for.
-            put_series = self._series("KinesisRecordsPut", stream, shard)
-            put_series.add_many(ok + bad, ok, 0 if bad else 1, 1 if ok else 0, now)
-            errors_series = self._series("AllErrors", stream, shard)
-            errors_series.add_many(ok + bad, bad, 0 if ok else 1, 1 if bad else 0, now)
-            if sizes:
-                self._put_many(leaf("KinesisRecordsDataPut", stream, shard), sizes, now)
+                error = (shard, str(error_code) if error_code else "Internal")
+                errors[error] = errors.get(error, 0) + 1
+        for shard, (users_per_kr, sizes, failed) in per_shard.items():
+            put, all_errors, data_put, per_kr = self._request_series(stream, shard)
+            if per_kr is not None:
+                self._put_many(per_kr, users_per_kr, now)
+            if request_error is not None:
+                continue
+            ok, bad = len(sizes), len(failed)
+            put.add_many(ok + bad, ok, 0 if bad else 1, 1 if ok else 0, now)
+            all_errors.add_many(ok + bad, bad, 0 if ok else 1, 1 if bad else 0, now)
+            if data_put is not None:
+                self._put_many(data_put, sizes, now)
         for (shard, code), n in errors.items():
             self._series("ErrorsByCode", stream, shard, code).add_many(n, n, 1, 1, now)
+        counted = 0
+        for shard, users_here in delivered.items():
+            self._delivered_group(stream, shard, users_here, started, now)
+            counted += len(users_here)
+        if self._detailed and counted:
+            self._finished[stream] = self._finished.get(stream, 0) + counted
+        return counted
+
+    def _request_series(
+        self, stream: str, shard: str | None
+    ) -> tuple[
+        WindowedStatistic, WindowedStatistic, WindowedStatistic | None, WindowedStatistic | None
+    ]:
+        series = self._request_series_of.get((stream, shard))
+        if series is None:
+            series = self._request_series_of[(stream, shard)] = (
+                self._series("KinesisRecordsPut", stream, shard),
+                self._series("AllErrors", stream, shard),
+                self._leaf("KinesisRecordsDataPut", stream, shard),
+                self._leaf("UserRecordsPerKinesisRecord", stream, shard),
+            )
+        return series
 
     # --- per finished user record --------------------------------------------------------
-    def delivered(self, stream: str, records: Sequence[UserRecord], now: float) -> None:
-        """User records delivered by one request (in request order), not resolved yet."""
-        if self._by_shard:
-            # Records of one Kinesis record share a shard and come together: few runs.
-            start = 0
-            for shard, run in itertools.groupby(list(map(_shard_of, map(_delivery_of, records)))):
-                end = start + len(list(run))
-                self._delivered_run(stream, shard, records[start:end], now)
-                start = end
-        else:
-            self._delivered_run(stream, None, records, now)
+    def delivered_elsewhere(self, stream: str, records: list[UserRecord], now: float) -> None:
+        """Of user records just delivered, record those :meth:`request_done` did not: the ones
+        that landed on another shard than predicted (a stale shard map; rare)."""
+        by_shard = self._by_shard
+        groups: dict[tuple[str | None, float], list[UserRecord]] = {}
+        for record in records:
+            delivery = record.delivered
+            assert delivery is not None
+            predicted = record.predicted_shard
+            if predicted is None or predicted == delivery[2]:
+                continue  # recorded by request_done
+            groups.setdefault((delivery[2] if by_shard else None, delivery[0]), []).append(record)
+        counted = 0
+        for (shard, started), group in groups.items():
+            self._delivered_group(stream, shard, group, started, now)
+            counted += len(group)
         if self._detailed:
-            self._finished[stream] = self._finished.get(stream, 0) + len(records)
+            self._finished[stream] = self._finished.get(stream, 0) + counted
 
-    def _delivered_run(
-        self, stream: str, shard: str | None, records: Sequence[UserRecord], now: float
+    def _delivered_group(
+        self,
+        stream: str,
+        shard: str | None,
+        records: list[UserRecord],
+        started: float,
+        now: float,
     ) -> None:
+        """Delivered user records of one shard, all sent by the request started at
+        ``started``."""
         series = self._delivery_series.get((stream, shard))
         if series is None:
             leaf = self._leaf
@@ -198,22 +253,28 @@ class MetricsRecorder:
         put, buffering, data_put, retried = series
         n = len(records)
         put.add_many(n, n, 1, 1, now)
-        # BufferingTime: one value per attempt, the wait before it (KPL: start - last end);
-        # the successful attempt's is its request's start less the record's last end.
-        starts = map(_started_of, map(_delivery_of, records))
-        delays = list(map(operator.sub, starts, map(_last_end_of, records)))
-        attempts = list(map(_attempts_of, records))
-        retries = list(map(len, attempts))
-        if any(retries):
-            delays.extend(a.delay for tried in attempts for a in tried)
-        buffering.add_many(
-            len(delays), sum(delays) * 1e3, min(delays) * 1e3, max(delays) * 1e3, now
-        )
+        # BufferingTime: one value per attempt, the wait before it (KPL: start - last end).
+        # For the successful one, that is the request's start less the record's last end, so
+        # its extremes come from the last ends'.
+        last_ends = list(map(_last_end_of, records))
+        count, total = n, n * started - sum(last_ends)
+        low, high = started - max(last_ends), started - min(last_ends)
+        retries: list[int] | None = None
+        if any(map(_attempts_of, records)):  # earlier failed attempts: rare, the long way
+            retries = [len(record.attempts) for record in records]
+            earlier = [a.delay for record in records for a in record.attempts]
+            count += len(earlier)
+            total += sum(earlier)
+            low, high = min(low, *earlier), max(high, *earlier)
+        buffering.add_many(count, total * 1e3, low * 1e3, high * 1e3, now)
         if data_put is not None:
             sizes = list(map(len, map(_data_of, records)))
             data_put.add_many(n, sum(sizes), min(sizes), max(sizes), now)
         if retried is not None:
-            retried.add_many(n, sum(retries), min(retries), max(retries), now)
+            if retries is None:
+                retried.add_many(n, 0, 0, 0, now)
+            else:
+                retried.add_many(n, sum(retries), min(retries), max(retries), now)
 
     def failed(self, records: Iterable[UserRecord], now: float) -> None:
         """User records that failed for good (their attempts say why), not resolved yet."""

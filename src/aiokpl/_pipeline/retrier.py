@@ -97,8 +97,11 @@ class Retrier:
             records, result, started, ended, now, self._policy, self._shard_map.hash_range
         )
         error = decisions.request_error
+        counted = 0  # delivered user records whose metrics request_done has recorded
         if self._metrics is not None:
-            self._metrics.request_done(self.stream, records, result, error, started, ended, now)
+            counted = self._metrics.request_done(
+                self.stream, records, result, error, started, ended, now
+            )
         if error is None:
             self._backoff.reset()
         elif error[0] not in FAIL_FAST:
@@ -114,7 +117,7 @@ class Retrier:
             # Decided by the next refresh attempt, or at the records' expiry if that is sooner.
             self._shard_map.after_refresh(verdict.decide)
             self._scheduler.call_at(kinesis_record.expires_at, verdict)
-        self._apply(decisions)
+        self._apply(decisions, counted)
 
     def _place(
         self,
@@ -139,11 +142,12 @@ class Retrier:
         )
         self._apply(decisions)
 
-    def _apply(self, decisions: Decisions) -> None:
+    def _apply(self, decisions: Decisions, counted: int = 0) -> None:
         if decisions.succeeded:
-            if self._metrics is not None:
-                # Before they are resolved: a resolved record has let go of its data.
-                self._metrics.delivered(self.stream, decisions.succeeded, self._clock())
+            if self._metrics is not None and len(decisions.succeeded) > counted:
+                # Those that landed on another shard than predicted (rare); before they are
+                # resolved, as a resolved record has let go of its data.
+                self._metrics.delivered_elsewhere(self.stream, decisions.succeeded, self._clock())
             self._finish(decisions.succeeded, True)
         if decisions.failed:
             self._finish(decisions.failed, False)
