@@ -117,8 +117,12 @@ async def pipeline(
     data: bytes,
     n: int,
     config: Config | None = None,
+    cpu_seconds: list[float] | None = None,
 ) -> float:
-    """``n`` records through a ``Producer``: put → every outcome resolved; returns seconds."""
+    """``n`` records through a ``Producer``: put → every outcome resolved; returns seconds.
+
+    ``cpu_seconds``, if given, receives the process's CPU time over the same span.
+    """
     config = config or Config(region="us-east-1")
     async with Producer(config, client=fake) as producer:
         # Load the shard map first: the clock measures the steady state, not start-up.
@@ -126,11 +130,14 @@ async def pipeline(
         put = producer.put_record
         nkeys = len(keys)
         start = time.perf_counter()
+        cpu_start = time.process_time()
         outcomes = [
             await put(stream=stream, partition_key=keys[i % nkeys], data=data) for i in range(n)
         ]
         await producer.flush()
         elapsed = time.perf_counter() - start
+        if cpu_seconds is not None:
+            cpu_seconds.append(time.process_time() - cpu_start)
     failed = sum(1 for outcome in outcomes if not outcome.result().success)
     if failed:
         raise RuntimeError(f"pipeline: {failed} of {n} records failed")
