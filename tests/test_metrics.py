@@ -472,21 +472,33 @@ async def test_records_failing_at_once_are_put_as_zero_not_expired() -> None:
 
 async def test_records_delivered_to_another_shard_than_predicted_count_there() -> None:
     fake = FakeKinesis()
-    fake.add_stream("s", shard_count=1)
-    async with Producer(config(metrics_level="summary"), client=fake) as producer:
+    fake.add_stream("s", shard_count=2)
+    async with Producer(config(), client=fake) as producer:
         await start(producer, fake, "s")
-        # The map still has the parent: records predicted to it land on its children.
-        low, high = fake.split("s", SHARD0, 2**127)
+        # The map still has shard 1: records predicted to it land on its children.
+        low, high = fake.split("s", SHARD1, 2**127 + 2**126)
+        keys = [key_on(0, "a"), *(key for key in (f"b{i}" for i in range(200)))]
         outcomes = [
-            await producer.put_record(stream="s", partition_key=key, data=b"x")
-            for key in (key_on(0, "a"), key_on(1, "b"), key_on(1, "c"))
+            await producer.put_record(stream="s", partition_key=key, data=b"x") for key in keys
         ]
         results = [await outcome for outcome in outcomes]
+        await anyio.sleep(0.5)  # a pending sample after the last result
         metrics = producer.metrics()
-    assert [r.shard_id for r in results] == [low, high, high]
-    assert values(series(metrics, "UserRecordsPut", "s")) == (3, 3, 1, 1)
-    assert values(series(metrics, "UserRecordsPut", "s", low)) == (1, 1, 1, 1)
-    assert values(series(metrics, "UserRecordsPut", "s", high)) == (2, 2, 1, 1)
-    assert series(metrics, "UserRecordsPut", "s", SHARD0) is None
-    # The Kinesis records keep their predicted shard, as in the KPL.
-    assert values(series(metrics, "KinesisRecordsPut", "s", SHARD0)) == (3, 3, 1, 1)
+    landed: dict[str, int] = {}
+    for result in results:
+        landed[result.shard_id or ""] = landed.get(result.shard_id or "", 0) + 1
+    assert set(landed) == {SHARD0, low, high}
+    for shard, n in landed.items():
+        assert values(series(metrics, "UserRecordsPut", "s", shard)) == (n, n, 1, 1)
+    assert values(series(metrics, "UserRecordsPut", "s")) == (201, 201, 1, 1)
+    assert series(metrics, "UserRecordsPut", "s", SHARD1) is None
+    # The Kinesis records (one per user record: no aggregation) keep their predicted shard,
+    # as in the KPL.
+    moved = landed[low] + landed[high]
+    assert values(series(metrics, "KinesisRecordsPut", "s", SHARD1)) == (moved, moved, 1, 1)
+    received = series(metrics, "UserRecordsReceived", "s")
+    pending = series(metrics, "UserRecordsPending", "s")
+    assert received is not None
+    assert pending is not None
+    assert received.count == 201
+    assert pending.min == 0
