@@ -78,23 +78,20 @@ WINDOW_SECONDS = 60
 RING_SECONDS = 64
 """Buckets kept: a minute of queries, or an upload interval of up to 60 s, plus slack."""
 
-_EMPTY_SECOND = -(2**62)  # the second of a bucket never written: never inside a span
-
 
 class WindowedStatistic:
     """Count, sum, min and max of the values of one series, per second, over the last minute.
 
     A bucket is ``[second, count, sum, min, max]``; the ring slot of second ``s`` is
     ``s % RING_SECONDS``, and a slot holding another second is stale (reset on write, skipped
-    on read).
+    on read). Buckets are made on first use: a producer makes hundreds of series at once
+    (metrics × shards) and most of them see only some seconds.
     """
 
     __slots__ = ("_ring",)
 
     def __init__(self) -> None:
-        self._ring: list[list[Any]] = [
-            [_EMPTY_SECOND, 0, 0.0, math.inf, -math.inf] for _ in range(RING_SECONDS)
-        ]
+        self._ring: list[list[Any] | None] = [None] * RING_SECONDS
 
     def add(self, value: float, now: float) -> None:
         """Record one value at time ``now``."""
@@ -103,7 +100,11 @@ class WindowedStatistic:
     def add_many(self, count: int, total: float, low: float, high: float, now: float) -> None:
         """Record ``count`` values at ``now`` whose sum, min and max are given."""
         second = math.floor(now)
-        bucket = self._ring[second % RING_SECONDS]
+        slot = second % RING_SECONDS
+        bucket = self._ring[slot]
+        if bucket is None:
+            self._ring[slot] = [second, count, total, low, high]
+            return
         if bucket[0] != second:
             bucket[0] = second
             bucket[1] = count
@@ -124,7 +125,10 @@ class WindowedStatistic:
         total = 0.0
         low = math.inf
         high = -math.inf
-        for second, n, s, lo, hi in self._ring:
+        for bucket in self._ring:
+            if bucket is None:
+                continue
+            second, n, s, lo, hi = bucket
             if begin <= second < end:
                 count += n
                 total += s
