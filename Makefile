@@ -9,7 +9,7 @@ NPM ?= npm
 KINESALITE_VERSION := 3.3.3
 KINESALITE_DIR := .cache/kinesalite
 KINESALITE_STAMP := $(KINESALITE_DIR)/.installed-$(KINESALITE_VERSION)
-LINT_PATHS := src tests $(wildcard bench)
+LINT_PATHS := src tests $(wildcard bench) docs/_hooks.py
 
 .PHONY: test demo lint typecheck pytest kinesalite docs coverage bench clean
 

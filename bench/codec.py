@@ -4,9 +4,9 @@
 key) are
 
 * **encoded** the way a producer does it, one record at a time into aggregates cut at 51,200
-  bytes: ours with ``AggregateBuilder`` (``size_if_added``, ``add``, ``encode``; the key's
-  UTF-8 encoding is counted on our side), theirs with ``RecordAggregator.add_user_record``,
-  which hands back a full ``AggRecord`` whose ``get_contents()`` gives the bytes;
+  bytes: ours with ``AggregateBuilder`` (``try_add`` and ``encode``, as the producer does),
+  theirs with ``RecordAggregator.add_user_record``, which hands back a full ``AggRecord``
+  whose ``get_contents()`` gives the bytes;
 * **decoded** the way a consumer does it, from the aggregates in the shape boto3's
   ``get_records`` returns (``Data``, ``PartitionKey``, ``SequenceNumber``,
   ``ApproximateArrivalTimestamp``): ours with ``deaggregate_records``, theirs with
@@ -69,12 +69,12 @@ def _records(n: int, nkeys: int = KEYS) -> tuple[list[str], list[bytes]]:
 def encode_ours(keys: list[str], datas: list[bytes]) -> list[bytes]:
     out: list[bytes] = []
     builder = AggregateBuilder()
+    try_add = builder.try_add
     for key, data in zip(keys, datas, strict=True):
-        pk = key.encode()
-        if builder.count and builder.size_if_added(pk, len(data)) > MAX_SIZE:
+        if not try_add(key, data, None, MAX_SIZE):
             out.append(builder.encode())
             builder.clear()
-        builder.add(pk, data)
+            try_add(key, data, None, MAX_SIZE)
     if builder.count:
         out.append(builder.encode())
     return out

@@ -147,6 +147,8 @@ def test_frozen_and_replace_revalidates() -> None:
 
 
 def test_every_field_is_documented() -> None:
+    # The page's table is generated from Config at build time by docs/_hooks.py, from the
+    # documentation beside each field; tests/test_docs_config.py tests the generator and fails
+    # for a field without documentation. Here: the page keeps the line the hook replaces.
     page = (DOCS / "configuration.md").read_text()
-    for field in dataclasses.fields(Config):
-        assert f"`{field.name}`" in page, f"docs/configuration.md does not describe {field.name}"
+    assert page.count("<!-- config-fields -->") == 1

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import aiokpl
 import aiokpl.aggregation
+import aiokpl.coordination
 import aiokpl.testing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,9 +60,16 @@ def test_all_is_pinned() -> None:
     }
     for name in aiokpl.__all__:
         assert hasattr(aiokpl, name), name
-    for module in (aiokpl.aggregation, aiokpl.testing):
+    for module in (aiokpl.aggregation, aiokpl.testing, aiokpl.coordination):
         for name in module.__all__:
             assert hasattr(module, name), name
+    assert set(aiokpl.coordination.__all__) == {
+        "Coordination",
+        "CoordinationStore",
+        "DynamoDBStore",
+        "S3Store",
+        "run_summarizer",
+    }
 
 
 def test_every_public_name_is_documented() -> None:
@@ -74,6 +82,8 @@ def test_every_public_name_is_documented() -> None:
         assert name in text, f"aiokpl.aggregation.{name} is not in docs/"
     for name in aiokpl.testing.__all__:
         assert name in text, f"aiokpl.testing.{name} is not in docs/"
+    for name in aiokpl.coordination.__all__:
+        assert f"aiokpl.coordination.{name}" in text, f"aiokpl.coordination.{name} not in docs/"
 
 
 def test_pure_core_imports_no_event_loop_sdk_or_clock() -> None:

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from aiokpl import RecordResult
+from aiokpl._core.aggregation import AggregateBuilder
 from aiokpl._core.hashing import MAX_HASH_KEY
-from aiokpl._core.records import KinesisRecord
+from aiokpl._core.records import IN_AGGREGATE, KinesisRecord
 from aiokpl._core.retry_policy import (
     FAIL_FAST,
     THROTTLED,
@@ -295,3 +296,62 @@ def test_a_failed_record_result_holds_only_its_failures() -> None:
     result = result_of(record)
     assert not result.success
     assert [a.error_code for a in result.attempts] == ["ResourceNotFoundException"]
+
+
+def encoded_aggregate(*records: UserRecord, shard: str = "shardId-000000000000") -> KinesisRecord:
+    """A Kinesis record whose blob really encodes its user records, data released as the
+    aggregator releases it."""
+    builder = AggregateBuilder()
+    for record in records:
+        record.predicted_shard = shard
+        builder.add(record.partition_key, record.data, record.explicit_hash_key)
+    aggregate = KinesisRecord(
+        list(records), builder.encode(), "a", str(records[0].hash_key), shard, 0.1, 30.0, 1
+    )
+    aggregate.release_data()
+    return aggregate
+
+
+def payload_record(hash_key: int, data: bytes) -> UserRecord:
+    return UserRecord("s", "k", data, str(hash_key), 1 + len(data), 0.0, 0.1, 30.0, 0)
+
+
+def test_release_data_leaves_only_the_blob_and_keeps_single_records() -> None:
+    a, b = payload_record(5, b"first"), payload_record(6, b"")
+    encoded_aggregate(a, b)
+    assert a.data is IN_AGGREGATE
+    assert b.data is IN_AGGREGATE
+    single = payload_record(7, b"raw")
+    KinesisRecord.single(single, 7).release_data()
+    assert single.data == b"raw"  # a raw record's blob is its data: nothing to release
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"Records": [{"ErrorCode": THROTTLED, "ErrorMessage": "slow down"}]},
+        ("InternalFailure", "request failed"),
+    ],
+    ids=["entry-error", "request-error"],
+)
+def test_records_leaving_an_aggregate_get_their_data_back(result: Any) -> None:
+    a, b = payload_record(5, b"first"), payload_record(6, b"\x00\xff second")
+    decisions = run([encoded_aggregate(a, b)], result)
+    assert decisions.retry == [a, b]
+    assert (a.data, b.data) == (b"first", b"\x00\xff second")
+
+
+def test_wrong_shard_records_get_their_data_back() -> None:
+    inside, outside = payload_record(5, b"in"), payload_record(HALF // 2 + 5, b"out")
+    aggregate = encoded_aggregate(inside, outside, shard="shardId-000000000001")
+    decisions = run([aggregate], {"Records": [ok("shardId-000000000002")]})
+    assert decisions.succeeded == [inside]
+    assert decisions.retry == [outside]
+    assert outside.data == b"out"
+
+
+def test_delivered_aggregate_is_not_decoded() -> None:
+    a, b = payload_record(5, b"first"), payload_record(6, b"second")
+    decisions = run([encoded_aggregate(a, b)], {"Records": [ok()]})
+    assert decisions.succeeded == [a, b]
+    assert a.data is IN_AGGREGATE  # delivered records never needed their bytes again

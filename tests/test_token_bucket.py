@@ -286,6 +286,24 @@ def test_set_rate_before_the_clock_starts() -> None:
     assert bucket.time_until([1.0], 5.0) == 1.0
 
 
+def test_set_capacity_cuts_the_balance_and_keeps_a_debt() -> None:
+    bucket = TokenBucket([(10.0, 100.0), (5.0, 5.0)])
+    bucket.set_capacity(0, 30.0, 0.0)  # before the clock starts: full means the new capacity
+    assert bucket.capacities == (30.0, 5.0)
+    assert bucket.tokens(0.0) == (30.0, 5.0)
+    bucket.force_take([50.0, 0.0], 0.0)
+    bucket.set_capacity(0, 10.0, 1.0)  # -20 + 10 grown = -10: a debt is not forgiven
+    assert bucket.tokens(1.0) == (-10.0, 5.0)
+    assert bucket.tokens(5.0) == (10.0, 5.0)  # growth stops at the new capacity
+    bucket.set_capacity(0, 50.0, 5.0)
+    assert bucket.tokens(9.0) == (50.0, 5.0)
+    assert bucket.time_until([51.0, 0.0], 9.0) == math.inf
+    with pytest.raises(IndexError, match="stream index 2"):
+        bucket.set_capacity(2, 1.0, 9.0)
+    with pytest.raises(ValueError, match="stream 1: capacity"):
+        bucket.set_capacity(1, math.inf, 9.0)
+
+
 # -- validation and introspection -------------------------------------------------------------
 
 

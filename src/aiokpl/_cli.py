@@ -1,4 +1,11 @@
-"""The ``aiokpl`` command line.
+"""The ``aiokpl`` command line: the parser, the table of subcommands, and ``demo``.
+
+Each subcommand lives in a module with an ``add_parser(commands, parents)`` function that
+registers it (with ``set_defaults(handler=...)``, a function from the parsed arguments to the
+exit status); :data:`SUBCOMMANDS` lists them in ``--help`` order. ``parents`` carries the global
+options (``--region``, ``--endpoint-url``, ``--profile``, ``--no-verify-ssl``, ``--backend``;
+see :mod:`aiokpl._cli_options`), which a subcommand that talks to Kinesis passes on to its
+``add_parser``. Adding a subcommand is one import and one line in the table.
 
 ``aiokpl demo`` is the project's main job, runnable with nothing but this machine: it starts a
 local Kinesis (moto's server) on 127.0.0.1, creates a stream, produces records through the
@@ -13,12 +20,14 @@ import os
 import random
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
-from . import aggregation
+from . import _cli_put, _cli_tail, _coordinate_cli, aggregation
+from ._cli_options import EXIT_USAGE, add_backend_option, add_global_options, global_options_parent
 from ._core.config import Config
 from ._core.hashing import hash_key_of
 from ._core.results import RecordResult
@@ -200,6 +209,13 @@ def _print_report(report: DemoReport, backend: str) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.region or args.endpoint_url or args.profile or not args.verify_ssl:
+        print(
+            "aiokpl demo: the demo starts its own local Kinesis; --region, --endpoint-url, "
+            "--profile and --no-verify-ssl do not apply",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         del os.environ[name]  # the demo never reaches for real credentials
     try:
@@ -225,9 +241,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aiokpl", description="aiokpl command line")
-    commands = parser.add_subparsers(dest="command", required=True)
+def _add_demo_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     demo = commands.add_parser(
         "demo", help="produce to a local Kinesis and verify every record (no AWS account)"
     )
@@ -235,13 +249,43 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--size", type=_positive, default=100, help="bytes per record (100)")
     demo.add_argument("--shards", type=_positive, default=4, help="shards (4)")
     demo.add_argument("--keys", type=_positive, default=4096, help="distinct partition keys (4096)")
-    demo.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    add_backend_option(demo, top_level=False)
     demo.set_defaults(handler=_demo)
+
+
+AddParser = Callable[[Any, list[argparse.ArgumentParser]], None]
+
+SUBCOMMANDS: list[AddParser] = [
+    _add_demo_parser,
+    _cli_put.add_parser,
+    _cli_tail.add_parser,
+    _coordinate_cli.add_parser,
+]
+"""The ``add_parser(commands, parents)`` function of every subcommand, in ``--help`` order."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``aiokpl`` argument parser, with every subcommand of :data:`SUBCOMMANDS`."""
+    parser = argparse.ArgumentParser(prog="aiokpl", description="aiokpl command line")
+    add_global_options(parser, top_level=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parents = [global_options_parent()]
+    for add_parser in SUBCOMMANDS:
+        add_parser(commands, parents)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    # argparse fills a ``nargs="*"`` positional at its first chance, so in
+    # ``aiokpl put STREAM --json a.txt`` the file would be left over. A subcommand that sets
+    # ``intermixed`` to such an attribute gets the leftover positionals appended to it.
+    intermixed = getattr(args, "intermixed", None)
+    if extras and intermixed and all(e == "-" or not e.startswith("-") for e in extras):
+        getattr(args, intermixed).extend(extras)
+    elif extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
     handler: Any = args.handler
     return int(handler(args))

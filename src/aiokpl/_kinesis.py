@@ -27,7 +27,14 @@ from ._core.errors import ConfigError
 if TYPE_CHECKING:
     from ._core.config import Config
 
-__all__ = ("KinesisClient", "client_error", "create_client", "create_cloudwatch_client", "error_of")
+__all__ = (
+    "KinesisClient",
+    "KinesisReader",
+    "client_error",
+    "create_client",
+    "create_cloudwatch_client",
+    "error_of",
+)
 
 
 class KinesisClient(Protocol):
@@ -36,6 +43,16 @@ class KinesisClient(Protocol):
     async def list_shards(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
 
     async def put_records(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+
+class KinesisReader(Protocol):
+    """The Kinesis client methods ``aiokpl tail`` calls (keyword arguments as in botocore)."""
+
+    async def list_shards(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+    async def get_shard_iterator(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+    async def get_records(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
 
 
 # Message of a credential-bearing exception is never repeated: botocore's own messages for
@@ -93,23 +110,20 @@ def create_cloudwatch_client(
     Raises:
         ConfigError: no region is configured or resolvable and no ``endpoint_url`` is set.
     """
-    return create_client(config, service="cloudwatch", endpoint_url=endpoint_url)
+    return create_client(config.replace(endpoint_url=endpoint_url), "cloudwatch")
 
 
 @contextlib.asynccontextmanager
-async def create_client(
-    config: Config, *, service: str = "kinesis", endpoint_url: str | None = None
-) -> AsyncIterator[Any]:
-    """Open an aiobotocore Kinesis client configured from ``config``; close it on exit.
+async def create_client(config: Config, service: str = "kinesis") -> AsyncIterator[Any]:
+    """Open an aiobotocore client configured from ``config``; close it on exit.
 
-    ``service`` and ``endpoint_url`` open another service's client with the same settings
-    (``endpoint_url`` then replaces ``config.endpoint_url``).
+    ``service`` is ``"kinesis"`` for the producer; coordination opens ``"s3"`` and
+    ``"dynamodb"`` clients the same way (same credentials, timeouts and HTTP backend), and
+    the metrics ``"cloudwatch"`` (:func:`create_cloudwatch_client`).
 
     Raises:
         ConfigError: no region is configured or resolvable and no ``endpoint_url`` is set.
     """
-    if service != "kinesis":
-        config = config.replace(endpoint_url=endpoint_url)
     from aiobotocore.config import AioConfig
     from aiobotocore.session import get_session
 

@@ -474,20 +474,27 @@ class LoopbackKinesis:
     Run it in the test's event loop:
 
     ```python
+    from aiokpl import Config, Producer
+    from aiokpl.testing import FakeKinesis, LoopbackKinesis
+
     fake = FakeKinesis()
     fake.add_stream("events", shard_count=2)
     async with LoopbackKinesis(fake) as server:
         config = Config(region="us-east-1", endpoint_url=server.endpoint_url,
                         aws_access_key_id="testing", aws_secret_access_key="testing")
         async with Producer(config) as producer:
-            ...
+            await producer.put_record(stream="events", partition_key="k", data=b"hi")
     ```
 
     or in a thread with its own event loop, from synchronous or asynchronous code:
 
     ```python
+    from aiokpl.testing import FakeKinesis, LoopbackKinesis
+
+    fake = FakeKinesis()
+    fake.add_stream("events")
     with LoopbackKinesis(fake).running_in_thread() as server:
-        ...
+        print(server.endpoint_url)  # point boto3, or another process, at it
         records = server.call(fake.stored_records, "events")
     ```
 

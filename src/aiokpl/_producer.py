@@ -22,15 +22,22 @@ import asyncio
 import logging
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ._coordination import Coordination, _ProducerCoordinator
 from ._core.config import Config
-from ._core.errors import BufferFullError, ConfigError, ProducerClosedError
+from ._core.errors import (
+    BufferFullError,
+    ConfigError,
+    InvalidRecordError,
+    InvalidRecordTypeError,
+    ProducerClosedError,
+)
 from ._core.hashing import check_stream_name, check_user_record
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
 from ._core.records import KinesisRecord
@@ -75,6 +82,23 @@ def _clock_of_running_loop() -> Callable[[], float]:
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
 
 
+def _fields_of(record: Any) -> tuple[Any, Any, Any]:
+    """``(partition_key, data, explicit_hash_key)`` of one item given to ``put_records``."""
+    if isinstance(record, str | bytes | bytearray | memoryview) or not isinstance(record, Sequence):
+        raise InvalidRecordTypeError(
+            "a record is a (partition_key, data) or (partition_key, data, explicit_hash_key) "
+            f"sequence, not {type(record).__name__}"
+        )
+    if len(record) == 2:
+        return record[0], record[1], None
+    if len(record) == 3:
+        return record[0], record[1], record[2]
+    raise InvalidRecordTypeError(
+        "a record is a (partition_key, data) or (partition_key, data, explicit_hash_key) "
+        f"sequence, not one of length {len(record)}"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class StreamStatistics:
     """A snapshot of one stream's pipeline.
@@ -88,6 +112,8 @@ class StreamStatistics:
         rate_limited: Kinesis records queued in the limiter, all shards.
         queued_by_shard: Kinesis records queued in the limiter, by shard (non-empty only).
         rates_by_shard: current (records/s, bytes/s) of each shard limited so far.
+        ceilings_by_shard: the (records/s, bytes/s) each shard's rate recovers to after
+            throttling: the configured rates, or what coordination set.
         collecting: Kinesis records in the open ``PutRecords`` request.
         retries: user-record retries so far.
     """
@@ -102,6 +128,7 @@ class StreamStatistics:
     rates_by_shard: dict[str, tuple[float, float]]
     collecting: int
     retries: int
+    ceilings_by_shard: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +190,13 @@ class _Stream:
             max_size=config.collection_max_size,
             grace=grace,
         )
+        admit: Callable[[KinesisRecord], None] = self.collector.put
+        coordinator = producer._coordinator
+        if coordinator is not None:
+            admit = coordinator.meter(stream, admit)
         self.limiter = Limiter(
             scheduler,
-            self.collector.put,
+            admit,
             self._expire_in_limiter,
             clock,
             records_per_second=config.rate_limit_records_per_sec_per_shard,
@@ -195,6 +226,8 @@ class _Stream:
             ),
             metrics=producer._metrics,
         )
+        if coordinator is not None:
+            coordinator.attach(stream, self.limiter)
         self.shard_map.start()
 
     def _expire_in_limiter(self, record: KinesisRecord) -> None:
@@ -219,6 +252,7 @@ class _Stream:
             rates_by_shard={s: sl.rates for s, sl in limiter.shards.items()},
             collecting=self.collector.buffered_records,
             retries=self.retrier.retries,
+            ceilings_by_shard={s: sl.ceiling for s, sl in limiter.shards.items()},
         )
 
 
@@ -248,13 +282,17 @@ class Producer:
             client, or :class:`aiokpl.testing.FakeKinesis`). The producer does not close a
             client it was given. When ``None``, the producer opens its own aiobotocore client
             from ``config`` and closes it on exit.
+        coordination: share per-shard limits with other producer processes through a store
+            (:class:`aiokpl.coordination.Coordination`); ``None`` (the default) limits each
+            shard to ``config``'s rates alone.
         metrics_sinks: where to send the metrics every ``config.metrics_upload_interval_ms``
             (e.g. :class:`aiokpl.CloudWatchSink`); needs ``config.metrics_level`` other than
             ``"none"``. The producer opens and closes them.
 
     Raises:
         ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``.
-        TypeError: ``config`` is not a ``Config``, or a sink is not a ``MetricsSink``.
+        TypeError: ``config`` is not a ``Config``, a sink is not a ``MetricsSink``, or
+            ``coordination`` is not a ``Coordination``.
     """
 
     def __init__(
@@ -262,10 +300,18 @@ class Producer:
         config: Config,
         *,
         client: KinesisClient | None = None,
+        coordination: Coordination | None = None,
         metrics_sinks: Iterable[MetricsSink] = (),
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
+        if coordination is not None and not isinstance(coordination, Coordination):
+            raise TypeError(
+                "coordination must be an aiokpl.coordination.Coordination, "
+                f"not {type(coordination).__name__}"
+            )
+        self._coordination = coordination
+        self._coordinator: _ProducerCoordinator | None = None
         self._sinks = tuple(metrics_sinks)
         for sink in self._sinks:
             if not isinstance(sink, MetricsSink):
@@ -332,6 +378,9 @@ class Producer:
             request_timeout=self.config.request_timeout_ms / 1000,
         )
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
+        if self._coordination is not None:
+            self._coordinator = _ProducerCoordinator(self._coordination, self.config, self._clock)
+            task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
         if self._metrics is not None:
             self._start_metrics(task_group)
         return self
@@ -442,17 +491,20 @@ class Producer:
         self, stream: str, partition_key: Any, data: Any, explicit_hash_key: Any
     ) -> tuple[str, int, bytes, int, str | None]:
         """Validate a put: ``(partition_key, size, data, hash_key, explicit_hash_key)``."""
+        self._accept_stream(stream)
+        return check_user_record(partition_key, data, explicit_hash_key, self._max_record_size)
+
+    def _accept_stream(self, stream: str) -> None:
         if self._closed:
             raise ProducerClosedError("the producer is closed; create a new one to put records")
         if self._task_group is None:
             raise RuntimeError("the producer is not started: use it with `async with`")
         if stream not in self._streams:
             check_stream_name(stream)
-        return check_user_record(partition_key, data, explicit_hash_key, self._max_record_size)
 
-    def _has_room(self, size: int) -> bool:
+    def _has_room(self, size: int, count: int = 1) -> bool:
         return (
-            len(self._outstanding) < self._max_records
+            len(self._outstanding) + count <= self._max_records
             and self._outstanding_bytes + size <= self._max_bytes
         )
 
@@ -552,6 +604,100 @@ class Producer:
                 f"{self._max_records}, max_outstanding_bytes={self._max_bytes})"
             )
         return self._enqueue(stream, key, size, payload, hash_key, ehk)
+
+    async def put_records(
+        self,
+        *,
+        stream: str,
+        records: Iterable[Sequence[Any]],
+    ) -> list[Outcome[RecordResult]]:
+        """Put many records to one stream in one call, for callers that hold them already.
+
+        Every record is validated first: if any is rejected, nothing is enqueued. Then this
+        waits until there is room for all of them (as :meth:`put_record` does for one) and
+        enqueues them together, in order, without yielding in between, so a cancellation
+        either enqueues all of them or none. It costs less per record than :meth:`put_record`:
+        one call, one clock reading and one set of timestamps for the whole group.
+
+        Args:
+            stream: the stream name.
+            records: ``(partition_key, data)`` or ``(partition_key, data, explicit_hash_key)``
+                sequences (tuples, or anything of length 2 or 3), with the meaning and limits
+                of :meth:`put_record`'s arguments.
+
+        Returns:
+            One :class:`Outcome` per record, in the order given.
+
+        Raises:
+            InvalidRecordError: a record breaks a limit (the message starts with its index,
+                ``records[i]``), or the group could never fit ``max_outstanding_records`` /
+                ``max_outstanding_bytes`` at once; nothing was enqueued.
+            InvalidRecordTypeError: a record or one of its fields has the wrong type.
+            ProducerClosedError: the producer has been closed.
+        """
+        accepted, size = self._accept_many(stream, records)
+        count = len(accepted)
+        if count > self._max_records or size > self._max_bytes:
+            raise InvalidRecordError(
+                f"records: {count} records of {size} bytes can never be outstanding at once "
+                f"(max_outstanding_records={self._max_records}, max_outstanding_bytes="
+                f"{self._max_bytes}); put them in smaller groups"
+            )
+        await anyio.lowlevel.checkpoint()
+        while not self._has_room(size, count):
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
+            if self._closed:
+                raise ProducerClosedError("the producer closed while these puts waited for room")
+        return self._enqueue_many(stream, accepted, size)
+
+    def _accept_many(
+        self, stream: str, records: Iterable[Sequence[Any]]
+    ) -> tuple[list[tuple[str, int, bytes, int, str | None]], int]:
+        """Validate a group of puts; returns them as :meth:`_accept` would, and their size."""
+        self._accept_stream(stream)
+        check = check_user_record
+        limit = self._max_record_size
+        accepted = []
+        size = 0
+        index = 0
+        try:
+            for index, record in enumerate(records):  # noqa: B007 (named in the error)
+                if type(record) is tuple and len(record) == 2:
+                    item = check(record[0], record[1], None, limit)
+                else:
+                    item = check(*_fields_of(record), limit)
+                size += item[1]
+                accepted.append(item)
+        except (InvalidRecordError, InvalidRecordTypeError) as exc:
+            raise type(exc)(f"records[{index}]: {exc}") from None
+        return accepted, size
+
+    def _enqueue_many(
+        self, stream: str, accepted: list[tuple[str, int, bytes, int, str | None]], size: int
+    ) -> list[Outcome[RecordResult]]:
+        pipeline = self._streams.get(stream)
+        if pipeline is None:
+            pipeline = self._streams[stream] = _Stream(self, stream)
+        # One set of timestamps for the group: its records share these float objects.
+        now = self._clock()
+        deadline = now + self._buffered
+        expires_at = now + self._ttl
+        epoch = self._epoch
+        outstanding = self._outstanding
+        put = pipeline.aggregator.put
+        self._seq += len(accepted)
+        self._outstanding_bytes += size
+        outcomes: list[Outcome[RecordResult]] = []
+        for key, record_size, payload, hash_key, ehk in accepted:
+            record = UserRecord(
+                stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
+            )
+            outstanding[record] = None
+            put(record, hash_key)
+            outcomes.append(record)
+        return outcomes
 
     # --- results --------------------------------------------------------------------------
     def _finish(self, records: list[UserRecord], success: bool) -> None:

@@ -76,12 +76,15 @@ class RateLimiter:
     to pay in several currencies at once, e.g. requests and bytes.
 
     Example:
-        At most 10 requests per second, bursting to 10:
+        At most 10 calls per second, bursting to 10:
 
         ```python
+        from aiokpl import RateLimiter
+
         limiter = RateLimiter(10)
-        async with limiter:
-            response = await client.get(url)
+        for _ in range(12):  # the last two wait 0.1 s each
+            async with limiter:
+                ...  # e.g. response = await client.get(url)
         ```
 
     Args:
@@ -118,10 +121,13 @@ class RateLimiter:
             At most 100 requests and 1 MiB per second:
 
             ```python
+            from aiokpl import RateLimiter, TokenBucket
+
             limiter = RateLimiter.from_bucket(
                 TokenBucket([(100, 100), (1_048_576, 1_048_576)])
             )
-            await limiter.acquire(1, len(body))
+            body = b"x" * 1_000
+            await limiter.acquire(1, len(body))  # one request, 1,000 bytes
             ```
 
         Args:

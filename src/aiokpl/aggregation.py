@@ -15,6 +15,8 @@ Example:
     ```python
     from aiokpl.aggregation import deaggregate_records
 
+    def process(partition_key: str, data: bytes) -> None: ...
+
     def handler(event, context):  # an AWS Lambda function reading a Kinesis stream
         for record in deaggregate_records(event):
             process(record.partition_key, record.data)

@@ -442,10 +442,15 @@ class FakeKinesis:
 
     Example:
         ```python
+        from aiokpl import Config, Producer
+        from aiokpl.testing import FakeKinesis
+
         fake = FakeKinesis()
         fake.add_stream("events", shard_count=4, throttle=True)
-        async with Producer(Config(region="us-east-1"), client=fake) as producer:
-            ...
+        config = Config(region="us-east-1", aggregation_enabled=False)
+        async with Producer(config, client=fake) as producer:
+            for i in range(1000):
+                await producer.put_record(stream="events", partition_key=str(i), data=b"x")
         assert len(fake.stored_records("events")) == 1000
         ```
 

@@ -177,12 +177,17 @@ class AggregateBuilder:
 
     Example:
         ```python
+        from aiokpl.aggregation import AggregateBuilder
+
+        pending = [(b"user-%d" % i, b"x" * 1_000) for i in range(100)]
+        limit, aggregates = 51_200, []
         builder = AggregateBuilder()
         for key, data in pending:
             if builder.count and builder.size_if_added(key, len(data)) > limit:
-                send(builder.encode())
+                aggregates.append(builder.encode())
                 builder.clear()
             builder.add(key, data)
+        aggregates.append(builder.encode())
         ```
     """
 
@@ -639,8 +644,13 @@ def _parse_canonical(buf: bytes, pos: int, end: int) -> _Columns | None:
             add_data(buf[pos:stop])
             pos = stop
         elif (tag == 0x0A or tag == 0x12) and not datas:  # the key tables
-            length, pos = _read_varint(buf, pos + 1)
-            stop = pos + length
+            b = buf[pos + 1]
+            if b < 0x80:  # keys are short: a one-byte length, read here without a call
+                pos += 2
+                stop = pos + b
+            else:
+                length, pos = _read_varint(buf, pos + 1)
+                stop = pos + length
             (partition_keys if tag == 0x0A else explicit_hash_keys).append(buf[pos:stop].decode())
             pos = stop
         else:

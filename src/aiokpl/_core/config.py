@@ -46,13 +46,14 @@ class Config:
     region: str | None = None
     """AWS region, e.g. ``"us-east-1"``. ``None`` resolves it like botocore does (the
     ``AWS_DEFAULT_REGION`` variable, then the profile); the producer fails at start if it is
-    still unknown and no ``endpoint_url`` is set."""
+    still unknown and no ``endpoint_url`` is set (KPL ``Region``)."""
 
     endpoint_url: str | None = None
-    """Kinesis endpoint to use instead of the region's, e.g. a local test server."""
+    """Kinesis endpoint to use instead of the region's, e.g. a local test server
+    (KPL ``KinesisEndpoint`` and ``KinesisPort``, as one URL)."""
 
     verify_ssl: bool = True
-    """Verify the endpoint's TLS certificate."""
+    """Verify the endpoint's TLS certificate (KPL ``VerifyCertificate``)."""
 
     aws_access_key_id: str | None = None
     """Access key id. ``None`` uses the default credential chain (environment, profile,
@@ -102,11 +103,11 @@ class Config:
     # --- Rate limiting -------------------------------------------------------------------
     rate_limit_records_per_sec_per_shard: float = 1000.0
     """Kinesis records per second the producer sends to one shard (the service limit is
-    1,000). Greater than 0."""
+    1,000). Greater than 0 (KPL ``RateLimit``, there a percentage of the service limit)."""
 
     rate_limit_bytes_per_sec_per_shard: float = 1_048_576.0
     """Bytes per second the producer sends to one shard (the service limit is 1 MiB).
-    Greater than 0."""
+    Greater than 0 (KPL ``RateLimit``, there a percentage of the service limit)."""
 
     drain_interval_ms: int = 25
     """Period of the rate limiter's drain of queued records, in milliseconds, 1 … 1,000."""

@@ -185,6 +185,7 @@ def classify(
         code, message = result
         decisions.request_error = result
         for kinesis_record in sent:
+            kinesis_record.restore_data()
             for record in kinesis_record.records:
                 _fail_or_retry(decisions, record, code, message, started, ended, now, policy)
         return decisions
@@ -201,6 +202,7 @@ def classify(
                 code, message = "Internal", f"malformed PutRecords result entry: {entry!r:.200}"
             if code == THROTTLED and kinesis_record.predicted_shard is not None:
                 decisions.throttled_shards.add(kinesis_record.predicted_shard)
+            kinesis_record.restore_data()
             for record in kinesis_record.records:
                 _fail_or_retry(decisions, record, code, message, started, ended, now, policy)
             continue
@@ -257,6 +259,8 @@ def place(
     Kinesis routed it by its own hash key and it is where it belongs.
     """
     raw = len(kinesis_record.records) == 1 or not policy.aggregation_enabled
+    if not raw:
+        kinesis_record.restore_data()  # some may be retried
     delivered = (started, ended, shard_id, sequence_number)
     for record in kinesis_record.records:
         if raw or (actual_range is not None and record.hash_key in actual_range):

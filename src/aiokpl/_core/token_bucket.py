@@ -41,7 +41,8 @@ followed by "debit every stream". Differences:
 * additions: :meth:`TokenBucket.time_until` (how long to wait),
   :meth:`TokenBucket.force_take` (debit past zero: a forced flush, or a record larger than the
   capacity admitted into a full bucket, is paid back by later traffic) and
-  :meth:`TokenBucket.set_rate` (change a stream's rate without losing the growth earned so far).
+  :meth:`TokenBucket.set_rate` (change a stream's rate without losing the growth earned so far)
+  and :meth:`TokenBucket.set_capacity`.
 """
 
 from __future__ import annotations
@@ -270,6 +271,35 @@ class TokenBucket:
         self._grow(now)
         rates = self._rates
         self._rates = (*rates[:index], rate, *rates[index + 1 :])
+
+    def set_capacity(self, index: int, capacity: float, now: float) -> None:
+        """Change one stream's capacity from ``now`` on.
+
+        Growth up to ``now`` is committed first; a balance above the new capacity is cut down
+        to it (a debt stays as it is).
+
+        Args:
+            index: Which stream, counting from 0 in the order given to the constructor.
+            capacity: The new capacity in tokens; positive and finite.
+            now: The current time in seconds.
+
+        Raises:
+            IndexError: If there is no stream ``index``.
+            ValueError: If ``capacity`` is not a positive finite number.
+        """
+        if not 0 <= index < self._count:
+            raise IndexError(f"stream index {index} out of range for {self._count} stream(s)")
+        capacity = float(capacity)
+        if not 0.0 < capacity < _INF:
+            raise ValueError(
+                f"stream {index}: capacity must be a positive finite number of tokens, "
+                f"got {capacity!r}"
+            )
+        self._grow(now)
+        capacities = self._capacities
+        self._capacities = (*capacities[:index], capacity, *capacities[index + 1 :])
+        if self._tokens[index] > capacity:
+            self._tokens[index] = capacity
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -71,6 +71,9 @@ class Aggregator:
         enabled: ``Config.aggregation_enabled``.
         max_size: ``Config.aggregation_max_size``.
         max_count: ``Config.aggregation_max_count``.
+        release_data: let aggregated records drop their data while the encoded aggregate
+            holds it (see ``KinesisRecord.release_data``); off when failed records must keep
+            their data for the caller.
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class Aggregator:
         enabled: bool,
         max_size: int,
         max_count: int,
+        release_data: bool = True,
     ) -> None:
         self._shard_map = shard_map
         self._scheduler = scheduler
@@ -89,6 +93,7 @@ class Aggregator:
         self._enabled = enabled
         self._max_size = max_size
         self._max_count = max_count
+        self._release_data = release_data
         self._batches: dict[str, _Batch] = {}
         self.kinesis_records_out = 0
 
@@ -144,18 +149,24 @@ class Aggregator:
         ehk = first.explicit_hash_key
         blob = batch.builder.encode()
         batch.builder.clear()
-        self._emit(
-            KinesisRecord(
-                records,
-                blob,
-                AGGREGATE_PARTITION_KEY,
-                ehk if ehk is not None else str(batch.first_hash_key),
-                batch.shard,
-                batch.deadline,
-                batch.expires_at,
-                len(AGGREGATE_PARTITION_KEY),
-            )
+        kinesis_record = KinesisRecord(
+            records,
+            blob,
+            AGGREGATE_PARTITION_KEY,
+            ehk if ehk is not None else str(batch.first_hash_key),
+            batch.shard,
+            batch.deadline,
+            batch.expires_at,
+            len(AGGREGATE_PARTITION_KEY),
         )
+        if self._release_data:
+            kinesis_record.release_data()
+        # A record's own deadline is not read again until a retry sets a new one: share the
+        # batch's, so a million records in flight do not keep a million floats.
+        deadline = batch.deadline
+        for record in records:
+            record.deadline = deadline
+        self._emit(kinesis_record)
 
     def flush(self) -> None:
         """Close every open batch now (``Producer.flush`` and shutdown)."""

@@ -22,6 +22,10 @@ Mirrors the KPL's ``limiter.h`` (25 ms drain) and ``token_bucket.h``. Better tha
   rate per second), so several producers sharing a shard settle instead of storming;
 * **no stall on large records**: a record larger than the bucket's byte capacity can never be
   granted normally; it is admitted when the bucket is full, and the debt is paid by waiting.
+
+A shard's *ceiling* is the rate AIMD recovers to: the configured rate, unless coordination
+(``aiokpl.coordination``) sets another with :meth:`Limiter.set_ceiling`; AIMD keeps working
+under it, and shards first seen later start at the ceiling set for them, if any.
 """
 
 from __future__ import annotations
@@ -68,6 +72,27 @@ class ShardLimiter:
         if self._records_rate.cut(now):
             self._bytes_rate.cut(now)
             self._apply_rates(now)
+
+    def set_ceiling(self, records_per_second: float, bytes_per_second: float, now: float) -> None:
+        """Change the rates AIMD recovers to; a rate above the new ceiling drops to it.
+
+        The bucket's capacities follow (one second of the ceiling, as at creation), so a
+        shard idle for a while bursts at most its share, not the configured rate.
+        """
+        self._records_rate.configured = records_per_second
+        self._bytes_rate.configured = bytes_per_second
+        self.bucket.set_capacity(0, records_per_second, now)
+        self.bucket.set_capacity(1, bytes_per_second, now)
+        self._apply_rates(now)
+
+    def current_rates(self, now: float) -> tuple[float, float]:
+        """The (records/s, bytes/s) in force at ``now``: the ceiling, or less after throttling."""
+        return self._records_rate.rate(now), self._bytes_rate.rate(now)
+
+    @property
+    def ceiling(self) -> tuple[float, float]:
+        """The (records/s, bytes/s) AIMD recovers to."""
+        return self._records_rate.configured, self._bytes_rate.configured
 
     def _apply_rates(self, now: float) -> None:
         self.bucket.set_rate(0, self._records_rate.rate(now), now)
@@ -163,6 +188,7 @@ class Limiter:
         self._bytes_per_second = bytes_per_second
         self._drain_interval = drain_interval
         self.shards: dict[str, ShardLimiter] = {}
+        self._ceilings: dict[str, tuple[float, float]] = {}
         self._waiting: set[str] = set()
         self._drain_scheduled = False
 
@@ -174,9 +200,10 @@ class Limiter:
             return
         limiter = self.shards.get(shard)
         if limiter is None:
-            limiter = self.shards[shard] = ShardLimiter(
-                self._records_per_second, self._bytes_per_second
+            records, size = self._ceilings.get(
+                shard, (self._records_per_second, self._bytes_per_second)
             )
+            limiter = self.shards[shard] = ShardLimiter(records, size)
         if limiter.put(record, self._clock(), self._admit, self._expire):
             self._waiting.add(shard)
             if not self._drain_scheduled:
@@ -196,6 +223,13 @@ class Limiter:
             limiter.drain(now, self._admit, self._expire, force=force)
             if not limiter.queue:
                 self._waiting.discard(shard)
+
+    def set_ceiling(self, shard: str, records_per_second: float, bytes_per_second: float) -> None:
+        """Set the ceiling of ``shard``, now if it is limited already, else when it first is."""
+        self._ceilings[shard] = (records_per_second, bytes_per_second)
+        limiter = self.shards.get(shard)
+        if limiter is not None:
+            limiter.set_ceiling(records_per_second, bytes_per_second, self._clock())
 
     def throttled(self, shard: str, now: float) -> None:
         limiter = self.shards.get(shard)

@@ -1,0 +1,193 @@
+"""mkdocs hook: the configuration reference table, generated from ``aiokpl.Config``.
+
+A page that contains the line ``<!-- config-fields -->`` gets, in its place, one table row per
+field of :class:`aiokpl.Config`, in declaration order, so the reference can never drift from
+the code and a new field appears the moment it is added:
+
+* **field** and **type**: from :func:`dataclasses.fields`;
+* **default**: the field's default (byte sizes that are whole KiB or MiB are shown so);
+* **allowed**: the range :mod:`aiokpl._core.config` validates (its ``_RULES`` table), the choices
+  of a ``Literal`` type, or else the type alone;
+* **KPL**: the KPL option the field corresponds to, taken from the ``(KPL ``Name``)`` note in its
+  documentation;
+* **meaning**: the field's documentation, which lives in the code as the string literal right
+  after the field (the attribute docstring convention mkdocstrings and Sphinx read).
+
+A field without documentation stops the build (``ConfigDocError``), and
+``tests/test_docs_config.py`` fails naming it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+PLACEHOLDER = "<!-- config-fields -->"
+CONFIG_SOURCE = Path(__file__).resolve().parent.parent / "src" / "aiokpl" / "_core" / "config.py"
+
+_KPL_NOTE = re.compile(r"\s*\(KPL ``(?P<name>[^`]+)``(?P<rest>[^)]*)\)")
+_ROLE = re.compile(r":(?:class|func|meth|attr|data|exc|mod):`~?(?P<target>[^`]+)`")
+_KIB = 1024
+_MIB = 1024 * _KIB
+_GIB = 1024 * _MIB
+
+
+class ConfigDocError(Exception):
+    """A ``Config`` field has no documentation in the code."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldDoc:
+    """What the reference says about one field."""
+
+    name: str
+    type: str
+    default: str
+    allowed: str
+    kpl: str
+    meaning: str
+
+
+def attribute_docs(source: str, class_name: str = "Config") -> dict[str, str]:
+    """The attribute docstrings of a class: ``{field: cleaned docstring}``.
+
+    A field is documented by a string literal statement directly after its annotated
+    assignment; fields without one are absent from the result.
+    """
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            body = node.body
+            break
+    else:
+        raise ConfigDocError(f"class {class_name} not found")
+    docs: dict[str, str] = {}
+    for statement, following in zip(body, [*body[1:], None], strict=True):
+        if (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+            and following.value.value.strip()
+        ):
+            docs[statement.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
+def _markdown(text: str) -> str:
+    """reStructuredText inline markup to Markdown, on one line (a table cell)."""
+    text = _ROLE.sub(lambda match: f"`{match.group('target')}`", text)
+    text = " ".join(text.replace("``", "`").split())
+    # A "|" would end the table cell, except inside a code span, where the table extension
+    # leaves it alone (and an escape would show).
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if part.startswith("`") else part.replace("|", "\\|") for part in parts)
+
+
+def _number(value: float) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return repr(value)
+    value = int(value)
+    for unit, size in (("GiB", _GIB), ("MiB", _MIB)):
+        if value >= size and value % size == 0:
+            return f"{value // size:,} {unit}"
+    return f"{value:,}"
+
+
+def _default(value: Any) -> str:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return f"`{value!r}`"
+    if isinstance(value, int | float):
+        return _number(value)
+    return f"`{value!r}`"
+
+
+def _allowed(name: str, type_text: str, rules: dict[str, tuple[str, float, float]]) -> str:
+    if name in rules:
+        kind, low, high = rules[name]
+        if kind == "bool":
+            return "`True`, `False`"
+        if kind == "float" and high == math.inf:
+            return "> 0, finite" if low <= math.ulp(0.0) else f"≥ {_number(low)}, finite"
+        if kind in ("int", "float"):
+            return f"{_number(low)} … {_number(high)}"
+        return "a non-empty string, or `None`"
+    # Read from the annotation's text rather than typing.get_type_hints(): annotations may
+    # name types imported only under TYPE_CHECKING.
+    literal = re.fullmatch(r"Literal\[(?P<args>.*)\]", type_text.strip())
+    if literal is not None:
+        choices = ast.literal_eval(f"({literal.group('args')},)")
+        return ", ".join(f"`{choice!r}`" for choice in choices)
+    if type_text.strip() == "bool":
+        return "`True`, `False`"
+    return "any value of its type"
+
+
+def field_docs() -> list[FieldDoc]:
+    """One :class:`FieldDoc` per ``Config`` field, in declaration order.
+
+    Raises:
+        ConfigDocError: A field has no documentation.
+    """
+    from aiokpl._core import config as config_module
+
+    docs = attribute_docs(CONFIG_SOURCE.read_text(encoding="utf-8"))
+    rules = {name: (kind, low, high) for name, kind, low, high in config_module._RULES}
+    missing = [f.name for f in dataclasses.fields(config_module.Config) if f.name not in docs]
+    if missing:
+        raise ConfigDocError(
+            "Config fields without documentation (add a string literal right after each "
+            f"field in src/aiokpl/_core/config.py): {', '.join(missing)}"
+        )
+    rows = []
+    for f in dataclasses.fields(config_module.Config):
+        if f.default is not dataclasses.MISSING:
+            default = _default(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = _default(f.default_factory())
+        else:
+            default = "required"
+        doc = docs[f.name]
+        note = _KPL_NOTE.search(doc)
+        kpl = f"`{note.group('name')}`" if note else "–"
+        if note is not None and not note.group("rest").strip():
+            doc = doc[: note.start()] + doc[note.end() :]
+        type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        rows.append(
+            FieldDoc(
+                name=f.name,
+                type=_markdown(f"``{type_name}``"),
+                default=default,
+                allowed=_allowed(f.name, type_name, rules),
+                kpl=kpl,
+                meaning=_markdown(doc),
+            )
+        )
+    return rows
+
+
+def render_table() -> str:
+    """The Markdown table of every ``Config`` field."""
+    lines = [
+        "| field | type | default | allowed | KPL | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in field_docs():
+        lines.append(
+            f"| `{row.name}` | {row.type} | {row.default} | {row.allowed} | {row.kpl} "
+            f"| {row.meaning} |"
+        )
+    return "\n".join(lines)
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    """mkdocs event: replace the placeholder line with the generated table."""
+    if PLACEHOLDER not in markdown:
+        return markdown
+    return markdown.replace(PLACEHOLDER, render_table())

@@ -1,0 +1,723 @@
+"""``aiokpl put STREAM [FILE...]``: one record per input line, through the producer.
+
+The input is streamed: blocks of at most :data:`READ_SIZE` bytes are read (from a pipe or a
+terminal in a worker thread, so that waiting for a writer never blocks the event loop and the
+producer keeps sending meanwhile; from a regular file directly), the blocks are split into
+lines, and each line becomes a ``put_record``, which waits whenever the producer holds
+``max_outstanding_records`` / ``max_outstanding_bytes``. Memory is therefore bounded by those
+two numbers and :data:`~aiokpl._cli_lines.MAX_LINE_SIZE`, never by the size of the input.
+
+Every line ends in exactly one of these: delivered; failed by Kinesis (its result's code, e.g.
+``ProvisionedThroughputExceededException`` after the TTL); or rejected before it was sent (bad
+JSON, a missing field, a record over the limits). Failed and rejected lines are counted by code
+in the report and written, with their reason and the record, to the dead-letter file, which is
+created only when the first one happens.
+
+Turning lines into records is the pure module :mod:`aiokpl._cli_lines`; the report here is pure
+too, and tested on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import stat
+import sys
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import IO, Any, TextIO
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import anyio.to_thread
+
+from ._cli_lines import (
+    MAX_LINE_SIZE,
+    BadLine,
+    FieldPath,
+    Line,
+    LineParser,
+    LineSplitter,
+    ParsedRecord,
+    Template,
+)
+from ._cli_options import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SERVICE_ERROR,
+    EXIT_USAGE,
+    config_from_args,
+    made_of,
+    positive_float,
+    positive_int,
+)
+from ._core.config import Config
+from ._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
+from ._kinesis import create_client, error_of
+from ._outcome import Outcome
+from ._producer import Producer
+from ._rate_limiter import RateLimiter
+
+__all__ = ("DeadLetters", "Input", "PutReport", "PutRun", "add_parser", "run_put_command")
+
+READ_SIZE = 64 * 1024
+"""Largest block read from an input at once."""
+
+PROGRESS_INTERVAL = 0.25
+"""Seconds between two redraws of the progress line."""
+
+MAX_REPORTED_BAD_LINES = 20
+"""Bad lines described one by one on stderr; the dead-letter file has them all."""
+
+
+# --------------------------------------------------------------------------------------------
+# Report and dead letters
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PutReport:
+    """What a ``put`` run did.
+
+    Attributes:
+        stream: the stream written to.
+        lines: input lines read, blank ones included.
+        blank: blank lines, skipped.
+        delivered: records delivered.
+        delivered_bytes: data bytes of the delivered records.
+        failed: failed and rejected lines by error code.
+        retries: attempts beyond the first, over all records.
+        seconds: from the first read to the last result.
+        dead_letters: lines written to the dead-letter file.
+        dead_letter_path: that file, once created.
+        dead_letter_error: why writing it failed, if it did.
+        interrupted: the run was stopped by Ctrl-C.
+    """
+
+    stream: str
+    lines: int = 0
+    blank: int = 0
+    delivered: int = 0
+    delivered_bytes: int = 0
+    failed: Counter[str] = field(default_factory=Counter)
+    retries: int = 0
+    seconds: float = 0.0
+    dead_letters: int = 0
+    dead_letter_path: str | None = None
+    dead_letter_error: str | None = None
+    interrupted: bool = False
+
+    @property
+    def failed_total(self) -> int:
+        """Failed and rejected lines, all codes."""
+        return sum(self.failed.values())
+
+    @property
+    def records_per_second(self) -> float:
+        """Delivered records per second of the run."""
+        return self.delivered / self.seconds if self.seconds > 0 else 0.0
+
+    def exit_status(self) -> int:
+        """The command's exit status (see the module :mod:`aiokpl._cli_options`)."""
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED if self.failed_total or self.dead_letter_error else EXIT_OK
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as a JSON-able dict (``--report-json``)."""
+        return {
+            "stream": self.stream,
+            "lines": self.lines,
+            "blank_lines": self.blank,
+            "delivered": self.delivered,
+            "delivered_bytes": self.delivered_bytes,
+            "failed": self.failed_total,
+            "failed_by_code": dict(sorted(self.failed.items())),
+            "retries": self.retries,
+            "seconds": round(self.seconds, 3),
+            "records_per_second": round(self.records_per_second, 1),
+            "dead_letters": self.dead_letters,
+            "dead_letter_file": self.dead_letter_path,
+            "dead_letter_error": self.dead_letter_error,
+            "interrupted": self.interrupted,
+            "exit_status": self.exit_status(),
+        }
+
+    def format(self) -> str:
+        """The human-readable report printed on stderr at the end."""
+        failed = ", ".join(f"{code} {n:,}" for code, n in sorted(self.failed.items()))
+        rows = [
+            ("stream", self.stream),
+            (
+                "lines read",
+                f"{self.lines:,}" + (f" ({self.blank:,} blank, skipped)" if self.blank else ""),
+            ),
+            ("delivered", f"{self.delivered:,} records, {_size(self.delivered_bytes)}"),
+            ("rate", f"{self.records_per_second:,.0f} records/s over {self.seconds:.2f} s"),
+            ("retries", f"{self.retries:,}"),
+            ("failed", f"{self.failed_total:,}" + (f" ({failed})" if failed else "")),
+        ]
+        if self.dead_letter_path is not None:
+            rows.append(("dead letters", f"{self.dead_letters:,} in {self.dead_letter_path}"))
+        if self.dead_letter_error is not None:
+            rows.append(("dead letters", f"NOT ALL WRITTEN: {self.dead_letter_error}"))
+        if self.interrupted:
+            rows.append(("interrupted", "stopped by Ctrl-C before the end of the input"))
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name:>{width}}  {value}" for name, value in rows)
+
+
+def _size(count: int) -> str:
+    if count < 1024:
+        return f"{count:,} bytes"
+    value = count / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} GiB"
+
+
+def progress_line(report: PutReport, put: int, elapsed: float) -> str:
+    """The progress line redrawn on a terminal while records are put."""
+    rate = report.delivered / elapsed if elapsed > 0 else 0.0
+    pending = put - report.delivered - report.failed_total
+    line = (
+        f"put {put:,} · delivered {report.delivered:,} ({_size(report.delivered_bytes)}) · "
+        f"{rate:,.0f}/s · pending {max(pending, 0):,}"
+    )
+    if report.failed_total:
+        line += f" · failed {report.failed_total:,}"
+    return line
+
+
+def encode_data(data: bytes) -> tuple[str, str]:
+    """``(text, "text")`` if ``data`` is valid UTF-8, else ``(base64, "base64")``."""
+    try:
+        return data.decode("utf-8"), "text"
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), "base64"
+
+
+class DeadLetters:
+    """The dead-letter file: one JSON line per failed or rejected input line.
+
+    The file is opened (for appending) when the first entry arrives, so a run without failures
+    leaves no file. A write error is remembered, not raised (entries arrive in the producer's
+    result callbacks); the report shows it and the exit status is then non-zero.
+
+    Each entry has: ``source`` (the file name, ``-`` for stdin), ``line``, ``error_code``,
+    ``error_message``, ``attempts`` (0 for a line rejected before it was sent),
+    ``partition_key`` and ``explicit_hash_key`` (``null`` when the line never became a record),
+    ``data`` and ``data_encoding`` (``"text"``, or ``"base64"`` when the bytes are not UTF-8;
+    the whole line when it never became a record, ``null`` for a line over the length limit).
+    """
+
+    def __init__(self, path: str, report: PutReport) -> None:
+        self.path = path
+        self._report = report
+        self._file: TextIO | None = None
+
+    def write(
+        self,
+        *,
+        source: str,
+        line: int,
+        code: str,
+        message: str,
+        attempts: int,
+        partition_key: str | None,
+        explicit_hash_key: str | None,
+        data: bytes | None,
+    ) -> None:
+        """Append one entry."""
+        text, encoding = encode_data(data) if data is not None else (None, None)
+        entry = {
+            "source": source,
+            "line": line,
+            "error_code": code,
+            "error_message": message,
+            "attempts": attempts,
+            "partition_key": partition_key,
+            "explicit_hash_key": explicit_hash_key,
+            "data": text,
+            "data_encoding": encoding,
+        }
+        if self._report.dead_letter_error is not None:
+            return
+        try:
+            if self._file is None:
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+                self._report.dead_letter_path = self.path
+            self._file.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            self._report.dead_letter_error = f"{self.path}: {exc.strerror or exc}"
+        else:
+            self._report.dead_letters += 1
+
+    def close(self) -> None:
+        """Flush and close the file, if it was opened."""
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError as exc:  # pragma: no cover - a full disk at the last flush
+                self._report.dead_letter_error = f"{self.path}: {exc.strerror or exc}"
+            self._file = None
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Input:
+    """An opened input: its name for messages and its binary file."""
+
+    name: str
+    file: IO[bytes]
+
+
+class PutRun:
+    """One ``put`` run: reads the inputs, puts the records, tracks every result.
+
+    Args:
+        stream: the stream to write to.
+        inputs: the opened inputs, read in order.
+        parser: turns lines into records.
+        dead_letters: where failed lines go.
+        report: the counters, updated as the run goes (read it even after an interruption).
+        rate_limit: at most this many records per second over the whole run, or ``None``.
+        stderr: where bad lines, the progress line and warnings go (default: ``sys.stderr``).
+        progress: whether to redraw a progress line (on a terminal).
+    """
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        inputs: list[Input],
+        parser: LineParser,
+        dead_letters: DeadLetters,
+        report: PutReport,
+        rate_limit: float | None = None,
+        stderr: TextIO | None = None,
+        progress: bool = False,
+    ) -> None:
+        self._stream = stream
+        self._inputs = inputs
+        self._parser = parser
+        self._dead_letters = dead_letters
+        self.report = report
+        self._rate_limit = rate_limit
+        self._stderr = stderr or sys.stderr
+        self._progress = progress
+        self._put = 0
+        self._bad_lines_shown = 0
+
+    async def run(self, producer: Producer, abandon: anyio.CancelScope | None = None) -> None:
+        """Put every line of every input through ``producer``; return when all have a result.
+
+        Args:
+            producer: the running producer.
+            abandon: the scope around the producer's ``async with``. When given, the run
+                handles SIGINT and SIGTERM itself (only possible in the main thread): the first
+                stops reading and lets every record read so far finish; the second cancels
+                ``abandon``, so that the producer exits at once, failing what is left with code
+                ``"Cancelled"`` (those records are dead-lettered too).
+        """
+        started = anyio.current_time()
+        try:
+            async with anyio.create_task_group() as task_group:
+                if self._progress:
+                    task_group.start_soon(self._redraw, started)
+                with anyio.CancelScope() as reading:
+                    if abandon is not None:
+                        await task_group.start(self._watch_signals, reading, abandon)
+                    await self._put_all(producer)
+                await producer.flush()
+                task_group.cancel_scope.cancel()
+        finally:
+            self.report.seconds = anyio.current_time() - started
+            if self._progress:
+                self._stderr.write("\r\x1b[K")
+                self._stderr.flush()
+
+    async def _put_all(self, producer: Producer) -> None:
+        limiter = RateLimiter(self._rate_limit) if self._rate_limit else None
+        for source in self._inputs:
+            async for line in _lines(source.file):
+                self.report.lines += 1
+                if line.data is None:
+                    self._reject(
+                        source.name,
+                        line,
+                        BadLine(
+                            "LineTooLong",
+                            f"line of {line.size:,} bytes is over the limit of "
+                            f"{MAX_LINE_SIZE:,} bytes",
+                        ),
+                    )
+                    continue
+                if not line.data.strip():
+                    self.report.blank += 1
+                    continue
+                parsed = self._parser.parse(line.data, line.number)
+                if isinstance(parsed, BadLine):
+                    self._reject(source.name, line, parsed)
+                    continue
+                if limiter is not None:
+                    await limiter.acquire()
+                try:
+                    outcome = await producer.put_record(
+                        stream=self._stream,
+                        partition_key=parsed.partition_key,
+                        data=parsed.data,
+                        explicit_hash_key=parsed.explicit_hash_key,
+                    )
+                except (InvalidRecordError, InvalidRecordTypeError) as exc:
+                    self._reject(source.name, line, BadLine("InvalidRecord", str(exc)))
+                    continue
+                self._put += 1
+                outcome.add_done_callback(
+                    partial(self._on_result, source.name, line.number, parsed)
+                )
+
+    async def _watch_signals(
+        self,
+        reading: anyio.CancelScope,
+        abandon: anyio.CancelScope,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
+            async for _ in signals:
+                if not self.report.interrupted:
+                    self.report.interrupted = True
+                    self._print(
+                        "aiokpl put: interrupted; finishing the records already read "
+                        "(interrupt again to abandon them)"
+                    )
+                    reading.cancel()
+                else:
+                    abandon.cancel()
+
+    def _reject(self, source: str, line: Line, bad: BadLine) -> None:
+        self.report.failed[bad.code] += 1
+        if self._bad_lines_shown < MAX_REPORTED_BAD_LINES:
+            self._bad_lines_shown += 1
+            self._print(f"{source}:{line.number}: {bad.code}: {bad.message}")
+            if self._bad_lines_shown == MAX_REPORTED_BAD_LINES:
+                self._print("(further bad lines are not shown here; the dead-letter file has them)")
+        self._dead_letters.write(
+            source=source,
+            line=line.number,
+            code=bad.code,
+            message=bad.message,
+            attempts=0,
+            partition_key=None,
+            explicit_hash_key=None,
+            data=line.data,
+        )
+
+    def _on_result(
+        self, source: str, number: int, record: ParsedRecord, outcome: Outcome[Any]
+    ) -> None:
+        result = outcome.result()
+        self.report.retries += len(result.attempts) - 1
+        if result.success:
+            self.report.delivered += 1
+            self.report.delivered_bytes += len(record.data)
+            return
+        code = result.error_code or "Unknown"
+        self.report.failed[code] += 1
+        self._dead_letters.write(
+            source=source,
+            line=number,
+            code=code,
+            message=result.error_message or "",
+            attempts=len(result.attempts),
+            partition_key=record.partition_key,
+            explicit_hash_key=record.explicit_hash_key,
+            data=record.data,
+        )
+
+    def _print(self, message: str) -> None:
+        if self._progress:
+            message = "\r\x1b[K" + message
+        print(message, file=self._stderr, flush=True)
+
+    async def _redraw(self, started: float) -> None:
+        while True:
+            await anyio.sleep(PROGRESS_INTERVAL)
+            line = progress_line(self.report, self._put, anyio.current_time() - started)
+            self._stderr.write(f"\r{line}\x1b[K")
+            self._stderr.flush()
+
+
+def _may_block(file: IO[bytes]) -> bool:
+    """Whether reading ``file`` can wait for a writer (a pipe, a terminal, a socket).
+
+    Regular files and in-memory buffers never make a read wait for long, so they are read in
+    the event loop's thread; anything else in a worker thread.
+    """
+    try:
+        return not stat.S_ISREG(os.fstat(file.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # io.BytesIO has no file descriptor
+        return False
+
+
+async def _lines(file: IO[bytes]) -> AsyncIterator[Line]:
+    """The lines of ``file``, read a block at a time (in a worker thread if it may block)."""
+    splitter = LineSplitter()
+    read = getattr(file, "read1", file.read)
+    threaded = _may_block(file)
+    while True:
+        if threaded:
+            # abandon_on_cancel: Ctrl-C must not wait for a terminal or a pipe to send more.
+            # os.read on the descriptor, not the buffered file: an abandoned thread blocked in
+            # the file's read would hold its lock, and the interpreter cannot shut down then.
+            block = await anyio.to_thread.run_sync(
+                os.read, file.fileno(), READ_SIZE, abandon_on_cancel=True
+            )
+        else:
+            block = read(READ_SIZE)
+            await anyio.lowlevel.checkpoint()
+        if not block:
+            break
+        for line in splitter.feed(block):
+            yield line
+    for line in splitter.end():
+        yield line
+
+
+# --------------------------------------------------------------------------------------------
+# The subcommand
+# --------------------------------------------------------------------------------------------
+
+DESCRIPTION = """\
+Put one record per line of the FILEs (standard input when there is none, or for '-').
+Failed and invalid lines go to a dead-letter file, with their reason; the exit status is
+0 when every record was delivered, 1 when some failed, 2 for a usage error, 3 when Kinesis
+refused the command (stream not found, access denied), 130 when interrupted.
+"""
+
+
+def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """Register ``put`` with the subcommands of the ``aiokpl`` parser."""
+    put = commands.add_parser(
+        "put",
+        parents=parents,
+        help="put one record per input line",
+        description=DESCRIPTION,
+    )
+    put.add_argument("stream", metavar="STREAM", help="the stream to write to")
+    put.add_argument("files", metavar="FILE", nargs="*", help="input files ('-': stdin)")
+    records = put.add_argument_group("records")
+    records.add_argument(
+        "--json", action="store_true", help="each line is a JSON document (blank lines skipped)"
+    )
+    key = records.add_mutually_exclusive_group()
+    key.add_argument(
+        "--partition-key-field",
+        type=FieldPath.parse,
+        metavar="PATH",
+        help="partition key from this JSON field (dotted path: user.id)",
+    )
+    key.add_argument(
+        "--partition-key-template",
+        type=Template.parse,
+        metavar="TEMPLATE",
+        help="partition key from a template: '{user.id}-{n}' ({n}: the line number)",
+    )
+    records.add_argument(
+        "--explicit-hash-key-field",
+        type=FieldPath.parse,
+        metavar="PATH",
+        help="explicit hash key (decimal) from this JSON field",
+    )
+    records.add_argument(
+        "--data-field",
+        type=FieldPath.parse,
+        metavar="PATH",
+        help="data from this JSON field (a string as UTF-8, else compact JSON); default: the line",
+    )
+    output = put.add_argument_group("output")
+    output.add_argument(
+        "--dead-letter",
+        metavar="FILE",
+        help="where failed lines go, appended as JSON lines (default: STREAM.dead-letter.jsonl)",
+    )
+    output.add_argument(
+        "--report-json", metavar="FILE", help="also write the final report as JSON ('-': stdout)"
+    )
+    output.add_argument(
+        "--no-progress", action="store_true", help="no progress line, even on a terminal"
+    )
+    producer = put.add_argument_group("producer")
+    producer.add_argument(
+        "--no-aggregation", action="store_true", help="one user record per Kinesis record"
+    )
+    producer.add_argument(
+        "--max-buffered-ms",
+        type=positive_int,
+        metavar="MS",
+        default=100,
+        help="longest a record waits to be batched (100)",
+    )
+    producer.add_argument(
+        "--record-ttl-ms",
+        type=positive_int,
+        metavar="MS",
+        default=30_000,
+        help="a record not delivered after this fails with code Expired (30000)",
+    )
+    producer.add_argument(
+        "--rate-limit",
+        type=positive_float,
+        metavar="RECORDS_PER_S",
+        help="read at most this many records per second (default: as fast as Kinesis takes)",
+    )
+    producer.add_argument(
+        "--max-outstanding-records",
+        type=positive_int,
+        metavar="N",
+        default=10_000,
+        help="records in flight at most; input reading waits beyond (10000)",
+    )
+    producer.add_argument(
+        "--max-record-size",
+        type=positive_int,
+        metavar="BYTES",
+        default=1024 * 1024,
+        help="largest record (partition key + data) accepted; raise it for a stream whose "
+        "limit was raised (1048576)",
+    )
+    put.set_defaults(handler=run_put_command, intermixed="files")
+
+
+def _parser_from_args(args: argparse.Namespace) -> LineParser:
+    return LineParser(
+        json_lines=args.json,
+        partition_key_field=args.partition_key_field,
+        partition_key_template=args.partition_key_template,
+        explicit_hash_key_field=args.explicit_hash_key_field,
+        data_field=args.data_field,
+    )
+
+
+def _open_inputs(names: list[str]) -> Iterator[Input]:
+    for name in names or ["-"]:
+        if name == "-":
+            yield Input("-", sys.stdin.buffer)
+        else:
+            yield Input(name, open(name, "rb"))  # noqa: SIM115 - closed by the caller
+
+
+async def _stream_check(client: Any, stream: str) -> tuple[str, str] | None:
+    """``(code, message)`` if ``stream`` cannot be listed (wrong name, no access), else None."""
+    try:
+        await client.list_shards(StreamName=stream)
+    except Exception as exc:  # every client error becomes data here
+        return error_of(exc)
+    return None
+
+
+def run_put_command(args: argparse.Namespace, stderr: TextIO | None = None) -> int:
+    """Run ``aiokpl put`` as ``args`` say; returns the exit status."""
+    stderr = stderr or sys.stderr
+    try:
+        parser = _parser_from_args(args)
+        config = config_from_args(
+            args,
+            aggregation_enabled=not args.no_aggregation,
+            record_max_buffered_time_ms=args.max_buffered_ms,
+            record_ttl_ms=args.record_ttl_ms,
+            max_outstanding_records=args.max_outstanding_records,
+            max_record_size=args.max_record_size,
+        )
+    except (ValueError, ConfigError) as exc:
+        print(f"aiokpl put: {exc}", file=stderr)
+        return EXIT_USAGE
+    inputs: list[Input] = []
+    try:
+        try:
+            inputs.extend(_open_inputs(args.files))
+        except OSError as exc:
+            print(f"aiokpl put: cannot read {exc.filename}: {exc.strerror}", file=stderr)
+            return EXIT_USAGE
+        report = PutReport(stream=args.stream)
+        dead_letters = DeadLetters(args.dead_letter or f"{args.stream}.dead-letter.jsonl", report)
+        run = PutRun(
+            stream=args.stream,
+            inputs=inputs,
+            parser=parser,
+            dead_letters=dead_letters,
+            report=report,
+            rate_limit=args.rate_limit,
+            stderr=stderr,
+            progress=not args.no_progress and stderr.isatty(),
+        )
+        try:
+            status = anyio.run(_put_main, config, args.stream, run, stderr, backend=args.backend)
+        except BaseException as exc:
+            if not made_of(exc, KeyboardInterrupt):
+                raise
+            report.interrupted = True
+            status = None
+        finally:
+            dead_letters.close()
+        if status is not None:
+            return status
+    finally:
+        for source in inputs:
+            if source.name != "-":
+                source.file.close()
+    return _finish(args, report, stderr)
+
+
+async def _put_main(config: Config, stream: str, run: PutRun, stderr: TextIO) -> int | None:
+    """Check the stream, then run; returns an early exit status, or None when the run ended."""
+    try:
+        async with create_client(config) as client:
+            refused = await _stream_check(client, stream)
+            if refused is not None:
+                code, message = refused
+                print(f"aiokpl put: cannot write to {stream!r}: {code}: {message}", file=stderr)
+                return EXIT_SERVICE_ERROR
+            # Signals can be caught only in the main thread (main() may run in another).
+            with anyio.CancelScope() as abandon:
+                async with Producer(config, client=client) as producer:
+                    await run.run(producer, abandon if _in_main_thread() else None)
+    except ConfigError as exc:
+        print(f"aiokpl put: {exc}", file=stderr)
+        return EXIT_USAGE
+    return None
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread() and sys.platform != "win32"
+
+
+def _finish(args: argparse.Namespace, report: PutReport, stderr: TextIO) -> int:
+    print(report.format(), file=stderr)
+    if args.report_json:
+        text = json.dumps(report.as_json(), indent=2)
+        if args.report_json == "-":
+            print(text, flush=True)
+        else:
+            try:
+                with open(args.report_json, "w", encoding="utf-8") as file:
+                    file.write(text + "\n")
+            except OSError as exc:
+                print(f"aiokpl put: cannot write the report: {exc}", file=stderr)
+    return report.exit_status()

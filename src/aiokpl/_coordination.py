@@ -1,0 +1,610 @@
+"""Coordination I/O: the stores, each producer's coordination task, and the summarizer loop.
+
+The math is pure and lives in ``_core/coordination.py``; this module only moves its inputs and
+outputs between the pipeline's limiters and a store:
+
+* :class:`S3Store` keeps one object per producer under ``{prefix}reports/`` and the summary at
+  ``{prefix}summary.json``; :class:`DynamoDBStore` keeps one item per producer (with a TTL
+  attribute, so the table cleans up after producers that vanished) and the summary item, all
+  under one partition key, so one ``Query`` lists a group. Both take an aiobotocore client
+  the caller opens and closes.
+* :class:`_ProducerCoordinator` is one task in a producer's task group. Every interval
+  (jittered ±10%, so a fleet started together does not hit the store in lockstep) it takes the
+  admitted counts from its meters (a wrapper around each stream's limiter → collector hand-off,
+  installed only when coordination is on: one dict lookup per *Kinesis* record, nothing per
+  user record), publishes its report, optionally runs the summary itself, reads the summary,
+  and pushes the new ceilings into the limiters.
+* :func:`run_summarizer` is the summary role as a loop of its own (``aiokpl coordinate``).
+
+Failure handling (invariants):
+
+* the pipeline never waits for the store: the task runs beside it, and each round is bounded
+  by ``request_timeout``; a failed or slow round changes no ceiling;
+* a failure is logged once (a warning naming the error), and its end once (info); rounds in
+  between are silent;
+* an object the store lists that is not a valid report is skipped (it may belong to something
+  else sharing the prefix); a malformed summary is ignored like a missing one;
+* when the producer exits, it deletes its report (best effort, at most one second), so its
+  share is reclaimed at once; if it crashes, the staleness cutoff reclaims it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+
+from ._core.coordination import (
+    CeilingAdjuster,
+    MalformedError,
+    Report,
+    ShardLoad,
+    Summarizer,
+    Summary,
+    decode_report,
+    decode_summary,
+    encode_report,
+    encode_summary,
+)
+from ._core.errors import ConfigError
+from ._kinesis import error_of
+
+if TYPE_CHECKING:
+    from ._core.config import Config
+    from ._core.records import KinesisRecord
+    from ._pipeline.limiter import Limiter
+
+__all__ = (
+    "Coordination",
+    "CoordinationStore",
+    "DynamoDBStore",
+    "S3Store",
+    "run_summarizer",
+)
+
+logger = logging.getLogger("aiokpl.coordination")
+
+_MIB = 1024 * 1024
+_FETCH_CONCURRENCY = 16  # parallel GETs when the summarizer reads an S3 prefix
+
+
+def _wall_clock() -> float:
+    # Seconds since the epoch, for DynamoDB's TTL attribute and the informational timestamps
+    # in reports. Never used for timing or staleness: those use the event loop's clock.
+    return time.time()  # noqa: TID251
+
+
+class CoordinationStore(Protocol):
+    """Where producers publish reports and read the summary (see :class:`S3Store`).
+
+    Every method may raise anything on failure; the caller bounds it with a timeout, logs and
+    carries on.
+    """
+
+    async def publish(self, producer_id: str, data: bytes) -> None:
+        """Create or overwrite the report of ``producer_id``."""
+
+    async def remove(self, producer_id: str) -> None:
+        """Delete the report of ``producer_id``, if any."""
+
+    async def reports(self) -> list[bytes]:
+        """The bodies of all reports (objects it cannot read are left out)."""
+        ...
+
+    async def write_summary(self, data: bytes) -> None:
+        """Create or overwrite the summary."""
+
+    async def read_summary(self) -> bytes | None:
+        """The summary's body, or ``None`` if there is none yet."""
+        ...
+
+
+async def _read_body(response: dict[str, Any]) -> bytes:
+    async with response["Body"] as body:
+        data: bytes = await body.read()
+    return data
+
+
+class S3Store:
+    """Reports as S3 objects under a prefix, and a summary object beside them.
+
+    Reports are ``{prefix}reports/{producer_id}.json``; the summary is
+    ``{prefix}summary.json``. Use a bucket without versioning (every report is overwritten
+    each interval). Objects under ``{prefix}reports/`` that do not end in ``.json`` are not
+    fetched; those that do but are not reports are skipped by the summarizer.
+
+    Args:
+        client: an aiobotocore S3 client, opened and closed by the caller.
+        bucket: the bucket name.
+        prefix: the key prefix of this group of producers, e.g. ``"aiokpl/orders/"``.
+        page_size: keys per ``ListObjectsV2`` page, 1 … 1,000.
+    """
+
+    def __init__(
+        self, client: Any, bucket: str, prefix: str = "aiokpl/", *, page_size: int = 1000
+    ) -> None:
+        if not 1 <= page_size <= 1000:
+            raise ConfigError(f"page_size must be 1 … 1,000; got {page_size!r}")
+        self.client = client
+        self.bucket = bucket
+        self.prefix = prefix
+        self.page_size = page_size
+
+    def __repr__(self) -> str:
+        return f"S3Store(bucket={self.bucket!r}, prefix={self.prefix!r})"
+
+    def _report_key(self, producer_id: str) -> str:
+        return f"{self.prefix}reports/{producer_id}.json"
+
+    @property
+    def summary_key(self) -> str:
+        """The key of the summary object."""
+        return f"{self.prefix}summary.json"
+
+    async def publish(self, producer_id: str, data: bytes) -> None:
+        await self.client.put_object(
+            Bucket=self.bucket, Key=self._report_key(producer_id), Body=data
+        )
+
+    async def remove(self, producer_id: str) -> None:
+        await self.client.delete_object(Bucket=self.bucket, Key=self._report_key(producer_id))
+
+    async def reports(self) -> list[bytes]:
+        keys: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        async for page in paginator.paginate(
+            Bucket=self.bucket,
+            Prefix=f"{self.prefix}reports/",
+            PaginationConfig={"PageSize": self.page_size},
+        ):
+            keys.extend(
+                item["Key"] for item in page.get("Contents", ()) if item["Key"].endswith(".json")
+            )
+        bodies: list[bytes] = []
+        limiter = anyio.CapacityLimiter(_FETCH_CONCURRENCY)
+
+        async def fetch(key: str) -> None:
+            async with limiter:
+                try:
+                    response = await self.client.get_object(Bucket=self.bucket, Key=key)
+                    bodies.append(await _read_body(response))
+                except Exception as exc:
+                    # Deleted between the listing and the read, or unreadable: leave it out.
+                    logger.debug("skipping %s: %s", key, error_of(exc)[1])
+
+        async with anyio.create_task_group() as task_group:
+            for key in keys:
+                task_group.start_soon(fetch, key)
+        return bodies
+
+    async def write_summary(self, data: bytes) -> None:
+        await self.client.put_object(Bucket=self.bucket, Key=self.summary_key, Body=data)
+
+    async def read_summary(self) -> bytes | None:
+        try:
+            response = await self.client.get_object(Bucket=self.bucket, Key=self.summary_key)
+        except Exception as exc:
+            if error_of(exc)[0] in ("NoSuchKey", "404"):
+                return None
+            raise
+        return await _read_body(response)
+
+
+class DynamoDBStore:
+    """Reports as DynamoDB items with a TTL attribute, and a summary item, in one partition.
+
+    The table's key is ``pk`` (partition, string) and ``sk`` (sort, string); one group of
+    producers is one ``pk`` value. Reports are items ``sk = "report#{producer_id}"``, the
+    summary is ``sk = "summary"``; each item's ``body`` holds the JSON and ``expires_at`` the
+    epoch second after which DynamoDB's TTL may delete it. :meth:`create_table` makes such a
+    table (on-demand capacity, TTL on ``expires_at``).
+
+    Args:
+        client: an aiobotocore DynamoDB client, opened and closed by the caller.
+        table: the table name.
+        group: the partition key value of this group of producers.
+        ttl_seconds: how long after its last update an item may be deleted by TTL.
+    """
+
+    def __init__(
+        self, client: Any, table: str, group: str = "aiokpl", *, ttl_seconds: float = 3600.0
+    ) -> None:
+        if not ttl_seconds > 0:
+            raise ConfigError(f"ttl_seconds must be greater than 0; got {ttl_seconds!r}")
+        self.client = client
+        self.table = table
+        self.group = group
+        self.ttl_seconds = ttl_seconds
+
+    def __repr__(self) -> str:
+        return f"DynamoDBStore(table={self.table!r}, group={self.group!r})"
+
+    async def create_table(self) -> None:
+        """Create the table (on-demand) and enable TTL on ``expires_at``; wait until active."""
+        await self.client.create_table(
+            TableName=self.table,
+            KeySchema=[
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        waiter = self.client.get_waiter("table_exists")
+        await waiter.wait(TableName=self.table, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+        await self.client.update_time_to_live(
+            TableName=self.table,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"},
+        )
+
+    def _item(self, sort_key: str, data: bytes) -> dict[str, Any]:
+        return {
+            "pk": {"S": self.group},
+            "sk": {"S": sort_key},
+            "body": {"B": data},
+            "expires_at": {"N": str(int(_wall_clock() + self.ttl_seconds))},
+        }
+
+    async def publish(self, producer_id: str, data: bytes) -> None:
+        await self.client.put_item(
+            TableName=self.table, Item=self._item(f"report#{producer_id}", data)
+        )
+
+    async def remove(self, producer_id: str) -> None:
+        await self.client.delete_item(
+            TableName=self.table,
+            Key={"pk": {"S": self.group}, "sk": {"S": f"report#{producer_id}"}},
+        )
+
+    async def reports(self) -> list[bytes]:
+        bodies: list[bytes] = []
+        paginator = self.client.get_paginator("query")
+        async for page in paginator.paginate(
+            TableName=self.table,
+            KeyConditionExpression="pk = :group AND begins_with(sk, :report)",
+            ExpressionAttributeValues={":group": {"S": self.group}, ":report": {"S": "report#"}},
+        ):
+            for item in page.get("Items", ()):
+                body = item.get("body", {}).get("B")
+                if isinstance(body, bytes):
+                    bodies.append(body)
+        return bodies
+
+    async def write_summary(self, data: bytes) -> None:
+        await self.client.put_item(TableName=self.table, Item=self._item("summary", data))
+
+    async def read_summary(self) -> bytes | None:
+        response = await self.client.get_item(
+            TableName=self.table, Key={"pk": {"S": self.group}, "sk": {"S": "summary"}}
+        )
+        body = response.get("Item", {}).get("body", {}).get("B")
+        return body if isinstance(body, bytes) else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Coordination:
+    """Share per-shard limits with other producers through a store: pass to ``Producer``.
+
+    ``Producer(config, coordination=Coordination(store=...))`` publishes this producer's
+    admitted rates every ``interval`` and moves its per-shard ceilings toward its share of
+    ``shard_max_*`` (see ``docs/coordination.md``). ``config.rate_limit_*_per_sec_per_shard``
+    stays the most this producer sends to one shard. One process of the group must run the
+    summary: ``aiokpl coordinate`` (or :func:`run_summarizer`), or one producer with
+    ``summarize=True``.
+
+    Attributes:
+        store: an :class:`S3Store`, a :class:`DynamoDBStore`, or any
+            :class:`CoordinationStore`.
+        interval: seconds between reports, 1 … 3,600 (each wait is jittered ±10%).
+        staleness: seconds after which a report (or summary) that has not changed stops
+            counting; ``None`` means 3 × ``interval``. At least ``interval``.
+        smoothing: fraction of the way to the target ceiling moved per summary, in (0, 1].
+        fairness: how strongly each shard's limits are pulled toward their mean, 0 … 1; 0 is
+            the seed's formula (shares keep their ratios).
+        shard_max_records_per_sec: what all producers together may send to one shard,
+            records/s (Kinesis allows 1,000). Greater than 0.
+        shard_max_bytes_per_sec: the same in bytes/s (Kinesis allows 1 MiB). Greater than 0.
+        summarize: this producer also runs the summary each interval.
+        request_timeout: seconds one round with the store may take before it is abandoned;
+            ``None`` means ``interval``.
+        producer_id: this producer's name in the store; ``None`` draws a random one. Must be
+            unique in the group.
+    """
+
+    store: CoordinationStore
+    interval: float = 5.0
+    staleness: float | None = None
+    smoothing: float = 0.4
+    fairness: float = 0.5
+    shard_max_records_per_sec: float = 1000.0
+    shard_max_bytes_per_sec: float = float(_MIB)
+    summarize: bool = False
+    request_timeout: float | None = None
+    producer_id: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_range("interval", self.interval, 1.0, 3600.0)
+        if self.staleness is not None:
+            _check_range("staleness", self.staleness, self.interval, math.inf)
+        if not (isinstance(self.smoothing, int | float) and 0.0 < self.smoothing <= 1.0):
+            raise ConfigError(f"smoothing must be in (0, 1]; got {self.smoothing!r}")
+        if not (isinstance(self.fairness, int | float) and 0.0 <= self.fairness <= 1.0):
+            raise ConfigError(f"fairness must be in [0, 1]; got {self.fairness!r}")
+        for name in ("shard_max_records_per_sec", "shard_max_bytes_per_sec"):
+            _check_range(name, getattr(self, name), 0.0, math.inf, open_low=True)
+        if self.request_timeout is not None:
+            _check_range("request_timeout", self.request_timeout, 0.0, 3600.0, open_low=True)
+        if self.producer_id is not None and not (
+            isinstance(self.producer_id, str) and 0 < len(self.producer_id) <= 200
+        ):
+            raise ConfigError(f"producer_id must be 1 … 200 characters; got {self.producer_id!r}")
+
+    @property
+    def effective_staleness(self) -> float:
+        """``staleness``, or 3 × ``interval`` when it is ``None``."""
+        return 3.0 * self.interval if self.staleness is None else self.staleness
+
+
+def _check_range(
+    name: str, value: object, low: float, high: float, *, open_low: bool = False
+) -> None:
+    """``value`` must be a finite number in ``[low, high]`` (``(low, high]`` if ``open_low``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number; got {value!r}")
+    above_low = value > low if open_low else value >= low
+    if not (above_low and value <= high and math.isfinite(value)):
+        low_text = f"greater than {low:g}" if open_low else f"at least {low:g}"
+        high_text = "finite" if high == math.inf else f"at most {high:g}"
+        raise ConfigError(f"{name} must be {low_text} and {high_text}; got {value!r}")
+
+
+class _Problems:
+    """Logs each kind of trouble once when it starts and once when it ends."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._active: set[str] = set()
+
+    def fail(self, kind: str, message: str) -> None:
+        if kind not in self._active:
+            self._active.add(kind)
+            logger.warning("%s: %s (logged once until it recovers)", self._name, message)
+
+    def ok(self, kind: str) -> None:
+        if kind in self._active:
+            self._active.discard(kind)
+            logger.info("%s: %s recovered", self._name, kind)
+
+
+def _describe(exc: BaseException) -> str:
+    code, message = error_of(exc)
+    return f"{code}: {message}"
+
+
+async def _summarize_once(
+    store: CoordinationStore, summarizer: Summarizer, problems: _Problems
+) -> Summary:
+    reports: list[Report] = []
+    skipped = 0
+    for data in await store.reports():
+        try:
+            reports.append(decode_report(data))
+        except MalformedError:
+            skipped += 1
+    if skipped:
+        logger.debug("skipped %d object(s) that are not reports", skipped)
+    summary, expired = summarizer.summarize(reports, anyio.current_time(), _wall_clock())
+    await store.write_summary(encode_summary(summary))
+    for producer in expired:
+        await store.remove(producer)
+    problems.ok("store")
+    return summary
+
+
+async def run_summarizer(
+    store: CoordinationStore,
+    *,
+    interval: float = 5.0,
+    staleness: float | None = None,
+    request_timeout: float | None = None,
+    rounds: int | None = None,
+) -> None:
+    """Run the summary role: every ``interval``, add up the fresh reports into the summary.
+
+    Run exactly one per group (``aiokpl coordinate`` runs this), or instead give one
+    producer ``Coordination(summarize=True)``. Store failures are logged once and retried at
+    the next interval; reports unchanged for ``staleness`` seconds (3 × ``interval`` by
+    default) stop counting, and after 10 × that they are deleted from the store.
+
+    Args:
+        store: the group's store.
+        interval: seconds between summaries.
+        staleness: see :class:`Coordination`.
+        request_timeout: seconds one round may take; ``interval`` by default.
+        rounds: stop after this many rounds (``None``: run until cancelled).
+    """
+    _check_range("interval", interval, 0.0, 3600.0, open_low=True)
+    stale = 3.0 * interval if staleness is None else staleness
+    _check_range("staleness", stale, 0.0, math.inf, open_low=True)
+    summarizer = Summarizer(uuid.uuid4().hex, stale, 10.0 * stale)
+    problems = _Problems("coordination summarizer")
+    timeout = interval if request_timeout is None else request_timeout
+    jitter = random.Random()
+    done = 0
+    while rounds is None or done < rounds:
+        await _guarded(_summarize_once(store, summarizer, problems), timeout, problems)
+        done += 1
+        if rounds is None or done < rounds:
+            await anyio.sleep(interval * jitter.uniform(0.9, 1.1))
+
+
+async def _guarded(work: Awaitable[object], limit: float, problems: _Problems) -> None:
+    """Await ``work`` within ``limit`` seconds; on any failure log once and carry on."""
+    try:
+        with anyio.fail_after(limit):
+            await work
+    except TimeoutError:
+        problems.fail("store", f"the store did not answer within {limit:g} s")
+    except Exception as exc:
+        problems.fail("store", f"the store failed ({_describe(exc)})")
+
+
+class _ProducerCoordinator:
+    """A producer's coordination task: meters, reports, summaries, ceilings."""
+
+    def __init__(
+        self, coordination: Coordination, config: Config, clock: Callable[[], float]
+    ) -> None:
+        self.coordination = coordination
+        self.producer_id = coordination.producer_id or uuid.uuid4().hex
+        self._clock = clock
+        staleness = coordination.effective_staleness
+        self.adjuster = CeilingAdjuster(
+            aggregate_max=(
+                coordination.shard_max_records_per_sec,
+                coordination.shard_max_bytes_per_sec,
+            ),
+            producer_max=(
+                config.rate_limit_records_per_sec_per_shard,
+                config.rate_limit_bytes_per_sec_per_shard,
+            ),
+            smoothing=coordination.smoothing,
+            fairness=coordination.fairness,
+            staleness=staleness,
+        )
+        self._summarizer = (
+            Summarizer(self.producer_id, staleness, 10.0 * staleness)
+            if coordination.summarize
+            else None
+        )
+        self._limiters: dict[str, Limiter] = {}
+        # stream → shard → [records, bytes] admitted since the last report.
+        self._meters: dict[str, dict[str, list[int]]] = {}
+        self._since = self._started = clock()
+        self._sequence = 0
+        self._problems = _Problems("coordination")
+        self._random = random.Random()
+        self.rounds = 0
+
+    def meter(
+        self, stream: str, admit: Callable[[KinesisRecord], None]
+    ) -> Callable[[KinesisRecord], None]:
+        """Wrap a limiter's ``admit`` so it counts what it admits per shard."""
+        counts = self._meters.setdefault(stream, {})
+
+        def metered(record: KinesisRecord) -> None:
+            shard = record.predicted_shard
+            if shard is not None:  # records without a prediction are not limited either
+                count = counts.get(shard)
+                if count is None:
+                    count = counts[shard] = [0, 0]
+                count[0] += 1
+                count[1] += record.size
+            admit(record)
+
+        return metered
+
+    def attach(self, stream: str, limiter: Limiter) -> None:
+        """Apply the ceilings known for ``stream`` to its new limiter; track it from now on."""
+        self._limiters[stream] = limiter
+        prefix = f"{stream}/"
+        for key, (records, size) in self.adjuster.ceilings.items():
+            if key.startswith(prefix):
+                limiter.set_ceiling(key[len(prefix) :], records, size)
+
+    def _limits(self, now: float) -> dict[str, tuple[float, float]]:
+        """Each limited shard's rates in force: its ceiling, or less after throttling."""
+        return {
+            f"{stream}/{shard}": shard_limiter.current_rates(now)
+            for stream, limiter in self._limiters.items()
+            for shard, shard_limiter in limiter.shards.items()
+        }
+
+    def _take_report(self, now: float) -> Report:
+        elapsed = max(now - self._since, 1e-9)
+        self._since = now
+        limits = self._limits(now)
+        shards: dict[str, ShardLoad] = {}
+        for stream, counts in self._meters.items():
+            for shard, (records, size) in counts.items():
+                if records:
+                    key = f"{stream}/{shard}"
+                    limit = limits.get(key) or self.adjuster.ceiling(key)
+                    shards[key] = ShardLoad(records / elapsed, size / elapsed, *limit)
+            counts.clear()
+        self._sequence += 1
+        return Report(self.producer_id, self._sequence, shards, _wall_clock())
+
+    def _apply(self, summary: Summary | None, now: float) -> None:
+        if summary is None:
+            # Right after start-up the summarizer may simply not have written one yet.
+            if now - self._started >= self.adjuster.staleness:
+                self._problems.fail(
+                    "summary", "no summary in the store yet: is a summarizer running?"
+                )
+            return
+        changed = self.adjuster.apply(summary, now, self._limits(now))
+        if changed is None:
+            if self.adjuster.summary_stale(now):
+                self._problems.fail(
+                    "summary",
+                    "the summary has not changed for "
+                    f"{self.adjuster.staleness:g} s: is its summarizer running?",
+                )
+            return
+        self._problems.ok("summary")
+        for key, (records, size) in changed.items():
+            stream, _, shard = key.rpartition("/")
+            stream_limiter = self._limiters.get(stream)
+            if stream_limiter is not None:
+                stream_limiter.set_ceiling(shard, records, size)
+
+    async def _round(self) -> None:
+        store = self.coordination.store
+        await store.publish(self.producer_id, encode_report(self._take_report(self._clock())))
+        summary: Summary | None
+        if self._summarizer is not None:
+            summary = await _summarize_once(store, self._summarizer, self._problems)
+        else:
+            data = await store.read_summary()
+            try:
+                summary = None if data is None else decode_summary(data)
+            except MalformedError as exc:
+                self._problems.fail("summary", f"the summary is malformed ({exc}); ignoring it")
+                summary = None
+        self._problems.ok("store")
+        self._apply(summary, self._clock())
+
+    async def run(self) -> None:
+        """Report and adjust every interval until cancelled; then remove the report.
+
+        The first round runs at once: a producer joining a busy group reads the summary
+        before it has sent much, so its shards start at a share instead of at the maximum.
+        """
+        coordination = self.coordination
+        timeout = (
+            coordination.interval
+            if coordination.request_timeout is None
+            else coordination.request_timeout
+        )
+        try:
+            while True:
+                await _guarded(self._round(), timeout, self._problems)
+                self.rounds += 1
+                await anyio.sleep(coordination.interval * self._random.uniform(0.9, 1.1))
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                try:
+                    await coordination.store.remove(self.producer_id)
+                except Exception as exc:
+                    logger.debug("could not remove this producer's report: %s", _describe(exc))

@@ -1,0 +1,239 @@
+"""``aiokpl put``'s run (reading, putting, results, dead letters) against the in-process fake.
+
+The run reads in-memory inputs (no worker thread), so it runs under virtual time on asyncio and
+trio; the command line around it is tested end to end in ``tests/integration/test_cli.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokpl import Config, Producer
+from aiokpl._cli_lines import FieldPath, LineParser
+from aiokpl._cli_put import MAX_REPORTED_BAD_LINES, DeadLetters, Input, PutReport, PutRun
+from aiokpl.aggregation import deaggregate
+from aiokpl.testing import FakeKinesis
+
+pytestmark = pytest.mark.anyio
+
+
+def make_run(
+    tmp_path: Path, lines: list[bytes], parser: LineParser | None = None, **options: Any
+) -> tuple[PutRun, io.StringIO]:
+    stderr = io.StringIO()
+    report = PutReport(stream="s")
+    run = PutRun(
+        stream="s",
+        inputs=[Input("in.jsonl", io.BytesIO(b"".join(line + b"\n" for line in lines)))],
+        parser=parser or LineParser(),
+        dead_letters=DeadLetters(str(tmp_path / "dl.jsonl"), report),
+        report=report,
+        stderr=stderr,
+        **options,
+    )
+    return run, stderr
+
+
+def dead_letters(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "dl.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def stored(fake: FakeKinesis) -> list[tuple[str, bytes]]:
+    return [
+        (record.partition_key, record.data)
+        for kinesis in fake.stored_records("s")
+        for record in deaggregate({"Data": kinesis.data, "PartitionKey": kinesis.partition_key})
+    ]
+
+
+async def test_every_line_is_delivered_or_dead_lettered(tmp_path: Path) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2)
+    lines = [
+        b'{"user": "ana", "v": 1}',
+        b"",
+        b'{"user": "bob", "v": 2',
+        b"   ",
+        b'{"v": 3}',
+        b'{"user": "' + b"x" * 300 + b'"}',
+        b'{"user": "cid", "v": 4}',
+    ]
+    parser = LineParser(json_lines=True, partition_key_field=FieldPath.parse("user"))
+    run, stderr = make_run(tmp_path, lines, parser)
+    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+        await run.run(producer)
+    run._dead_letters.close()
+    report = run.report
+    assert (report.lines, report.blank, report.delivered) == (7, 2, 2)
+    assert report.delivered_bytes == len(lines[0]) + len(lines[6])
+    assert dict(report.failed) == {"InvalidJson": 1, "MissingField": 1, "InvalidRecord": 1}
+    assert sorted(stored(fake)) == [("ana", lines[0]), ("cid", lines[6])]
+    assert [(e["line"], e["error_code"], e["attempts"]) for e in dead_letters(tmp_path)] == [
+        (3, "InvalidJson", 0),
+        (5, "MissingField", 0),
+        (6, "InvalidRecord", 0),
+    ]
+    entry = dead_letters(tmp_path)[2]
+    assert entry["source"] == "in.jsonl"
+    assert entry["data"] == lines[5].decode()
+    assert entry["data_encoding"] == "text"
+    assert "256" in entry["error_message"]  # the partition key limit is named
+    messages = stderr.getvalue().splitlines()
+    assert messages[0].startswith("in.jsonl:3: InvalidJson: invalid JSON")
+    assert messages[1] == "in.jsonl:5: MissingField: no field 'user'"
+    assert report.exit_status() == 1
+
+
+async def test_failures_from_kinesis_are_dead_lettered_with_their_attempts(tmp_path: Path) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    # One record is throttled and fails at once (fail_if_throttled); another fails once with
+    # InternalFailure and is delivered on its retry.
+    fake.script_records(
+        [
+            ("ProvisionedThroughputExceededException", "Rate exceeded for shard"),
+            ("InternalFailure", "Internal service failure."),
+        ]
+    )
+    lines = [b"zero", b"one \xff", b"two", b"three"]
+    run, _ = make_run(tmp_path, lines)
+    config = Config(region="us-east-1", aggregation_enabled=False, fail_if_throttled=True)
+    async with Producer(config, client=fake) as producer:
+        await run.run(producer)
+    run._dead_letters.close()
+    report = run.report
+    assert report.delivered == 3
+    assert dict(report.failed) == {"ProvisionedThroughputExceededException": 1}
+    assert report.retries == 1
+    [entry] = dead_letters(tmp_path)
+    assert entry["error_code"] == "ProvisionedThroughputExceededException"
+    assert entry["error_message"] == "Rate exceeded for shard"
+    assert entry["attempts"] == 1
+    if entry["data_encoding"] == "text":
+        failed_data = entry["data"].encode()
+    else:
+        failed_data = base64.b64decode(entry["data"])
+    delivered = [data for _, data in stored(fake)]
+    assert sorted([*delivered, failed_data]) == sorted(lines)
+    assert len(entry["partition_key"]) == 32
+    assert report.exit_status() == 1
+
+
+async def test_binary_data_is_dead_lettered_as_base64(tmp_path: Path) -> None:
+    fake = FakeKinesis()  # no stream: every record fails with ResourceNotFoundException
+    run, _ = make_run(tmp_path, [b"\xff\xfe"])
+    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+        await run.run(producer)
+    run._dead_letters.close()
+    [entry] = dead_letters(tmp_path)
+    assert (entry["error_code"], entry["data"], entry["data_encoding"]) == (
+        "ResourceNotFoundException",
+        "//4=",
+        "base64",
+    )
+
+
+async def test_a_clean_run_leaves_no_dead_letter_file(tmp_path: Path) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=4)
+    lines = [f"line {i}".encode() for i in range(1000)]
+    run, stderr = make_run(tmp_path, lines)
+    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+        await run.run(producer)
+    run._dead_letters.close()
+    assert run.report.delivered == 1000
+    assert not run.report.failed
+    assert sorted(data for _, data in stored(fake)) == sorted(lines)
+    assert not (tmp_path / "dl.jsonl").exists()
+    assert stderr.getvalue() == ""
+    assert run.report.exit_status() == 0
+
+
+async def test_reading_waits_for_the_producer_to_make_room(tmp_path: Path) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    fake.latency = 0.5
+    run, _ = make_run(tmp_path, [f"{i}".encode() for i in range(50)])
+    peak = 0
+
+    async def watch(producer: Producer) -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, producer.outstanding_records)
+            await anyio.sleep(0.01)
+
+    config = Config(region="us-east-1", max_outstanding_records=10)
+    async with Producer(config, client=fake) as producer, anyio.create_task_group() as group:
+        group.start_soon(watch, producer)
+        await run.run(producer)
+        group.cancel_scope.cancel()
+    assert run.report.delivered == 50
+    assert peak == 10  # the whole input never sat in memory
+
+
+async def test_rate_limit_paces_the_input(tmp_path: Path) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    run, _ = make_run(tmp_path, [f"{i}".encode() for i in range(30)], rate_limit=10.0)
+    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+        await run.run(producer)
+    assert run.report.delivered == 30
+    # 10 at once (the burst), then 20 more at 10 per second.
+    assert run.report.seconds == pytest.approx(2.0, abs=0.01)
+
+
+async def test_progress_is_redrawn_at_most_four_times_a_second(tmp_path: Path) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    fake.latency = 1.0
+    run, stderr = make_run(tmp_path, [b"a", b"b"], progress=True)
+    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+        await run.run(producer)
+    drawn = stderr.getvalue()
+    redraws = [part for part in drawn.split("\r") if part.startswith("put ")]
+    assert 1 <= len(redraws) <= 1.0 / 0.25 + 1
+    assert redraws[0] == "put 2 · delivered 0 (0 bytes) · 0/s · pending 2\x1b[K"
+    assert drawn.endswith("\r\x1b[K")  # the line is cleared at the end
+
+
+async def test_only_the_first_bad_lines_are_described(tmp_path: Path) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    run, stderr = make_run(tmp_path, [b"{"] * 30, LineParser(json_lines=True))
+    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+        await run.run(producer)
+    run._dead_letters.close()
+    messages = stderr.getvalue().splitlines()
+    assert len(messages) == MAX_REPORTED_BAD_LINES + 1
+    assert messages[-1].startswith("(further bad lines are not shown here")
+    assert len(dead_letters(tmp_path)) == 30
+    assert run.report.failed["InvalidJson"] == 30
+
+
+async def test_abandoned_records_are_dead_lettered_as_cancelled(tmp_path: Path) -> None:
+    """What a second Ctrl-C does: the scope around the producer is cancelled mid-flight."""
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    fake.latency = 10.0  # every request is still in flight when the run is abandoned
+    run, _ = make_run(tmp_path, [b"a", b"b", b"c"])
+    with anyio.CancelScope() as abandon:
+        async with (
+            Producer(Config(region="us-east-1"), client=fake) as producer,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(run.run, producer)
+            await anyio.sleep(1.0)
+            abandon.cancel()
+    run._dead_letters.close()
+    assert dict(run.report.failed) == {"Cancelled": 3}
+    entries = dead_letters(tmp_path)
+    assert sorted(e["data"] for e in entries) == ["a", "b", "c"]
+    assert {(e["error_code"], e["attempts"]) for e in entries} == {("Cancelled", 1)}
