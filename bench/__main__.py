@@ -15,12 +15,13 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import _load, codec, latency, memory, pipeline, saturation, sync
+from . import _load, codec, latency, memory, metrics, pipeline, saturation, sync
 from .report import DEFAULT_JSON, Row, ScenarioResult, format_table, machine, write_json
 
 SCENARIOS: dict[str, Callable[[bool, bool], ScenarioResult]] = {
     # The pipeline first, on a clean heap; the real-time scenarios last.
     "pipeline": pipeline.run,
+    "metrics": metrics.run,
     "codec": codec.run,
     "sync": sync.run,
     "memory": memory.run,

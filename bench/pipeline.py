@@ -111,19 +111,34 @@ async def bare_loop(fake: FakeKinesis, stream: str, keys: list[str], data: bytes
     return elapsed
 
 
-async def pipeline(fake: FakeKinesis, stream: str, keys: list[str], data: bytes, n: int) -> float:
-    """``n`` records through a ``Producer``: put → every outcome resolved; returns seconds."""
-    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+async def pipeline(
+    fake: FakeKinesis,
+    stream: str,
+    keys: list[str],
+    data: bytes,
+    n: int,
+    config: Config | None = None,
+    cpu_seconds: list[float] | None = None,
+) -> float:
+    """``n`` records through a ``Producer``: put → every outcome resolved; returns seconds.
+
+    ``cpu_seconds``, if given, receives the process's CPU time over the same span.
+    """
+    config = config or Config(region="us-east-1")
+    async with Producer(config, client=fake) as producer:
         # Load the shard map first: the clock measures the steady state, not start-up.
         await (await producer.put_record(stream=stream, partition_key="warm-up", data=b"w"))
         put = producer.put_record
         nkeys = len(keys)
         start = time.perf_counter()
+        cpu_start = time.process_time()
         outcomes = [
             await put(stream=stream, partition_key=keys[i % nkeys], data=data) for i in range(n)
         ]
         await producer.flush()
         elapsed = time.perf_counter() - start
+        if cpu_seconds is not None:
+            cpu_seconds.append(time.process_time() - cpu_start)
     failed = sum(1 for outcome in outcomes if not outcome.result().success)
     if failed:
         raise RuntimeError(f"pipeline: {failed} of {n} records failed")

@@ -13,10 +13,15 @@ from ._core.errors import InvalidRecordError as InvalidRecordError
 from ._core.errors import InvalidRecordTypeError as InvalidRecordTypeError
 from ._core.errors import ProducerClosedError as ProducerClosedError
 from ._core.errors import RecordFailedError as RecordFailedError
+from ._core.metrics import MetricStatistics as MetricStatistics
 from ._core.results import Attempt as Attempt
 from ._core.results import FailedRecord as FailedRecord
 from ._core.results import RecordResult as RecordResult
 from ._core.token_bucket import TokenBucket as TokenBucket
+from ._metrics import CloudWatchSink as CloudWatchSink
+from ._metrics import MetricsSink as MetricsSink
+from ._metrics_otel import OpenTelemetrySink as OpenTelemetrySink
+from ._metrics_prometheus import PrometheusSink as PrometheusSink
 from ._outcome import Outcome as Outcome
 from ._producer import Producer as Producer
 from ._producer import ProducerStatistics as ProducerStatistics
@@ -31,15 +36,20 @@ __all__ = (
     "AiokplError",
     "Attempt",
     "BufferFullError",
+    "CloudWatchSink",
     "Config",
     "ConfigError",
     "FailedRecord",
     "InvalidRecordError",
     "InvalidRecordTypeError",
+    "MetricStatistics",
+    "MetricsSink",
+    "OpenTelemetrySink",
     "Outcome",
     "Producer",
     "ProducerClosedError",
     "ProducerStatistics",
+    "PrometheusSink",
     "RateLimiter",
     "RateLimiterStatistics",
     "RecordFailedError",

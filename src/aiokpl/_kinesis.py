@@ -10,7 +10,8 @@ Everything the pipeline needs from the SDK passes through here:
 * :func:`client_error`, which builds the exception a real client raises for a service error, so
   fakes behave like the SDK;
 * :func:`create_client`, which opens the producer's own aiobotocore client with SDK retries
-  off (the retrier owns retries) and the HTTP backend that suits the running event loop.
+  off (the retrier owns retries) and the HTTP backend that suits the running event loop;
+  :func:`create_cloudwatch_client` opens a CloudWatch client the same way, for the metrics.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from ._core.errors import ConfigError
 if TYPE_CHECKING:
     from ._core.config import Config
 
-__all__ = ("KinesisClient", "KinesisReader", "client_error", "create_client", "error_of")
+__all__ = (
+    "KinesisClient",
+    "KinesisReader",
+    "client_error",
+    "create_client",
+    "create_cloudwatch_client",
+    "error_of",
+)
 
 
 class KinesisClient(Protocol):
@@ -92,12 +100,26 @@ def _uses_trio() -> bool:
         return False
 
 
+def create_cloudwatch_client(
+    config: Config, *, endpoint_url: str | None = None
+) -> contextlib.AbstractAsyncContextManager[Any]:
+    """Open an aiobotocore CloudWatch client with ``config``'s region and credentials.
+
+    ``config.endpoint_url`` is Kinesis's, so it is not used: pass ``endpoint_url`` instead.
+
+    Raises:
+        ConfigError: no region is configured or resolvable and no ``endpoint_url`` is set.
+    """
+    return create_client(config.replace(endpoint_url=endpoint_url), "cloudwatch")
+
+
 @contextlib.asynccontextmanager
 async def create_client(config: Config, service: str = "kinesis") -> AsyncIterator[Any]:
     """Open an aiobotocore client configured from ``config``; close it on exit.
 
     ``service`` is ``"kinesis"`` for the producer; coordination opens ``"s3"`` and
-    ``"dynamodb"`` clients the same way (same credentials, timeouts and HTTP backend).
+    ``"dynamodb"`` clients the same way (same credentials, timeouts and HTTP backend), and
+    the metrics ``"cloudwatch"`` (:func:`create_cloudwatch_client`).
 
     Raises:
         ConfigError: no region is configured or resolvable and no ``endpoint_url`` is set.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -32,16 +33,19 @@ from ._coordination import Coordination, _ProducerCoordinator
 from ._core.config import Config
 from ._core.errors import (
     BufferFullError,
+    ConfigError,
     InvalidRecordError,
     InvalidRecordTypeError,
     ProducerClosedError,
 )
 from ._core.hashing import check_stream_name, check_user_record
+from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
 from ._core.records import KinesisRecord
 from ._core.results import Attempt, RecordResult
 from ._core.retry_policy import RetryPolicy
 from ._failures import FailureHandler
 from ._kinesis import KinesisClient, create_client
+from ._metrics import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
 from ._outcome import Outcome
 from ._pipeline.aggregator import Aggregator
 from ._pipeline.collector import Collector
@@ -227,6 +231,7 @@ class _Stream:
                 aggregation_enabled=config.aggregation_enabled,
                 retry_delay=buffered / 2,
             ),
+            metrics=producer._metrics,
         )
         if coordinator is not None:
             coordinator.attach(stream, self.limiter)
@@ -287,6 +292,14 @@ class Producer:
         coordination: share per-shard limits with other producer processes through a store
             (:class:`aiokpl.coordination.Coordination`); ``None`` (the default) limits each
             shard to ``config``'s rates alone.
+        metrics_sinks: where to send the metrics every ``config.metrics_upload_interval_ms``
+            (e.g. :class:`aiokpl.CloudWatchSink`); needs ``config.metrics_level`` other than
+            ``"none"``. The producer opens and closes them.
+
+    Raises:
+        ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``.
+        TypeError: ``config`` is not a ``Config``, a sink is not a ``MetricsSink``, or
+            ``coordination`` is not a ``Coordination``.
     """
 
     def __init__(
@@ -295,6 +308,7 @@ class Producer:
         *,
         client: KinesisClient | None = None,
         coordination: Coordination | None = None,
+        metrics_sinks: Iterable[MetricsSink] = (),
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
@@ -305,6 +319,19 @@ class Producer:
             )
         self._coordination = coordination
         self._coordinator: _ProducerCoordinator | None = None
+        self._sinks = tuple(metrics_sinks)
+        for sink in self._sinks:
+            if not isinstance(sink, MetricsSink):
+                raise TypeError(f"{sink!r} is not a MetricsSink (open, publish, aclose)")
+        self._metrics: MetricsRecorder | None = None
+        if config.metrics_level != "none":
+            table = MetricsTable(config.metrics_level, config.metrics_granularity)
+            self._metrics = MetricsRecorder(table)
+        elif self._sinks:
+            raise ConfigError(
+                "metrics_sinks need Config.metrics_level 'summary' or 'detailed'; it is 'none'"
+            )
+        self._uploader: Uploader | None = None
         self.config = config
         self._given_client = client
         self._client: Any = client
@@ -346,6 +373,8 @@ class Producer:
             self._client_cm = create_client(self.config)
             self._client = await self._client_cm.__aenter__()
         self._clock = _clock_of_running_loop()
+        if self._sinks:
+            await self._open_sinks()
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
@@ -361,7 +390,67 @@ class Producer:
         if self._coordination is not None:
             self._coordinator = _ProducerCoordinator(self._coordination, self.config, self._clock)
             task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
+        if self._metrics is not None:
+            self._start_metrics(task_group)
         return self
+
+    async def _open_sinks(self) -> None:
+        opened = []
+        try:
+            for sink in self._sinks:
+                await sink.open(self.config)
+                opened.append(sink)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                for sink in opened:
+                    await sink.aclose()
+                if self._client_cm is not None:
+                    await self._client_cm.__aexit__(None, None, None)
+            raise
+
+    def _start_metrics(self, task_group: TaskGroup) -> None:
+        metrics = self._metrics
+        assert metrics is not None
+        if metrics.table.level == "detailed":
+            task_group.start_soon(self._sample_metrics, name="aiokpl metrics sampler")
+        if self._sinks:
+            self._uploader = Uploader(
+                metrics.table,
+                self._sinks,
+                self.config.metrics_upload_interval_ms / 1000,
+                self._clock,
+                lambda now: metrics.sample(self._outstanding_by_stream(), now, pending=False),
+            )
+            task_group.start_soon(self._uploader.run, name="aiokpl metrics upload")
+
+    def _outstanding_by_stream(self) -> dict[str, int]:
+        # What the metrics sample instead of counting puts (so put_record does no metrics
+        # work): with one stream, a length; with several, one pass over the outstanding.
+        streams = self._streams
+        if len(streams) == 1:
+            return dict.fromkeys(streams, len(self._outstanding))
+        counts = dict.fromkeys(streams, 0)
+        counts.update(Counter(record.stream for record in self._outstanding))
+        return counts
+
+    async def _sample_metrics(self) -> None:
+        metrics = self._metrics
+        assert metrics is not None
+        while True:
+            await anyio.sleep(SAMPLE_INTERVAL)
+            metrics.sample(self._outstanding_by_stream(), self._clock(), pending=True)
+
+    async def _close_metrics(self) -> None:
+        # The last upload (failures included) and the sinks' release: shielded and bounded.
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + self.config.request_timeout_ms / 1000
+            assert self._uploader is not None  # started with the sinks
+            await self._uploader.upload(final=True)
+            for sink in self._sinks:
+                try:
+                    await sink.aclose()
+                except Exception as exc:
+                    logger.warning("closing metrics sink %s failed: %r", type(sink).__name__, exc)
 
     async def __aexit__(
         self,
@@ -394,6 +483,8 @@ class Producer:
                 self._fail_outstanding(code, message)
                 self._scheduler.clear()
                 await self._failures.drain(self.config.request_timeout_ms / 1000)
+                if self._sinks:
+                    await self._close_metrics()
                 if self._client_cm is not None:
                     with anyio.CancelScope(shield=True):
                         await self._client_cm.__aexit__(None, None, None)
@@ -648,6 +739,11 @@ class Producer:
         goes through the failure handler (``on_record_failure``); while an async callback runs
         for it, it stays outstanding (see :mod:`aiokpl._failures`) until ``_release_held``.
         """
+        if not success and self._metrics is not None:
+            # Failures are rare: counted record by record, those not finished yet only (a
+            # record held for its on_record_failure is done already).
+            fresh = [r for r in records if r in self._outstanding and not r._done]
+            self._metrics.failed(fresh, self._clock())
         outstanding = self._outstanding
         pop = outstanding.pop
         waiters = self._flush_waiters
@@ -738,6 +834,37 @@ class Producer:
     def outstanding_bytes(self) -> int:
         """Partition key plus data bytes of the outstanding records."""
         return self._outstanding_bytes
+
+    def metrics(
+        self, name: str | None = None, window_s: int | None = None
+    ) -> list[MetricStatistics]:
+        """Statistics of the KPL metrics over the last ``window_s`` seconds.
+
+        One :class:`~aiokpl.MetricStatistics` per series with values in the window: each
+        metric name globally, per stream and per shard (as far as
+        ``Config.metrics_granularity`` goes), sorted by name. Empty when
+        ``Config.metrics_level`` is ``"none"``.
+
+        Args:
+            name: only this metric (e.g. ``"UserRecordsPut"``); ``None`` for all.
+            window_s: the span, 1 … 60 whole seconds, the current one included; ``None``
+                for 60.
+
+        Raises:
+            ValueError: ``window_s`` is out of range or ``name`` is not a metric name.
+        """
+        window = WINDOW_SECONDS if window_s is None else window_s
+        if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= 60:
+            raise ValueError(f"window_s must be an int, 1 … {WINDOW_SECONDS}; got {window_s!r}")
+        if name is not None and name not in METRICS:
+            raise ValueError(f"name must be one of the KPL metric names; got {name!r}")
+        metrics = self._metrics
+        if metrics is None:
+            return []
+        now = self._clock()
+        if self._task_group is not None:
+            metrics.sample(self._outstanding_by_stream(), now, pending=False)
+        return metrics.table.window(now, window, name)
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the producer's counters and of every stream's pipeline."""

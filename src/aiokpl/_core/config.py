@@ -28,6 +28,10 @@ MiB = 1024 * KiB
 
 _SECRET_FIELDS = frozenset({"aws_access_key_id", "aws_secret_access_key", "aws_session_token"})
 _HTTP_BACKENDS = ("auto", "aiohttp", "httpx")
+_CHOICES = {
+    "metrics_level": ("none", "summary", "detailed"),
+    "metrics_granularity": ("global", "stream", "shard"),
+}
 
 
 @dataclass(frozen=True, slots=True, repr=False, kw_only=True)
@@ -165,9 +169,39 @@ class Config:
     counted, never raised into the pipeline. Use it with ``return_record_on_failure=True`` to
     route failed records to a dead-letter store."""
 
+    # --- Metrics -------------------------------------------------------------------------
+    metrics_level: Literal["none", "summary", "detailed"] = "none"
+    """Which metrics the producer records (KPL ``MetricsLevel``): ``"none"``, ``"summary"``
+    (the main counts, errors and buffering time) or ``"detailed"`` (all of them). Off by
+    default, unlike the KPL: metrics cost CPU, and sending them to CloudWatch costs money and
+    needs a permission, so both are opted into. See the metrics page."""
+
+    metrics_granularity: Literal["global", "stream", "shard"] = "shard"
+    """The most detailed dimensions metrics are kept with (KPL ``MetricsGranularity``):
+    ``"global"``, ``"stream"`` (adds ``StreamName``) or ``"shard"`` (adds ``ShardId``);
+    the less detailed series are always there too."""
+
+    metrics_namespace: str = "KinesisProducerLibrary"
+    """CloudWatch namespace of the uploaded metrics, 1 … 255 characters
+    (KPL ``MetricsNamespace``)."""
+
+    metrics_upload_interval_ms: int = 60_000
+    """How often metrics are handed to the sinks, in milliseconds, 1,000 … 60,000
+    (KPL ``MetricsUploadDelay``)."""
+
     def __post_init__(self) -> None:
         for name, kind, low, high in _RULES:
             _check(name, getattr(self, name), kind, low, high)
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(map(repr, allowed))}; "
+                    f"got {getattr(self, name)!r}"
+                )
+        if not 1 <= len(self.metrics_namespace) <= 255:
+            raise ConfigError(
+                f"metrics_namespace must be 1 … 255 characters; got {self.metrics_namespace!r}"
+            )
         if self.http_backend not in _HTTP_BACKENDS:
             raise ConfigError(
                 f"http_backend must be one of {', '.join(map(repr, _HTTP_BACKENDS))}; "
@@ -239,6 +273,8 @@ _RULES: tuple[tuple[str, str, float, float], ...] = (
     ("request_timeout_ms", "int", 100, 600_000),
     ("connect_timeout_ms", "int", 100, 300_000),
     ("max_connections", "int", 1, 256),
+    ("metrics_namespace", "str", 0, 0),
+    ("metrics_upload_interval_ms", "int", 1_000, 60_000),
 )
 
 
@@ -252,6 +288,10 @@ def _check(name: str, value: object, kind: str, low: float, high: float) -> None
     if kind == "bool":
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+        return
+    if kind == "str":
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, not {type(value).__name__}")
         return
     if (
         isinstance(value, bool)

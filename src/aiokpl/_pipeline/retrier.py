@@ -27,6 +27,7 @@ from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, ex
 from .._record import UserRecord
 
 if TYPE_CHECKING:
+    from .._metrics import MetricsRecorder
     from .aggregator import Aggregator
     from .limiter import Limiter
     from .scheduler import Scheduler
@@ -67,6 +68,7 @@ class Retrier:
         policy: RetryPolicy,
         *,
         random_value: Callable[[], float] = random.random,
+        metrics: MetricsRecorder | None = None,
     ) -> None:
         self.stream = stream
         self._shard_map = shard_map
@@ -77,6 +79,7 @@ class Retrier:
         self._clock = clock
         self._policy = policy
         self._random = random_value
+        self._metrics = metrics
         self._backoff = Backoff(0.1, 2.0, 5.0, jitter=0.5)
         self.resume_at = -float("inf")
         self.retries = 0
@@ -94,6 +97,11 @@ class Retrier:
             records, result, started, ended, now, self._policy, self._shard_map.hash_range
         )
         error = decisions.request_error
+        counted = 0  # delivered user records whose metrics request_done has recorded
+        if self._metrics is not None:
+            counted = self._metrics.request_done(
+                self.stream, records, result, error, started, ended, now
+            )
         if error is None:
             self._backoff.reset()
         elif error[0] not in FAIL_FAST:
@@ -109,7 +117,7 @@ class Retrier:
             # Decided by the next refresh attempt, or at the records' expiry if that is sooner.
             self._shard_map.after_refresh(verdict.decide)
             self._scheduler.call_at(kinesis_record.expires_at, verdict)
-        self._apply(decisions)
+        self._apply(decisions, counted)
 
     def _place(
         self,
@@ -134,8 +142,12 @@ class Retrier:
         )
         self._apply(decisions)
 
-    def _apply(self, decisions: Decisions) -> None:
+    def _apply(self, decisions: Decisions, counted: int = 0) -> None:
         if decisions.succeeded:
+            if self._metrics is not None and len(decisions.succeeded) > counted:
+                # Those that landed on another shard than predicted (rare); before they are
+                # resolved, as a resolved record has let go of its data.
+                self._metrics.delivered_elsewhere(self.stream, decisions.succeeded, self._clock())
             self._finish(decisions.succeeded, True)
         if decisions.failed:
             self._finish(decisions.failed, False)
