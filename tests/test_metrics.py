@@ -502,3 +502,18 @@ async def test_records_delivered_to_another_shard_than_predicted_count_there() -
     assert pending is not None
     assert received.count == 201
     assert pending.min == 0
+
+
+async def test_data_put_counts_each_user_records_data_inside_aggregates() -> None:
+    """Aggregated records drop their own copy of the data while in flight (see
+    KinesisRecord.release_data): the data sizes must come from what each record put."""
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2)
+    async with Producer(config(aggregation_enabled=True), client=fake) as producer:
+        await start(producer, fake, "s")
+        for n, prefix in ((10, "é"), (20, "k"), (30, "ü")):  # keys in and out of ASCII
+            await producer.put_record(stream="s", partition_key=key_on(0, prefix), data=b"x" * n)
+        await producer.flush()
+        metrics = producer.metrics(window_s=1)
+    assert values(series(metrics, "UserRecordsPerKinesisRecord", "s", SHARD0)) == (1, 3, 3, 3)
+    assert values(series(metrics, "UserRecordsDataPut", "s", SHARD0)) == (3, 60, 10, 30)
