@@ -48,7 +48,9 @@ def test_backoff_validation(initial: float, factor: float, maximum: float, jitte
 
 
 def test_adaptive_rate_cuts_and_recovers_linearly() -> None:
-    rate = AdaptiveRate(1000.0, decrease=0.5, recovery_per_second=0.1, floor=0.05, cooldown=0.5)
+    rate = AdaptiveRate(
+        1000.0, decrease=0.5, first_decrease=0.5, recovery_per_second=0.1, floor=0.05, cooldown=0.5
+    )
     assert rate.rate(0.0) == 1000.0
     assert not rate.recovering
     assert rate.cut(10.0)
@@ -60,6 +62,20 @@ def test_adaptive_rate_cuts_and_recovers_linearly() -> None:
     assert rate.rate(12.0) == pytest.approx(350.0)
     assert rate.rate(18.5) == 1000.0  # 350 + 6.5 * 100 >= 1000: recovered
     assert not rate.recovering
+
+
+def test_an_isolated_cut_is_mild_and_repeated_cuts_halve() -> None:
+    rate = AdaptiveRate(1000.0)  # defaults: first 0.85, then 0.5 within 10 s, cooldown 0.5 s
+    assert rate.cut(5.0)
+    assert rate.rate(5.0) == pytest.approx(850.0)  # first ever: a small correction
+    assert not rate.cut(5.3)  # the same burst
+    assert rate.cut(6.0)  # again within 10 s: congestion
+    assert rate.rate(6.0) == pytest.approx(475.0)  # 850 grew by 100 in 1 s, then halved
+    assert rate.rate(11.7) == 1000.0  # 475 + 5.7 s * 100/s: recovered
+    assert rate.cut(15.0)  # 9 s after the last cut: still congestion, though recovered
+    assert rate.rate(15.0) == pytest.approx(500.0)
+    assert rate.cut(30.0)  # 15 s of quiet: isolated again
+    assert rate.rate(30.0) == pytest.approx(850.0)
 
 
 def test_adaptive_rate_floor() -> None:

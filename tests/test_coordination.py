@@ -85,12 +85,14 @@ def test_a_ceiling_lowers_the_rates_and_aimd_recovers_to_it_not_above() -> None:
     # One second of burst, as at creation: an idle shard bursts at most its share.
     assert limiter.bucket.capacities == (200.0, 100_000.0)
     assert limiter.bucket.tokens(0.0) == (200.0, 100_000.0)
-    limiter.throttled(now=1.0)
-    assert limiter.rates == (100.0, 50_000.0)
+    limiter.throttled(now=1.0)  # an isolated throttle: a mild cut, x0.85 of the ceiling
+    assert limiter.rates == pytest.approx((170.0, 85_000.0))
+    limiter.throttled(now=2.0)  # again within 10 s: congestion, halved (from 190 by then)
+    assert limiter.rates == pytest.approx((95.0, 47_500.0))
     admitted: list[KinesisRecord] = []
     # Recovery is 10% of the ceiling per second: 20 records/s per second.
-    limiter.put(kinesis_record(10), 3.0, admitted.append, admitted.append)
-    assert limiter.rates == (140.0, 70_000.0)
+    limiter.put(kinesis_record(10), 4.0, admitted.append, admitted.append)
+    assert limiter.rates == pytest.approx((135.0, 67_500.0))
     limiter.put(kinesis_record(10), 9.0, admitted.append, admitted.append)
     assert limiter.rates == (200.0, 100_000.0)
     # A higher ceiling later: the rate follows at once when not recovering.

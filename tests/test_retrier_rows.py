@@ -384,9 +384,9 @@ async def test_record_throttled_with_fail_if_throttled_fails_and_slows_the_shard
             "Rate exceeded for shard shardId-000000000000",
         )
         assert attempt.started_at == pytest.approx(t0 + SEND, abs=EPS)
-        # The limiter's feedback: the shard's rates are halved ...
+        # The limiter's feedback: the shard's rates are cut (an isolated throttle: x0.85) ...
         rates = producer.statistics().streams[0].rates_by_shard
-        assert rates[SHARD_0] == pytest.approx((500.0, 524_288.0))
+        assert rates[SHARD_0] == pytest.approx((850.0, 0.85 * 1_048_576.0))
         # ... and recover by 10% of the configured rate per second.
         await anyio.sleep(10)
         assert (await put(producer, b"e")).success
@@ -410,9 +410,9 @@ async def test_record_throttled_without_fail_if_throttled_is_retried() -> None:
     assert first.started_at == pytest.approx(t0 + SEND, abs=EPS)
     # A per-record error does not back the stream off: re-sent at deadline + grace.
     assert second.started_at == pytest.approx(first.ended_at + RESEND, abs=EPS)
-    # Cut to 500/s at the answer; when the retry reached the limiter 50 ms later the rate had
-    # grown back by 10% of 1000/s per second: 505/s.
-    assert rates[SHARD_0][0] == pytest.approx(505.0)
+    # Cut to 850/s at the answer (the shard's first throttle: a mild cut); when the retry
+    # reached the limiter 50 ms later the rate had grown back by 10% of 1000/s per second.
+    assert rates[SHARD_0][0] == pytest.approx(855.0)
     assert [data for _, _, data in user_records(fake)] == [b"", b"d"]
 
 

@@ -65,15 +65,24 @@ class AdaptiveRate:
     grows by ``recovery_per_second`` × configured per second until it is back at the
     configured rate. Cuts closer together than ``cooldown`` seconds count once: one burst of
     throttling (many records of one response) is one signal, not many.
+
+    An isolated cut, the first one or the first after ``quiet`` seconds without any, only
+    multiplies by ``first_decrease``: a lone throttle is usually a burst meeting a server
+    bucket that had not refilled yet (at start-up, say), not a shard shared beyond its
+    capacity, and halving the rate for it would waste seconds of capacity. A second cut within
+    ``quiet`` seconds is congestion, and cuts by ``decrease``.
     """
 
     __slots__ = (
         "_base",
         "_cut_at",
+        "_last_cut",
         "configured",
         "cooldown",
         "decrease",
+        "first_decrease",
         "floor",
+        "quiet",
         "recovery_per_second",
     )
 
@@ -82,17 +91,22 @@ class AdaptiveRate:
         configured: float,
         *,
         decrease: float = 0.5,
+        first_decrease: float = 0.85,
+        quiet: float = 10.0,
         recovery_per_second: float = 0.1,
         floor: float = 0.05,
         cooldown: float = 0.5,
     ) -> None:
         self.configured = configured
         self.decrease = decrease
+        self.first_decrease = first_decrease
+        self.quiet = quiet
         self.recovery_per_second = recovery_per_second
         self.floor = floor
         self.cooldown = cooldown
         self._base = configured
-        self._cut_at: float | None = None
+        self._cut_at: float | None = None  # while recovering: when the last cut was
+        self._last_cut: float | None = None  # the last cut ever, recovered or not
 
     def rate(self, now: float) -> float:
         """The rate allowed at ``now``."""
@@ -111,9 +125,12 @@ class AdaptiveRate:
 
     def cut(self, now: float) -> bool:
         """Register congestion at ``now``; returns whether the rate was actually lowered."""
-        if self._cut_at is not None and now - self._cut_at < self.cooldown:
+        last = self._last_cut
+        if last is not None and now - last < self.cooldown:
             return False
+        isolated = last is None or now - last >= self.quiet
         current = self.rate(now)
-        self._base = max(self.configured * self.floor, current * self.decrease)
-        self._cut_at = now
+        factor = self.first_decrease if isolated else self.decrease
+        self._base = max(self.configured * self.floor, current * factor)
+        self._cut_at = self._last_cut = now
         return True

@@ -18,7 +18,8 @@ not expired at once, debiting the bucket so later traffic still pays for it.
 Mirrors the KPL's ``limiter.h`` (25 ms drain) and ``token_bucket.h``. Better than the KPL:
 
 * **throttle feedback** (the KPL's ``add_error`` is an empty TODO): when Kinesis throttles a
-  shard, that shard's rates are cut by half and recover linearly (10% of the configured
+  shard, that shard's rates are cut (a lone throttle by 15%, repeated ones by half: see
+  ``AdaptiveRate``) and recover linearly (10% of the configured
   rate per second), so several producers sharing a shard settle instead of storming;
 * **no stall on large records**: a record larger than the bucket's byte capacity can never be
   granted normally; it is admitted when the bucket is full, and the debt is paid by waiting.
