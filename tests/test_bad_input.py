@@ -125,6 +125,12 @@ BAD_PUTS: list[Any] = [
         "stream must be a str, not NoneType",
         id="none-stream",
     ),
+    pytest.param(
+        {"stream": ["s"]},
+        InvalidRecordTypeError,
+        "stream must be a str, not list",
+        id="unhashable-stream",
+    ),
 ]
 
 

@@ -511,7 +511,11 @@ class Producer:
             raise ProducerClosedError("the producer is closed; create a new one to put records")
         if self._task_group is None:
             raise RuntimeError("the producer is not started: use it with `async with`")
-        if stream not in self._streams:
+        try:
+            known = stream in self._streams
+        except TypeError:  # unhashable: certainly not a stream name, as the check says
+            known = False
+        if not known:
             check_stream_name(stream)
 
     def _has_room(self, size: int, count: int = 1) -> bool:
