@@ -31,7 +31,7 @@ import datetime
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
-from operator import attrgetter, sub
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
@@ -58,15 +58,6 @@ SAMPLE_INTERVAL = 0.2  # seconds between UserRecordsPending samples (KPL: 200 ms
 
 _records_of = attrgetter("records")
 _last_end_of = attrgetter("last_end")
-_partition_key_of = attrgetter("partition_key")
-_size_of = attrgetter("size")
-
-
-def _data_size_of(record: UserRecord) -> int:
-    """A user record's data size, from its total size: a record inside an aggregate no longer
-    holds its own data (``KinesisRecord.release_data``). ``isascii`` is O(1) on a ``str``."""
-    key = record.partition_key
-    return record.size - (len(key) if key.isascii() else len(key.encode()))
 
 
 _attempts_of = attrgetter("attempts")
@@ -278,11 +269,12 @@ class MetricsRecorder:
             low, high = min(low, *earlier), max(high, *earlier)
         buffering.add_many(count, total * 1e3, low * 1e3, high * 1e3, now)
         if data_put is not None:
-            keys = list(map(_partition_key_of, records))
-            if all(map(str.isascii, keys)):  # the usual case, without a Python call per record
-                sizes = list(map(sub, map(_size_of, records), map(len, keys)))
-            else:
-                sizes = list(map(_data_size_of, records))
+            # A record's data size from its total (its own data may be released): `isascii` is
+            # O(1), and an ASCII key's length is its UTF-8 length.
+            sizes = [
+                r.size - (len(k) if (k := r.partition_key).isascii() else len(k.encode()))
+                for r in records
+            ]
             data_put.add_many(n, sum(sizes), min(sizes), max(sizes), now)
         if retried is not None:
             if retries is None:
