@@ -407,7 +407,7 @@ async def test_a_held_record_finished_again_is_not_reported_twice() -> None:
 @pytest.mark.anyio
 async def test_aggregated_records_expiring_in_the_limiter_keep_their_data_for_the_result() -> None:
     """With ``return_record_on_failure``, records in an aggregate keep their own data while it
-    waits (see KinesisRecord.release_data): an aggregate expiring in the limiter is never
+    waits (see KinesisRecord.seal): an aggregate expiring in the limiter is never
     decoded, and each failed result must still carry its record's bytes."""
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=1)

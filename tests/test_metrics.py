@@ -506,7 +506,7 @@ async def test_records_delivered_to_another_shard_than_predicted_count_there() -
 
 async def test_data_put_counts_each_user_records_data_inside_aggregates() -> None:
     """Aggregated records drop their own copy of the data while in flight (see
-    KinesisRecord.release_data): the data sizes must come from what each record put."""
+    KinesisRecord.seal): the data sizes must come from what each record put."""
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=2)
     async with Producer(config(aggregation_enabled=True), client=fake) as producer:

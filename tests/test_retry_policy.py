@@ -308,7 +308,7 @@ def encoded_aggregate(*records: UserRecord, shard: str = "shardId-000000000000")
     aggregate = KinesisRecord(
         list(records), builder.encode(), "a", str(records[0].hash_key), shard, 0.1, 30.0, 1
     )
-    aggregate.release_data()
+    aggregate.seal(release_data=True)
     return aggregate
 
 
@@ -322,7 +322,7 @@ def test_release_data_leaves_only_the_blob_and_keeps_single_records() -> None:
     assert a.data is IN_AGGREGATE
     assert b.data is IN_AGGREGATE
     single = payload_record(7, b"raw")
-    KinesisRecord.single(single, 7).release_data()
+    KinesisRecord.single(single, 7).seal(release_data=True)
     assert single.data == b"raw"  # a raw record's blob is its data: nothing to release
 
 

@@ -518,6 +518,22 @@ class Producer:
         if not known:
             check_stream_name(stream)
 
+    async def _wait_for_room(self, size: int, count: int = 1) -> None:
+        """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
+        while not self._has_room(size, count):
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
+            if self._closed:
+                raise ProducerClosedError("the producer closed while this put waited for room")
+
+    def _pipeline_of(self, stream: str) -> _Stream:
+        """The stream's pipeline, started on its first record."""
+        pipeline = self._streams.get(stream)
+        if pipeline is None:
+            pipeline = self._streams[stream] = _Stream(self, stream)
+        return pipeline
+
     def _has_room(self, size: int, count: int = 1) -> bool:
         return (
             len(self._outstanding) + count <= self._max_records
@@ -527,9 +543,8 @@ class Producer:
     def _enqueue(
         self, stream: str, key: str, size: int, payload: bytes, hash_key: int, ehk: str | None
     ) -> Outcome[RecordResult]:
-        pipeline = self._streams.get(stream)
-        if pipeline is None:
-            pipeline = self._streams[stream] = _Stream(self, stream)
+        # Once per record: the dictionary lookup inline, the call only for a new stream.
+        pipeline = self._streams.get(stream) or self._pipeline_of(stream)
         now = self._clock()
         self._seq += 1
         record = UserRecord(
@@ -585,12 +600,8 @@ class Producer:
             # A tight loop of puts must let the stages run (sends, deadlines, the shard map);
             # once in a while is enough and keeps the per-record cost low.
             await anyio.lowlevel.checkpoint()
-        while not self._has_room(size):
-            if self._room is None:
-                self._room = anyio.Event()
-            await self._room.wait()
-            if self._closed:
-                raise ProducerClosedError("the producer closed while this put waited for room")
+        if not self._has_room(size):
+            await self._wait_for_room(size)
         return self._enqueue(stream, key, size, payload, hash_key, ehk)
 
     def put_record_nowait(
@@ -660,12 +671,7 @@ class Producer:
                 f"{self._max_bytes}); put them in smaller groups"
             )
         await anyio.lowlevel.checkpoint()
-        while not self._has_room(size, count):
-            if self._room is None:
-                self._room = anyio.Event()
-            await self._room.wait()
-            if self._closed:
-                raise ProducerClosedError("the producer closed while these puts waited for room")
+        await self._wait_for_room(size, count)
         return self._enqueue_many(stream, accepted, size)
 
     def _accept_many(
@@ -693,9 +699,7 @@ class Producer:
     def _enqueue_many(
         self, stream: str, accepted: list[tuple[str, int, bytes, int, str | None]], size: int
     ) -> list[Outcome[RecordResult]]:
-        pipeline = self._streams.get(stream)
-        if pipeline is None:
-            pipeline = self._streams[stream] = _Stream(self, stream)
+        pipeline = self._pipeline_of(stream)
         # One set of timestamps for the group: its records share these float objects.
         now = self._clock()
         deadline = now + self._buffered

@@ -94,19 +94,31 @@ class KinesisRecord:
             record.size - len(data),
         )
 
-    def release_data(self) -> None:
-        """Let the user records of an aggregate drop their data: the blob holds a copy.
+    def seal(self, release_data: bool) -> None:
+        """Settle the user records of an aggregate inside it, in one pass (the aggregator
+        calls this as it closes their batch).
 
-        Halves the memory of a backlog: a record waiting in the limiter, the collector or a
-        request is then one copy of its bytes, not two. :meth:`restore_data` gets them back
-        when the records leave the aggregate (a retry), decoding the blob once.
+        Each takes the aggregate's deadline: its own is not read again until a retry sets a
+        new one, so a million records in flight do not keep a million floats. With
+        ``release_data`` each also drops its data, since the blob holds a copy. That halves the
+        memory of a backlog: a record waiting in the limiter, the collector or a request is
+        then one copy of its bytes, not two. :meth:`restore_data` gets them back when the
+        records leave the aggregate (a retry), decoding the blob once.
         """
-        if len(self.records) > 1:
-            for record in self.records:
+        records = self.records
+        if len(records) < 2:
+            return  # a raw record: its blob is its data, its deadline the record's own
+        deadline = self.deadline
+        if release_data:
+            for record in records:
+                record.deadline = deadline
                 record.data = IN_AGGREGATE
+        else:
+            for record in records:
+                record.deadline = deadline
 
     def restore_data(self) -> None:
-        """Give the user records their data back from the blob, after :meth:`release_data`."""
+        """Give the user records their data back from the blob, after :meth:`seal` released it."""
         records = self.records
         if len(records) > 1 and any(record.data is IN_AGGREGATE for record in records):
             for record, decoded in zip(records, decode(self.data), strict=True):

@@ -260,14 +260,7 @@ class TokenBucket:
             IndexError: If there is no stream ``index``.
             ValueError: If ``rate`` is not a positive finite number.
         """
-        if not 0 <= index < self._count:
-            raise IndexError(f"stream index {index} out of range for {self._count} stream(s)")
-        rate = float(rate)
-        if not 0.0 < rate < _INF:
-            raise ValueError(
-                f"stream {index}: rate must be a positive finite number of tokens per second, "
-                f"got {rate!r}"
-            )
+        rate = self._checked(index, rate, "rate", "tokens per second")
         self._grow(now)
         rates = self._rates
         self._rates = (*rates[:index], rate, *rates[index + 1 :])
@@ -287,14 +280,7 @@ class TokenBucket:
             IndexError: If there is no stream ``index``.
             ValueError: If ``capacity`` is not a positive finite number.
         """
-        if not 0 <= index < self._count:
-            raise IndexError(f"stream index {index} out of range for {self._count} stream(s)")
-        capacity = float(capacity)
-        if not 0.0 < capacity < _INF:
-            raise ValueError(
-                f"stream {index}: capacity must be a positive finite number of tokens, "
-                f"got {capacity!r}"
-            )
+        capacity = self._checked(index, capacity, "capacity", "tokens")
         self._grow(now)
         capacities = self._capacities
         self._capacities = (*capacities[:index], capacity, *capacities[index + 1 :])
@@ -302,6 +288,21 @@ class TokenBucket:
             self._tokens[index] = capacity
 
     # -- internals ---------------------------------------------------------------------------
+    def _checked(self, index: int, value: float, what: str, unit: str) -> float:
+        """``value`` as a float, for stream ``index``'s ``what`` (``set_rate``, ``set_capacity``).
+
+        Raises:
+            IndexError: If there is no stream ``index``.
+            ValueError: If ``value`` is not a positive finite number.
+        """
+        if not 0 <= index < self._count:
+            raise IndexError(f"stream index {index} out of range for {self._count} stream(s)")
+        value = float(value)
+        if not 0.0 < value < _INF:
+            raise ValueError(
+                f"stream {index}: {what} must be a positive finite number of {unit}, got {value!r}"
+            )
+        return value
 
     def _check(self, amounts: Sequence[float]) -> None:
         if len(amounts) != self._count:

@@ -72,7 +72,7 @@ class Aggregator:
         max_size: ``Config.aggregation_max_size``.
         max_count: ``Config.aggregation_max_count``.
         release_data: let aggregated records drop their data while the encoded aggregate
-            holds it (see ``KinesisRecord.release_data``); off when failed records must keep
+            holds it (see ``KinesisRecord.seal``); off when failed records must keep
             their data for the caller.
     """
 
@@ -159,13 +159,7 @@ class Aggregator:
             batch.expires_at,
             len(AGGREGATE_PARTITION_KEY),
         )
-        if self._release_data:
-            kinesis_record.release_data()
-        # A record's own deadline is not read again until a retry sets a new one: share the
-        # batch's, so a million records in flight do not keep a million floats.
-        deadline = batch.deadline
-        for record in records:
-            record.deadline = deadline
+        kinesis_record.seal(self._release_data)
         self._emit(kinesis_record)
 
     def flush(self) -> None:
