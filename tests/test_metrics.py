@@ -130,6 +130,32 @@ async def test_every_metric_has_the_kpl_value_in_a_scripted_scenario() -> None:
     assert pending_early.max == 3
 
 
+async def test_waits_and_data_sizes_that_differ_within_one_aggregate() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2)
+    async with Producer(config(aggregation_enabled=True), client=fake) as producer:
+        await start(producer, fake, "s")
+        outcomes = []
+        # Three records for one shard, 20 ms apart, sent together at the first's deadline;
+        # the middle one has the smallest data and a key of 2-byte characters (UTF-8 longer
+        # than its length), which must not count as data.
+        for key, data in (
+            (key_on(0, "a"), b"x" * 20),
+            (key_on(0, "é"), b"y" * 5),
+            (key_on(0, "c"), b"z" * 30),
+        ):
+            outcomes.append(await producer.put_record(stream="s", partition_key=key, data=data))
+            await anyio.sleep(0.02)
+        results = [await outcome for outcome in outcomes]
+        metrics = producer.metrics()
+    assert len({result.sequence_number for result in results}) == 1  # one aggregate
+    # Sent at +120 ms (100 ms deadline, 20 ms collector grace): waits 120, 100 and 80 ms.
+    assert values(series(metrics, "BufferingTime", "s", SHARD0)) == (3, 300, 80, 120)
+    assert values(series(metrics, "UserRecordsDataPut", "s", SHARD0)) == (3, 55, 5, 30)
+    assert values(series(metrics, "UserRecordsPut", "s", SHARD0)) == (3, 3, 1, 1)
+    assert values(series(metrics, "UserRecordsPerKinesisRecord", "s", SHARD0)) == (1, 3, 3, 3)
+
+
 async def test_expired_records_and_request_failures() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=2, throttle=True, records_per_second=1, burst_seconds=1)

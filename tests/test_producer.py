@@ -102,6 +102,28 @@ async def test_aggregate_is_sent_at_the_deadline_plus_collector_grace() -> None:
     assert len({result.sequence_number for result in results}) == 1  # one aggregate
 
 
+async def test_records_put_within_a_millisecond_share_its_first_puts_timestamps() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        await anyio.sleep(1)  # a fresh millisecond, whatever warm_up left behind
+        t0 = anyio.current_time()
+        first = await producer.put_record(stream="s", partition_key="k", data=b"1")
+        await anyio.sleep(0.0009)
+        same_ms = await producer.put_record(stream="s", partition_key="k", data=b"2")
+        await anyio.sleep(0.0002)  # 1.1 ms after the first put: a new millisecond
+        next_ms = await producer.put_record(stream="s", partition_key="k", data=b"3")
+        results = [await outcome for outcome in (first, same_ms, next_ms)]
+    # One aggregate, sent at the first record's deadline plus the collector's 20 ms grace.
+    assert len({result.sequence_number for result in results}) == 1
+    started = results[0].attempts[0].started_at
+    assert started == pytest.approx(t0 + 0.12, abs=EPS)
+    # The second record counts as put when the first was: its wait errs long by 0.9 ms, and
+    # its deadline came early, never late. The third starts a new millisecond.
+    assert [r.attempts[0].delay for r in results] == pytest.approx([0.12, 0.12, 0.1189], abs=EPS)
+
+
 async def test_full_aggregate_closes_before_its_deadline() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=1)

@@ -5,9 +5,9 @@ metrics (``_core.metrics`` keeps them). It is called at batch level only, never 
 
 * per answered ``PutRecords`` request, by the retrier (:meth:`~MetricsRecorder.request_done`):
   request time, records per request, and per Kinesis record its success, size and error code;
-* per request's delivered user records, in the same call, per shard, with C-level
-  ``map``/``sum``/``min``/``max`` rather than a loop over the records; those delivered to
-  another shard than predicted go through :meth:`~MetricsRecorder.delivered_elsewhere`;
+* per request's delivered user records, in the same call, per shard, in one pass over the
+  records (sum and extremes of waits and data sizes at once); those delivered to another
+  shard than predicted go through :meth:`~MetricsRecorder.delivered_elsewhere`;
 * per failed user record, by ``Producer._finish`` (:meth:`~MetricsRecorder.failed`): failures
   are rare, so this one is per record;
 * every 200 ms, by the sampler task (:meth:`~MetricsRecorder.sample`), as the KPL does:
@@ -57,10 +57,6 @@ logger = logging.getLogger("aiokpl.metrics")
 SAMPLE_INTERVAL = 0.2  # seconds between UserRecordsPending samples (KPL: 200 ms)
 
 _records_of = attrgetter("records")
-_last_end_of = attrgetter("last_end")
-
-
-_attempts_of = attrgetter("attempts")
 
 
 @runtime_checkable
@@ -167,10 +163,9 @@ class MetricsRecorder:
                 if shard is None or shard == actual:  # all its user records are delivered
                     key = actual if by_shard else None
                     users_here = delivered.get(key)
-                    if users_here is None:
-                        delivered[key] = list(kr.records)
-                    else:
-                        users_here += kr.records
+                    # The Kinesis record's own list when it is the shard's only one (the
+                    # common case), never changed in place: no copy.
+                    delivered[key] = kr.records if users_here is None else users_here + kr.records
             else:
                 tally[2].append(1)
                 error_code = entry.get("ErrorCode") if isinstance(entry, dict) else None
@@ -254,14 +249,36 @@ class MetricsRecorder:
         put, buffering, data_put, retried = series
         n = len(records)
         put.add_many(n, n, 1, 1, now)
-        # BufferingTime: one value per attempt, the wait before it (KPL: start - last end).
-        # For the successful one, that is the request's start less the record's last end, so
-        # its extremes come from the last ends'.
-        last_ends = list(map(_last_end_of, records))
-        count, total = n, n * started - sum(last_ends)
-        low, high = started - max(last_ends), started - min(last_ends)
+        # One pass over the records for every statistic: each pass over a few hundred
+        # records is a trip through memory, and this runs for every record delivered.
+        # BufferingTime has one value per attempt, the wait before it (KPL: start - last
+        # end); for the successful attempt that is the request's start less the record's last
+        # end, so its sum and extremes come from the last ends'.
+        first = records[0]
+        ends = 0.0
+        earliest = latest = first.last_end
+        sizes = 0
+        smallest = largest = first.data_size
+        retried_before = False
+        for record in records:
+            end = record.last_end
+            ends += end
+            if end < earliest:
+                earliest = end
+            elif end > latest:
+                latest = end
+            size = record.data_size
+            sizes += size
+            if size < smallest:
+                smallest = size
+            elif size > largest:
+                largest = size
+            if record.attempts:
+                retried_before = True
+        count, total = n, n * started - ends
+        low, high = started - latest, started - earliest
         retries: list[int] | None = None
-        if any(map(_attempts_of, records)):  # earlier failed attempts: rare, the long way
+        if retried_before:  # earlier failed attempts: rare, the long way
             retries = [len(record.attempts) for record in records]
             earlier = [a.delay for record in records for a in record.attempts]
             count += len(earlier)
@@ -269,13 +286,7 @@ class MetricsRecorder:
             low, high = min(low, *earlier), max(high, *earlier)
         buffering.add_many(count, total * 1e3, low * 1e3, high * 1e3, now)
         if data_put is not None:
-            # A record's data size from its total (its own data may be released): `isascii` is
-            # O(1), and an ASCII key's length is its UTF-8 length.
-            sizes = [
-                r.size - (len(k) if (k := r.partition_key).isascii() else len(k.encode()))
-                for r in records
-            ]
-            data_put.add_many(n, sum(sizes), min(sizes), max(sizes), now)
+            data_put.add_many(n, sizes, smallest, largest, now)
         if retried is not None:
             if retries is None:
                 retried.add_many(n, 0, 0, 0, now)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -80,6 +81,9 @@ def _clock_of_running_loop() -> Callable[[], float]:
         return trio.current_time if trio is not None else anyio.current_time
 
 
+# Seconds: a record's arrival is the time of the first put of the millisecond it was put
+# in (at most 1 ms early), so its deadline and expiry err early, never late.
+_STAMP_RESOLUTION = 0.001
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
 
 
@@ -360,6 +364,8 @@ class Producer:
         ttl = config.record_ttl_ms / 1000
         self._buffered = buffered
         self._ttl = ttl
+        # (arrival, deadline, expiry) of the latest millisecond's puts; see _enqueue.
+        self._stamps = (-math.inf, -math.inf, -math.inf)
         self._max_records = config.max_outstanding_records
         self._max_bytes = config.max_outstanding_bytes
         self._max_record_size = config.max_record_size
@@ -545,18 +551,16 @@ class Producer:
     ) -> Outcome[RecordResult]:
         # Once per record: the dictionary lookup inline, the call only for a new stream.
         pipeline = self._streams.get(stream) or self._pipeline_of(stream)
+        # Records put within the same millisecond share one arrival, deadline and expiry
+        # (float objects): 96 bytes less per record, and fewer objects to touch later.
         now = self._clock()
+        stamps = self._stamps
+        if now - stamps[0] >= _STAMP_RESOLUTION:
+            stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
+        arrival, deadline, expires_at = stamps
         self._seq += 1
         record = UserRecord(
-            stream,
-            key,
-            payload,
-            ehk,
-            size,
-            now,
-            now + self._buffered,
-            now + self._ttl,
-            self._epoch,
+            stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch
         )
         self._outstanding[record] = None
         self._outstanding_bytes += size

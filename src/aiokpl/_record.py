@@ -33,6 +33,7 @@ class UserRecord(Outcome[RecordResult]):
     __slots__ = (
         "attempts",
         "data",
+        "data_size",
         "deadline",
         "delivered",
         "epoch",
@@ -64,6 +65,8 @@ class UserRecord(Outcome[RecordResult]):
         self.stream = stream
         self.partition_key = partition_key
         self.data = data
+        # Kept once the data is released: the UserRecordsDataPut metric reads it.
+        self.data_size = len(data)
         self.explicit_hash_key = explicit_hash_key
         # What counts against the limits: the partition key's UTF-8 length plus the data's.
         self.size = size
