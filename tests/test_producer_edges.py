@@ -4,6 +4,7 @@ exit, a put waiting for room when the producer closes, and Outcome's corners."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -171,3 +172,41 @@ async def test_a_held_outcome_does_not_keep_the_payload_alive() -> None:
     assert outcome.done()
     assert sys.getrefcount(payload) == baseline, referrers  # the resolved outcome holds no data
     assert outcome.result().success  # built on demand, from plain values
+
+
+async def test_the_producer_reads_the_clock_of_the_running_loop() -> None:
+    # Under the test's virtual clock (a loop with its own time, or trio's MockClock), the
+    # producer's clock is that clock: fake time still drives every deadline.
+    async with Producer(CONFIG, client=FakeKinesis()) as producer:
+        before = producer._clock()
+        await anyio.sleep(5)
+        assert producer._clock() - before == pytest.approx(5)
+        assert producer._clock() == anyio.current_time()
+
+
+def test_a_stock_asyncio_loop_gives_time_monotonic_itself() -> None:
+    import asyncio
+    import time
+
+    from aiokpl._producer import _clock_of_running_loop
+
+    class OwnClock(asyncio.SelectorEventLoop):
+        def time(self) -> float:
+            return 42.0
+
+    async def clock() -> Callable[[], float]:
+        return _clock_of_running_loop()
+
+    def clock_on(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+        try:
+            return loop.run_until_complete(clock())
+        finally:
+            loop.close()
+
+    assert asyncio.run(clock()) is time.monotonic  # what BaseEventLoop.time returns
+    own = clock_on(OwnClock())
+    assert own() == 42.0
+    patched = asyncio.SelectorEventLoop()
+    patched.time = lambda: 7.0  # type: ignore[method-assign]
+    own = clock_on(patched)
+    assert own() == 7.0
