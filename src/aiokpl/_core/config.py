@@ -98,11 +98,13 @@ class Config:
     record_max_buffered_time_ms: int = 100
     """How long a record may wait to be batched before it is sent, in milliseconds,
     0 … 86,400,000 (KPL ``RecordMaxBufferedTime``). Larger values batch better; smaller
-    values lower latency."""
+    values lower latency. Counted from the first put of the millisecond the record was put
+    in, so it may end up to 1 ms early, never late."""
 
     record_ttl_ms: int = 30_000
     """How long a record may take, retries included, before it fails with ``"Expired"``,
-    in milliseconds, 100 … 86,400,000 (KPL ``RecordTtl``)."""
+    in milliseconds, 100 … 86,400,000 (KPL ``RecordTtl``). Counted like
+    ``record_max_buffered_time_ms``: up to 1 ms early, never late."""
 
     # --- Rate limiting -------------------------------------------------------------------
     rate_limit_records_per_sec_per_shard: float = 1000.0
