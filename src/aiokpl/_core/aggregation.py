@@ -578,8 +578,8 @@ def _parse(buf: bytes, pos: int, end: int) -> _Columns:
 # its entries: "", length, key, length, key, ... (the tag 0A is the separator).
 _split_key_table = re.compile("\n(.)", re.DOTALL).split
 
-# The first 9 bytes of a record: enough for its header when its varints take 1 or 2 bytes.
-_record_header = Struct("9B").unpack_from
+# The first 7 bytes of a record: its whole header when the record is shorter than 128 bytes.
+_record_header = Struct("7B").unpack_from
 
 
 def _parse_canonical(buf: bytes, pos: int, end: int) -> _Columns | None:
@@ -611,7 +611,7 @@ def _parse_canonical(buf: bytes, pos: int, end: int) -> _Columns | None:
     header = _record_header
     while pos < end:
         # The record's tag, its length and the first bytes of its body.
-        tag, n, b1, b2, b3, b4, b5, b6, b7 = header(buf, pos)
+        tag, n, b1, b2, b3, b4, b5 = header(buf, pos)
         if tag != 0x1A:
             break
         if n < 0x80:  # 1A n 08 index 1A length data
@@ -637,24 +637,20 @@ def _parse_canonical(buf: bytes, pos: int, end: int) -> _Columns | None:
                     break
                 index = b3
                 start = pos + 6
-                low = b5
-                high = b6
             else:  # a 2-byte index: the data length at pos + 7
                 if b4 >= 0x80 or b5 != 0x1A:
                     break
                 index = (b3 & 0x7F) | (b4 << 7)
                 start = pos + 7
-                low = b6
-                high = b7
-            # The data length (low, or low high) must make the data end where the record does.
+            # The data length must make the data end where the record does.
             length = stop - start - 1  # the data length, if it takes 1 byte
             if length < 0x80:
-                if low != length:
+                if buf[start] != length:
                     break
                 start += 1
             else:
                 length -= 1  # it takes 2
-                if low != (length & 0x7F) | 0x80 or high != length >> 7:
+                if buf[start] != (length & 0x7F) | 0x80 or buf[start + 1] != length >> 7:
                     break
                 start += 2
             add_key(partition_keys[index])
