@@ -668,9 +668,10 @@ def _fast_key_table(buf: bytes, pos: int, end: int) -> tuple[list[str], int] | N
     ASCII (so byte offsets are character offsets) and split at each ``0A`` tag, capturing the
     length byte that follows. It is accepted only if every captured length is the length of the
     key that follows it: the table is then exactly a run of ``0A length key`` entries, which a
-    byte-by-byte reading would find too. Keys that are 26 bytes long (a length byte of ``1A``)
-    or hold a ``0A`` or ``1A`` byte, non-ASCII keys, and explicit hash key tables, are left to
-    ``_read_key_tables``.
+    byte-by-byte reading would find too. Tables this does not take are left to
+    ``_read_key_tables``: keys of 26 bytes (a length byte of ``1A``) or holding a ``1A`` byte,
+    most keys holding a ``0A`` byte (the split goes wrong, and the check sees it), non-ASCII
+    keys, explicit hash key tables.
 
     Returns:
         The partition keys and the position where the table ends, or ``None``.
