@@ -471,6 +471,223 @@ def test_decode_record_length_of_three_bytes() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# decode: the fast paths, and where they leave off
+# --------------------------------------------------------------------------------------------
+
+
+def _parse_both(body: bytes) -> tuple[Any, Any]:
+    """What the fast path and the general parser make of a body (None or the exception type)."""
+    buf = frame(body)
+    end = len(buf) - core.DIGEST_SIZE
+    try:
+        fast = core._parse_canonical(buf, len(MAGIC), end)
+    except (IndexError, UnicodeDecodeError, AggregationFormatError) as exc:
+        fast = type(exc)
+    try:
+        general = core._parse_general(buf, len(MAGIC), end)
+    except AggregationFormatError:
+        general = AggregationFormatError
+    return fast, general
+
+
+def _assert_fast_path_is_exact(body: bytes) -> None:
+    """The fast path gives up (None or an exception) or finds what the general parser finds."""
+    fast, general = _parse_both(body)
+    if fast is None or isinstance(fast, type):
+        return
+    keys, datas, explicit_hash_keys = fast
+    assert general is not AggregationFormatError
+    assert (keys, datas, explicit_hash_keys or [None] * len(keys)) == general
+
+
+def test_fast_key_table_reads_ascii_keys_in_one_piece() -> None:
+    # A 10-character key has the length byte 0A, the table's own tag: still read in one piece.
+    keys = ["a", "0123456789", "tab\tand\x12", "x" * 127]
+    records = [Record(key, b"%d" % i) for i, key in enumerate(keys)]
+    blob = encode(records)
+    table = core._fast_key_table(blob, len(MAGIC), len(blob) - core.DIGEST_SIZE)
+    assert table is not None
+    assert table[0] == keys
+    assert blob[table[1]] == 0x1A  # the first record
+    assert decode(blob) == records
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        pytest.param([Record("é", b"x")], id="not-ascii"),
+        pytest.param([Record("a\nb", b"x")], id="key-holds-0A"),
+        pytest.param([Record("a\x1ab", b"x")], id="key-holds-1A"),
+        pytest.param([Record("k" * 26, b"x")], id="length-byte-1A"),
+        pytest.param([Record("k" * 128, b"x")], id="2-byte-length"),
+        pytest.param([Record("a", b"x", "1")], id="explicit-hash-key-table"),
+    ],
+)
+def test_fast_key_table_leaves_other_tables_to_the_entry_by_entry_reader(
+    records: list[Record],
+) -> None:
+    blob = encode(records)
+    assert core._fast_key_table(blob, len(MAGIC), len(blob) - core.DIGEST_SIZE) is None
+    assert decode(blob) == records
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param(b"\x0a\x01a", [], id="no-record"),
+        pytest.param(
+            b"\x12\x011\x0a\x01a\x1a\x05\x08\x00\x1a\x01x", [Record("a", b"x")], id="ehk-1st"
+        ),
+        pytest.param(
+            # a piece of more than 255 characters between two 0A bytes
+            b"\x0a\x01a" + (b"\x12\x7f" + b"1" * 127) * 3 + b"\x1a\x07\x08\x00\x10\x02\x1a\x01x",
+            [Record("a", b"x", "1" * 127)],
+            id="long-piece",
+        ),
+    ],
+)
+def test_fast_key_table_leaves_other_layouts_to_the_entry_by_entry_reader(
+    body: bytes, expected: list[Record]
+) -> None:
+    buf = frame(body)
+    assert core._fast_key_table(buf, len(MAGIC), len(buf) - core.DIGEST_SIZE) is None
+    assert decode(buf) == expected
+
+
+def test_fast_record_loop_reads_every_canonical_record_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Records of up to 16 KB, with 1- and 2-byte indexes, never leave the fast loop."""
+
+    def fail(*args: Any) -> Any:
+        raise AssertionError("left the fast loop")
+
+    monkeypatch.setattr(core, "_parse_records", fail)
+    monkeypatch.setattr(core, "_parse_general", fail)
+    sizes = [0, 1, 100, 122, 123, 124, 125, 126, 127, 128, 129, 200, 16000]
+    keys = [f"key-{i}" for i in range(200)]  # indexes of 1 byte, then 2
+    records = [Record(key, bytes([i % 256]) * size) for i, key in enumerate(keys) for size in sizes]
+    assert decode(encode(records)) == records
+    assert [r.data for r in deaggregate(boto3_record(encode(records)))] == [r.data for r in records]
+
+
+BIG = b"\x1a\x80\x01" + b"d" * 128  # a data field of 128 bytes: a 2-byte length
+
+
+@pytest.mark.parametrize(
+    ("records", "expected"),
+    [
+        # 1-byte record length
+        pytest.param([b"\x10\x00\x08\x00\x1a\x01x"], [Record("a", b"x", "1")], id="ehk-first"),
+        pytest.param([b"\x08\x00\x10\x00\x1a\x01x"], [Record("a", b"x", "1")], id="ehk"),
+        pytest.param([b"\x08\x00\x1a\x01x\x22\x00"], [Record("a", b"x")], id="tag-after-data"),
+        pytest.param([b"\x08\x00\x1a\x81\x00x"], [Record("a", b"x")], id="2-byte-data-length"),
+        pytest.param([b"\x08\x80\x00\x10\x00\x1a\x01x"], [Record("a", b"x", "1")], id="idx2-ehk"),
+        pytest.param([b"\x08\x80\x80\x00\x1a\x01x"], [Record("a", b"x")], id="3-byte-index"),
+        pytest.param(
+            [b"\x08\x80\x00\x1a\x01x\x22\x00"], [Record("a", b"x")], id="idx2-tag-after-data"
+        ),
+        # 2-byte record length
+        pytest.param([b"\x10\x00\x08\x00" + BIG], [Record("a", b"d" * 128, "1")], id="big-ehk-1st"),
+        pytest.param([b"\x08\x00\x10\x00" + BIG], [Record("a", b"d" * 128, "1")], id="big-ehk"),
+        pytest.param(
+            [b"\x08\x80\x00\x10\x00" + BIG], [Record("a", b"d" * 128, "1")], id="big-idx2-ehk"
+        ),
+        pytest.param([b"\x08\x80\x80\x00" + BIG], [Record("a", b"d" * 128)], id="big-3-byte-index"),
+        pytest.param(
+            [b"\x08\x00\x1a\x7c" + b"d" * 124 + b"\x22\x00"],
+            [Record("a", b"d" * 124)],
+            id="big-tag-after-1-byte-data-length",
+        ),
+        pytest.param(
+            [b"\x08\x00" + BIG + b"\x22\x00"], [Record("a", b"d" * 128)], id="big-tag-after-data"
+        ),
+        pytest.param(
+            [b"\x08\x00\x1a\x80\x81\x00" + b"d" * 128],
+            [Record("a", b"d" * 128)],
+            id="big-3-byte-data-length",
+        ),
+        pytest.param(
+            [b"\x08\x00\x1a" + core._varint(20000) + bytes(20000)],
+            [Record("a", bytes(20000))],
+            id="3-byte-record-length",
+        ),
+        # a fast record, then one the fast loop leaves
+        pytest.param(
+            [b"\x08\x00\x1a\x01y", b"\x08\x00\x10\x00\x1a\x01x"],
+            [Record("a", b"y"), Record("a", b"x", "1")],
+            id="then-ehk",
+        ),
+    ],
+)
+def test_fast_record_loop_leaves_other_records_to_the_slower_ones(
+    records: list[bytes], expected: list[Record]
+) -> None:
+    body = b"\x0a\x01a\x12\x011" + b"".join(b"\x1a" + core._varint(len(r)) + r for r in records)
+    _assert_fast_path_is_exact(body)
+    assert decode(frame(body)) == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"\x0a\x01a\x1a\x05\x08\x00\x1a\x01x\x28\x01", id="unknown-field-after"),
+        pytest.param(b"\x0a\x01a\x1a\x05\x08\x00\x1a\x01x\x0a\x01b", id="table-after-records"),
+    ],
+)
+def test_fast_record_loop_leaves_what_follows_the_records_to_the_general_parser(
+    body: bytes,
+) -> None:
+    assert _parse_both(body)[0] is None
+    assert decode(frame(body))[0] == Record("a", b"x")
+
+
+@settings(deadline=None)
+@given(record_lists(max_size=8), st.data())
+def test_fast_path_is_exact_on_damaged_bodies(records: list[Record], data: st.DataObject) -> None:
+    body = bytearray(body_of(encode(records)))
+    _assert_fast_path_is_exact(bytes(body))
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(body)))
+        action = data.draw(st.sampled_from(["set", "flip", "delete", "insert"]))
+        if action == "set" and i < len(body):
+            body[i] = data.draw(st.integers(0, 255))
+        elif action == "flip" and i < len(body):
+            body[i] ^= 0x80
+        elif action == "delete":
+            del body[i : i + data.draw(st.integers(1, 3))]
+        else:
+            body[i:i] = data.draw(st.binary(min_size=1, max_size=3))
+    _assert_fast_path_is_exact(bytes(body))
+
+
+@given(st.binary(max_size=64))
+def test_fast_path_is_exact_on_random_bodies(body: bytes) -> None:
+    _assert_fast_path_is_exact(body)
+
+
+def test_sub_sequence_numbers_are_shared_between_aggregates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(core, "_sub_sequence_numbers", ())
+    blob = encode([Record("k", b"x")] * 1500)
+    first = deaggregate(boto3_record(blob))
+    assert [r.sub_sequence_number for r in first] == list(range(1500))
+    numbers = core._sub_sequence_numbers
+    assert len(numbers) >= 1500
+    again = deaggregate(boto3_record(blob))
+    assert all(
+        a.sub_sequence_number is b.sub_sequence_number for a, b in zip(first, again, strict=True)
+    )
+    assert core._sub_sequence_numbers is numbers  # long enough: not replaced
+    # Past the limit the numbers are made for the aggregate, not kept.
+    monkeypatch.setattr(core, "_SHARED_SUB_SEQUENCE_NUMBERS", 1000)
+    monkeypatch.setattr(core, "_sub_sequence_numbers", ())
+    assert [r.sub_sequence_number for r in deaggregate(boto3_record(blob))] == list(range(1500))
+    assert core._sub_sequence_numbers == ()
+
+
+# --------------------------------------------------------------------------------------------
 # decode: errors
 # --------------------------------------------------------------------------------------------
 

@@ -40,10 +40,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from functools import partial
-from itertools import count as _count
 from itertools import repeat
+from struct import Struct
 from typing import Any, NamedTuple, NoReturn, cast
 
 from .errors import AggregationFormatError
@@ -551,7 +551,7 @@ def _parse_record(buf: bytes, pos: int, stop: int, start: int) -> tuple[int, int
     return pk_index, ehk_index, data
 
 
-_Columns = tuple[list[str], list[bytes], list[str | None]]
+_Columns = tuple[list[str], list[bytes], list[str | None] | None]
 
 
 def _parse(buf: bytes, pos: int, end: int) -> _Columns:
@@ -561,7 +561,8 @@ def _parse(buf: bytes, pos: int, end: int) -> _Columns:
     may peek past the body before deciding to give up.
 
     Returns:
-        The records' partition keys, data and explicit hash keys, as three parallel lists.
+        The records' partition keys, data and explicit hash keys, as parallel lists; ``None``
+        instead of the last when no record has an explicit hash key.
 
     Raises:
         AggregationFormatError: if the body is malformed.
@@ -571,6 +572,14 @@ def _parse(buf: bytes, pos: int, end: int) -> _Columns:
     except (IndexError, UnicodeDecodeError, AggregationFormatError):
         columns = None  # the general path says what is wrong, if anything
     return _parse_general(buf, pos, end) if columns is None else columns
+
+
+# A key table of ASCII partition keys shorter than 128 bytes, decoded in one piece, split into
+# its entries: "", length, key, length, key, ... (the tag 0A is the separator).
+_split_key_table = re.compile("\n(.)", re.DOTALL).split
+
+# The first 7 bytes of a record: its whole header when the record is shorter than 128 bytes.
+_record_header = Struct("7B").unpack_from
 
 
 def _parse_canonical(buf: bytes, pos: int, end: int) -> _Columns | None:
@@ -583,80 +592,199 @@ def _parse_canonical(buf: bytes, pos: int, end: int) -> _Columns | None:
     and ``_parse_general`` takes over; it never returns a result that ``_parse_general`` would
     not. A record is trusted only if its data ends exactly where the record does, which puts
     the header that was read inside the record.
+
+    Two loops do the common case with few bytecodes per item: a table of ASCII partition keys
+    with 1-byte lengths is decoded and split in one piece, by ``_fast_key_table``; records with
+    no explicit hash key are read from one ``struct`` unpack of their first bytes. Anything else
+    goes through ``_read_key_tables`` and ``_parse_records``, which take any canonical layout.
+    """
+    tables = _fast_key_table(buf, pos, end)
+    if tables is None:
+        partition_keys, explicit_hash_keys, pos = _read_key_tables(buf, pos, end)
+    else:
+        partition_keys, pos = tables
+        explicit_hash_keys = []
+    keys: list[str] = []
+    datas: list[bytes] = []
+    add_key = keys.append
+    add_data = datas.append
+    header = _record_header
+    while pos < end:
+        # The record's tag, its length and the first bytes of its body.
+        tag, n, b1, b2, b3, b4, b5 = header(buf, pos)
+        if tag != 0x1A:
+            break
+        if n < 0x80:  # 1A n 08 index 1A length data
+            if b1 != 0x08:
+                break
+            stop = pos + 2 + n
+            if b2 < 0x80:  # a 1-byte index: data length n - 4, data at pos + 6
+                if b3 != 0x1A or b4 != n - 4:
+                    break
+                add_key(partition_keys[b2])
+                add_data(buf[pos + 6 : stop])
+            else:  # a 2-byte index: data length n - 5, data at pos + 7
+                if b3 >= 0x80 or b4 != 0x1A or b5 != n - 5:
+                    break
+                add_key(partition_keys[(b2 & 0x7F) | (b3 << 7)])
+                add_data(buf[pos + 7 : stop])
+        else:  # 1A n n 08 index 1A length data: records of more than 127 bytes
+            if b1 >= 0x80 or b2 != 0x08:
+                break
+            stop = pos + 3 + ((n & 0x7F) | (b1 << 7))
+            if b3 < 0x80:  # a 1-byte index: the data length at pos + 6
+                if b4 != 0x1A:
+                    break
+                index = b3
+                start = pos + 6
+            else:  # a 2-byte index: the data length at pos + 7
+                if b4 >= 0x80 or b5 != 0x1A:
+                    break
+                index = (b3 & 0x7F) | (b4 << 7)
+                start = pos + 7
+            # The data length must make the data end where the record does.
+            length = stop - start - 1  # the data length, if it takes 1 byte
+            if length < 0x80:
+                if buf[start] != length:
+                    break
+                start += 1
+            else:
+                length -= 1  # it takes 2
+                if buf[start] != (length & 0x7F) | 0x80 or buf[start + 1] != length >> 7:
+                    break
+                start += 2
+            add_key(partition_keys[index])
+            add_data(buf[start:stop])
+        pos = stop
+    else:
+        return (keys, datas, None) if pos == end else None
+    return _parse_records(buf, pos, end, partition_keys, explicit_hash_keys, keys, datas)
+
+
+def _fast_key_table(buf: bytes, pos: int, end: int) -> tuple[list[str], int] | None:
+    """Read a partition key table of ASCII keys with 1-byte lengths in one piece, or ``None``.
+
+    The table is taken to end at the first ``1A`` byte (the first record's tag), decoded as
+    ASCII (so byte offsets are character offsets) and split at each ``0A`` tag, capturing the
+    length byte that follows. It is accepted only if every captured length is the length of the
+    key that follows it: the table is then exactly a run of ``0A length key`` entries, which a
+    byte-by-byte reading would find too. Tables this does not take are left to
+    ``_read_key_tables``: keys of 26 bytes (a length byte of ``1A``) or holding a ``1A`` byte,
+    most keys holding a ``0A`` byte (the split goes wrong, and the check sees it), non-ASCII
+    keys, explicit hash key tables.
+
+    Returns:
+        The partition keys and the position where the table ends, or ``None``.
+    """
+    stop = buf.find(b"\x1a", pos, end)
+    if stop < 0:
+        return None
+    try:
+        parts = _split_key_table(buf[pos:stop].decode("ascii"))
+        keys = parts[2::2]
+        if parts[0] or "".join(parts[1::2]).encode() != bytes(map(len, keys)):
+            return None
+    except ValueError:  # not ASCII, or a key of more than 255 characters
+        return None
+    return keys, stop
+
+
+def _read_key_tables(buf: bytes, pos: int, end: int) -> tuple[list[str], list[str], int]:
+    """Read the key table entries at ``pos``, entry by entry: the keys and where they end.
+
+    Raises ``IndexError``, ``UnicodeDecodeError`` or ``AggregationFormatError`` on what it
+    cannot read (``_parse`` then leaves the body to ``_parse_general``).
     """
     partition_keys: list[str] = []
     explicit_hash_keys: list[str] = []
-    keys: list[str] = []
-    datas: list[bytes] = []
+    while pos < end:
+        tag = buf[pos]
+        if tag != 0x0A and tag != 0x12:
+            break
+        b = buf[pos + 1]
+        if b < 0x80:  # keys are short: a one-byte length, read here without a call
+            pos += 2
+            stop = pos + b
+        else:
+            length, pos = _read_varint(buf, pos + 1)
+            stop = pos + length
+        (partition_keys if tag == 0x0A else explicit_hash_keys).append(buf[pos:stop].decode())
+        pos = stop
+    return partition_keys, explicit_hash_keys, pos
+
+
+def _parse_records(
+    buf: bytes,
+    pos: int,
+    end: int,
+    partition_keys: list[str],
+    explicit_hash_keys: list[str],
+    keys: list[str],
+    datas: list[bytes],
+) -> _Columns | None:
+    """Go on with the records at ``pos`` in any canonical layout (the fast loop stopped there).
+
+    ``keys`` and ``datas`` hold the records read so far (none with an explicit hash key).
+    """
     with_ehk: list[tuple[int, str]] = []  # (record number, explicit hash key), sparse
     add_key = keys.append
     add_data = datas.append
     while pos < end:
-        tag = buf[pos]
-        if tag == 0x1A:  # records
-            b = buf[pos + 1]
-            if b < 0x80:
-                pos += 2
-                stop = pos + b
-            else:
-                c = buf[pos + 2]
-                if c >= 0x80:
-                    return None
-                pos += 3
-                stop = pos + ((b & 0x7F) | (c << 7))
-            if buf[pos] != 0x08:
-                return None
-            b = buf[pos + 1]
-            if b < 0x80:
-                add_key(partition_keys[b])
-                pos += 2
-            else:
-                c = buf[pos + 2]
-                if c >= 0x80:
-                    return None
-                add_key(partition_keys[(b & 0x7F) | (c << 7)])
-                pos += 3
-            tag = buf[pos]
-            if tag == 0x10:
-                b = buf[pos + 1]
-                if b < 0x80:
-                    pos += 2
-                else:
-                    c = buf[pos + 2]
-                    if c >= 0x80:
-                        return None
-                    b = (b & 0x7F) | (c << 7)
-                    pos += 3
-                with_ehk.append((len(datas), explicit_hash_keys[b]))
-                tag = buf[pos]
-            if tag != 0x1A:
-                return None
-            b = buf[pos + 1]
-            if b < 0x80:
-                pos += 2
-                if pos + b != stop:
-                    return None
-            else:
-                c = buf[pos + 2]
-                pos += 3
-                if c >= 0x80 or pos + ((b & 0x7F) | (c << 7)) != stop:
-                    return None
-            add_data(buf[pos:stop])
-            pos = stop
-        elif (tag == 0x0A or tag == 0x12) and not datas:  # the key tables
-            b = buf[pos + 1]
-            if b < 0x80:  # keys are short: a one-byte length, read here without a call
-                pos += 2
-                stop = pos + b
-            else:
-                length, pos = _read_varint(buf, pos + 1)
-                stop = pos + length
-            (partition_keys if tag == 0x0A else explicit_hash_keys).append(buf[pos:stop].decode())
-            pos = stop
-        else:
+        if buf[pos] != 0x1A:  # not a record: a table after the records, a tag, unknown fields
             return None
+        b = buf[pos + 1]
+        if b < 0x80:
+            pos += 2
+            stop = pos + b
+        else:
+            c = buf[pos + 2]
+            if c >= 0x80:
+                return None
+            pos += 3
+            stop = pos + ((b & 0x7F) | (c << 7))
+        if buf[pos] != 0x08:
+            return None
+        b = buf[pos + 1]
+        if b < 0x80:
+            add_key(partition_keys[b])
+            pos += 2
+        else:
+            c = buf[pos + 2]
+            if c >= 0x80:
+                return None
+            add_key(partition_keys[(b & 0x7F) | (c << 7)])
+            pos += 3
+        tag = buf[pos]
+        if tag == 0x10:
+            b = buf[pos + 1]
+            if b < 0x80:
+                pos += 2
+            else:
+                c = buf[pos + 2]
+                if c >= 0x80:
+                    return None
+                b = (b & 0x7F) | (c << 7)
+                pos += 3
+            with_ehk.append((len(datas), explicit_hash_keys[b]))
+            tag = buf[pos]
+        if tag != 0x1A:
+            return None
+        b = buf[pos + 1]
+        if b < 0x80:
+            pos += 2
+            if pos + b != stop:
+                return None
+        else:
+            c = buf[pos + 2]
+            pos += 3
+            if c >= 0x80 or pos + ((b & 0x7F) | (c << 7)) != stop:
+                return None
+        add_data(buf[pos:stop])
+        pos = stop
     if pos != end:
         return None
+    if not with_ehk:
+        return keys, datas, None
     ehk_column: list[str | None] = [None] * len(datas)
     for i, explicit_hash_key in with_ehk:
         ehk_column[i] = explicit_hash_key
@@ -769,8 +897,27 @@ def _check_framing(blob: bytes) -> None:
         )
 
 
-_new_record = partial(tuple.__new__, Record)
-_new_deaggregated = partial(tuple.__new__, DeaggregatedRecord)
+# Records are built by ``map(_tuple_new, repeat(cls), zip(...))``: tuple.__new__ on each row,
+# no Python call per record (a NamedTuple's own __new__ is a Python function).
+_tuple_new = tuple.__new__
+
+# Sub-sequence numbers 0, 1, 2, ... shared by every aggregate's records: the same int objects
+# (no allocation per record above 256) make the records cheaper for the garbage collector to
+# traverse, and they keep a long list of them smaller. Replaced, never mutated (thread-safe).
+_sub_sequence_numbers: tuple[int, ...] = ()
+_SHARED_SUB_SEQUENCE_NUMBERS = 1 << 16
+
+
+def _sub_sequence_numbers_for(count: int) -> Sequence[int]:
+    """At least the numbers ``0 ... count - 1``, in order (possibly more)."""
+    global _sub_sequence_numbers
+    numbers = _sub_sequence_numbers
+    if count <= len(numbers):
+        return numbers
+    if count > _SHARED_SUB_SEQUENCE_NUMBERS:
+        return range(count)
+    numbers = _sub_sequence_numbers = tuple(range(max(count, 2 * len(numbers), 1024)))
+    return numbers
 
 
 def decode(blob: bytes | bytearray | memoryview) -> list[Record]:
@@ -793,8 +940,10 @@ def decode(blob: bytes | bytearray | memoryview) -> list[Record]:
     if type(blob) is not bytes:
         blob = bytes(blob)
     _check_framing(blob)
-    columns = _parse(blob, _MAGIC_SIZE, len(blob) - DIGEST_SIZE)
-    return list(map(_new_record, zip(*columns, strict=True)))
+    keys, datas, explicit_hash_keys = _parse(blob, _MAGIC_SIZE, len(blob) - DIGEST_SIZE)
+    ehks = repeat(None) if explicit_hash_keys is None else explicit_hash_keys
+    rows = zip(keys, datas, ehks, strict=False)
+    return list(map(_tuple_new, repeat(Record), rows))
 
 
 def is_aggregated(blob: bytes | bytearray | memoryview) -> bool:
@@ -867,6 +1016,11 @@ def deaggregate(record: Mapping[str, Any]) -> list[DeaggregatedRecord]:
             or a Lambda record's data is not valid base64.
         AggregationFormatError: if the data is framed as an aggregate but its body is malformed.
     """
+    return list(_deaggregate(record))
+
+
+def _deaggregate(record: Mapping[str, Any]) -> Iterable[DeaggregatedRecord]:
+    """``deaggregate``, its records as an iterator (``deaggregate_records`` extends its list)."""
     if "Data" in record:
         data = record["Data"]
         partition_key = _require(record, "PartitionKey", "boto3 Kinesis record")
@@ -901,16 +1055,17 @@ def deaggregate(record: Mapping[str, Any]) -> list[DeaggregatedRecord]:
         == data[end:]
     ):
         partition_keys, datas, explicit_hash_keys = _parse(data, _MAGIC_SIZE, end)
-        items = zip(
+        # zip stops at the first column's end: the others may be longer, or endless.
+        rows = zip(
             partition_keys,
             datas,
-            explicit_hash_keys,
+            repeat(None) if explicit_hash_keys is None else explicit_hash_keys,
             repeat(sequence_number),
-            _count(),
+            _sub_sequence_numbers_for(len(datas)),
             repeat(True),
             repeat(timestamp),
         )
-        return list(map(_new_deaggregated, items))
+        return map(_tuple_new, repeat(DeaggregatedRecord), rows)
     return [DeaggregatedRecord(partition_key, data, None, sequence_number, 0, False, timestamp)]
 
 
@@ -940,5 +1095,5 @@ def deaggregate_records(
         items = records
     out: list[DeaggregatedRecord] = []
     for record in items:
-        out += deaggregate(record)
+        out += _deaggregate(record)
     return out
