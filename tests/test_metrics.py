@@ -13,7 +13,10 @@ import pytest
 
 from aiokpl import CloudWatchSink, Config, ConfigError, MetricsSink, MetricStatistics, Producer
 from aiokpl._core.hashing import hash_key_of
-from aiokpl._core.metrics import METRICS
+from aiokpl._core.metrics import METRICS, MetricsTable
+from aiokpl._core.records import KinesisRecord
+from aiokpl._metrics import MetricsRecorder
+from aiokpl._record import UserRecord
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio
@@ -543,3 +546,25 @@ async def test_data_put_counts_each_user_records_data_inside_aggregates() -> Non
         metrics = producer.metrics(window_s=1)
     assert values(series(metrics, "UserRecordsPerKinesisRecord", "s", SHARD0)) == (1, 3, 3, 3)
     assert values(series(metrics, "UserRecordsDataPut", "s", SHARD0)) == (3, 60, 10, 30)
+
+
+def test_one_pass_finds_the_extremes_wherever_they_sit_in_a_request() -> None:
+    # Delivered records are not always in the order of their last ends (a record retried
+    # after a shard-map refresh joins a batch behind later arrivals): the earliest may come
+    # last, the largest first.
+    ends_and_data = [(0.2, b"x" * 30), (0.3, b"y" * 5), (0.1, b"z" * 10)]
+    records = [
+        UserRecord("s", "k", data, None, 1 + len(data), end, end + 0.1, end + 30, 0)
+        for end, data in ends_and_data
+    ]
+    for record in records:
+        record.predicted_shard = SHARD0
+    aggregate = KinesisRecord(records, b"blob", "a", "1", SHARD0, 0.3, 30.1, 1)
+    recorder = MetricsRecorder(MetricsTable("detailed", "shard"))
+    answer = {"Records": [{"ShardId": SHARD0, "SequenceNumber": "1"}], "FailedRecordCount": 0}
+    assert recorder.request_done("s", [aggregate], answer, None, 0.5, 0.6, 0.6) == 3
+    metrics = recorder.table.window(0.6, 1)
+    # Waits: 0.5 less each last end: 300, 200 and 400 ms.
+    assert values(series(metrics, "BufferingTime", "s", SHARD0)) == (3, 900, 200, 400)
+    assert values(series(metrics, "UserRecordsDataPut", "s", SHARD0)) == (3, 45, 5, 30)
+    assert values(series(metrics, "RetriesPerRecord", "s", SHARD0)) == (3, 0, 0, 0)
