@@ -47,6 +47,7 @@ SHARDS = 2
 PRODUCERS = 4
 TTL_MS = 5000
 DUMMY = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+DUMMY_KEY = "testing"  # moto accepts any credentials; never real ones
 THROTTLED = "ProvisionedThroughputExceededException"
 
 
@@ -64,8 +65,13 @@ def _counting_fake() -> Any:
             self.stored: Counter[int] = Counter()
             self.throttled: Counter[int] = Counter()
 
-        def _put_records(self, **kwargs: Any) -> dict[str, Any]:
-            response = super()._put_records(**kwargs)
+        def _put_records(
+            self,
+            Records: Sequence[Mapping[str, Any]],
+            StreamName: str | None,
+            StreamARN: str | None,
+        ) -> dict[str, Any]:
+            response = super()._put_records(Records, StreamName, StreamARN)
             second = int(time.monotonic())
             for entry in response["Records"]:
                 if "SequenceNumber" in entry:
@@ -445,7 +451,12 @@ def run(*, quick: bool = False, store: str = "dynamodb", shard_rate: float = 500
         from aiokpl import Config
 
         async def prepare() -> None:
-            config = Config(region="us-east-1", endpoint_url=store_endpoint, **_credentials())
+            config = Config(
+                region="us-east-1",
+                endpoint_url=store_endpoint,
+                aws_access_key_id=DUMMY_KEY,
+                aws_secret_access_key=DUMMY_KEY,
+            )
             async with create_client(config, store) as client:
                 if store == "s3":
                     await client.create_bucket(Bucket=store_name)
@@ -489,10 +500,6 @@ def run(*, quick: bool = False, store: str = "dynamodb", shard_rate: float = 500
         finally:
             gc.enable()
     return Experiment(store, shard_rate, without, with_coordination)
-
-
-def _credentials() -> dict[str, str]:
-    return {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 
 @contextlib.contextmanager

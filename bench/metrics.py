@@ -26,7 +26,7 @@ import gc
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -41,7 +41,7 @@ RECORDS = 200_000
 QUICK_RECORDS = 40_000
 ROUNDS = 5
 QUICK_ROUNDS = 1
-LEVELS = ("none", "summary", "detailed")
+LEVELS: tuple[Literal["none", "summary", "detailed"], ...] = ("none", "summary", "detailed")
 TARGET_DETAILED_COST = 0.05  # at most 5% of throughput
 _ENTRY_POINTS = ("request_done", "delivered_elsewhere", "failed", "sample")
 
