@@ -390,3 +390,88 @@ async def test_a_joiner_reads_the_summary_at_once_and_starts_at_a_share() -> Non
             await anyio.sleep(0.05)  # together far less than the 1 s interval
         ceiling = p.statistics().streams[0].ceilings_by_shard[SHARD]
         assert ceiling[0] == pytest.approx(CAPACITY / 3)
+
+
+class FakeDynamoDB:
+    """Just the DynamoDB calls DynamoDBStore makes to write and read the summary; every answer
+    carries ``date`` as its ``Date`` header (``None``: no header)."""
+
+    def __init__(self, date: str | None) -> None:
+        self.date = date
+        self.calls: list[str] = []
+        self.items: dict[str, dict[str, Any]] = {}
+
+    def _answer(self, **fields: Any) -> dict[str, Any]:
+        headers = {} if self.date is None else {"date": self.date}
+        return {"ResponseMetadata": {"HTTPHeaders": headers}, **fields}
+
+    async def put_item(self, TableName: str, Item: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("PutItem")
+        self.items[Item["sk"]["S"]] = Item
+        return self._answer()
+
+    async def get_item(self, TableName: str, Key: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("GetItem")
+        item = self.items.get(Key["sk"]["S"])
+        return self._answer() if item is None else self._answer(Item=item)
+
+    def get_paginator(self, operation: str) -> Any:
+        fake = self
+
+        class Pages:
+            async def paginate(self, **kwargs: Any) -> Any:
+                fake.calls.append("Query")
+                reports = [v for k, v in fake.items.items() if k.startswith("report#")]
+                yield fake._answer(Items=reports)
+
+        assert operation == "query"
+        return Pages()
+
+
+DATE = "Sun, 22 Nov 2026 00:00:00 GMT"
+EPOCH = 1795305600.0  # DATE in seconds since the epoch
+
+
+@pytest.mark.anyio
+async def test_dynamodb_ttl_counts_on_the_services_clock_carried_by_the_loops() -> None:
+    client = FakeDynamoDB(DATE)
+    store = DynamoDBStore(client, "table", group="g", ttl_seconds=600)
+    assert store.server_clock.now() is None
+    await store.publish("a", b"report")
+    # No answer yet: the store first read the summary item to learn the service's time.
+    assert client.calls == ["GetItem", "PutItem"]
+    assert client.items["report#a"]["expires_at"] == {"N": str(int(EPOCH + 600))}
+    await anyio.sleep(7.5)  # virtual time: the service's clock moves on with the loop's
+    assert store.server_clock.now() == pytest.approx(EPOCH + 7.5)
+    await store.write_summary(b"summary")
+    assert client.calls == ["GetItem", "PutItem", "PutItem"]
+    assert client.items["summary"]["expires_at"] == {"N": str(int(EPOCH + 7.5 + 600))}
+    assert await store.read_summary() == b"summary"
+
+
+@pytest.mark.anyio
+async def test_without_a_date_header_items_do_not_expire_and_wall_times_are_unknown() -> None:
+    client = FakeDynamoDB(None)
+    store = DynamoDBStore(client, "table", group="g")
+    await store.publish("a", b"report")
+    assert "expires_at" not in client.items["report#a"]
+    assert store.server_clock.now() is None
+    client.date = "not a date"
+    await store.publish("a", b"report")
+    assert store.server_clock.now() is None  # unreadable: still unknown
+    client.date = DATE
+    await store.read_summary()
+    client.date = "not a date"
+    await store.read_summary()
+    assert store.server_clock.now() == pytest.approx(EPOCH)  # the last good one is kept
+
+
+@pytest.mark.anyio
+async def test_reports_and_summaries_carry_the_services_wall_time() -> None:
+    client = FakeDynamoDB(DATE)
+    store = DynamoDBStore(client, "table", group="g")
+    await anyio.sleep(2.0)
+    await run_summarizer(store, interval=1.0, rounds=1)
+    # No answer before the summarizer's query: the summary bears the time that query gave.
+    summary = decode_summary(client.items["summary"]["body"]["B"])
+    assert summary.wall_time == pytest.approx(EPOCH)

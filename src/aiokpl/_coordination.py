@@ -30,12 +30,12 @@ Failure handling (invariants):
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import math
 import random
-import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -75,10 +75,44 @@ _MIB = 1024 * 1024
 _FETCH_CONCURRENCY = 16  # parallel GETs when the summarizer reads an S3 prefix
 
 
-def _wall_clock() -> float:
-    # Seconds since the epoch, for DynamoDB's TTL attribute and the informational timestamps
-    # in reports. Never used for timing or staleness: those use the event loop's clock.
-    return time.time()  # noqa: TID251
+class _ServerClock:
+    """A store service's own clock: the ``Date`` header of its latest answer, carried forward
+    on the event loop's clock (so a fake clock moves it as well).
+
+    Wall time serves DynamoDB's TTL attribute (epoch seconds, as the service counts them) and
+    the informational ``wall_time`` of reports and summaries; never timing or staleness, which
+    use the event loop's clock. Taken from the service, it needs no local wall clock and no
+    trust that this machine's is set right. The header has whole seconds, so the time read may
+    be up to a second early.
+    """
+
+    def __init__(self) -> None:
+        self._anchor: tuple[float, float] | None = None  # (epoch seconds, loop time)
+
+    def observe(self, response: Mapping[str, Any]) -> None:
+        """Take the time from an answer of the service (a botocore response or page)."""
+        date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        if not isinstance(date, str):
+            return
+        try:
+            epoch = email.utils.parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError):
+            return  # not an HTTP date: keep the time from an earlier answer, if any
+        self._anchor = (epoch, anyio.current_time())
+
+    def now(self) -> float | None:
+        """The service's time in seconds since the epoch, or ``None`` before any answer."""
+        if self._anchor is None:
+            return None
+        epoch, at = self._anchor
+        return epoch + (anyio.current_time() - at)
+
+
+def _wall_time_of(store: CoordinationStore) -> float:
+    """The store service's time if the store keeps a :class:`_ServerClock`, else 0 (unknown)."""
+    clock = getattr(store, "server_clock", None)
+    now = clock.now() if isinstance(clock, _ServerClock) else None
+    return 0.0 if now is None else now
 
 
 class CoordinationStore(Protocol):
@@ -136,6 +170,7 @@ class S3Store:
         self.bucket = bucket
         self.prefix = prefix
         self.page_size = page_size
+        self.server_clock = _ServerClock()
 
     def __repr__(self) -> str:
         return f"S3Store(bucket={self.bucket!r}, prefix={self.prefix!r})"
@@ -149,8 +184,10 @@ class S3Store:
         return f"{self.prefix}summary.json"
 
     async def publish(self, producer_id: str, data: bytes) -> None:
-        await self.client.put_object(
-            Bucket=self.bucket, Key=self._report_key(producer_id), Body=data
+        self.server_clock.observe(
+            await self.client.put_object(
+                Bucket=self.bucket, Key=self._report_key(producer_id), Body=data
+            )
         )
 
     async def remove(self, producer_id: str) -> None:
@@ -164,6 +201,7 @@ class S3Store:
             Prefix=f"{self.prefix}reports/",
             PaginationConfig={"PageSize": self.page_size},
         ):
+            self.server_clock.observe(page)
             keys.extend(
                 item["Key"] for item in page.get("Contents", ()) if item["Key"].endswith(".json")
             )
@@ -185,7 +223,9 @@ class S3Store:
         return bodies
 
     async def write_summary(self, data: bytes) -> None:
-        await self.client.put_object(Bucket=self.bucket, Key=self.summary_key, Body=data)
+        self.server_clock.observe(
+            await self.client.put_object(Bucket=self.bucket, Key=self.summary_key, Body=data)
+        )
 
     async def read_summary(self) -> bytes | None:
         try:
@@ -194,6 +234,7 @@ class S3Store:
             if error_of(exc)[0] in ("NoSuchKey", "404"):
                 return None
             raise
+        self.server_clock.observe(response)
         return await _read_body(response)
 
 
@@ -210,7 +251,8 @@ class DynamoDBStore:
         client: an aiobotocore DynamoDB client, opened and closed by the caller.
         table: the table name.
         group: the partition key value of this group of producers.
-        ttl_seconds: how long after its last update an item may be deleted by TTL.
+        ttl_seconds: how long after its last update an item may be deleted by TTL, counted
+            on the service's clock (the ``Date`` of its answers).
     """
 
     def __init__(
@@ -222,6 +264,7 @@ class DynamoDBStore:
         self.table = table
         self.group = group
         self.ttl_seconds = ttl_seconds
+        self.server_clock = _ServerClock()
 
     def __repr__(self) -> str:
         return f"DynamoDBStore(table={self.table!r}, group={self.group!r})"
@@ -247,18 +290,26 @@ class DynamoDBStore:
             TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"},
         )
 
-    def _item(self, sort_key: str, data: bytes) -> dict[str, Any]:
-        return {
-            "pk": {"S": self.group},
-            "sk": {"S": sort_key},
-            "body": {"B": data},
-            "expires_at": {"N": str(int(_wall_clock() + self.ttl_seconds))},
-        }
+    async def _put(self, sort_key: str, data: bytes) -> None:
+        """Write an item, expiring ``ttl_seconds`` after now by the service's own clock."""
+        now = self.server_clock.now()
+        if now is None:  # no answer from the service yet: ask it the time, with a read
+            await self._summary_item()
+            now = self.server_clock.now()
+        item: dict[str, Any] = {"pk": {"S": self.group}, "sk": {"S": sort_key}, "body": {"B": data}}
+        if now is not None:  # else no Date header (a proxy?): the item never expires
+            item["expires_at"] = {"N": str(int(now + self.ttl_seconds))}
+        self.server_clock.observe(await self.client.put_item(TableName=self.table, Item=item))
+
+    async def _summary_item(self) -> dict[str, Any]:
+        response: dict[str, Any] = await self.client.get_item(
+            TableName=self.table, Key={"pk": {"S": self.group}, "sk": {"S": "summary"}}
+        )
+        self.server_clock.observe(response)
+        return response
 
     async def publish(self, producer_id: str, data: bytes) -> None:
-        await self.client.put_item(
-            TableName=self.table, Item=self._item(f"report#{producer_id}", data)
-        )
+        await self._put(f"report#{producer_id}", data)
 
     async def remove(self, producer_id: str) -> None:
         await self.client.delete_item(
@@ -274,6 +325,7 @@ class DynamoDBStore:
             KeyConditionExpression="pk = :group AND begins_with(sk, :report)",
             ExpressionAttributeValues={":group": {"S": self.group}, ":report": {"S": "report#"}},
         ):
+            self.server_clock.observe(page)
             for item in page.get("Items", ()):
                 body = item.get("body", {}).get("B")
                 if isinstance(body, bytes):
@@ -281,13 +333,10 @@ class DynamoDBStore:
         return bodies
 
     async def write_summary(self, data: bytes) -> None:
-        await self.client.put_item(TableName=self.table, Item=self._item("summary", data))
+        await self._put("summary", data)
 
     async def read_summary(self) -> bytes | None:
-        response = await self.client.get_item(
-            TableName=self.table, Key={"pk": {"S": self.group}, "sk": {"S": "summary"}}
-        )
-        body = response.get("Item", {}).get("body", {}).get("B")
+        body = (await self._summary_item()).get("Item", {}).get("body", {}).get("B")
         return body if isinstance(body, bytes) else None
 
 
@@ -403,7 +452,7 @@ async def _summarize_once(
             skipped += 1
     if skipped:
         logger.debug("skipped %d object(s) that are not reports", skipped)
-    summary, expired = summarizer.summarize(reports, anyio.current_time(), _wall_clock())
+    summary, expired = summarizer.summarize(reports, anyio.current_time(), _wall_time_of(store))
     await store.write_summary(encode_summary(summary))
     for producer in expired:
         await store.remove(producer)
@@ -543,7 +592,9 @@ class _ProducerCoordinator:
                     shards[key] = ShardLoad(records / elapsed, size / elapsed, *limit)
             counts.clear()
         self._sequence += 1
-        return Report(self.producer_id, self._sequence, shards, _wall_clock())
+        return Report(
+            self.producer_id, self._sequence, shards, _wall_time_of(self.coordination.store)
+        )
 
     def _apply(self, summary: Summary | None, now: float) -> None:
         if summary is None:

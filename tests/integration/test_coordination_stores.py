@@ -69,6 +69,10 @@ async def test_publish_list_remove_and_summary(kind: str, moto_endpoint: str) ->
         assert [decode_report(d).producer_id for d in await store.reports()] == ["b"]
         await store.write_summary(b"summary bytes")
         assert await store.read_summary() == b"summary bytes"
+        # The service's answers told the store its time (moto's clock is this machine's).
+        service_now = store.server_clock.now()
+        assert service_now is not None
+        assert abs(service_now - time.time()) < 2
 
 
 async def test_s3_lists_reports_across_pages(moto_endpoint: str) -> None:
@@ -128,10 +132,15 @@ async def test_dynamodb_items_carry_a_ttl_attribute(moto_endpoint: str) -> None:
         description = ttl["TimeToLiveDescription"]
         assert description["AttributeName"] == "expires_at"
         assert description["TimeToLiveStatus"] in ("ENABLED", "ENABLING")
+        # The TTL counts on the service's clock, from the Date header of its answers: whole
+        # seconds, so up to one second before the local clock (moto runs on this machine).
         before = time.time()
         await store.publish("a", report("a", 1.0))
         await store.write_summary(b"s")
         after = time.time()
+        service_now = store.server_clock.now()
+        assert service_now is not None
+        assert int(before) <= service_now <= after
         for sort_key in ("report#a", "summary"):
             item = (
                 await client.get_item(
@@ -139,7 +148,7 @@ async def test_dynamodb_items_carry_a_ttl_attribute(moto_endpoint: str) -> None:
                 )
             )["Item"]
             expires_at = int(item["expires_at"]["N"])
-            assert int(before + 600) <= expires_at <= int(after + 600)
+            assert int(before) + 600 <= expires_at <= int(after + 600)
 
 
 async def test_s3_summary_errors_other_than_missing_propagate(moto_endpoint: str) -> None:
