@@ -514,24 +514,18 @@ class Producer:
         self._finish(records, False)
 
     # --- putting --------------------------------------------------------------------------
-    def _accept(
-        self, stream: str, partition_key: Any, data: Any, explicit_hash_key: Any
-    ) -> tuple[str, int, bytes, int, str | None]:
-        """Validate a put: ``(partition_key, size, data, hash_key, explicit_hash_key)``."""
-        self._accept_stream(stream)
-        return check_user_record(partition_key, data, explicit_hash_key, self._max_record_size)
-
     def _accept_stream(self, stream: str) -> None:
+        """Check that a put to ``stream`` may go ahead: at once for a stream already in use."""
+        try:
+            if stream in self._streams and not self._closed:
+                return  # most puts
+        except TypeError:  # unhashable: certainly not a stream name, as the check says
+            pass
         if self._closed:
             raise ProducerClosedError("the producer is closed; create a new one to put records")
         if self._task_group is None:
             raise RuntimeError("the producer is not started: use it with `async with`")
-        try:
-            known = stream in self._streams
-        except TypeError:  # unhashable: certainly not a stream name, as the check says
-            known = False
-        if not known:
-            check_stream_name(stream)
+        check_stream_name(stream)
 
     async def _wait_for_room(self, size: int, count: int = 1) -> None:
         """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
@@ -605,13 +599,7 @@ class Producer:
             InvalidRecordTypeError: an argument has the wrong type.
             ProducerClosedError: the producer has been closed.
         """
-        # What _accept does, without two calls for a stream already in use (most puts).
-        try:
-            known = stream in self._streams
-        except TypeError:  # unhashable: _accept_stream says what is wrong
-            known = False
-        if not known or self._closed:
-            self._accept_stream(stream)
+        self._accept_stream(stream)
         key, size, payload, hash_key, ehk = check_user_record(
             partition_key, data, explicit_hash_key, self._max_record_size
         )
@@ -645,8 +633,9 @@ class Producer:
             InvalidRecordTypeError: see :meth:`put_record`.
             ProducerClosedError: the producer has been closed.
         """
-        key, size, payload, hash_key, ehk = self._accept(
-            stream, partition_key, data, explicit_hash_key
+        self._accept_stream(stream)
+        key, size, payload, hash_key, ehk = check_user_record(
+            partition_key, data, explicit_hash_key, self._max_record_size
         )
         if not self._has_room(size):
             raise BufferFullError(
@@ -701,7 +690,7 @@ class Producer:
     def _accept_many(
         self, stream: str, records: Iterable[Sequence[Any]]
     ) -> tuple[list[tuple[str, int, bytes, int, str | None]], int]:
-        """Validate a group of puts; returns them as :meth:`_accept` would, and their size."""
+        """Validate a group of puts; returns them as ``check_user_record`` does, and their size."""
         self._accept_stream(stream)
         check = check_user_record
         limit = self._max_record_size
