@@ -3,13 +3,16 @@ exit, a put waiting for room when the producer closes, and Outcome's corners."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 import anyio
 import pytest
 
 from aiokpl import Config, Outcome, Producer, ProducerClosedError, RecordResult
+from aiokpl._producer import _clock_of_running_loop
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio
@@ -185,11 +188,6 @@ async def test_the_producer_reads_the_clock_of_the_running_loop() -> None:
 
 
 def test_a_stock_asyncio_loop_gives_time_monotonic_itself() -> None:
-    import asyncio
-    import time
-
-    from aiokpl._producer import _clock_of_running_loop
-
     class OwnClock(asyncio.SelectorEventLoop):
         def time(self) -> float:
             return 42.0
