@@ -467,6 +467,95 @@ async def test_list_shards_filters_after_split_and_merge() -> None:
     }
 
 
+# -- DescribeStream ------------------------------------------------------------------------
+
+
+async def all_described(fake: FakeKinesis, **first: Any) -> list[dict[str, Any]]:
+    description = (await fake.describe_stream(**first))["StreamDescription"]
+    shards = list(description["Shards"])
+    while description["HasMoreShards"]:
+        description = (
+            await fake.describe_stream(
+                **first, ExclusiveStartShardId=description["Shards"][-1]["ShardId"]
+            )
+        )["StreamDescription"]
+        shards += description["Shards"]
+    return shards
+
+
+async def test_describe_stream_pages_of_at_most_one_hundred_shards() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("big", 250)
+    first = (await fake.describe_stream(StreamName="big"))["StreamDescription"]
+    assert len(first["Shards"]) == 100  # the default Limit
+    assert first["HasMoreShards"] is True
+    # A Limit above 100 is accepted (up to 10000) but a page still holds 100 shards.
+    assert (
+        len(
+            (await fake.describe_stream(StreamName="big", Limit=10_000))["StreamDescription"][
+                "Shards"
+            ]
+        )
+        == 100
+    )
+    small = (await fake.describe_stream(StreamName="big", Limit=7))["StreamDescription"]
+    assert [s["ShardId"] for s in small["Shards"]] == [f"shardId-{i:012d}" for i in range(7)]
+    last = (
+        await fake.describe_stream(StreamName="big", ExclusiveStartShardId="shardId-000000000199")
+    )["StreamDescription"]
+    assert [s["ShardId"] for s in last["Shards"]] == [f"shardId-{i:012d}" for i in range(200, 250)]
+    assert last["HasMoreShards"] is False
+    ids = [s["ShardId"] for s in await all_described(fake, StreamName="big", Limit=100)]
+    assert ids == [f"shardId-{i:012d}" for i in range(250)]
+    assert fake.calls("DescribeStream") == 7
+    # Exactly 100 shards: one full page, and nothing more.
+    fake.add_stream("hundred", 100)
+    page = (await fake.describe_stream(StreamName="hundred"))["StreamDescription"]
+    assert (len(page["Shards"]), page["HasMoreShards"]) == (100, False)
+
+
+async def test_describe_stream_describes_the_stream_and_its_closed_shards() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", 2)
+    await anyio.sleep(10)
+    low, high = fake.split("s", "shardId-000000000000", 2**64)
+    description = (await fake.describe_stream(StreamARN=fake.stream_arn("s")))["StreamDescription"]
+    assert description["StreamName"] == "s"
+    assert description["StreamARN"] == "arn:aws:kinesis:us-east-1:123456789012:stream/s"
+    assert description["StreamStatus"] == "ACTIVE"
+    assert description["StreamModeDetails"] == {"StreamMode": "PROVISIONED"}
+    assert description["RetentionPeriodHours"] == 24
+    assert description["StreamCreationTimestamp"] == datetime.fromtimestamp(0, tz=timezone.utc)
+    assert description["EncryptionType"] == "NONE"
+    shards = {s["ShardId"]: s for s in description["Shards"]}
+    # The closed parent is listed, as the service lists it: it has an ending sequence number.
+    assert list(shards) == ["shardId-000000000000", "shardId-000000000001", low, high]
+    assert "EndingSequenceNumber" in shards["shardId-000000000000"]["SequenceNumberRange"]
+    assert "EndingSequenceNumber" not in shards[low]["SequenceNumberRange"]
+    assert shards[low]["ParentShardId"] == "shardId-000000000000"
+    # The same shard objects as ListShards gives.
+    listed = await all_shards(fake, StreamName="s")
+    assert list(shards.values()) == listed
+
+
+async def test_describe_stream_errors() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", 2)
+    error = await fails(fake.describe_stream(StreamName="missing"), "ResourceNotFoundException")
+    assert error_of(error)[1] == "Stream missing under account 123456789012 not found."
+    await fails(fake.describe_stream(), "InvalidArgumentException")
+    await fails(fake.describe_stream(StreamName="s", Limit=0), "ValidationException")
+    await fails(fake.describe_stream(StreamName="s", Limit=10_001), "ValidationException")
+    await fails(fake.describe_stream(StreamName="bad name"), "ValidationException")
+    await fails(
+        fake.describe_stream(StreamName="s", StreamARN=fake.stream_arn("other")),
+        "InvalidArgumentException",
+    )
+    fake.fail_requests(code="LimitExceededException", http_status=400, operation="DescribeStream")
+    await fails(fake.describe_stream(StreamName="s"), "LimitExceededException")
+    assert len((await fake.describe_stream(StreamName="s"))["StreamDescription"]["Shards"]) == 2
+
+
 # -- resharding ----------------------------------------------------------------------------
 
 
@@ -866,6 +955,36 @@ async def test_fail_requests() -> None:
         fake.fail_requests(-1)
     with pytest.raises(ValueError, match="unknown operation 'PutRecordz'"):
         fake.fail_requests(operation="PutRecordz")
+
+
+async def test_deny_fails_every_call_until_allowed() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.fail_requests(code="InternalFailure", operation="ListShards")
+    fake.deny("ListShards")
+    for _ in range(3):
+        error = await fails(fake.list_shards(StreamName="s"), "AccessDeniedException")
+        assert error.operation_name == "ListShards"
+        assert error_of(error)[1] == (
+            "User: arn:aws:iam::123456789012:user/fake is not authorized to perform: "
+            "kinesis:ListShards on resource: arn:aws:kinesis:us-east-1:123456789012:stream/s "
+            "because no identity-based policy allows the kinesis:ListShards action"
+        )
+    # Only the denied operation, and every call is logged.
+    assert len((await fake.describe_stream(StreamName="s"))["StreamDescription"]["Shards"]) == 1
+    assert fake.calls("ListShards") == 3
+    fake.deny("DescribeStream", message="no", code="UnrecognizedClientException")
+    error = await fails(fake.describe_stream(StreamName="s"), "UnrecognizedClientException")
+    assert error_of(error)[1] == "no"
+    fake.allow("ListShards")
+    fake.allow("ListShards")  # allowing what is allowed does nothing
+    # The denial consumed nothing: the scripted fault comes first, then calls succeed.
+    await fails(fake.list_shards(StreamName="s"), "InternalFailure", http_status=500)
+    assert len((await fake.list_shards(StreamName="s"))["Shards"]) == 1
+    with pytest.raises(ValueError, match="unknown operation"):
+        fake.deny("ListShard")
+    with pytest.raises(ValueError, match="unknown operation"):
+        fake.allow("ListShard")
 
 
 async def test_raise_next_transport_errors_in_script_order() -> None:

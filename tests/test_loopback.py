@@ -188,6 +188,33 @@ async def test_service_errors_round_trip_exactly(server: LoopbackKinesis) -> Non
         assert server.statistics().statuses == {200: 2, 400: 2, 503: 1}
 
 
+@pytest.mark.anyio
+async def test_describe_stream_and_denials_round_trip(server: LoopbackKinesis) -> None:
+    server.fake.add_stream("described", 150)
+    server.fake.split("described", "shardId-000000000000", 2**100)
+    async with create_client(config(server.endpoint_url)) as client:
+        first = (await client.describe_stream(StreamName="described", Limit=1000))[
+            "StreamDescription"
+        ]
+        assert (len(first["Shards"]), first["HasMoreShards"]) == (100, True)
+        assert first["StreamStatus"] == "ACTIVE"
+        assert first["StreamCreationTimestamp"].timestamp() >= 0
+        rest = (
+            await client.describe_stream(
+                StreamName="described", ExclusiveStartShardId=first["Shards"][-1]["ShardId"]
+            )
+        )["StreamDescription"]
+        assert (len(rest["Shards"]), rest["HasMoreShards"]) == (52, False)
+        assert "EndingSequenceNumber" in first["Shards"][0]["SequenceNumberRange"]
+        server.fake.deny("ListShards")
+        with pytest.raises(Exception) as denied:  # noqa: PT011 - botocore's ClientError
+            await client.list_shards(StreamName="described")
+        code, message = error_of(denied.value)
+        assert code == "AccessDeniedException"
+        assert "kinesis:ListShards" in message
+        assert denied.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400  # type: ignore[attr-defined]
+
+
 # -- the producer end to end -----------------------------------------------------------------
 
 

@@ -98,6 +98,7 @@ _CONTENT_TYPE = "application/x-amz-json-1.1"
 _METHODS: dict[str, str] = {
     "CreateStream": "create_stream",
     "DeleteStream": "delete_stream",
+    "DescribeStream": "describe_stream",
     "DescribeStreamSummary": "describe_stream_summary",
     "GetRecords": "get_records",
     "GetShardIterator": "get_shard_iterator",

@@ -18,6 +18,13 @@ What it models faithfully:
   10000), ``NextToken`` valid for 300 seconds and only alone (with ``MaxResults`` at most): with
   ``StreamName``, ``StreamARN``, ``ShardFilter``, ``ExclusiveStartShardId`` or
   ``StreamCreationTimestamp`` it is an ``InvalidArgumentException``, as on the service;
+* **DescribeStream pagination**: ``Limit`` 1 … 10000 (default 100), yet at most 100 shards a
+  page, as the service answers; ``HasMoreShards`` says more remain, and the next page starts
+  after ``ExclusiveStartShardId`` (shard id order); closed shards are listed, with their
+  ending sequence numbers, as by the service (which lists them until they pass retention);
+* **IAM denials**: :meth:`FakeKinesis.deny` makes an operation fail with
+  ``AccessDeniedException`` until :meth:`FakeKinesis.allow`, as a policy without the
+  permission does;
 * **validation**: 1 … 500 records, partition keys of 1 … 256 characters, explicit hash keys
   in range, records within the stream's maximum record size (partition key plus data, 1 MiB
   unless raised), requests within 5 MiB; model constraints answer ``ValidationException``, the
@@ -43,8 +50,9 @@ botocore's ``ParamValidationError`` it is not a ``ClientError``.
 
 Every call is logged in :attr:`FakeKinesis.requests`, passes exactly one checkpoint (or sleeps
 :attr:`FakeKinesis.latency` seconds) before doing anything, so concurrent callers interleave as
-they do with real I/O, then consumes scripted faults in the order they were scripted, then the
-random ones of :attr:`FakeKinesis.faults`.
+they do with real I/O, then fails if its operation is denied (:meth:`FakeKinesis.deny`), then
+consumes scripted faults in the order they were scripted, then the random ones of
+:attr:`FakeKinesis.faults`.
 """
 
 from __future__ import annotations
@@ -90,6 +98,7 @@ _OPERATIONS = frozenset(
     {
         "CreateStream",
         "DeleteStream",
+        "DescribeStream",
         "DescribeStreamSummary",
         "GetRecords",
         "GetShardIterator",
@@ -110,6 +119,10 @@ _MAX_RECORDS_PER_REQUEST = 500
 _MAX_PARTITION_KEY_LENGTH = 256
 _MAX_RESULTS_DEFAULT = 1000
 _MAX_RESULTS_LIMIT = 10_000
+_DESCRIBE_LIMIT_DEFAULT = 100
+_DESCRIBE_LIMIT_MAX = 10_000
+# DescribeStream accepts a Limit up to 10000 but answers at most 100 shards a page.
+_DESCRIBE_PAGE_MAX = 100
 _GET_RECORDS_LIMIT = 10_000
 _GET_RECORDS_MAX_BYTES = 10 * _MIB
 _TOKEN_LIFETIME = 300.0
@@ -473,6 +486,7 @@ class FakeKinesis:
         self._latency = 0.0
         self._request_faults: dict[str, deque[tuple[Callable[[], BaseException], bool]]] = {}
         self._record_scripts: deque[list[tuple[str, str] | None]] = deque()
+        self._denied: dict[str, tuple[str, str | None, int]] = {}
         self._faults = FaultPlan()
         self._random = random.Random(self._faults.seed)
         self.requests: list[Request] = []
@@ -684,6 +698,43 @@ class FakeKinesis:
         _check_operation(operation)
         self._request_faults.setdefault(operation, deque()).append((lambda: exc, after_processing))
 
+    def deny(
+        self,
+        operation: str,
+        *,
+        code: str = "AccessDeniedException",
+        message: str | None = None,
+        http_status: int = 400,
+    ) -> None:
+        """Make every later call of ``operation`` fail, until :meth:`allow`: an IAM denial.
+
+        Unlike :meth:`fail_requests`, which fails a number of calls, this lasts: the way an
+        IAM policy without the operation's permission answers every call. A denied call is
+        logged in :attr:`requests` and passes its checkpoint (or latency), then fails before
+        anything else: it consumes no scripted fault and draws no random number.
+
+        Args:
+            operation: The API operation name, e.g. ``"ListShards"``.
+            code: The error code; the service's for a missing permission by default.
+            message: The error message; by default the service's, naming the permission
+                (``kinesis:<operation>``) and the stream.
+            http_status: The HTTP status of the error response.
+
+        Raises:
+            ValueError: The operation is unknown.
+        """
+        _check_operation(operation)
+        self._denied[operation] = (code, message, http_status)
+
+    def allow(self, operation: str) -> None:
+        """Stop denying ``operation`` (see :meth:`deny`); nothing happens if it was not denied.
+
+        Raises:
+            ValueError: The operation is unknown.
+        """
+        _check_operation(operation)
+        self._denied.pop(operation, None)
+
     def script_records(self, outcomes: Sequence[tuple[str, str] | None]) -> None:
         """Decide the fate of the records of the next ``PutRecords`` call that is served.
 
@@ -801,6 +852,37 @@ class FakeKinesis:
             StreamName=StreamName,
             StreamARN=StreamARN,
             EnforceConsumerDeletion=EnforceConsumerDeletion,
+        )
+
+    async def describe_stream(
+        self,
+        *,
+        StreamName: str | None = None,
+        Limit: int | None = None,
+        ExclusiveStartShardId: str | None = None,
+        StreamARN: str | None = None,
+    ) -> dict[str, Any]:
+        """Describe a stream and a page of its shards, like ``DescribeStream``.
+
+        ``StreamDescription.Shards`` lists every shard, closed ones included (with their
+        ``EndingSequenceNumber``), in shard id order, starting after ``ExclusiveStartShardId``
+        if given. ``Limit`` may be 1 … 10000 (default 100), but a page holds at most 100
+        shards, as on the service; ``HasMoreShards`` is true when more remain: ask again with
+        the last shard id as ``ExclusiveStartShardId``. ``StreamStatus`` is ``ACTIVE``
+        (resharding is instantaneous here).
+
+        Raises:
+            botocore.exceptions.ClientError: ``ResourceNotFoundException`` for an unknown
+                stream, ``ValidationException`` for a ``Limit`` outside 1 … 10000 or a bad
+                name, ``InvalidArgumentException`` without a stream name or ARN.
+        """
+        return await self._call(
+            "DescribeStream",
+            self._describe_stream,
+            StreamName=StreamName,
+            Limit=Limit,
+            ExclusiveStartShardId=ExclusiveStartShardId,
+            StreamARN=StreamARN,
         )
 
     async def describe_stream_summary(
@@ -1057,6 +1139,12 @@ class FakeKinesis:
             await anyio.sleep(self._latency)
         else:
             await anyio.lowlevel.checkpoint()
+        denied = self._denied.get(operation)
+        if denied is not None:
+            code, message, status = denied
+            if message is None:
+                message = _denied_message(operation, kwargs)
+            raise client_error(code, message, operation, http_status=status)
         lost_response: BaseException | None = None
         queue = self._request_faults.get(operation)
         if queue:
@@ -1204,6 +1292,43 @@ class FakeKinesis:
         stream = self._stream(StreamName, StreamARN)
         del self._streams[stream.name]
         return {}
+
+    def _describe_stream(
+        self,
+        StreamName: str | None,
+        Limit: int | None,
+        ExclusiveStartShardId: str | None,
+        StreamARN: str | None,
+    ) -> dict[str, Any]:
+        limit = _DESCRIBE_LIMIT_DEFAULT
+        if Limit is not None:
+            if Limit < 1:
+                raise _validation(Limit, "limit", "have value greater than or equal to 1")
+            if Limit > _DESCRIBE_LIMIT_MAX:
+                raise _validation(
+                    Limit, "limit", f"have value less than or equal to {_DESCRIBE_LIMIT_MAX}"
+                )
+            limit = min(Limit, _DESCRIBE_PAGE_MAX)
+        stream = self._stream(StreamName, StreamARN)
+        after = ExclusiveStartShardId
+        selected = [
+            shard for shard in stream.shards.values() if after is None or shard.shard_id > after
+        ]
+        page = selected[:limit]
+        return {
+            "StreamDescription": {
+                "StreamName": stream.name,
+                "StreamARN": stream.arn,
+                "StreamStatus": "ACTIVE",
+                "StreamModeDetails": {"StreamMode": stream.mode},
+                "Shards": [shard.describe() for shard in page],
+                "HasMoreShards": len(selected) > limit,
+                "RetentionPeriodHours": 24,
+                "StreamCreationTimestamp": _datetime(stream.created_at),
+                "EnhancedMonitoring": [{"ShardLevelMetrics": []}],
+                "EncryptionType": "NONE",
+            }
+        }
 
     def _describe_stream_summary(
         self, StreamName: str | None, StreamARN: str | None
@@ -1661,6 +1786,19 @@ def _check_operation(operation: str) -> None:
         raise ValueError(
             f"unknown operation {operation!r}; FakeKinesis serves {', '.join(sorted(_OPERATIONS))}"
         )
+
+
+def _denied_message(operation: str, kwargs: Mapping[str, Any]) -> str:
+    """What the service says to a caller whose IAM policy lacks ``kinesis:<operation>``."""
+    arn = kwargs.get("StreamARN")
+    name = kwargs.get("StreamName")
+    if not isinstance(arn, str):
+        arn = _arn(name if isinstance(name, str) else "*")
+    return (
+        f"User: arn:aws:iam::{_ACCOUNT_ID}:user/fake is not authorized to perform: "
+        f"kinesis:{operation} on resource: {arn} because no identity-based policy allows the "
+        f"kinesis:{operation} action"
+    )
 
 
 def _arn(name: str) -> str:
