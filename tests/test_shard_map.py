@@ -1,14 +1,17 @@
-"""The shard map, seen through the producer, at exact virtual timestamps (SPEC §4.2).
+"""The shard map, seen through the producer, at exact virtual timestamps (SPEC §4.2, §4.10).
 
 Loading with ``ListShards`` (``AT_LATEST``, pages of 1000, ``NextToken`` alone on later pages),
-refresh backoff (1 s ×1.5 up to 30 s, jittered down by up to half), invalidation only by news,
-predictions that continue while a refresh runs, resharding, and a stream that does not exist.
+the ``DescribeStream`` fallback when ``ListShards`` fails (remembered for 10 minutes when it is
+denied, with one warning per stream naming the missing permission), refresh backoff (1 s ×1.5
+up to 30 s, jittered down by up to half), invalidation only by news, predictions that continue
+while a refresh runs, resharding, and a stream that does not exist.
 Everything runs on asyncio and trio under virtual clocks (see conftest).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Any
 
 import anyio
@@ -80,7 +83,9 @@ def state(producer: Producer) -> tuple[str, int]:
 async def test_failed_loads_back_off_with_jitter_and_records_flow_meanwhile() -> None:
     fake = TimedListShards()
     fake.add_stream("s", shard_count=2)
+    # Each attempt tries ListShards, then DescribeStream: both fail three times.
     fake.fail_requests(3, code="InternalFailure", http_status=500, operation="ListShards")
+    fake.fail_requests(3, code="LimitExceededException", operation="DescribeStream")
     async with Producer(CONFIG, client=fake) as producer:
         t0 = anyio.current_time()
         early = [
@@ -89,6 +94,10 @@ async def test_failed_loads_back_off_with_jitter_and_records_flow_meanwhile() ->
         ]
         await anyio.sleep(0.3)
         assert state(producer) == ("INVALID", 0)
+        stats = producer.statistics().streams[0]
+        assert stats.shard_map_last_error is not None
+        assert stats.shard_map_last_error[:2] == ("DescribeStream", "LimitExceededException")
+        assert stats.shard_map_source is None
         await anyio.sleep(0.7)
         t1 = anyio.current_time()
         late = [
@@ -102,6 +111,8 @@ async def test_failed_loads_back_off_with_jitter_and_records_flow_meanwhile() ->
         assert producer.statistics().streams[0].shard_map_refreshes == 1
     times = fake.list_times
     assert len(times) == 4  # three failures, then the load that stuck
+    calls = [operation for operation, _ in fake.requests if operation != "PutRecords"]
+    assert calls == ["ListShards", "DescribeStream"] * 3 + ["ListShards"]
     assert times[0] == pytest.approx(t0, abs=EPS)
     gaps = [b - a for a, b in itertools.pairwise(times)]
     for gap, nominal in zip(gaps, (1.0, 1.5, 2.25), strict=True):
@@ -285,6 +296,7 @@ async def test_a_missing_stream_fails_fast_while_the_map_backs_off() -> None:
         nominal = min(30.0, nominal * 1.5)
     calls = [operation for operation, _ in fake.requests]
     assert calls.count("PutRecords") == 1
+    assert "DescribeStream" not in calls  # a missing stream: no fallback
 
 
 class IgnoresTheFilter(FakeKinesis):
@@ -314,11 +326,12 @@ async def test_closed_shards_listed_despite_the_filter_are_dropped() -> None:
 
 
 class RefreshFailsAfterTheFirst(FakeKinesis):
-    """Loads the map once, then every ``ListShards`` fails."""
+    """Loads the map once, then every ``ListShards`` fails, and so does ``DescribeStream``."""
 
     async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
         if self.calls("ListShards") >= 1:
             self.fail_requests(1, code="InternalFailure", http_status=500, operation="ListShards")
+            self.fail_requests(1, code="LimitExceededException", operation="DescribeStream")
         return await super().list_shards(**kwargs)
 
 
@@ -356,15 +369,165 @@ class FirstListingMalformed(FakeKinesis):
         return {} if self.calls("ListShards") == 1 else answer
 
 
-async def test_an_answer_without_shards_is_a_failed_load_not_an_empty_map() -> None:
+async def test_an_answer_without_shards_is_a_failed_listing_not_an_empty_map() -> None:
     fake = FirstListingMalformed()
     fake.add_stream("s", shard_count=2)
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        stats = producer.statistics().streams[0]
+        # The malformed listing failed: the same attempt loaded the map with DescribeStream.
+        assert (stats.shard_map_state, stats.open_shards) == ("READY", 2)
+        assert stats.shard_map_source == "DescribeStream"
+        assert stats.shard_map_last_error == (
+            "ListShards",
+            "Internal",
+            "ValueError: ListShards answered without any open shard",
+        )
+        # Not a denial: the next refresh asks ListShards again.
+        fake.split("s", shard(0), HALF // 2)
+        outcomes = [
+            await producer.put_record(stream="s", partition_key=f"k{i}", data=b"d")
+            for i in range(20)
+        ]
+        assert all([(await outcome).success for outcome in outcomes])
+        await anyio.sleep(1)
+        stats = producer.statistics().streams[0]
+        assert (stats.shard_map_state, stats.open_shards) == ("READY", 3)
+        assert (stats.shard_map_source, stats.shard_map_last_error) == ("ListShards", None)
+    assert fake.calls("ListShards") == 2
+    assert fake.calls("DescribeStream") == 1
+
+
+class DescribesACreatingStream(FakeKinesis):
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        answer = await super().describe_stream(**kwargs)
+        answer["StreamDescription"]["StreamStatus"] = "CREATING"
+        return answer
+
+
+async def test_describe_stream_of_a_stream_not_active_is_a_failed_load() -> None:
+    fake = DescribesACreatingStream()
+    fake.add_stream("s", shard_count=2)
+    fake.fail_requests(1, code="InternalFailure", http_status=500, operation="ListShards")
     async with Producer(CONFIG, client=fake) as producer:
         await producer.put_record(stream="s", partition_key="k", data=b"d")
         await anyio.sleep(0.01)
         stats = producer.statistics().streams[0]
         assert (stats.shard_map_state, stats.open_shards) == ("INVALID", 0)
+        assert stats.shard_map_last_error == (
+            "DescribeStream",
+            "Internal",
+            "ValueError: DescribeStream: stream 's' is CREATING",
+        )
         await anyio.sleep(1.0)  # the retry, after the first backoff (0.5 … 1 s)
-        stats = producer.statistics().streams[0]
-        assert (stats.shard_map_state, stats.open_shards) == ("READY", 2)
+        assert state(producer) == ("READY", 2)
     assert fake.calls("ListShards") == 2
+    assert fake.calls("DescribeStream") == 1
+
+
+def denial_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "aiokpl.shard_map" and record.levelno >= logging.WARNING
+    ]
+
+
+async def test_list_shards_denied_loads_with_describe_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = TimedListShards()
+    fake.add_stream("s", shard_count=250)
+    fake.deny("ListShards")
+    async with Producer(CONFIG, client=fake) as producer:
+        t0 = anyio.current_time()
+        outcomes = [
+            await producer.put_record(stream="s", partition_key=f"key-{i}", data=b"%d" % i)
+            for i in range(2000)
+        ]
+        results = [await outcome for outcome in outcomes]
+        stats = producer.statistics().streams[0]
+        assert (stats.shard_map_state, stats.open_shards) == ("READY", 250)
+        assert stats.shard_map_source == "DescribeStream"
+        assert stats.shard_map_last_error is not None
+        assert stats.shard_map_last_error[:2] == ("ListShards", "AccessDeniedException")
+        # A split: the refresh goes to DescribeStream directly, ListShards is not asked.
+        fake.split("s", shard(0), 2**100)
+        split = [
+            await producer.put_record(
+                stream="s", partition_key="k", data=b"split", explicit_hash_key=2**100 + i
+            )
+            for i in range(10)
+        ]
+        assert all([(await outcome).success for outcome in split])
+        await anyio.sleep(1)
+        assert state(producer) == ("READY", 251)
+        assert fake.calls("ListShards") == 1
+        assert fake.calls("DescribeStream") == 6  # 3 pages per load
+        # Ten minutes after the denial, a refresh tries ListShards again: now allowed.
+        fake.allow("ListShards")
+        await anyio.sleep(600 - (anyio.current_time() - t0))
+        middle_of_1 = (2**128 // 250) * 3 // 2
+        fake.split("s", shard(1), middle_of_1)
+        late = await producer.put_record(
+            stream="s", partition_key="k", data=b"late", explicit_hash_key=middle_of_1
+        )
+        assert (await late).success
+        await anyio.sleep(1)
+        stats = producer.statistics().streams[0]
+        assert (stats.shard_map_state, stats.open_shards) == ("READY", 252)
+        assert (stats.shard_map_source, stats.shard_map_last_error) == ("ListShards", None)
+    assert fake.calls("DescribeStream") == 6
+    describes = [kwargs for operation, kwargs in fake.requests if operation == "DescribeStream"]
+    assert describes[:3] == [
+        {"StreamName": "s", "Limit": 100},
+        {"StreamName": "s", "Limit": 100, "ExclusiveStartShardId": shard(99)},
+        {"StreamName": "s", "Limit": 100, "ExclusiveStartShardId": shard(199)},
+    ]
+    # The records were predicted and aggregated: a few aggregates, no record sent alone twice.
+    assert all(result.success and len(result.attempts) == 1 for result in results)
+    assert len(fake.stored_records("s")) < 300
+    assert sorted(data for _, data in user_records(fake) if data.isdigit()) == sorted(
+        b"%d" % i for i in range(2000)
+    )
+    (warning,) = denial_warnings(caplog)
+    assert "kinesis:ListShards" in warning
+    assert "DescribeStream" in warning
+    assert "kinesis:DescribeStream" not in warning
+
+
+async def test_both_denied_warns_once_naming_both_and_records_still_go(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2)
+    fake.deny("ListShards")
+    fake.deny("DescribeStream")
+    async with Producer(CONFIG, client=fake) as producer:
+        t0 = anyio.current_time()
+        outcomes = [
+            await producer.put_record(stream="s", partition_key=f"k{i}", data=b"%d" % i)
+            for i in range(20)
+        ]
+        results = [await outcome for outcome in outcomes]
+        await anyio.sleep(60)  # many more attempts, all denied
+        stats = producer.statistics().streams[0]
+        assert (stats.shard_map_state, stats.open_shards, stats.shard_map_source) == (
+            "INVALID",
+            0,
+            None,
+        )
+        assert stats.shard_map_last_error is not None
+        assert stats.shard_map_last_error[:2] == ("DescribeStream", "AccessDeniedException")
+    assert fake.calls("DescribeStream") >= 5
+    # ListShards is asked on the first attempt only (then again after ten minutes).
+    assert fake.calls("ListShards") == 1
+    for result in results:
+        assert result.success
+        (attempt,) = result.attempts
+        assert attempt.started_at == pytest.approx(t0 + 0.1, abs=EPS)  # alone, at its deadline
+    assert len(fake.stored_records("s")) == 20  # not aggregated
+    (warning,) = denial_warnings(caplog)
+    assert "kinesis:ListShards" in warning
+    assert "kinesis:DescribeStream" in warning
+    assert "not aggregated" in warning

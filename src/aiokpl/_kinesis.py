@@ -38,9 +38,15 @@ __all__ = (
 
 
 class KinesisClient(Protocol):
-    """The Kinesis client methods the producer calls (keyword arguments as in botocore)."""
+    """The Kinesis client methods the producer calls (keyword arguments as in botocore).
+
+    ``describe_stream`` is called only when ``list_shards`` fails (see
+    ``aiokpl._pipeline.shard_map``); a client without it works while ``list_shards`` does.
+    """
 
     async def list_shards(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+    async def describe_stream(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
 
     async def put_records(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
 

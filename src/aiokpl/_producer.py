@@ -130,6 +130,14 @@ class StreamStatistics:
             throttling: the configured rates, or what coordination set.
         collecting: Kinesis records in the open ``PutRecords`` request.
         retries: user-record retries so far.
+        shard_map_source: the API that loaded the current map, ``"ListShards"`` or
+            ``"DescribeStream"`` (used when ``ListShards`` fails, e.g. when the IAM policy
+            lacks ``kinesis:ListShards``); ``None`` before a map loads.
+        shard_map_last_error: ``(operation, error_code, error_message)`` of the failure that
+            explains the map's state: why the last load attempt failed, or why ``ListShards``
+            could not be used for the map in force; ``None`` when ``ListShards`` loaded it.
+        waiting_for_shard_map: user records held until the stream's first map load ends
+            (records put before it are aggregated with it; none wait past their deadline).
     """
 
     stream: str
@@ -143,6 +151,9 @@ class StreamStatistics:
     collecting: int
     retries: int
     ceilings_by_shard: dict[str, tuple[float, float]] = field(default_factory=dict)
+    shard_map_source: str | None = None
+    shard_map_last_error: tuple[str, str, str] | None = None
+    waiting_for_shard_map: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +241,9 @@ class _Stream:
             max_count=config.aggregation_max_count,
             # A failed record's result carries its data: then records keep it in flight.
             release_data=not config.return_record_on_failure,
+            # Held records are released early by the collector's grace: sent at their deadline.
+            release_lead=grace,
+            flush_stream=lambda: self.flush(clock()),
         )
         self.retrier = Retrier(
             stream,
@@ -273,6 +287,9 @@ class _Stream:
             collecting=self.collector.buffered_records,
             retries=self.retrier.retries,
             ceilings_by_shard={s: sl.ceiling for s, sl in limiter.shards.items()},
+            shard_map_source=self.shard_map.source,
+            shard_map_last_error=self.shard_map.last_error,
+            waiting_for_shard_map=self.aggregator.held_records,
         )
 
 

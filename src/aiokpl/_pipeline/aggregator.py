@@ -10,13 +10,36 @@ limiter, when
 * the earliest deadline among its records arrives (one scheduler entry per batch, none per
   record).
 
-A record with no predicted shard (no map loaded yet) or with aggregation disabled becomes a
-Kinesis record of its own at once. A lone record larger than ``aggregation_max_size`` is sent
-alone, raw. The KPL's equivalent is ``aggregator.h`` with ``reducer.h``.
+A record with aggregation disabled becomes a Kinesis record of its own at once, and so does a
+record with no predicted shard once the stream's first map load attempt has ended without a map
+(failed; the next attempts run in the background). A lone record larger than
+``aggregation_max_size`` is sent alone, raw. The KPL's equivalent is ``aggregator.h`` with
+``reducer.h``.
+
+**Start-up hold** (better than the KPL, which sends everything put before its first map
+unpredicted: unaggregated and not rate limited, a throttling storm when a producer starts with
+a burst). A record put while the stream's *first* map load attempt runs (never loaded, no
+attempt failed yet) is held, retried records included. When the attempt ends, the held records
+are put again, in deadline then arrival order: predicted and aggregated with the new map, or
+alone as above if it failed. Held records stay outstanding, so ``max_outstanding_*`` bound
+them. Invariants of the hold:
+
+* a held record is never held past its own deadline: one scheduler entry for the whole hold,
+  at its earliest release time, releases (alone, unpredicted) what is due then. The release
+  time is the deadline less the collector's grace, so the record is sent at its deadline,
+  exactly as it would have been without the hold;
+* ``flush`` does not release the held records: they go when the attempt ends (at most their
+  deadline), and the stream is flushed then. Sending them at once, unaggregated, would
+  recreate the start-up storm in the commonest start-up flush of all: a short program that
+  puts a burst and exits (exit flushes);
+* holding costs nothing once the first attempt has ended: the check sits on the path of
+  records without a prediction only.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -61,6 +84,52 @@ class _Batch:
             self.aggregator.close_batch(self)
 
 
+class _Hold:
+    """Records waiting for the stream's first map: a heap by deadline, one scheduler entry."""
+
+    __slots__ = ("aggregator", "count", "lead", "next_at", "records")
+
+    def __init__(self, aggregator: Aggregator, lead: float) -> None:
+        self.aggregator = aggregator
+        # (deadline, arrival number, record, hash key): ordered by deadline, then arrival.
+        self.records: list[tuple[float, int, UserRecord, int]] = []
+        self.count = 0
+        # How long before its deadline a record is released (the collector's grace).
+        self.lead = lead
+        # The time of the latest scheduler entry that counts; earlier entries are stale.
+        self.next_at = math.inf
+
+    def add(self, record: UserRecord, hash_key: int, scheduler: Scheduler) -> None:
+        deadline = record.deadline
+        heapq.heappush(self.records, (deadline, self.count, record, hash_key))
+        self.count += 1
+        due = deadline - self.lead
+        if due < self.next_at:
+            self.next_at = due
+            scheduler.call_at(due, self)
+
+    def on_due(self, now: float) -> None:
+        if now < self.next_at:
+            return  # an entry superseded by an earlier one, or by the end of the hold
+        self.next_at = math.inf
+        records = self.records
+        lead = self.lead
+        single = self.aggregator.single
+        while records and records[0][0] - lead <= now:
+            _, _, record, hash_key = heapq.heappop(records)
+            single(record, hash_key)
+        if records:
+            self.next_at = records[0][0] - lead
+            self.aggregator._scheduler.call_at(self.next_at, self)
+
+    def take(self) -> list[tuple[float, int, UserRecord, int]]:
+        """Every held record, in deadline then arrival order; the hold is left empty."""
+        records, self.records = self.records, []
+        self.next_at = math.inf
+        records.sort()
+        return records
+
+
 class Aggregator:
     """The aggregator of one stream.
 
@@ -74,6 +143,10 @@ class Aggregator:
         release_data: let aggregated records drop their data while the encoded aggregate
             holds it (see ``KinesisRecord.seal``); off when failed records must keep
             their data for the caller.
+        release_lead: how long before its deadline a held record is released: the
+            collector's grace, so that it is sent at its deadline.
+        flush_stream: flushes the whole stream; called when held records are released
+            after a ``flush`` asked for them.
     """
 
     def __init__(
@@ -86,6 +159,8 @@ class Aggregator:
         max_size: int,
         max_count: int,
         release_data: bool = True,
+        release_lead: float = 0.0,
+        flush_stream: Callable[[], None] | None = None,
     ) -> None:
         self._shard_map = shard_map
         self._scheduler = scheduler
@@ -96,17 +171,33 @@ class Aggregator:
         self._release_data = release_data
         self._batches: dict[str, _Batch] = {}
         self.kinesis_records_out = 0
+        self._hold = _Hold(self, release_lead)
+        self._hold_registered = False
+        self._flush_stream = flush_stream
+        self._flush_on_release = False
 
     @property
     def buffered_records(self) -> int:
         return sum(len(batch.records) for batch in self._batches.values())
+
+    @property
+    def held_records(self) -> int:
+        """User records held until the first map load attempt ends."""
+        return len(self._hold.records)
 
     def put(self, record: UserRecord, hash_key: int) -> None:
         """Add one record (new, or back from the retrier) whose hash key is ``hash_key``."""
         table = self._shard_map.table  # ShardMap.predict, inlined: this runs once per record
         shard = table.lookup(hash_key) if table is not None else None
         record.predicted_shard = shard
-        if shard is None or not self._enabled:
+        if shard is None:
+            if self._shard_map.first_attempt_pending:
+                self._hold_record(record, hash_key)
+                return
+            self.kinesis_records_out += 1
+            self._emit(KinesisRecord.single(record, hash_key))
+            return
+        if not self._enabled:
             self.kinesis_records_out += 1
             self._emit(KinesisRecord.single(record, hash_key))
             return
@@ -132,6 +223,31 @@ class Aggregator:
             self.close_batch(batch)  # full, or a lone record too large to aggregate
         elif earlier:
             self._scheduler.call_at(record.deadline, batch)
+
+    def single(self, record: UserRecord, hash_key: int) -> None:
+        """Send ``record`` alone and unpredicted (a held record at its release time)."""
+        record.predicted_shard = None
+        self.kinesis_records_out += 1
+        self._emit(KinesisRecord.single(record, hash_key))
+
+    def _hold_record(self, record: UserRecord, hash_key: int) -> None:
+        if not self._hold_registered:
+            self._hold_registered = True
+            # The first attempt is running (the map starts it with the stream), so this only
+            # asks to be told when it ends.
+            self._shard_map.after_refresh(self._release)
+        self._hold.add(record, hash_key, self._scheduler)
+
+    def _release(self) -> None:
+        """The first map load attempt ended: put the held records again."""
+        self._hold_registered = False
+        put = self.put
+        for _, _, record, hash_key in self._hold.take():
+            put(record, hash_key)
+        if self._flush_on_release:
+            self._flush_on_release = False
+            if self._flush_stream is not None:
+                self._flush_stream()
 
     def close_batch(self, batch: _Batch) -> None:
         """Turn ``batch`` into a Kinesis record and hand it on."""
@@ -163,6 +279,12 @@ class Aggregator:
         self._emit(kinesis_record)
 
     def flush(self) -> None:
-        """Close every open batch now (``Producer.flush`` and shutdown)."""
+        """Close every open batch now (``Producer.flush`` and shutdown).
+
+        Held records stay held until the first map load attempt ends (at most until their
+        deadlines), and the stream is flushed then: see the module's start-up hold.
+        """
         for batch in list(self._batches.values()):
             self.close_batch(batch)
+        if self._hold.records:
+            self._flush_on_release = True

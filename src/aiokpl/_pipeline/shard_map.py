@@ -1,4 +1,4 @@
-"""Which shard owns which hash key, per stream, kept fresh with ``ListShards``.
+"""Which shard owns which hash key, per stream, kept fresh with ListShards or DescribeStream.
 
 States, as in the KPL (``shard_map.cc``): ``INVALID`` (no usable map, a refresh will be tried
 after a backoff), ``UPDATING`` (a refresh is running) and ``READY``.
@@ -11,7 +11,23 @@ Invariants:
   completed, and the shard it blames is still open in the current table. A burst of
   wrong-shard results after a split therefore causes one refresh, not a storm;
 * the ranges of shards that closed stay known for about 60 s after the refresh that dropped
-  them, so a record predicted for a parent that lands on a child can be checked.
+  them, so a record predicted for a parent that lands on a child can be checked;
+* ``first_attempt_pending`` is true from creation until the first load attempt ends (loaded or
+  failed): the aggregator holds records meanwhile instead of sending them unpredicted.
+
+One attempt asks ``ListShards`` (``AT_LATEST``, pages of 1000). If that fails with anything but
+``ResourceNotFoundException`` (the stream is missing: nothing else would know better), the same
+attempt asks ``DescribeStream`` (pages of 100, ``ExclusiveStartShardId``, ``HasMoreShards``;
+closed shards dropped as above; a stream neither ``ACTIVE`` nor ``UPDATING`` is a failure), the
+API the KPL's ``shard_map.cc`` used before ``ListShards`` existed. When ``ListShards`` was
+*denied* (``AccessDeniedException``: the IAM policy lacks ``kinesis:ListShards``), later
+attempts go to ``DescribeStream`` directly for 10 minutes, then try ``ListShards`` once more:
+policies get fixed without restarting producers, and ``DescribeStream`` is limited to 10 calls
+per second per account, shared with every other caller, so the producer returns to
+``ListShards`` as soon as it may; one denied call every 10 minutes at most costs nothing. Other
+``ListShards`` failures (throttling, 5xx, timeouts) are not remembered. A denial is logged once
+per stream, as a warning naming the missing permission (both, if ``DescribeStream`` is denied
+too); the retries it causes then log at debug level.
 
 Better than the KPL: while a refresh is running, predictions keep using the previous table, so
 aggregation and rate limiting continue (the KPL predicts nothing until the refresh completes).
@@ -42,11 +58,35 @@ logger = logging.getLogger("aiokpl.shard_map")
 
 CLOSED_SHARD_TTL = 60.0
 PAGE_SIZE = 1000
+# DescribeStream answers at most 100 shards a page, whatever Limit asks for.
+DESCRIBE_PAGE_SIZE = 100
+# After ListShards was denied, refreshes use DescribeStream alone for this long.
+LIST_SHARDS_RETRY_AFTER = 600.0
+
+LIST_SHARDS = "ListShards"
+DESCRIBE_STREAM = "DescribeStream"
+_DENIED = "AccessDeniedException"
+_MISSING = "ResourceNotFoundException"
+# A stream in another state (CREATING, DELETING) has no shards to write to.
+_USABLE_STATUSES = ("ACTIVE", "UPDATING")
 
 
 def _is_closed(shard: dict[str, Any]) -> bool:
     sequence_range = shard.get("SequenceNumberRange")
     return isinstance(sequence_range, dict) and bool(sequence_range.get("EndingSequenceNumber"))
+
+
+def _open_shards(shards: list[dict[str, Any]], operation: str) -> list[dict[str, Any]]:
+    """The open shards of a listing; an answer without any is an error, not a map."""
+    # ListShards' AT_LATEST asks for open shards only, but local servers (moto, kinesalite)
+    # ignore the filter and list closed parents too, overlapping their children; DescribeStream
+    # always lists them. Drop them here.
+    open_shards = [shard for shard in shards if not _is_closed(shard)]
+    if not open_shards:
+        # A stream always has an open shard: an answer without any is malformed (a proxy's
+        # page parsed as an empty document, say), a failed attempt to retry, not a map.
+        raise ValueError(f"{operation} answered without any open shard")
+    return open_shards
 
 
 class ShardMapState(Enum):
@@ -56,7 +96,16 @@ class ShardMapState(Enum):
 
 
 class ShardMap:
-    """The shard map of one stream."""
+    """The shard map of one stream.
+
+    Attributes:
+        source: the API that loaded the current table (``"ListShards"`` or
+            ``"DescribeStream"``), ``None`` before one loads.
+        last_error: ``(operation, code, message)`` of the failure that explains the state: why
+            the last attempt failed, or, when the table came from ``DescribeStream``, why
+            ``ListShards`` could not be used; ``None`` after a load with ``ListShards``.
+        first_attempt_pending: the first load attempt has not ended yet.
+    """
 
     def __init__(
         self,
@@ -77,11 +126,17 @@ class ShardMap:
         self.updated_at = -float("inf")
         self.refreshes = 0
         self.failures = 0
-        self.last_error: tuple[str, str] | None = None
+        self.source: str | None = None
+        self.last_error: tuple[str, str, str] | None = None
+        self.first_attempt_pending = True
         self._closed: dict[str, tuple[ShardRange, float]] = {}
         self._backoff = Backoff(1.0, 1.5, 30.0, jitter=0.5)
         self._running = False
         self._after_refresh: list[Callable[[], None]] = []
+        # When ListShards was denied: its error, and until when DescribeStream is used alone.
+        self._list_shards_denial: tuple[str, str] | None = None
+        self._list_shards_denied_until = -float("inf")
+        self._warned: frozenset[str] = frozenset()
 
     # --- queries (synchronous, hot path) ------------------------------------------------
     def predict(self, hash_key: int) -> str | None:
@@ -140,19 +195,20 @@ class ShardMap:
         try:
             while True:
                 self.state = ShardMapState.UPDATING
-                try:
-                    shards = await self._list_open_shards()
-                    table = ShardTable.from_shards(shards)
-                except Exception as exc:
+                table, explained = await self._attempt()
+                if table is None:
                     self.failures += 1
+                    self.first_attempt_pending = False
                     # Whoever waits for this refresh decides with what is known: a verdict
                     # never waits longer than one attempt (and the records' TTL still runs).
                     self._run_after_refresh()
-                    self.last_error = error_of(exc)
                     self.state = ShardMapState.INVALID
                     delay = self._backoff.next_delay(self._random())
-                    logger.warning(
-                        "could not load the shard map of %r (%s: %s); retrying in %.1f s",
+                    assert self.last_error is not None
+                    logger.log(
+                        # A denial already warned about once: its retries say nothing new.
+                        logging.DEBUG if explained else logging.WARNING,
+                        "could not load the shard map of %r (%s: %s: %s); retrying in %.1f s",
                         self.stream,
                         *self.last_error,
                         delay,
@@ -163,6 +219,92 @@ class ShardMap:
                 return
         finally:
             self._running = False
+
+    async def _attempt(self) -> tuple[ShardTable | None, bool]:
+        """One load attempt: ``ListShards``, or else ``DescribeStream``.
+
+        Returns the table (``None`` if the attempt failed, ``last_error`` then says why) and
+        whether the failure is an IAM denial of both APIs that was already logged.
+        """
+        now = anyio.current_time()
+        listed: tuple[str, str] | None = None
+        if now >= self._list_shards_denied_until:
+            try:
+                table = ShardTable.from_shards(await self._list_open_shards())
+            except Exception as exc:
+                listed = error_of(exc)
+                if listed[0] == _MISSING:
+                    # The stream does not exist: DescribeStream would only say so again.
+                    self.last_error = (LIST_SHARDS, *listed)
+                    return None, False
+                if listed[0] == _DENIED:
+                    self._list_shards_denial = listed
+                    self._list_shards_denied_until = now + LIST_SHARDS_RETRY_AFTER
+            else:
+                if self._list_shards_denial is not None:
+                    logger.info("ListShards is allowed again for stream %r", self.stream)
+                    self._list_shards_denial = None
+                self.source = LIST_SHARDS
+                self.last_error = None
+                return table, False
+        else:
+            listed = self._list_shards_denial
+        assert listed is not None
+        try:
+            table = ShardTable.from_shards(await self._describe_open_shards())
+        except Exception as exc:
+            described = error_of(exc)
+            self.last_error = (DESCRIBE_STREAM, *described)
+            return None, self._note_denials(listed, described)
+        self._note_denials(listed, None)
+        self.source = DESCRIBE_STREAM
+        self.last_error = (LIST_SHARDS, *listed)
+        return table, False
+
+    def _note_denials(self, listed: tuple[str, str], described: tuple[str, str] | None) -> bool:
+        """Warn, once per stream, that ``ListShards`` (and ``DescribeStream``) are denied.
+
+        ``described`` is ``DescribeStream``'s error, ``None`` if it loaded the map. Returns
+        whether both are denied and that was logged (now or before).
+        """
+        if listed[0] != _DENIED:
+            return False
+        both = described is not None and described[0] == _DENIED
+        permissions = frozenset({LIST_SHARDS, DESCRIBE_STREAM} if both else {LIST_SHARDS})
+        if permissions <= self._warned:
+            return both
+        self._warned |= permissions
+        if described is None:
+            logger.warning(
+                "ListShards is denied for stream %r (%s: %s): the IAM policy lacks "
+                "kinesis:ListShards. The shard map is loaded with DescribeStream instead, which "
+                "is limited to 10 calls per second per account; ListShards is tried again "
+                "every %.0f minutes. Grant kinesis:ListShards to the producer's role.",
+                self.stream,
+                *listed,
+                LIST_SHARDS_RETRY_AFTER / 60,
+            )
+        elif both:
+            logger.warning(
+                "the shard map of %r cannot be loaded: the IAM policy lacks both "
+                "kinesis:ListShards and kinesis:DescribeStream (%s: %s). Without a map, records "
+                "are not aggregated and no shard is predicted: each goes alone, without "
+                "per-shard rate limits, so throughput is lower and throttling more likely. The "
+                "map is retried with backoff (up to every 30 s). Grant kinesis:ListShards to the "
+                "producer's role.",
+                self.stream,
+                *listed,
+            )
+        else:
+            logger.warning(
+                "ListShards is denied for stream %r (%s: %s): the IAM policy lacks "
+                "kinesis:ListShards; DescribeStream, tried instead, failed too (%s: %s). "
+                "Grant kinesis:ListShards to the producer's role.",
+                self.stream,
+                *listed,
+                *described,
+            )
+        return both
 
     def _install(self, table: ShardTable, now: float) -> None:
         previous = self.table
@@ -178,10 +320,12 @@ class ShardMap:
         self.table = table
         self.updated_at = now
         self.refreshes += 1
-        self.last_error = None
+        self.first_attempt_pending = False
         self._backoff.reset()
         self.state = ShardMapState.READY
-        logger.info("shard map of %r loaded: %d open shards", self.stream, len(table))
+        logger.info(
+            "shard map of %r loaded with %s: %d open shards", self.stream, self.source, len(table)
+        )
         self._run_after_refresh()
 
     def _run_after_refresh(self) -> None:
@@ -202,15 +346,29 @@ class ShardMap:
                 response = await self._client.list_shards(NextToken=token, MaxResults=PAGE_SIZE)
             shards.extend(response.get("Shards") or [])
             token = response.get("NextToken")
-        # AT_LATEST asks for open shards only, but local servers (moto, kinesalite) ignore the
-        # filter and list closed parents too, overlapping their children: drop them here.
-        open_shards = [shard for shard in shards if not _is_closed(shard)]
-        if not open_shards:
-            # A stream always has an open shard: an answer without any is malformed (a proxy's
-            # page parsed as an empty document, say), a failed attempt to retry, not a map.
-            raise ValueError("ListShards answered without any open shard")
-        return open_shards
+        return _open_shards(shards, LIST_SHARDS)
+
+    async def _describe_open_shards(self) -> list[dict[str, Any]]:
+        shards: list[dict[str, Any]] = []
+        arguments: dict[str, Any] = {"StreamName": self.stream, "Limit": DESCRIBE_PAGE_SIZE}
+        while True:
+            with anyio.fail_after(self._request_timeout):
+                response = await self._client.describe_stream(**arguments)
+            description = response.get("StreamDescription") or {}
+            status = description.get("StreamStatus")
+            if status not in _USABLE_STATUSES:
+                raise ValueError(f"DescribeStream: stream {self.stream!r} is {status}")
+            page = list(description.get("Shards") or [])
+            shards.extend(page)
+            if not description.get("HasMoreShards"):
+                return _open_shards(shards, DESCRIBE_STREAM)
+            if not page:
+                raise ValueError("DescribeStream answered HasMoreShards without any shard")
+            arguments["ExclusiveStartShardId"] = page[-1]["ShardId"]
 
     def __repr__(self) -> str:
         shards = len(self.table) if self.table is not None else 0
-        return f"<ShardMap stream={self.stream!r} state={self.state.value} shards={shards}>"
+        return (
+            f"<ShardMap stream={self.stream!r} state={self.state.value} shards={shards} "
+            f"source={self.source}>"
+        )
