@@ -235,6 +235,36 @@ async def test_producer_end_to_end_in_loop(server: LoopbackKinesis) -> None:
 
 
 @pytest.mark.anyio
+async def test_producer_with_list_shards_denied_uses_describe_stream(
+    server: LoopbackKinesis,
+) -> None:
+    stream = new_stream(server.fake, shard_count=150)
+    server.fake.deny("ListShards")
+    # Records wait for the map (however long two HTTP calls take here), then the flush sends
+    # them at once, aggregated.
+    async with Producer(config(server.endpoint_url, record_max_buffered_time_ms=5000)) as producer:
+        outcomes = [
+            await producer.put_record(stream=stream, partition_key=f"key-{i % 7}", data=b"r%d" % i)
+            for i in range(300)
+        ]
+        with anyio.fail_after(4):
+            await producer.flush()
+        stats = producer.statistics().streams[0]
+    assert (stats.shard_map_source, stats.open_shards) == ("DescribeStream", 150)
+    assert all(outcome.result().success for outcome in outcomes)
+    assert user_data(server.fake.stored_records(stream)) == Counter(b"r%d" % i for i in range(300))
+    # Predicted with the map DescribeStream gave (two pages through aiobotocore): aggregated.
+    assert len(server.fake.stored_records(stream)) == 7
+    assert server.statistics().requests["DescribeStream"] == 2
+    pages = [r.kwargs for r in server.fake.requests if r.operation == "DescribeStream"]
+    assert pages[1] == {
+        "StreamName": stream,
+        "Limit": 100,
+        "ExclusiveStartShardId": "shardId-000000000099",
+    }
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("server_backend", ["asyncio", "trio"])
 async def test_producer_end_to_end_in_thread(server_backend: str) -> None:
     fake = FakeKinesis()
