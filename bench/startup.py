@@ -3,10 +3,12 @@
 A 4-shard throttling server at the real per-shard limits (exact token buckets of 1000 records/s
 and 1 MiB/s per shard, one second of burst, starting full), every call of which takes 50 ms (a
 ``ListShards`` or ``PutRecords`` round trip within a region), receives 20,000 records of about
-108 bytes (keys "key-0" … "key-4095", 100-byte data), put with ``put_record`` as fast as it
-takes them, right after the producer starts: before the stream's first shard map has loaded.
-Then every outcome is awaited. The same is done again by a producer whose map is warm (one
-record put and delivered first), for comparison. Default settings otherwise.
+108 bytes (keys "key-0" … "key-4095", 100-byte data) right after the producer starts, before
+the stream's first shard map has loaded, and every outcome is awaited. Twice: all at once, in
+one ``put_records`` call (the target scenario), and in a loop of ``put_record`` as fast as it
+takes them (which yields to the event loop every 256 puts, so the map load races the loop).
+Each is done again by a producer whose map is warm (one record put and delivered first), for
+comparison. Default settings otherwise.
 
 Real time, on the event loop's clock (the fake throttles on it too): how many records are put
 before the map arrives depends on how fast ``put_record`` runs, which is the race this
@@ -20,6 +22,8 @@ Figures:
 * **aggregation**: user records per Kinesis record stored, over the same with a warm map;
   target: as with a warm map (at least 95% of it);
 * delivered: every record delivered, none failed.
+
+``quick`` changes nothing: the scenario takes seconds.
 """
 
 from __future__ import annotations
@@ -42,12 +46,15 @@ TARGET_THROTTLED = 0.01
 TARGET_AGGREGATION = 0.95
 
 
-async def _burst(http: bool, warm: bool) -> dict[str, Any]:
+async def _burst(http: bool, warm: bool, at_once: bool) -> dict[str, Any]:
     fake = _load.throttling_server()
     fake.latency = LATENCY
     config = Config(region="us-east-1")
     keys = [f"key-{i}" for i in range(_load.KEYS)]
     filler = b"x" * (DATA_SIZE - 8)
+    records = [
+        (keys[index % _load.KEYS], _load.record_data(index, filler)) for index in range(RECORDS)
+    ]
     outcomes: list[Outcome[RecordResult]] = []
     async with _load.producer_on(fake, config, http) as producer:
         if warm:
@@ -57,12 +64,12 @@ async def _burst(http: bool, warm: bool) -> dict[str, Any]:
         entries_before = fake.entries
         throttled_before = fake.throttled
         started = time.perf_counter()
-        put = producer.put_record
-        for index in range(RECORDS):
-            data = _load.record_data(index, filler)
-            outcomes.append(
-                await put(stream=_load.STREAM, partition_key=keys[index % 4096], data=data)
-            )
+        if at_once:
+            outcomes = await producer.put_records(stream=_load.STREAM, records=records)
+        else:
+            put = producer.put_record
+            for key, data in records:
+                outcomes.append(await put(stream=_load.STREAM, partition_key=key, data=data))
         put_seconds = time.perf_counter() - started
         waiting = _waiting_for_map(producer)
         results = [await outcome for outcome in outcomes]
@@ -77,6 +84,7 @@ async def _burst(http: bool, warm: bool) -> dict[str, Any]:
     )
     return {
         "warm_map": warm,
+        "put_records_at_once": at_once,
         "records": RECORDS,
         "put_seconds": put_seconds,
         "resolved_seconds": resolved_seconds,
@@ -102,27 +110,30 @@ def _waiting_for_map(producer: Producer) -> int | None:
 
 
 async def _run(http: bool) -> dict[str, Any]:
-    return {"cold": await _burst(http, warm=False), "warm": await _burst(http, warm=True)}
+    return {
+        "at_once": {
+            "cold": await _burst(http, warm=False, at_once=True),
+            "warm": await _burst(http, warm=True, at_once=True),
+        },
+        "loop": {
+            "cold": await _burst(http, warm=False, at_once=False),
+            "warm": await _burst(http, warm=True, at_once=False),
+        },
+    }
 
 
-def run(quick: bool = False, http: bool = False) -> ScenarioResult:
-    result = ScenarioResult("startup")
-    details = anyio.run(_run, http)
-    result.details = {"http": http, "latency_seconds": LATENCY, **details}
-    cold, warm = details["cold"], details["warm"]
-    name = "startup/http" if http else "startup"
+def _rows(name: str, how: str, cold: dict[str, Any], warm: dict[str, Any]) -> list[Row]:
     throttled = float(cold["throttled_fraction"])
     cold_ratio = float(cold["user_records_per_kinesis_record"])
     warm_ratio = float(warm["user_records_per_kinesis_record"])
     aggregation = cold_ratio / warm_ratio if warm_ratio else 0.0
-    result.rows += [
+    return [
         Row(
             name,
-            f"{cold['records_throttled']:,} of {RECORDS:,} records saw a throttle, put into a new "
-            f"producer ({cold['kinesis_records_throttled']:,} of "
-            f"{cold['kinesis_records_sent']:,} Kinesis records throttled, "
-            f"{cold['put_requests']:,} requests; warm map: {warm['records_throttled']:,} "
-            f"records, {warm['put_requests']:,} requests)",
+            f"{how}: {cold['records_throttled']:,} of {RECORDS:,} records saw a throttle "
+            f"({cold['kinesis_records_throttled']:,} of {cold['kinesis_records_sent']:,} "
+            f"Kinesis records throttled, {cold['put_requests']:,} requests; warm map: "
+            f"{warm['records_throttled']:,} records, {warm['put_requests']:,} requests)",
             f"≤ {TARGET_THROTTLED:.0%} of records",
             throttled,
             "of records",
@@ -130,7 +141,7 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
         ),
         Row(
             name,
-            f"{cold_ratio:.1f} user records per Kinesis record (warm map: {warm_ratio:.1f})",
+            f"{how}: {cold_ratio:.1f} user records per Kinesis record (warm map: {warm_ratio:.1f})",
             f"as with a warm map (≥ {TARGET_AGGREGATION:.0%})",
             aggregation,
             "of warm",
@@ -138,7 +149,7 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
         ),
         Row(
             name,
-            f"{cold['succeeded']:,} delivered, {cold['failed']:,} failed; all resolved "
+            f"{how}: {cold['succeeded']:,} delivered, {cold['failed']:,} failed; all resolved "
             f"{cold['resolved_seconds']:.2f} s after the first put (warm map: "
             f"{warm['resolved_seconds']:.2f} s)",
             "all delivered",
@@ -147,4 +158,14 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
             cold["failed"] == 0 and warm["failed"] == 0,
         ),
     ]
+
+
+def run(quick: bool = False, http: bool = False) -> ScenarioResult:
+    result = ScenarioResult("startup")
+    details = anyio.run(_run, http)
+    result.details = {"http": http, "latency_seconds": LATENCY, **details}
+    name = "startup/http" if http else "startup"
+    at_once, loop = details["at_once"], details["loop"]
+    result.rows += _rows(name, "put_records at once", at_once["cold"], at_once["warm"])
+    result.rows += _rows(name, "put_record loop", loop["cold"], loop["warm"])
     return result

@@ -20,13 +20,14 @@ def test_startup_benchmark_runs_and_reports_its_figures(monkeypatch: pytest.Monk
 
     result = run(quick=True, http=False)
     assert result.name == "startup"
-    assert [row.scenario for row in result.rows] == ["startup"] * 3
-    assert all(row.ratio is not None for row in result.rows[:2])
-    for burst in ("cold", "warm"):
-        figures = result.details[burst]
-        assert figures["records"] == RECORDS
-        assert figures["succeeded"] == RECORDS
-        assert figures["user_records_stored"] == RECORDS
-        assert 0.0 <= figures["throttled_fraction"] <= 1.0
-        assert figures["user_records_per_kinesis_record"] >= 1.0
-    assert result.details["warm"]["waiting_for_shard_map_after_puts"] == 0
+    assert [row.scenario for row in result.rows] == ["startup"] * 6
+    assert [row.ratio is not None for row in result.rows] == [True, True, False] * 2
+    for how in ("at_once", "loop"):
+        for burst in ("cold", "warm"):
+            figures = result.details[how][burst]
+            assert figures["records"] == RECORDS
+            assert figures["succeeded"] == RECORDS
+            assert figures["user_records_stored"] == RECORDS
+            assert 0.0 <= figures["throttled_fraction"] <= 1.0
+            assert figures["user_records_per_kinesis_record"] >= 1.0
+        assert result.details[how]["warm"]["waiting_for_shard_map_after_puts"] == 0

@@ -87,10 +87,11 @@ class _Batch:
 class _Hold:
     """Records waiting for the stream's first map: a heap by deadline, one scheduler entry."""
 
-    __slots__ = ("aggregator", "count", "lead", "next_at", "records")
+    __slots__ = ("aggregator", "count", "lead", "next_at", "records", "scheduler")
 
-    def __init__(self, aggregator: Aggregator, lead: float) -> None:
+    def __init__(self, aggregator: Aggregator, scheduler: Scheduler, lead: float) -> None:
         self.aggregator = aggregator
+        self.scheduler = scheduler
         # (deadline, arrival number, record, hash key): ordered by deadline, then arrival.
         self.records: list[tuple[float, int, UserRecord, int]] = []
         self.count = 0
@@ -99,14 +100,14 @@ class _Hold:
         # The time of the latest scheduler entry that counts; earlier entries are stale.
         self.next_at = math.inf
 
-    def add(self, record: UserRecord, hash_key: int, scheduler: Scheduler) -> None:
+    def add(self, record: UserRecord, hash_key: int) -> None:
         deadline = record.deadline
         heapq.heappush(self.records, (deadline, self.count, record, hash_key))
         self.count += 1
         due = deadline - self.lead
         if due < self.next_at:
             self.next_at = due
-            scheduler.call_at(due, self)
+            self.scheduler.call_at(due, self)
 
     def on_due(self, now: float) -> None:
         if now < self.next_at:
@@ -120,7 +121,7 @@ class _Hold:
             single(record, hash_key)
         if records:
             self.next_at = records[0][0] - lead
-            self.aggregator._scheduler.call_at(self.next_at, self)
+            self.scheduler.call_at(self.next_at, self)
 
     def take(self) -> list[tuple[float, int, UserRecord, int]]:
         """Every held record, in deadline then arrival order; the hold is left empty."""
@@ -171,7 +172,7 @@ class Aggregator:
         self._release_data = release_data
         self._batches: dict[str, _Batch] = {}
         self.kinesis_records_out = 0
-        self._hold = _Hold(self, release_lead)
+        self._hold = _Hold(self, scheduler, release_lead)
         self._hold_registered = False
         self._flush_stream = flush_stream
         self._flush_on_release = False
@@ -236,7 +237,7 @@ class Aggregator:
             # The first attempt is running (the map starts it with the stream), so this only
             # asks to be told when it ends.
             self._shard_map.after_refresh(self._release)
-        self._hold.add(record, hash_key, self._scheduler)
+        self._hold.add(record, hash_key)
 
     def _release(self) -> None:
         """The first map load attempt ended: put the held records again."""
