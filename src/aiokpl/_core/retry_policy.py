@@ -100,7 +100,8 @@ class Decisions:
         failed: user records that failed for good (their last attempt says why).
         retry: user records to put back into the aggregator (deadline already moved).
         invalidate: ``(seen_at, predicted_shard)`` pairs for the shard map.
-        throttled_shards: predicted shards that answered with throttling.
+        throttled_shards: predicted shards that answered with throttling (``None`` for
+            records sent without a prediction: the stream-level limit).
         undecided: Kinesis records delivered to a shard the map does not know yet, as
             ``(record, shard_id, sequence_number)``; judge them with :func:`place` once the
             map has been refreshed.
@@ -122,7 +123,7 @@ class Decisions:
         self.failed: list[UserRecord] = []
         self.retry: list[UserRecord] = []
         self.invalidate: list[tuple[float, str | None]] = []
-        self.throttled_shards: set[str] = set()
+        self.throttled_shards: set[str | None] = set()
         self.undecided: list[tuple[KinesisRecord, str, str]] = []
         self.request_error: tuple[str, str] | None = None
 
@@ -200,7 +201,7 @@ def classify(
                 message = str(entry.get("ErrorMessage") or "")
             else:
                 code, message = "Internal", f"malformed PutRecords result entry: {entry!r:.200}"
-            if code == THROTTLED and kinesis_record.predicted_shard is not None:
+            if code == THROTTLED:
                 decisions.throttled_shards.add(kinesis_record.predicted_shard)
             kinesis_record.restore_data()
             for record in kinesis_record.records:

@@ -159,8 +159,11 @@ class Retrier:
 
     def expire(self, record: KinesisRecord, where: str) -> None:
         """Fail every user record of ``record`` as ``"Expired"`` (from the limiter or sender)."""
-        expired = expire(record, self._clock(), where)
+        now = self._clock()
+        expired = expire(record, now, where)
         self.expired += len(expired)
+        if self._metrics is not None:
+            self._metrics.expired_unsent(expired, now)
         self._finish(expired, False)
 
     def expire_before_send(self, records: list[KinesisRecord], now: float) -> list[KinesisRecord]:
@@ -172,5 +175,7 @@ class Retrier:
             if record.expires_at > now:
                 live.append(record)
             else:
+                # It took the shard's tokens in the limiter but never reached the wire.
+                self._limiter.refund(record)
                 self.expire(record, "sender queue")
         return live
