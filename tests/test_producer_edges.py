@@ -112,7 +112,54 @@ async def test_a_put_waiting_for_room_fails_when_the_producer_closes() -> None:
         # and finds the producer closed.
     assert all(o.result().success for o in first)
     assert len(errors) == 1
-    assert "closed while this put waited for room" in str(errors[0])
+    assert "closed while this put waited" in str(errors[0])
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["put_record", "put_records"])
+async def test_a_put_that_yields_when_exit_starts_is_refused_not_accepted(
+    group: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put passes the closed check, then yields (put_record's periodic checkpoint, or
+    put_records' checkpoint) and exit starts meanwhile: it must raise, not enqueue a record
+    that exit no longer waits for."""
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    reached, gate = anyio.Event(), anyio.Event()
+    real_checkpoint = anyio.lowlevel.checkpoint
+    errors: list[BaseException] = []
+    outcomes: list[object] = []
+
+    async def gated_checkpoint() -> None:
+        reached.set()
+        await gate.wait()
+
+    async def late_put(producer: Producer) -> None:
+        try:
+            if group:
+                outcomes.extend(await producer.put_records(stream="s", records=[("late", b"d")]))
+            else:
+                outcomes.append(
+                    await producer.put_record(stream="s", partition_key="late", data=b"d")
+                )
+        except ProducerClosedError as exc:
+            errors.append(exc)
+
+    async def open_the_gate_later() -> None:
+        await anyio.sleep(0.01)  # by then the producer's exit has begun
+        gate.set()
+
+    async with anyio.create_task_group() as tg:
+        async with Producer(CONFIG, client=fake) as producer:
+            await (await producer.put_record(stream="s", partition_key="k", data=b"d"))
+            producer._puts = 255  # the next put_record takes its periodic checkpoint
+            monkeypatch.setattr(anyio.lowlevel, "checkpoint", gated_checkpoint)
+            tg.start_soon(late_put, producer)
+            await reached.wait()
+            monkeypatch.setattr(anyio.lowlevel, "checkpoint", real_checkpoint)
+            tg.start_soon(open_the_gate_later)
+    assert not outcomes
+    assert len(errors) == 1
+    assert "closed while this put waited" in str(errors[0])
 
 
 async def test_outcome_corners(caplog: pytest.LogCaptureFixture) -> None:

@@ -583,8 +583,12 @@ class Producer:
             if self._room is None:
                 self._room = anyio.Event()
             await self._room.wait()
-            if self._closed:
-                raise ProducerClosedError("the producer closed while this put waited for room")
+            self._check_still_open()
+
+    def _check_still_open(self) -> None:
+        """After every await on a put path: the producer may have closed meanwhile."""
+        if self._closed:
+            raise ProducerClosedError("the producer closed while this put waited")
 
     def _pipeline_of(self, stream: str) -> _Stream:
         """The stream's pipeline, started on its first record."""
@@ -659,6 +663,7 @@ class Producer:
             # A tight loop of puts must let the stages run (sends, deadlines, the shard map);
             # once in a while is enough and keeps the per-record cost low.
             await anyio.lowlevel.checkpoint()
+            self._check_still_open()  # exit may have started while this put yielded
         # Not self._has_room(size), inlined: is there room for one more record?
         if (
             len(self._outstanding) >= self._max_records
@@ -735,6 +740,7 @@ class Producer:
                 f"{self._max_bytes}); put them in smaller groups"
             )
         await anyio.lowlevel.checkpoint()
+        self._check_still_open()
         await self._wait_for_room(size, count)
         return self._enqueue_many(stream, accepted, size)
 
