@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -148,15 +149,14 @@ async def test_a_put_that_yields_when_exit_starts_is_refused_not_accepted(
         await anyio.sleep(0.01)  # by then the producer's exit has begun
         gate.set()
 
-    async with anyio.create_task_group() as tg:
-        async with Producer(CONFIG, client=fake) as producer:
-            await (await producer.put_record(stream="s", partition_key="k", data=b"d"))
-            producer._puts = 255  # the next put_record takes its periodic checkpoint
-            monkeypatch.setattr(anyio.lowlevel, "checkpoint", gated_checkpoint)
-            tg.start_soon(late_put, producer)
-            await reached.wait()
-            monkeypatch.setattr(anyio.lowlevel, "checkpoint", real_checkpoint)
-            tg.start_soon(open_the_gate_later)
+    async with anyio.create_task_group() as tg, Producer(CONFIG, client=fake) as producer:
+        await (await producer.put_record(stream="s", partition_key="k", data=b"d"))
+        producer._puts = 255  # the next put_record takes its periodic checkpoint
+        monkeypatch.setattr(anyio.lowlevel, "checkpoint", gated_checkpoint)
+        tg.start_soon(late_put, producer)
+        await reached.wait()
+        monkeypatch.setattr(anyio.lowlevel, "checkpoint", real_checkpoint)
+        tg.start_soon(open_the_gate_later)
     assert not outcomes
     assert len(errors) == 1
     assert "closed while this put waited" in str(errors[0])
@@ -255,3 +255,38 @@ def test_a_stock_asyncio_loop_gives_time_monotonic_itself() -> None:
     patched.time = lambda: 7.0  # type: ignore[method-assign]
     own = clock_on(patched)
     assert own() == 7.0
+
+
+@pytest.mark.parametrize("foreign", ["asyncio", "trio"])
+async def test_a_put_from_another_thread_is_refused_naming_sync_producer(foreign: str) -> None:
+    """Another thread's event loop calling the producer gets a clear error at once, on either
+    backend, and the producer keeps working for its own loop."""
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    errors: list[BaseException] = []
+
+    async with Producer(CONFIG, client=fake) as producer:
+
+        async def from_elsewhere() -> None:
+            try:
+                await producer.put_record(stream="s", partition_key="k", data=b"d")
+            except RuntimeError as exc:
+                errors.append(exc)
+            try:
+                await producer.flush()
+            except RuntimeError as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(
+            target=anyio.run, args=(from_elsewhere,), kwargs={"backend": foreign}
+        )
+        thread.start()
+        thread.join(10)  # it fails at once, before any await
+        assert not thread.is_alive()
+        result = await (await producer.put_record(stream="s", partition_key="k", data=b"ok"))
+    assert len(errors) == 2
+    for error in errors:
+        assert "another thread" in str(error)
+        assert "aiokpl.SyncProducer" in str(error)
+    assert result.success
+    assert producer.statistics().records_put == 1

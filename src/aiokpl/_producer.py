@@ -22,6 +22,7 @@ import asyncio
 import logging
 import math
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -93,6 +94,7 @@ def _clock_of_running_loop() -> Callable[[], float]:
 # Seconds: a record's arrival is the time of the first put of the millisecond it was put
 # in (at most 1 ms early), so its deadline and expiry err early, never late.
 _STAMP_RESOLUTION = 0.001
+_thread_id = threading.get_ident
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
 
 
@@ -404,6 +406,7 @@ class Producer:
         self._clock: Callable[[], float] = anyio.current_time
         self._sender: Sender | None = None
         self._streams: dict[str, _Stream] = {}
+        self._thread: int | None = None  # the event loop's thread, from __aenter__ on
         self._started = False
         self._closed = False
         self._outstanding: dict[UserRecord, None] = {}
@@ -438,6 +441,7 @@ class Producer:
             self._client_cm = create_client(self.config)
             self._client = await self._client_cm.__aenter__()
         self._clock = _clock_of_running_loop()
+        self._thread = _thread_id()
         if self._sinks:
             await self._open_sinks()
         task_group = anyio.create_task_group()
@@ -567,10 +571,11 @@ class Producer:
     def _accept_stream(self, stream: str) -> None:
         """Check that a put to ``stream`` may go ahead: at once for a stream already in use."""
         try:
-            if stream in self._streams and not self._closed:
+            if stream in self._streams and not self._closed and _thread_id() == self._thread:
                 return  # most puts
         except TypeError:  # unhashable: certainly not a stream name, as the check says
             pass
+        self._check_thread()
         if self._closed:
             raise ProducerClosedError("the producer is closed; create a new one to put records")
         if self._task_group is None:
@@ -584,6 +589,18 @@ class Producer:
                 self._room = anyio.Event()
             await self._room.wait()
             self._check_still_open()
+
+    def _check_thread(self) -> None:
+        """Refuse a call from another thread than the event loop's that entered the producer.
+
+        Its stages are not thread-safe, and a record put from a foreign loop would never get
+        its result (or crash that loop, on trio).
+        """
+        if self._thread is not None and _thread_id() != self._thread:
+            raise RuntimeError(
+                "this Producer runs on the event loop of another thread; call it only from "
+                "that loop. To put records from other threads, use aiokpl.SyncProducer"
+            )
 
     def _check_still_open(self) -> None:
         """After every await on a put path: the producer may have closed meanwhile."""
@@ -653,6 +670,8 @@ class Producer:
             InvalidRecordError: a value is out of its limits (nothing was enqueued).
             InvalidRecordTypeError: an argument has the wrong type.
             ProducerClosedError: the producer has been closed.
+            RuntimeError: called from another thread than the event loop's that entered
+                the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         self._accept_stream(stream)
         key, size, payload, hash_key, ehk = check_user_record(
@@ -688,6 +707,8 @@ class Producer:
             InvalidRecordError: see :meth:`put_record`.
             InvalidRecordTypeError: see :meth:`put_record`.
             ProducerClosedError: the producer has been closed.
+            RuntimeError: called from another thread than the event loop's that entered
+                the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         self._accept_stream(stream)
         key, size, payload, hash_key, ehk = check_user_record(
@@ -730,6 +751,8 @@ class Producer:
                 ``max_outstanding_bytes`` at once; nothing was enqueued.
             InvalidRecordTypeError: a record or one of its fields has the wrong type.
             ProducerClosedError: the producer has been closed.
+            RuntimeError: called from another thread than the event loop's that entered
+                the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         accepted, size = self._accept_many(stream, records)
         count = len(accepted)
@@ -886,6 +909,7 @@ class Producer:
         call (to ``stream``, or to any stream) has its result; retries may make that take
         longer than one request. Bound it with ``anyio.fail_after`` if needed.
         """
+        self._check_thread()
         self._flush_now(stream)
         remaining = sum(
             1 for record in self._outstanding if stream is None or record.stream == stream
