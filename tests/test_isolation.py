@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -221,3 +222,41 @@ async def test_a_probe_goes_alone_and_its_success_releases_the_backlog() -> None
     assert len(starts) == 10
     probe = starts[0]
     assert starts[1:] == pytest.approx([probe + 0.01 * (1 + i // 2) for i in range(9)], abs=EPS)
+
+
+class SlowFor(FakeKinesis):
+    """A fake that takes ``seconds`` to answer each ``PutRecords`` to one stream."""
+
+    def __init__(self, stream: str, seconds: float) -> None:
+        super().__init__()
+        self.slow_stream = stream
+        self.seconds = seconds
+
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        if kwargs.get("StreamName") == self.slow_stream:
+            await anyio.sleep(self.seconds)
+        return await super().put_records(**kwargs)
+
+
+async def test_a_slow_streams_backlog_takes_turns_with_another_stream() -> None:
+    fake = SlowFor("slow", 1.0)
+    fake.add_stream("slow", shard_count=1)
+    fake.add_stream("fast", shard_count=1)
+    config = CONFIG.replace(aggregation_enabled=False, collection_max_count=1, record_ttl_ms=60_000)
+    async with Producer(config, client=fake) as producer:
+        t0 = anyio.current_time()
+        slow = [
+            await producer.put_record(stream="slow", partition_key=f"k{i}", data=b"x")
+            for i in range(20)
+        ]
+        # 2 requests take both connections for 1 s; 18 wait. The fast stream's one request
+        # is sent when the first connection frees, not after the slow stream's backlog.
+        await anyio.sleep(0.01)
+        fast = await (await producer.put_record(stream="fast", partition_key="k", data=b"x"))
+        assert anyio.current_time() == pytest.approx(t0 + 1.0, abs=EPS)
+        assert fast.success
+        assert fast.attempts[0].started_at == pytest.approx(t0 + 1.0, abs=EPS)
+        results = [await outcome for outcome in slow]
+    assert all(result.success for result in results)
+    # The slow stream kept both connections busy otherwise: 20 requests, 2 at a time.
+    assert max(r.attempts[-1].ended_at for r in results) == pytest.approx(t0 + 10.0, abs=EPS)
