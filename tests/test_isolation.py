@@ -260,3 +260,28 @@ async def test_a_slow_streams_backlog_takes_turns_with_another_stream() -> None:
     assert all(result.success for result in results)
     # The slow stream kept both connections busy otherwise: 20 requests, 2 at a time.
     assert max(r.attempts[-1].ended_at for r in results) == pytest.approx(t0 + 10.0, abs=EPS)
+
+
+async def test_requests_held_behind_a_slow_probe_still_expire_at_their_ttl() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    fake.fail_requests(1, stream="s")
+    config = CONFIG.replace(aggregation_enabled=False, collection_max_count=1, max_connections=1)
+    async with Producer(config, client=fake) as producer:
+        await anyio.sleep(1)  # a fresh millisecond: every record shares its stamps
+        t0 = anyio.current_time()
+        outcomes = [
+            await producer.put_record(stream="s", partition_key=f"k{i}", data=b"x")
+            for i in range(5)
+        ]
+        await anyio.sleep(0.01)  # the first request failed; the stream backs off
+        assert producer.statistics().requests_backing_off == 5
+        fake.latency = 5.0  # the probe hangs past the others' TTL (2 s)
+        results = [await outcome for outcome in outcomes]
+    probe = [result for result in results if result.success]
+    expired = [result for result in results if not result.success]
+    assert len(probe) == 1
+    assert probe[0].attempts[-1].ended_at > t0 + 5.0
+    assert len(expired) == 4
+    assert all(result.error_code == "Expired" for result in expired)
+    assert all(r.attempts[-1].started_at == pytest.approx(t0 + TTL, abs=EPS) for r in expired)
