@@ -285,3 +285,18 @@ async def test_requests_held_behind_a_slow_probe_still_expire_at_their_ttl() -> 
     assert len(expired) == 4
     assert all(result.error_code == "Expired" for result in expired)
     assert all(r.attempts[-1].started_at == pytest.approx(t0 + TTL, abs=EPS) for r in expired)
+
+
+@pytest.mark.parametrize("missing", ["list-shards-fails", "no-such-stream"])
+async def test_a_stream_without_a_map_does_not_delay_a_healthy_one(missing: str) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("good", shard_count=2)
+    if missing == "list-shards-fails":
+        fake.add_stream("blind", shard_count=2)
+        fake.fail_requests(10**9, operation="ListShards", stream="blind")
+    async with Producer(CONFIG, client=fake) as producer:
+        timed = await offer(producer, ["blind", "good"], seconds=2 * TTL)
+    assert_healthy(timed, "good")
+    codes = {result.error_code for result in timed.results("blind")}
+    # Without a map the records go unpredicted; without a stream they fail at once.
+    assert codes == ({None} if missing == "list-shards-fails" else {"ResourceNotFoundException"})
