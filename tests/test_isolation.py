@@ -10,6 +10,8 @@ every stream.
 from __future__ import annotations
 
 import math
+import random
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -17,8 +19,9 @@ import anyio
 import pytest
 
 from aiokpl import Config, Producer, RecordResult
+from aiokpl._core.aggregation import decode, is_aggregated
 from aiokpl._outcome import Outcome
-from aiokpl.testing import FakeKinesis
+from aiokpl.testing import FakeKinesis, FaultPlan
 
 pytestmark = pytest.mark.anyio
 
@@ -300,3 +303,50 @@ async def test_a_stream_without_a_map_does_not_delay_a_healthy_one(missing: str)
     codes = {result.error_code for result in timed.results("blind")}
     # Without a map the records go unpredicted; without a stream they fail at once.
     assert codes == ({None} if missing == "list-shards-fails" else {"ResourceNotFoundException"})
+
+
+async def test_many_streams_with_faults_of_their_own_leave_nothing_behind() -> None:
+    # Scripted faults count requests, and a stream sends one probe per backoff period: a few
+    # failures in a row put a stream's backoff beyond the TTL, so how many records expire is
+    # the script's doing. What must hold whatever the mix: every outcome resolves, every
+    # success is stored, and the sender is left with nothing queued, parked or in flight.
+    rng = random.Random(7)
+    fake = FakeKinesis()
+    fake.latency = 0.003
+    fake.faults = FaultPlan(request_failure_rate=0.1, record_failure_rate=0.05, seed=3)
+    streams = [f"s{i}" for i in range(5)]
+    for stream in streams:
+        fake.add_stream(stream, shard_count=2)
+    config = CONFIG.replace(max_connections=3, record_ttl_ms=5000)
+    outcomes: list[tuple[str, bytes, Outcome[RecordResult]]] = []
+    async with Producer(config, client=fake) as producer:
+        for step in range(600):
+            if step % 50 == 0:  # now and then, one stream fails for a while
+                stream = rng.choice(streams)
+                fake.fail_requests(rng.randrange(1, 5), stream=stream)
+                fake.raise_next(ConnectionResetError(), stream=rng.choice(streams))
+            stream = rng.choice(streams)
+            data = b"%d" % step
+            outcome = await producer.put_record(stream=stream, partition_key=f"k{step}", data=data)
+            outcomes.append((stream, data, outcome))
+            await anyio.sleep(rng.choice((0.0, 0.001, 0.005, 0.02)))
+        await producer.flush()
+        statistics = producer.statistics()
+        assert statistics.requests_in_flight == statistics.requests_queued == 0
+        assert statistics.requests_backing_off == 0
+    stored = {
+        stream: {
+            record.data
+            for stored_record in fake.stored_records(stream)
+            for record in (
+                decode(stored_record.data) if is_aggregated(stored_record.data) else [stored_record]
+            )
+        }
+        for stream in streams
+    }
+    codes = Counter(outcome.result().error_code for _, _, outcome in outcomes)
+    assert set(codes) <= {None, "Expired", "InternalFailure"}, codes
+    assert codes[None] > 0
+    for stream, data, outcome in outcomes:
+        if outcome.result().success:
+            assert data in stored[stream]
