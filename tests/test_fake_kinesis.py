@@ -622,6 +622,12 @@ async def test_resharding_errors() -> None:
             "records.2.member.partitionKey",
         ),
         (
+            # 129 emoji: 258 UTF-16 code units, as the service counts (kinesalite too).
+            [{"PartitionKey": "k", "Data": b""}, {"PartitionKey": "\U0001f600" * 129, "Data": b""}],
+            "ValidationException",
+            "records.2.member.partitionKey",
+        ),
+        (
             [{"PartitionKey": "k", "Data": b"", "ExplicitHashKey": "01"}],
             "ValidationException",
             "explicitHashKey",

@@ -20,7 +20,7 @@ import pytest
 
 from aiokpl import Config, Producer, RecordResult
 from aiokpl._core.aggregation import decode, is_aggregated
-from aiokpl._core.retry_policy import FAIL_FAST
+from aiokpl._core.retry_policy import FAIL_FAST, NARROWED
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio
@@ -479,7 +479,9 @@ async def test_fail_fast_code_for_the_request_fails_every_record_without_backoff
     code: str,
 ) -> None:
     fake = FakeKinesis()
-    fake.add_stream("s", shard_count=2)
+    # A request of several Kinesis records refused with a NARROWED code is split instead
+    # (test_one_bad_entry_fails_alone_not_the_whole_request): here one aggregate goes alone.
+    fake.add_stream("s", shard_count=1 if code in NARROWED else 2)
     async with Producer(CONFIG, client=fake) as producer:
         await warm_up(producer, "s")
         fake.fail_requests(1, code=code, message=f"{code} for this call", http_status=400)
@@ -565,3 +567,28 @@ async def test_throttling_stream_delivers_everything_exactly_once_and_settles() 
     assert 9.0 <= elapsed < 9.5
     stored = [data for _, _, data in user_records(fake)]
     assert sorted(stored) == sorted([b""] + [b"%d" % i for i in range(count)])  # once each
+
+
+async def test_one_bad_entry_fails_alone_not_the_whole_request() -> None:
+    """A request refused as a whole (here: one record over the stream's own record size
+    limit, which the producer's Config allows) is split until the bad record is alone; its 40
+    neighbours are delivered, and only it fails, with the service's code."""
+    fake = FakeKinesis()
+    fake.add_stream("s", max_record_size=1000)
+    config = CONFIG.replace(aggregation_enabled=False)
+    async with Producer(config, client=fake) as producer:
+        outcomes = [
+            await producer.put_record(
+                stream="s", partition_key=f"k{i}", data=b"x" * (2000 if i == 17 else 10)
+            )
+            for i in range(41)
+        ]
+        results = [await outcome for outcome in outcomes]
+    bad = results.pop(17)
+    assert all(result.success for result in results)
+    assert not bad.success
+    assert bad.error_code == "InvalidArgumentException"
+    # Halving 41 entries leaves the bad one alone after at most 6 requests.
+    assert 2 <= len(bad.attempts) <= 7
+    assert all(a.error_code == "InvalidArgumentException" for a in bad.attempts)
+    assert len(fake.stored_records("s")) == 40

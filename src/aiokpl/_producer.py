@@ -131,6 +131,11 @@ class StreamStatistics:
             throttling: the configured rates, or what coordination set.
         collecting: Kinesis records in the open ``PutRecords`` request.
         retries: user-record retries so far.
+        expired_unsent: user records that expired queued (in the rate limiter or waiting for
+            a connection), never sent: what the stream could not take in time. They took no
+            share of the rate limit.
+        unmapped_rate: (records/s, bytes/s) of the stream-level limit that records without
+            a predicted shard share (no shard map), or ``None`` if there were none.
     """
 
     stream: str
@@ -144,6 +149,8 @@ class StreamStatistics:
     collecting: int
     retries: int
     ceilings_by_shard: dict[str, tuple[float, float]] = field(default_factory=dict)
+    expired_unsent: int = 0
+    unmapped_rate: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +170,8 @@ class ProducerStatistics:
         streams: per-stream snapshots.
         failure_callbacks_pending: async ``Config.on_record_failure`` calls queued or running.
         failure_callback_errors: exceptions ``Config.on_record_failure`` raised so far.
+        records_expired_unsent: of ``records_failed``, records that expired queued in the
+            producer, never sent (every stream's ``expired_unsent``).
         requests_backing_off: requests held back, without a connection, while their stream
             backs off after request-level failures (or waits for the answer to the one
             request it sends first when its backoff ends).
@@ -180,16 +189,36 @@ class ProducerStatistics:
     streams: tuple[StreamStatistics, ...]
     failure_callbacks_pending: int = 0
     failure_callback_errors: int = 0
+    records_expired_unsent: int = 0
     requests_backing_off: int = 0
+
+
+# Seconds between two warnings that a stream is offered more than it takes.
+OVERLOAD_LOG_INTERVAL = 60.0
 
 
 class _Stream:
     """The pipeline of one stream: its shard map, aggregator, limiter, collector and retrier."""
 
-    __slots__ = ("aggregator", "collector", "limiter", "retrier", "shard_map", "stream")
+    __slots__ = (
+        "_clock",
+        "_overload_logged_at",
+        "_overload_since_log",
+        "_ttl_ms",
+        "aggregator",
+        "collector",
+        "limiter",
+        "retrier",
+        "shard_map",
+        "stream",
+    )
 
     def __init__(self, producer: Producer, stream: str) -> None:
         config = producer.config
+        self._clock = producer._clock
+        self._ttl_ms = config.record_ttl_ms
+        self._overload_logged_at = -math.inf
+        self._overload_since_log = 0
         assert producer._task_group is not None
         self.stream = stream
         self.shard_map = ShardMap(
@@ -225,6 +254,9 @@ class _Stream:
             records_per_second=config.rate_limit_records_per_sec_per_shard,
             bytes_per_second=config.rate_limit_bytes_per_sec_per_shard,
             drain_interval=config.drain_interval_ms / 1000,
+            # What a record needs to live on at admission to reach the wire in time: the
+            # collector's grace, plus one drain interval of slack for the event loop.
+            send_margin=grace + config.drain_interval_ms / 1000,
         )
         self.aggregator = Aggregator(
             self.shard_map,
@@ -250,6 +282,7 @@ class _Stream:
                 retry_delay=buffered / 2,
             ),
             metrics=producer._metrics,
+            resend=lambda records: sender.submit(self.retrier, records),
         )
         if coordinator is not None:
             coordinator.attach(stream, self.limiter)
@@ -257,6 +290,21 @@ class _Stream:
 
     def _expire_in_limiter(self, record: KinesisRecord) -> None:
         self.retrier.expire(record, "rate limiter")
+        # The stream is offered more than its shards take: say so, once a minute at most.
+        self._overload_since_log += len(record.records)
+        now = self._clock()
+        if now - self._overload_logged_at >= OVERLOAD_LOG_INTERVAL:
+            logger.warning(
+                "stream %r is offered more than its shards take: %d records expired waiting "
+                "in the rate limiter (record_ttl_ms=%d) since %s; send less, add shards, or "
+                "lower max_outstanding_records so that put_record waits instead",
+                self.stream,
+                self._overload_since_log,
+                self._ttl_ms,
+                "the last warning" if self._overload_logged_at > -math.inf else "it started",
+            )
+            self._overload_logged_at = now
+            self._overload_since_log = 0
 
     def flush(self, now: float) -> None:
         self.aggregator.flush()
@@ -278,6 +326,8 @@ class _Stream:
             collecting=self.collector.buffered_records,
             retries=self.retrier.retries,
             ceilings_by_shard={s: sl.ceiling for s, sl in limiter.shards.items()},
+            expired_unsent=self.retrier.expired,
+            unmapped_rate=limiter.unmapped.rates if limiter.unmapped is not None else None,
         )
 
 
@@ -592,7 +642,8 @@ class Producer:
 
         Args:
             stream: the stream name.
-            partition_key: 1 … 256 characters; decides the shard unless ``explicit_hash_key``.
+            partition_key: 1 … 256 UTF-16 code units (an emoji counts 2); decides the
+                shard unless ``explicit_hash_key``.
             data: the payload; ``len(data)`` + the key's UTF-8 length must fit
                 ``Config.max_record_size``.
             explicit_hash_key: a decimal hash key (0 … 2**128 - 1) choosing the shard.
@@ -909,6 +960,7 @@ class Producer:
             streams=tuple(p.statistics() for p in self._streams.values()),
             failure_callbacks_pending=self._failures.pending,
             failure_callback_errors=self._failures.callback_errors,
+            records_expired_unsent=sum(p.retrier.expired for p in self._streams.values()),
             requests_backing_off=sender.backing_off if sender else 0,
         )
 

@@ -471,7 +471,8 @@ class SyncProducer:
 
         Args:
             stream: the stream name.
-            partition_key: 1 … 256 characters; decides the shard unless ``explicit_hash_key``.
+            partition_key: 1 … 256 UTF-16 code units (an emoji counts 2); decides the
+                shard unless ``explicit_hash_key``.
             data: the payload; ``len(data)`` + the key's UTF-8 length must fit
                 ``Config.max_record_size``.
             explicit_hash_key: a decimal hash key (0 … 2**128 - 1) choosing the shard.

@@ -18,7 +18,7 @@ What it models faithfully:
   10000), ``NextToken`` valid for 300 seconds and only alone (with ``MaxResults`` at most): with
   ``StreamName``, ``StreamARN``, ``ShardFilter``, ``ExclusiveStartShardId`` or
   ``StreamCreationTimestamp`` it is an ``InvalidArgumentException``, as on the service;
-* **validation**: 1 … 500 records, partition keys of 1 … 256 characters, explicit hash keys
+* **validation**: 1 … 500 records, partition keys of 1 … 256 UTF-16 code units, explicit hash keys
   in range, records within the stream's maximum record size (partition key plus data, 1 MiB
   unless raised), requests within 5 MiB; model constraints answer ``ValidationException``, the
   service's own rules ``InvalidArgumentException``; unknown streams and shards
@@ -66,7 +66,7 @@ from typing import Any, NamedTuple
 import anyio
 import anyio.lowlevel
 
-from ._core.hashing import MAX_HASH_KEY, hash_key_of
+from ._core.hashing import MAX_HASH_KEY, hash_key_of, partition_key_length
 from ._core.shards import ShardRange, ShardTable
 from ._core.token_bucket import TokenBucket
 from ._kinesis import client_error
@@ -1842,7 +1842,7 @@ def _check_entry(entry: object, parameter: str, field: str) -> tuple[str, bytes,
             f"value: {explicit_hash_key!r}, type: {type(explicit_hash_key)}, "
             "valid types: <class 'str'>"
         )
-    length = len(partition_key)
+    length = partition_key_length(partition_key)  # UTF-16 code units, as the service counts
     if length < 1:
         raise _validation(
             partition_key, f"{field}partitionKey", "have length greater than or equal to 1"
