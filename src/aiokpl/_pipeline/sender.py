@@ -32,9 +32,11 @@ stream costs one request and at most one connection per backoff period (100 ms d
 5 s), the backoff grows one step per period as designed, and a recovered stream loses one
 request's round trip before its backlog flows again.
 
-Two checks the KPL does not make (``sender.cc`` sends whatever the collector hands it): the
-backoff above, and records whose TTL passed while they queued here fail as ``"Expired"``
-instead of being sent.
+The KPL (``pipeline.h``, ``send_put_records_request``) hands every request to the SDK's
+client at once; its pool of ``MaxConnections`` serves them first come, first served, whatever
+their stream, and nothing backs off. Three things we do that it does not: the lanes and their
+turns, the backoff above, and records whose TTL passed while they queued here fail as
+``"Expired"`` instead of being sent.
 
 What round-robin cannot do: take back a connection already in use. A stream whose requests
 hang holds the connections it took until ``request_timeout_ms``; from its first failure on it
