@@ -65,7 +65,7 @@ def test_rows_show_type_default_range_and_kpl_name(hooks: ModuleType) -> None:
     assert "exactly as sent" in size.meaning
     assert rows["max_outstanding_bytes"].default == "256 MiB"
     assert rows["max_outstanding_bytes"].allowed == "1 … 64 GiB"
-    assert rows["rate_limit_records_per_sec_per_shard"].allowed == "> 0, finite"
+    assert rows["rate_limit_records_per_sec_per_shard"].allowed == "≥ 1, finite"
     assert rows["rate_limit_records_per_sec_per_shard"].kpl == "`RateLimit`"
     assert rows["http_backend"].allowed == "`'auto'`, `'aiohttp'`, `'httpx'`"
     assert rows["verify_ssl"].allowed == "`True`, `False`"

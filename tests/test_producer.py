@@ -417,7 +417,7 @@ async def test_flush_returns_when_earlier_records_have_results() -> None:
     fake = FakeKinesis()
     fake.add_stream("a")
     fake.add_stream("b")
-    config = CONFIG.replace(record_max_buffered_time_ms=60_000)
+    config = CONFIG.replace(record_max_buffered_time_ms=60_000, record_ttl_ms=120_000)
     async with Producer(config, client=fake) as producer:
         t0 = anyio.current_time()
         in_a = [

@@ -383,7 +383,7 @@ from aiokpl.testing import FakeKinesis
 
 fake = FakeKinesis()
 fake.add_stream("s")
-config = Config(region="us-east-1", record_max_buffered_time_ms=3_600_000)
+config = Config(region="us-east-1", record_max_buffered_time_ms=3_600_000, record_ttl_ms=7_200_000)
 producer = SyncProducer(config, client=fake, backend={backend!r})
 futures = [producer.put_record(stream="s", partition_key=str(i), data=b"d") for i in range(50)]
 print("pending:", sum(not f.done() for f in futures), flush=True)
