@@ -4,8 +4,9 @@ Per stream, a record flows ShardMap (prediction) → Aggregator → Limiter → 
 Retrier, and from the retrier either to its outcome or back to the aggregator. Everything up
 to the sender is synchronous: ``put_record`` runs the record through the aggregator (and, when
 a batch fills, further) in the caller's task, without locks, tasks or timers per record. The
-producer's own tasks are: one scheduler serving all deadlines, one task per in-flight request
-(at most ``max_connections``), and one shard-map refresh per stream while it runs.
+producer's own tasks are: one scheduler serving all deadlines (a stream's backoff included),
+one task per connection in use (at most ``max_connections``), and one shard-map refresh per
+stream while it runs.
 
 Invariants:
 
@@ -173,6 +174,9 @@ class ProducerStatistics:
         failure_callback_errors: exceptions ``Config.on_record_failure`` raised so far.
         records_expired_unsent: of ``records_failed``, records that expired queued in the
             producer, never sent (every stream's ``expired_unsent``).
+        requests_backing_off: requests held back, without a connection, while their stream
+            backs off after request-level failures (or waits for the answer to the one
+            request it sends first when its backoff ends).
     """
 
     outstanding_records: int
@@ -188,6 +192,7 @@ class ProducerStatistics:
     failure_callbacks_pending: int = 0
     failure_callback_errors: int = 0
     records_expired_unsent: int = 0
+    requests_backing_off: int = 0
 
 
 # Seconds between two warnings that a stream is offered more than it takes.
@@ -452,6 +457,7 @@ class Producer:
             self._client,
             task_group,
             self._clock,
+            self._scheduler,
             max_connections=self.config.max_connections,
             request_timeout=self.config.request_timeout_ms / 1000,
         )
@@ -985,6 +991,7 @@ class Producer:
             failure_callbacks_pending=self._failures.pending,
             failure_callback_errors=self._failures.callback_errors,
             records_expired_unsent=sum(p.retrier.expired for p in self._streams.values()),
+            requests_backing_off=sender.backing_off if sender else 0,
         )
 
     def __repr__(self) -> str:
