@@ -26,7 +26,16 @@ def test_quick_benchmark_runs_and_reports_every_scenario(tmp_path: Path) -> None
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
     text = json.dumps(report)
-    for scenario in ("pipeline", "metrics", "codec", "saturation", "latency", "memory", "sync"):
+    for scenario in (
+        "pipeline",
+        "metrics",
+        "codec",
+        "saturation",
+        "latency",
+        "memory",
+        "sync",
+        "isolation",
+    ):
         assert scenario in text, scenario
 
 
