@@ -592,3 +592,37 @@ async def test_one_bad_entry_fails_alone_not_the_whole_request() -> None:
     assert 2 <= len(bad.attempts) <= 7
     assert all(a.error_code == "InvalidArgumentException" for a in bad.attempts)
     assert len(fake.stored_records("s")) == 40
+
+
+async def test_no_credentials_fails_at_once_saying_where_they_are_looked_for() -> None:
+    import botocore.exceptions
+
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        fake.raise_next(botocore.exceptions.NoCredentialsError())
+        t0 = anyio.current_time()
+        result = await put(producer, b"d")
+    (attempt,) = result.attempts
+    assert attempt.error_code == "NoCredentialsError"
+    assert "AWS_ACCESS_KEY_ID" in (attempt.error_message or "")
+    assert attempt.ended_at == pytest.approx(t0 + SEND, abs=EPS)  # no retry until the TTL
+
+
+async def test_an_expired_token_is_retried_after_a_backoff_then_fails() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        fake.fail_requests(2, code="ExpiredTokenException", message="expired", http_status=400)
+        refreshed = await put(producer, b"refreshed")
+        fake.fail_requests(10, code="ExpiredTokenException", message="expired", http_status=400)
+        stale = await put(producer, b"stale")
+    # Credentials renewed meanwhile: the third attempt goes through.
+    assert refreshed.success
+    assert [a.error_code for a in refreshed.attempts] == ["ExpiredTokenException"] * 2 + [None]
+    # Never renewed: three attempts, then it fails with the code, long before its TTL.
+    assert not stale.success
+    assert [a.error_code for a in stale.attempts] == ["ExpiredTokenException"] * 3
+    assert stale.attempts[-1].ended_at - stale.attempts[0].started_at < 5.0

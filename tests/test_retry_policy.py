@@ -11,6 +11,8 @@ from aiokpl._core.aggregation import AggregateBuilder
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.records import IN_AGGREGATE, KinesisRecord
 from aiokpl._core.retry_policy import (
+    EXPIRED_TOKEN,
+    EXPIRED_TOKEN_ATTEMPTS,
     FAIL_FAST,
     NARROWED,
     THROTTLED,
@@ -252,6 +254,16 @@ def test_a_split_request_fails_its_expired_records() -> None:
     assert decisions.resend[0][0].records == [young]
     assert decisions.failed == [old]
     assert [a.error_code for a in old.attempts] == ["ValidationException", "Expired"]
+
+
+def test_an_expired_token_is_retried_a_bounded_number_of_times() -> None:
+    record = user_record(5)
+    for attempt in range(1, EXPIRED_TOKEN_ATTEMPTS):
+        decisions = run([kinesis_record(record)], (EXPIRED_TOKEN, "The security token expired"))
+        assert decisions.retry == [record], attempt
+    decisions = run([kinesis_record(record)], (EXPIRED_TOKEN, "The security token expired"))
+    assert decisions.failed == [record]
+    assert [a.error_code for a in record.attempts] == [EXPIRED_TOKEN] * EXPIRED_TOKEN_ATTEMPTS
 
 
 def test_request_error_retries_every_record() -> None:

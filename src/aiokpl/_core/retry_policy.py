@@ -27,6 +27,8 @@ unknown), aggregation on                                              invalidate
 the same, aggregation off (a raw record lands where Kinesis routes    succeed; invalidate
 it, which is always right)
 record failed with a ``FAIL_FAST`` code                               fail
+``ExpiredTokenException`` (request or record) for the third time      fail (else retry, after
+                                                                      the request backoff)
 record throttled and ``fail_if_throttled``                            fail
 record failed with any other code                                     retry
 ====================================================================  ==========================
@@ -65,6 +67,12 @@ __all__ = (
 )
 
 THROTTLED = "ProvisionedThroughputExceededException"
+EXPIRED_TOKEN = "ExpiredTokenException"
+EXPIRED_TOKEN_ATTEMPTS = 3
+"""Attempts a record may make that end in ``ExpiredTokenException``: refreshable credentials
+(a role, SSO) are renewed by botocore as a request is signed, so a retry after a backoff can
+succeed; static credentials with an expired session token never will, and fail after this
+many."""
 WRONG_SHARD = "Wrong Shard"
 EXPIRED = "Expired"
 
@@ -80,6 +88,13 @@ FAIL_FAST = frozenset(
         "ValidationException",
         "InvalidArgumentException",
         "UnrecognizedClientException",
+        # Credentials that signed wrongly or not at all: resending the same cannot help. A
+        # clock more than 5 minutes off gives InvalidSignatureException ("Signature expired")
+        # too, and botocore does not correct skew: the message says so.
+        "InvalidSignatureException",
+        "IncompleteSignature",
+        "MissingAuthenticationTokenException",
+        "NoCredentialsError",
         "KMSAccessDeniedException",
         "KMSDisabledException",
         "KMSInvalidStateException",
@@ -160,7 +175,11 @@ def _fail_or_retry(
     policy: RetryPolicy,
 ) -> None:
     record.add_attempt(Attempt(started, ended, started - record.last_end, False, code, message))
-    if code in FAIL_FAST or (code == THROTTLED and policy.fail_if_throttled):
+    if (
+        code in FAIL_FAST
+        or (code == THROTTLED and policy.fail_if_throttled)
+        or (code == EXPIRED_TOKEN and _expired_token_attempts(record) >= EXPIRED_TOKEN_ATTEMPTS)
+    ):
         decisions.failed.append(record)
     elif now >= record.expires_at:
         record.add_attempt(
@@ -170,6 +189,10 @@ def _fail_or_retry(
     else:
         record.set_deadline(now + policy.retry_delay)
         decisions.retry.append(record)
+
+
+def _expired_token_attempts(record: UserRecord) -> int:
+    return sum(1 for attempt in record.attempts if attempt.error_code == EXPIRED_TOKEN)
 
 
 def classify(
