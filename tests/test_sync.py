@@ -395,6 +395,26 @@ print("pending:", sum(not f.done() for f in futures), flush=True)
     assert done.stdout.splitlines() == ["pending: 50", "resolved: True"]
 
 
+def test_a_producer_closed_at_interpreter_exit_says_what_failed(backend: str) -> None:
+    script = f"""
+from aiokpl import Config, SyncProducer
+from aiokpl.testing import FakeKinesis
+
+fake = FakeKinesis()
+fake.add_stream("s")
+fake.fail_requests(10**6, code="InternalFailure", message="down", http_status=500)
+config = Config(region="us-east-1", record_ttl_ms=1_000)
+producer = SyncProducer(config, client=fake, backend={backend!r})
+futures = [producer.put_record(stream="s", partition_key=str(i), data=b"d") for i in range(7)]
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "SyncProducer still open at interpreter exit was closed" in done.stderr
+    assert "of 7 records put, 0 were delivered and 7 failed" in done.stderr
+
+
 def test_a_failing_loop_still_resolves_every_future(
     backend: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

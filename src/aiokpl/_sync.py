@@ -678,3 +678,17 @@ def _close_forgotten() -> None:
             producer.close()
         except Exception:  # pragma: no cover - nothing can be raised to anyone at exit
             logger.exception("closing a SyncProducer at exit failed")
+            continue
+        # Nobody may be left to look at the futures: say what failed.
+        statistics = producer.statistics()
+        if statistics.records_failed:
+            logger.warning(
+                "a SyncProducer still open at interpreter exit was closed: of %d records put, "
+                "%d were delivered and %d failed (%d of them expired before they could be "
+                "sent); each future holds its record's result and error code. Close the "
+                "producer yourself (or use Config.on_record_failure) to handle failures",
+                statistics.records_put,
+                statistics.records_succeeded,
+                statistics.records_failed,
+                statistics.records_expired_unsent,
+            )
