@@ -454,6 +454,7 @@ def test_dead_letters_file_is_created_on_the_first_entry(tmp_path: Path) -> None
         partition_key="k",
         explicit_hash_key="7",
         data=b"\xff\x00",
+        outcome_unknown=True,
     )
     dead_letters.write(
         source="-",
@@ -474,6 +475,7 @@ def test_dead_letters_file_is_created_on_the_first_entry(tmp_path: Path) -> None
             "error_code": "Expired",
             "error_message": "record_ttl_ms elapsed",
             "attempts": 4,
+            "outcome_unknown": True,
             "partition_key": "k",
             "explicit_hash_key": "7",
             "data": "/wA=",
@@ -485,6 +487,7 @@ def test_dead_letters_file_is_created_on_the_first_entry(tmp_path: Path) -> None
             "error_code": "LineTooLong",
             "error_message": "long",
             "attempts": 0,
+            "outcome_unknown": False,
             "partition_key": None,
             "explicit_hash_key": None,
             "data": None,

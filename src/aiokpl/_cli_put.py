@@ -216,6 +216,8 @@ class DeadLetters:
 
     Each entry has: ``source`` (the file name, ``-`` for stdin), ``line``, ``error_code``,
     ``error_message``, ``attempts`` (0 for a line rejected before it was sent),
+    ``outcome_unknown`` (true when the record may be in the stream all the same: replaying it
+    can store it twice),
     ``partition_key`` and ``explicit_hash_key`` (``null`` when the line never became a record),
     ``data`` and ``data_encoding`` (``"text"``, or ``"base64"`` when the bytes are not UTF-8;
     the whole line when it never became a record, ``null`` for a line over the length limit).
@@ -237,6 +239,7 @@ class DeadLetters:
         partition_key: str | None,
         explicit_hash_key: str | None,
         data: bytes | None,
+        outcome_unknown: bool = False,
     ) -> None:
         """Append one entry."""
         text, encoding = encode_data(data) if data is not None else (None, None)
@@ -246,6 +249,7 @@ class DeadLetters:
             "error_code": code,
             "error_message": message,
             "attempts": attempts,
+            "outcome_unknown": outcome_unknown,
             "partition_key": partition_key,
             "explicit_hash_key": explicit_hash_key,
             "data": text,
@@ -446,6 +450,7 @@ class PutRun:
             code=code,
             message=result.error_message or "",
             attempts=len(result.attempts),
+            outcome_unknown=result.outcome_unknown,
             partition_key=record.partition_key,
             explicit_hash_key=record.explicit_hash_key,
             data=record.data,

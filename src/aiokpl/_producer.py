@@ -569,8 +569,23 @@ class Producer:
         now = self._clock()
         # Records already failed and held for their on_record_failure keep their result.
         records = [record for record in self._outstanding if not record._done]
+        sender = self._sender
+        in_flight = {
+            user
+            for kinesis_record in (sender.unanswered() if sender is not None else ())
+            for user in kinesis_record.records
+        }
+        unknown = (
+            f"{message}; its request was sent and no answer was read, so it may be in the stream"
+        )
         for record in records:
-            record.add_attempt(Attempt(now, now, now - record.last_end, False, code, message))
+            if record in in_flight:
+                attempt = Attempt(
+                    now, now, now - record.last_end, False, code, unknown, outcome_unknown=True
+                )
+            else:
+                attempt = Attempt(now, now, now - record.last_end, False, code, message)
+            record.add_attempt(attempt)
         self._finish(records, False)
 
     # --- putting --------------------------------------------------------------------------

@@ -76,6 +76,10 @@ many."""
 WRONG_SHARD = "Wrong Shard"
 EXPIRED = "Expired"
 
+UNKNOWN_OUTCOME = frozenset({"Internal", "RecordCountMismatch"})
+"""The producer's codes for a request sent and never properly answered (a timeout, a lost
+connection, a malformed answer): Kinesis may have stored its records all the same."""
+
 NARROWED = frozenset({"ValidationException", "InvalidArgumentException"})
 """Request-level codes that one bad entry can cause: a request of several Kinesis records
 failing with one of these is split in two and each half resent as it is, until the entry at
@@ -174,7 +178,17 @@ def _fail_or_retry(
     now: float,
     policy: RetryPolicy,
 ) -> None:
-    record.add_attempt(Attempt(started, ended, started - record.last_end, False, code, message))
+    record.add_attempt(
+        Attempt(
+            started,
+            ended,
+            started - record.last_end,
+            False,
+            code,
+            message,
+            outcome_unknown=code in UNKNOWN_OUTCOME,
+        )
+    )
     if (
         code in FAIL_FAST
         or (code == THROTTLED and policy.fail_if_throttled)

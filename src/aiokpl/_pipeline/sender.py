@@ -173,6 +173,9 @@ class Sender:
         # One lane per stream, kept for the producer's life (as its stream pipelines are).
         self._lanes: dict[Destination, _Lane] = {}
         self._ring: deque[_Lane] = deque()
+        # Requests sent and not answered yet, by id: what is left here when the sending
+        # tasks are cancelled was in flight, its outcome unknown.
+        self._unanswered: dict[int, list[KinesisRecord]] = {}
         self.in_flight = 0
         self.requests_sent = 0
         self.requests_failed = 0
@@ -192,6 +195,11 @@ class Sender:
             f"<Sender in_flight={self.in_flight}/{self._max_connections} queued={self.queued} "
             f"backing_off={self.backing_off} streams={len(self._lanes)}>"
         )
+
+    def unanswered(self) -> list[KinesisRecord]:
+        """Kinesis records of requests sent and not answered: after the sending tasks were
+        cancelled (the producer's exit), those whose outcome is unknown."""
+        return [record for records in self._unanswered.values() for record in records]
 
     def submit(self, destination: Destination, records: list[KinesisRecord]) -> None:
         """Send ``records`` to ``destination.stream`` when a connection is free for its turn."""
@@ -342,6 +350,9 @@ class Sender:
         entries = [record.entry() for record in records]
         started = self._clock()
         answer: object = ("Internal", f"request timed out after {self._request_timeout:g} s")
+        unanswered = self._unanswered
+        key = id(records)
+        unanswered[key] = records  # stays there if this task is cancelled in the call
         with anyio.move_on_after(self._request_timeout):
             try:
                 answer = await self._client.put_records(
@@ -349,6 +360,7 @@ class Sender:
                 )
             except Exception as exc:
                 answer = error_of(exc)
+        del unanswered[key]
         self.requests_sent += 1
         result: dict[str, Any] | tuple[str, str]
         if isinstance(answer, dict):
