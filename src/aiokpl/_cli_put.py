@@ -547,7 +547,7 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         "--explicit-hash-key-field",
         type=FieldPath.parse,
         metavar="PATH",
-        help="explicit hash key from this JSON field: a decimal string or an integer, 0 … 2**128-1",
+        help="explicit hash key from this JSON field: a decimal string or an integer, 0 … 2¹²⁸−1",
     )
     records.add_argument(
         "--data-field",
