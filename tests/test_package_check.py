@@ -234,3 +234,16 @@ def test_pyproject_publishes_no_development_extra(check: ModuleType) -> None:
     assert set(check.REQUIRED_URLS) <= set(urls)
     assert all(url.startswith(check.repository_url()) for url in urls.values()), urls
     assert check.repository_url() == REPOSITORY
+
+
+def test_the_installed_check_finds_a_package_from_elsewhere(
+    check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if this interpreter's virtualenv were tmp_path: aiokpl comes from somewhere else, and
+    # its version is not the wheel's. The command line's help still runs.
+    (tmp_path / "aiokpl-9.9.9-py3-none-any.whl").write_bytes(b"")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    found = check.installed_problems(tmp_path)
+    assert len([p for p in found if "not from the virtualenv" in p]) == 4, found
+    assert f"aiokpl.__version__ is {VERSION}, the wheel 9.9.9" in found
+    assert len(found) == 5, found
