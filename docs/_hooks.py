@@ -300,7 +300,8 @@ def render_cli_commands() -> str:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for choice in action._choices_actions:
-                lines.append(f"| [`aiokpl {choice.dest}`](#aiokpl-{choice.dest}) | {choice.help} |")
+                meaning = _help_text(choice, parser.prog)
+                lines.append(f"| [`aiokpl {choice.dest}`](#aiokpl-{choice.dest}) | {meaning} |")
     return "\n".join(lines)
 
 
@@ -320,11 +321,38 @@ def render_cli_placeholder(kind: str, args: str) -> str:
     raise CliDocError(f"unknown placeholder <!-- cli-{kind}: {args} -->")
 
 
-def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    """mkdocs event: replace the placeholder lines with what they stand for."""
-    if PLACEHOLDER in markdown:
-        markdown = markdown.replace(PLACEHOLDER, render_table())
+_FENCE = re.compile(r"^[ \t]*(```|~~~)")
+
+
+def _replace_placeholders(text: str) -> str:
+    if PLACEHOLDER in text:
+        text = text.replace(PLACEHOLDER, render_table())
     return CLI_PLACEHOLDER.sub(
         lambda match: render_cli_placeholder(match.group("kind"), match.group("args") or ""),
-        markdown,
+        text,
     )
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    """mkdocs event: replace the placeholder lines with what they stand for.
+
+    Inside fenced code blocks, a placeholder is shown as it is (the contributing page does).
+    """
+    parts: list[str] = []
+    outside: list[str] = []
+    fence: str | None = None
+    for line in markdown.splitlines(keepends=True):
+        opening = _FENCE.match(line)
+        if fence is None and opening is not None:
+            parts.append(_replace_placeholders("".join(outside)))
+            outside = []
+            fence = opening.group(1)
+            parts.append(line)
+        elif fence is not None:
+            parts.append(line)
+            if line.strip().startswith(fence) and line.strip().strip(fence[0]) == "":
+                fence = None
+        else:
+            outside.append(line)
+    parts.append(_replace_placeholders("".join(outside)))
+    return "".join(parts)

@@ -106,6 +106,12 @@ def test_a_placeholder_naming_nothing_stops_the_build(hooks: ModuleType) -> None
     ]:
         with pytest.raises(hooks.CliDocError, match=message):
             hooks.on_page_markdown(f"# Page\n\n{line}\n")
-    # Mentioned inside a sentence or a code span, a placeholder is left alone.
+    # Mentioned inside a sentence, a code span or a fenced block, a placeholder is left alone.
     prose = "Write `<!-- cli-usage: put -->` on a line of its own.\n"
     assert hooks.on_page_markdown(prose) == prose
+    fenced = "Text.\n\n```markdown\n<!-- cli-usage: put -->\n```\n\n<!-- cli-usage: demo -->\n"
+    rendered = hooks.on_page_markdown(fenced)
+    assert rendered.startswith("Text.\n\n```markdown\n<!-- cli-usage: put -->\n```\n\n```text")
+    assert "aiokpl demo [-h]" in rendered
+    contributing = (ROOT / "docs" / "contributing.md").read_text(encoding="utf-8")
+    assert "<!-- cli-options: put producer -->" in hooks.on_page_markdown(contributing)
