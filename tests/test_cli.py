@@ -582,7 +582,9 @@ def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    assert all(name in out for name in ("demo", "put", "tail", "--endpoint-url", "--backend"))
+    assert all(
+        name in out for name in ("demo", "put", "tail", "coordinate", "--endpoint-url", "--backend")
+    )
     with pytest.raises(SystemExit):
         main(["put", "--help"])
     out = capsys.readouterr().out
