@@ -1,8 +1,15 @@
-# The two commands the README gives: `make test` and `make demo`. Both bootstrap .venv.
+# The two commands the README gives: `make test` and `make demo`. Both bootstrap .venv, each
+# with only what it needs: `make demo` the package and its `demo` extra (moto's server);
+# `make test` the extras and the `dev` dependency group (pyproject.toml), added to the same .venv.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-dev
+# Dependency groups (`pip install --group`) need pip 25.1 or newer; a new venv's pip is older.
+PIP_MIN := 25.1
+PIP_STAMP := $(VENV)/.pip-$(PIP_MIN)
+DEV_STAMP := $(VENV)/.installed-dev
+DEMO_STAMP := $(VENV)/.installed-demo
+DEV_EXTRAS := trio,otel,prometheus,demo
 # kinesalite, the second local Kinesis of the integration tests: an npm package, installed once
 # into a cache folder (in-memory store only, so no optional native LevelDB build).
 NPM ?= npm
@@ -10,22 +17,32 @@ KINESALITE_VERSION := 3.3.3
 KINESALITE_DIR := .cache/kinesalite
 KINESALITE_STAMP := $(KINESALITE_DIR)/.installed-$(KINESALITE_VERSION)
 LINT_PATHS := src tests $(wildcard bench) docs/_hooks.py
+# `make package`: the built wheel and sdist, and the clean virtualenv the wheel is tried in.
+DIST := dist
+PACKAGE_VENV := .cache/package-venv
 
-.PHONY: test demo lint typecheck pytest kinesalite docs coverage bench clean
+.PHONY: test demo lint typecheck pytest kinesalite docs package coverage bench clean
 
-$(STAMP): pyproject.toml
+$(PIP_STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	$(PY) -m pip install --quiet --upgrade 'pip>=$(PIP_MIN)'
+	touch $(PIP_STAMP)
 
-test: lint typecheck pytest docs
+$(DEV_STAMP): pyproject.toml | $(PIP_STAMP)
+	$(PY) -m pip install --quiet -e '.[$(DEV_EXTRAS)]' --group dev
+	touch $(DEV_STAMP)
 
-lint: $(STAMP)
+$(DEMO_STAMP): pyproject.toml | $(PIP_STAMP)
+	$(PY) -m pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+test: lint typecheck package pytest docs
+
+lint: $(DEV_STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m ruff format --check $(LINT_PATHS)
 
-typecheck: $(STAMP)
+typecheck: $(DEV_STAMP)
 	$(PY) -m mypy
 
 $(KINESALITE_STAMP):
@@ -35,7 +52,7 @@ $(KINESALITE_STAMP):
 
 kinesalite: $(KINESALITE_STAMP)
 
-pytest: $(STAMP) $(KINESALITE_STAMP)
+pytest: $(DEV_STAMP) $(KINESALITE_STAMP)
 	$(PY) -m coverage erase
 	$(PY) -m coverage run -m pytest
 	@echo "--- branch coverage of the pure core (src/aiokpl/_core) ---"
@@ -43,14 +60,29 @@ pytest: $(STAMP) $(KINESALITE_STAMP)
 	@echo "--- branch coverage of the whole package ---"
 	$(PY) -m coverage report --skip-covered
 
-docs: $(STAMP)
+docs: $(DEV_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
 
-demo: $(STAMP)
+# What a user gets: build the sdist and, from it, the wheel (each in an isolated build
+# environment, as a user's pip would); check their metadata as PyPI would (twine) and as this
+# project promises (tests/package_check.py); install the wheel, no extras, into a new
+# virtualenv and, outside the source tree, import it and run the command line's help.
+package: $(DEV_STAMP)
+	rm -rf $(DIST) $(PACKAGE_VENV)
+	$(PY) -m build --outdir $(DIST) .
+	$(PY) -m twine check --strict $(DIST)/*
+	$(PY) tests/package_check.py metadata $(DIST)
+	$(PYTHON) -m venv $(PACKAGE_VENV)
+	$(PACKAGE_VENV)/bin/python -m pip install --quiet $(DIST)/*.whl
+	cd $(PACKAGE_VENV) && env -u PYTHONPATH ./bin/python -I $(CURDIR)/tests/package_check.py \
+		installed $(CURDIR)/$(DIST)
+
+demo: $(DEMO_STAMP)
 	$(PY) -m aiokpl demo
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) site .coverage .pytest_cache .mypy_cache .ruff_cache .hypothesis $(KINESALITE_DIR)
+	rm -rf $(VENV) site $(DIST) .coverage .pytest_cache .mypy_cache .ruff_cache .hypothesis \
+		$(KINESALITE_DIR) $(PACKAGE_VENV)

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import _load, codec, latency, memory, metrics, pipeline, saturation, sync
+from . import _load, codec, isolation, latency, memory, metrics, pipeline, saturation, sync
 from .report import DEFAULT_JSON, Row, ScenarioResult, format_table, machine, write_json
 
 SCENARIOS: dict[str, Callable[[bool, bool], ScenarioResult]] = {
@@ -25,6 +25,7 @@ SCENARIOS: dict[str, Callable[[bool, bool], ScenarioResult]] = {
     "codec": codec.run,
     "sync": sync.run,
     "memory": memory.run,
+    "isolation": isolation.run,
     "latency": latency.run,
     "saturation": saturation.run,
 }
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--http",
         action="store_true",
-        help="run saturation and latency over the loopback HTTP server (aiokpl._loopback)",
+        help="run saturation, latency and isolation over the loopback HTTP server "
+        "(aiokpl._loopback)",
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 if any target is missed")
     arguments = parser.parse_args(argv)

@@ -1,8 +1,8 @@
-"""mkdocs hook: the configuration reference table, generated from ``aiokpl.Config``.
+"""mkdocs hook: the references generated from the code, so that they cannot drift from it.
 
-A page that contains the line ``<!-- config-fields -->`` gets, in its place, one table row per
-field of :class:`aiokpl.Config`, in declaration order, so the reference can never drift from
-the code and a new field appears the moment it is added:
+**Configuration.** A page that contains the line ``<!-- config-fields -->`` gets, in its
+place, one table row per field of :class:`aiokpl.Config`, in declaration order, so the
+reference can never drift from the code and a new field appears the moment it is added:
 
 * **field** and **type**: from :func:`dataclasses.fields`;
 * **default**: the field's default (byte sizes that are whole KiB or MiB are shown so);
@@ -15,10 +15,20 @@ the code and a new field appears the moment it is added:
 
 A field without documentation stops the build (``ConfigDocError``), and
 ``tests/test_docs_config.py`` fails naming it.
+
+**Command line.** The reference of the ``aiokpl`` command comes from its argparse parsers
+(``aiokpl._cli.build_parser``), which also print ``--help``: a line ``<!-- cli-commands -->``
+becomes the table of subcommands with their one-line help; ``<!-- cli-usage: COMMAND -->`` the
+command's usage as ``--help`` shows it; ``<!-- cli-options: COMMAND GROUP -->`` the table of the
+options of one argument group (``records``, ``global options``, …; ``COMMAND`` is ``aiokpl``
+for the top level), each with its help text, defaults filled in. A placeholder naming a
+command or group that does not exist stops the build (``CliDocError``), and
+``tests/test_docs_cli.py`` fails when an option is in no table of ``docs/cli.md``.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import inspect
@@ -117,6 +127,8 @@ def _allowed(name: str, type_text: str, rules: dict[str, tuple[str, float, float
             return "> 0, finite" if low <= math.ulp(0.0) else f"≥ {_number(low)}, finite"
         if kind in ("int", "float"):
             return f"{_number(low)} … {_number(high)}"
+        if kind == "str":
+            return "a string"
         return "a non-empty string, or `None`"
     # Read from the annotation's text rather than typing.get_type_hints(): annotations may
     # name types imported only under TYPE_CHECKING.
@@ -186,8 +198,161 @@ def render_table() -> str:
     return "\n".join(lines)
 
 
+# --- The command line reference -------------------------------------------------------------
+
+CLI_PLACEHOLDER = re.compile(
+    r"^<!-- cli-(?P<kind>[a-z]+)(?::[ \t]*(?P<args>[^\n]*?))?[ \t]*-->$", re.M
+)
+"""``<!-- cli-commands -->``, ``<!-- cli-usage: COMMAND -->`` or
+``<!-- cli-options: COMMAND GROUP -->`` on a line of its own (``COMMAND`` is ``aiokpl`` for the
+top-level parser, ``GROUP`` an argument group's title as ``--help`` shows it)."""
+
+CLI_WIDTH = 100
+"""Width the usage lines are wrapped to (``--help`` follows the terminal instead)."""
+
+
+class CliDocError(Exception):
+    """A ``cli-`` placeholder names a command, a group or a kind that does not exist."""
+
+
+def cli_parsers() -> dict[str, argparse.ArgumentParser]:
+    """``{"aiokpl": top-level parser, "put": its parser, …}``, subcommands in ``--help`` order."""
+    from aiokpl._cli import build_parser
+
+    parser = build_parser()
+    parsers = {"aiokpl": parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers.update(action.choices)
+    return parsers
+
+
+def _cli_parser(command: str) -> argparse.ArgumentParser:
+    parsers = cli_parsers()
+    if command not in parsers:
+        raise CliDocError(f"no aiokpl command {command!r}; there are {', '.join(parsers)}")
+    return parsers[command]
+
+
+def _invocation(action: argparse.Action) -> str:
+    if action.nargs == 0:
+        return ", ".join(f"`{option}`" for option in action.option_strings)
+    if action.metavar is not None:
+        metavar = str(action.metavar)
+    elif action.choices is not None:
+        metavar = "{" + ",".join(map(str, action.choices)) + "}"
+    else:
+        metavar = action.dest.upper()
+    return ", ".join(f"`{option} {metavar}`" for option in action.option_strings)
+
+
+def _help_text(action: argparse.Action, prog: str) -> str:
+    """The option's help as ``--help`` prints it (``%(default)s`` and the like filled in)."""
+    text = action.help or ""
+    if "%" in text:
+        params = {k: v for k, v in vars(action).items() if v is not argparse.SUPPRESS}
+        params["prog"] = prog
+        if params.get("choices") is not None:
+            params["choices"] = ", ".join(map(str, params["choices"]))
+        text = text % params
+    return " ".join(text.replace("|", "\\|").split())
+
+
+def cli_option_actions(command: str, group: str) -> list[argparse.Action]:
+    """The options (``--help`` excepted) of one argument group of one command."""
+    parser = _cli_parser(command)
+    groups = {g.title: g for g in parser._action_groups}
+    if group not in groups:
+        raise CliDocError(
+            f"aiokpl {command} has no argument group {group!r}; it has "
+            + ", ".join(repr(title) for title in groups)
+        )
+    return [
+        action
+        for action in groups[group]._group_actions
+        if action.option_strings
+        and action.help is not argparse.SUPPRESS
+        and not isinstance(action, argparse._HelpAction)
+    ]
+
+
+def render_cli_options(command: str, group: str) -> str:
+    """The Markdown table of one argument group's options: option and meaning."""
+    prog = _cli_parser(command).prog
+    lines = ["| option | meaning |", "|---|---|"]
+    for action in cli_option_actions(command, group):
+        lines.append(f"| {_invocation(action)} | {_help_text(action, prog)} |")
+    return "\n".join(lines)
+
+
+def render_cli_usage(command: str) -> str:
+    """A command's usage line as ``--help`` prints it, in a text block."""
+    parser = _cli_parser(command)
+    formatter = argparse.HelpFormatter(parser.prog, width=CLI_WIDTH)
+    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, "")
+    return f"```text\n{formatter.format_help().strip()}\n```"
+
+
+def render_cli_commands() -> str:
+    """The Markdown table of the subcommands, with the help ``aiokpl --help`` gives each."""
+    parser = cli_parsers()["aiokpl"]
+    lines = ["| command | what it does |", "|---|---|"]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                meaning = _help_text(choice, parser.prog)
+                lines.append(f"| [`aiokpl {choice.dest}`](#aiokpl-{choice.dest}) | {meaning} |")
+    return "\n".join(lines)
+
+
+def render_cli_placeholder(kind: str, args: str) -> str:
+    """What one ``cli-`` placeholder stands for.
+
+    Raises:
+        CliDocError: an unknown kind, command or group.
+    """
+    words = args.split()
+    if kind == "commands" and not words:
+        return render_cli_commands()
+    if kind == "usage" and len(words) == 1:
+        return render_cli_usage(words[0])
+    if kind == "options" and len(words) >= 2:
+        return render_cli_options(words[0], " ".join(words[1:]))
+    raise CliDocError(f"unknown placeholder <!-- cli-{kind}: {args} -->")
+
+
+_FENCE = re.compile(r"^[ \t]*(```|~~~)")
+
+
+def _replace_placeholders(text: str) -> str:
+    if PLACEHOLDER in text:
+        text = text.replace(PLACEHOLDER, render_table())
+    return CLI_PLACEHOLDER.sub(
+        lambda match: render_cli_placeholder(match.group("kind"), match.group("args") or ""),
+        text,
+    )
+
+
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    """mkdocs event: replace the placeholder line with the generated table."""
-    if PLACEHOLDER not in markdown:
-        return markdown
-    return markdown.replace(PLACEHOLDER, render_table())
+    """mkdocs event: replace the placeholder lines with what they stand for.
+
+    Inside fenced code blocks, a placeholder is shown as it is (the contributing page does).
+    """
+    parts: list[str] = []
+    outside: list[str] = []
+    fence: str | None = None
+    for line in markdown.splitlines(keepends=True):
+        opening = _FENCE.match(line)
+        if fence is None and opening is not None:
+            parts.append(_replace_placeholders("".join(outside)))
+            outside = []
+            fence = opening.group(1)
+            parts.append(line)
+        elif fence is not None:
+            parts.append(line)
+            if line.strip().startswith(fence) and line.strip().strip(fence[0]) == "":
+                fence = None
+        else:
+            outside.append(line)
+    parts.append(_replace_placeholders("".join(outside)))
+    return "".join(parts)

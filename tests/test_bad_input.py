@@ -39,13 +39,13 @@ BAD_PUTS: list[Any] = [
     pytest.param(
         {"partition_key": ""},
         InvalidRecordError,
-        "partition_key must be 1 … 256 characters long; got 0",
+        "partition_key must be 1 … 256 UTF-16 code units long, as Kinesis counts .*; got 0$",
         id="empty-key",
     ),
     pytest.param(
         {"partition_key": "k" * 257},
         InvalidRecordError,
-        "partition_key must be 1 … 256 characters long; got 257",
+        "partition_key must be 1 … 256 UTF-16 code units long, as Kinesis counts .*; got 257$",
         id="long-key",
     ),
     pytest.param(

@@ -26,5 +26,31 @@ def test_quick_benchmark_runs_and_reports_every_scenario(tmp_path: Path) -> None
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
     text = json.dumps(report)
-    for scenario in ("pipeline", "metrics", "codec", "saturation", "latency", "memory", "sync"):
+    for scenario in (
+        "pipeline",
+        "metrics",
+        "codec",
+        "saturation",
+        "latency",
+        "memory",
+        "sync",
+        "isolation",
+    ):
         assert scenario in text, scenario
+
+
+def test_isolation_scenario_runs_on_the_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Run in process, quick: on a virtual clock it takes a few seconds.
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench import isolation
+
+    result = isolation.run(quick=True)
+    [row] = result.rows
+    assert row.scenario == "isolation"
+    assert row.ok is not None
+    details = result.details
+    assert details["clock"] == "virtual clock, trio MockClock"
+    assert details["records_timed"] == details["records_put_per_stream"] > 0
+    assert details["delivery"]["unresolved"] == details["delivery"]["lost"] == 0
+    assert details["failing_stream_results"] == {"Expired": details["records_put_per_stream"]}
+    assert set(details["percentiles_seconds"]) == {"p50", "p90", "p99", "p99.9", "max"}

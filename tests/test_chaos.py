@@ -174,7 +174,11 @@ def check_invariants(
             assert result.error_code in allowed_failures, result
             assert result.attempts[-1].error_code == result.error_code
             failures[result.error_code or ""] += 1
-            uncertain = any(a.error_code == "Internal" for a in result.attempts)
+            uncertain = result.outcome_unknown
+            # Unknown exactly when an attempt was sent and never properly answered.
+            assert uncertain == any(
+                a.error_code in ("Internal", "RecordCountMismatch") for a in result.attempts
+            ), result
             if stream_exists and not uncertain:
                 # A failure is a failure: not in the stream, unless an answer was lost.
                 assert not any(k == key and d == data for k, d, _ in delivered), result

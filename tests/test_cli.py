@@ -454,6 +454,7 @@ def test_dead_letters_file_is_created_on_the_first_entry(tmp_path: Path) -> None
         partition_key="k",
         explicit_hash_key="7",
         data=b"\xff\x00",
+        outcome_unknown=True,
     )
     dead_letters.write(
         source="-",
@@ -474,6 +475,7 @@ def test_dead_letters_file_is_created_on_the_first_entry(tmp_path: Path) -> None
             "error_code": "Expired",
             "error_message": "record_ttl_ms elapsed",
             "attempts": 4,
+            "outcome_unknown": True,
             "partition_key": "k",
             "explicit_hash_key": "7",
             "data": "/wA=",
@@ -485,6 +487,7 @@ def test_dead_letters_file_is_created_on_the_first_entry(tmp_path: Path) -> None
             "error_code": "LineTooLong",
             "error_message": "long",
             "attempts": 0,
+            "outcome_unknown": False,
             "partition_key": None,
             "explicit_hash_key": None,
             "data": None,
@@ -579,7 +582,9 @@ def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    assert all(name in out for name in ("demo", "put", "tail", "--endpoint-url", "--backend"))
+    assert all(
+        name in out for name in ("demo", "put", "tail", "coordinate", "--endpoint-url", "--backend")
+    )
     with pytest.raises(SystemExit):
         main(["put", "--help"])
     out = capsys.readouterr().out

@@ -49,17 +49,22 @@ def test_defaults_match_the_spec() -> None:
         (
             "rate_limit_records_per_sec_per_shard",
             0.0,
-            "rate_limit_records_per_sec_per_shard must be greater than 0",
+            "rate_limit_records_per_sec_per_shard must be at least 1 and finite; got 0.0",
+        ),
+        (
+            "rate_limit_records_per_sec_per_shard",
+            0.5,
+            "rate_limit_records_per_sec_per_shard must be at least 1 and finite; got 0.5",
         ),
         (
             "rate_limit_bytes_per_sec_per_shard",
             math.inf,
-            "rate_limit_bytes_per_sec_per_shard must be greater than 0 and finite",
+            "rate_limit_bytes_per_sec_per_shard must be at least 1 and finite",
         ),
         (
             "rate_limit_bytes_per_sec_per_shard",
             math.nan,
-            "rate_limit_bytes_per_sec_per_shard must be greater than 0 and finite; got nan",
+            "rate_limit_bytes_per_sec_per_shard must be at least 1 and finite; got nan",
         ),
         ("drain_interval_ms", 0, "drain_interval_ms must be 1 … 1,000"),
         ("max_outstanding_records", 0, "max_outstanding_records must be 1 …"),
@@ -113,6 +118,37 @@ def test_cross_field_rules() -> None:
         Config(max_outstanding_bytes=1000)
     with pytest.raises(ConfigError, match="must be given together"):
         Config(aws_access_key_id="AKIDEXAMPLE")
+
+
+@pytest.mark.parametrize(
+    ("changes", "margin"),
+    [
+        # Default buffered time 100 ms: grace min(50, 20) ms plus a 25 ms drain interval.
+        ({"record_ttl_ms": 100}, 45),
+        ({"record_ttl_ms": 145}, 45),
+        ({"record_ttl_ms": 30_000, "record_max_buffered_time_ms": 60_000}, 75),
+        ({"record_ttl_ms": 125, "aggregation_enabled": False}, 25),
+        ({"record_ttl_ms": 200, "record_max_buffered_time_ms": 0, "drain_interval_ms": 200}, 200),
+    ],
+)
+def test_a_ttl_no_record_could_be_sent_within_is_refused(
+    changes: dict[str, object], margin: int
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config(**changes)  # type: ignore[arg-type]
+    message = str(caught.value)
+    ttl = changes["record_ttl_ms"]
+    buffered = changes.get("record_max_buffered_time_ms", 100)
+    assert message.startswith(
+        f"record_ttl_ms ({ttl}) must be greater than record_max_buffered_time_ms ({buffered}) "
+        f"plus {margin} ms"
+    )
+
+
+def test_the_smallest_ttl_that_can_deliver_is_accepted() -> None:
+    assert Config(record_ttl_ms=146).record_ttl_ms == 146
+    assert Config(record_ttl_ms=126, aggregation_enabled=False).record_ttl_ms == 126
+    assert Config(record_ttl_ms=100, record_max_buffered_time_ms=10).record_ttl_ms == 100
 
 
 def test_repr_hides_credentials() -> None:

@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from aiokpl import Config
+from aiokpl import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +65,7 @@ def test_rows_show_type_default_range_and_kpl_name(hooks: ModuleType) -> None:
     assert "exactly as sent" in size.meaning
     assert rows["max_outstanding_bytes"].default == "256 MiB"
     assert rows["max_outstanding_bytes"].allowed == "1 … 64 GiB"
-    assert rows["rate_limit_records_per_sec_per_shard"].allowed == "> 0, finite"
+    assert rows["rate_limit_records_per_sec_per_shard"].allowed == "≥ 1, finite"
     assert rows["rate_limit_records_per_sec_per_shard"].kpl == "`RateLimit`"
     assert rows["http_backend"].allowed == "`'auto'`, `'aiohttp'`, `'httpx'`"
     assert rows["verify_ssl"].allowed == "`True`, `False`"
@@ -78,6 +78,17 @@ def test_rows_show_type_default_range_and_kpl_name(hooks: ModuleType) -> None:
         assert "``" not in row.meaning, row
         assert ":class:" not in row.meaning, row
         assert "\n" not in row.meaning
+
+
+def test_a_field_is_said_to_take_none_only_when_it_does(hooks: ModuleType) -> None:
+    # The table once offered `None` for metrics_namespace, which raises TypeError.
+    for row in hooks.field_docs():
+        try:
+            Config(**{row.name: None})
+        except (TypeError, ConfigError):
+            assert "None" not in row.allowed, row
+    rows = {row.name: row for row in hooks.field_docs()}
+    assert rows["metrics_namespace"].allowed == "a string"
 
 
 def test_the_configuration_page_gets_the_table(hooks: ModuleType) -> None:

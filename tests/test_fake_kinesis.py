@@ -711,6 +711,12 @@ async def test_resharding_errors() -> None:
             "records.2.member.partitionKey",
         ),
         (
+            # 129 emoji: 258 UTF-16 code units, as the service counts (kinesalite too).
+            [{"PartitionKey": "k", "Data": b""}, {"PartitionKey": "\U0001f600" * 129, "Data": b""}],
+            "ValidationException",
+            "records.2.member.partitionKey",
+        ),
+        (
             [{"PartitionKey": "k", "Data": b"", "ExplicitHashKey": "01"}],
             "ValidationException",
             "explicitHashKey",
@@ -985,6 +991,50 @@ async def test_deny_fails_every_call_until_allowed() -> None:
         fake.deny("ListShard")
     with pytest.raises(ValueError, match="unknown operation"):
         fake.allow("ListShard")
+
+
+async def test_fail_requests_of_one_stream() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("bad")
+    fake.add_stream("good")
+    fake.fail_requests(10**9, stream="bad")  # counted, not stored one per call
+    fake.fail_requests(code="LimitExceededException", http_status=400)  # any stream
+    # The first call to "good" passes the faults scoped to "bad" and takes the unscoped one.
+    await fails(fake.put_records(StreamName="good", Records=records(1)), "LimitExceededException")
+    for _ in range(3):
+        assert (await fake.put_records(StreamName="good", Records=records(2)))[
+            "FailedRecordCount"
+        ] == 0
+        await fails(
+            fake.put_records(StreamName="bad", Records=records(2)),
+            "InternalFailure",
+            http_status=500,
+        )
+        # By ARN too, and the fake still fails them without storing anything.
+        await fails(
+            fake.put_records(StreamARN=fake.stream_arn("bad"), Records=records(1)),
+            "InternalFailure",
+            http_status=500,
+        )
+    assert fake.stored_records("bad") == []
+    assert len(fake.stored_records("good")) == 6
+    # Other operations of the stream are untouched; a ListShards page without a stream name
+    # never matches a stream's faults.
+    fake.fail_requests(2, operation="ListShards", stream=fake.stream_arn("bad"))
+    first = await fake.list_shards(StreamName="good", MaxResults=1)
+    assert "NextToken" not in first
+    await fails(fake.list_shards(StreamName="bad"), "InternalFailure", http_status=500)
+    # raise_next scoped alike, in script order with the rest.
+    reset = ConnectionResetError()
+    fake.raise_next(reset, stream="good")
+    assert (await fake.list_shards(StreamName="good"))["Shards"]
+    with pytest.raises(ConnectionResetError):
+        await fake.put_records(StreamName="good", Records=records(1))
+    assert (await fake.put_records(StreamName="good", Records=records(1)))["FailedRecordCount"] == 0
+    with pytest.raises(ValueError, match="stream must be a stream name or ARN"):
+        fake.fail_requests(stream="no spaces allowed")
+    with pytest.raises(ValueError, match="stream must be a stream name or ARN"):
+        fake.raise_next(OSError(), stream="")
 
 
 async def test_raise_next_transport_errors_in_script_order() -> None:

@@ -15,6 +15,7 @@ from aiokpl._core.hashing import (
     check_stream_name,
     check_user_record,
     hash_key_of,
+    partition_key_length,
 )
 
 MiB = 1024 * 1024
@@ -106,8 +107,16 @@ def test_str_subclass_key_is_accepted_as_plain_str() -> None:
 @pytest.mark.parametrize(
     ("key", "error", "match"),
     [
-        ("", InvalidRecordError, "partition_key must be 1 … 256 characters long; got 0"),
-        ("k" * 257, InvalidRecordError, "partition_key must be 1 … 256 characters long; got 257"),
+        (
+            "",
+            InvalidRecordError,
+            "partition_key must be 1 … 256 UTF-16 code units long, as Kinesis counts .*; got 0$",
+        ),
+        (
+            "k" * 257,
+            InvalidRecordError,
+            "partition_key must be 1 … 256 UTF-16 code units long, as Kinesis counts .*; got 257$",
+        ),
         (b"bytes", InvalidRecordTypeError, "partition_key must be a str, not bytes"),
         (None, InvalidRecordTypeError, "partition_key must be a str, not NoneType"),
         ("\ud800", InvalidRecordError, "UTF-8"),
@@ -116,6 +125,22 @@ def test_str_subclass_key_is_accepted_as_plain_str() -> None:
 def test_bad_partition_keys(key: object, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         check_user_record(key, b"data", None, MiB)
+
+
+def test_partition_keys_are_counted_in_utf16_code_units_as_kinesis_counts() -> None:
+    # An emoji is one code point but two UTF-16 code units (and 4 UTF-8 bytes).
+    assert partition_key_length("\U0001f600" * 128) == 256
+    assert partition_key_length("k" * 200) == 200
+    assert partition_key_length("€" * 256) == 256
+    assert check_user_record("\U0001f600" * 128, b"", None, MiB)[1] == 512
+    assert check_user_record("k" + "\U0001f600" * 127 + "k", b"", None, MiB)[1] == 510
+    for key, units in [
+        ("\U0001f600" * 129, 258),
+        ("\U0001f600" * 200, 400),
+        ("k" + "\U0001f600" * 128, 257),
+    ]:
+        with pytest.raises(InvalidRecordError, match=f"UTF-16 code units long.*; got {units}$"):
+            check_user_record(key, b"", None, MiB)
 
 
 def test_256_characters_of_multibyte_text_are_allowed() -> None:

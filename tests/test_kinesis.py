@@ -35,6 +35,15 @@ def test_anything_else_is_internal_with_its_type() -> None:
     assert error_of(TimeoutError()) == ("Internal", "TimeoutError")
 
 
+def test_no_credentials_says_where_they_are_looked_for() -> None:
+    import botocore.exceptions
+
+    code, message = error_of(botocore.exceptions.NoCredentialsError())
+    assert code == "NoCredentialsError"
+    for place in ("Config", "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "~/.aws/credentials", "EC2"):
+        assert place in message, place
+
+
 def test_error_without_code_or_message() -> None:
     import botocore.exceptions
 

@@ -215,6 +215,24 @@ async def test_describe_stream_and_denials_round_trip(server: LoopbackKinesis) -
         assert denied.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400  # type: ignore[attr-defined]
 
 
+@pytest.mark.anyio
+async def test_faults_scoped_to_a_stream_fail_only_its_requests(server: LoopbackKinesis) -> None:
+    bad, good = new_stream(server.fake), new_stream(server.fake)
+    server.fake.fail_requests(1000, stream=bad)
+    entries = [{"Data": b"x", "PartitionKey": "k"}]
+    async with create_client(config(server.endpoint_url)) as client:
+        for _ in range(2):
+            answer = await client.put_records(StreamName=good, Records=entries)
+            assert answer["FailedRecordCount"] == 0
+            with pytest.raises(Exception) as failed:  # noqa: PT011 - botocore's ClientError
+                await client.put_records(StreamARN=server.fake.stream_arn(bad), Records=entries)
+            assert error_of(failed.value) == ("InternalFailure", "Internal service failure.")
+            assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500  # type: ignore[attr-defined]
+    assert server.fake.stored_records(bad) == []
+    assert len(server.fake.stored_records(good)) == 2
+    assert server.statistics().statuses == {200: 2, 500: 2}
+
+
 # -- the producer end to end -----------------------------------------------------------------
 
 

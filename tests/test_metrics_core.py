@@ -109,6 +109,7 @@ def test_summary_level_records_only_summary_metrics() -> None:
         "ErrorsByCode",
         "AllErrors",
         "UserRecordExpired",
+        "UserRecordsExpiredUnsent",
         "BufferingTime",
     }
     assert table.leaf("RequestTime", "s") is None

@@ -1,6 +1,7 @@
 """The OpenTelemetry and Prometheus sinks (optional extras), fed by a producer under the fake
 clock: what an exporter or a scrape reads back. Skipped, with the reason, when the extra's
-package is not installed (``make test`` installs both through the ``dev`` extra)."""
+package is not installed (``make test`` installs both: the ``otel`` and ``prometheus``
+extras)."""
 
 from __future__ import annotations
 

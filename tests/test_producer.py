@@ -303,6 +303,66 @@ async def test_cancellation_resolves_every_outcome_as_cancelled() -> None:
         assert result.error_code == "Cancelled"
 
 
+class StoredButUnanswered(FakeKinesis):
+    """Stores a request's records, then never answers (the answer is lost in flight)."""
+
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        answer = await super().put_records(**kwargs)
+        await anyio.sleep(math.inf)
+        return answer
+
+
+async def test_records_in_flight_when_cancelled_say_their_outcome_is_unknown() -> None:
+    fake = StoredButUnanswered()
+    fake.add_stream("s", shard_count=1)
+    config = CONFIG.replace(request_timeout_ms=60_000)
+    with anyio.move_on_after(1.0) as scope:
+        async with Producer(config, client=fake) as producer:
+            sent = [
+                await producer.put_record(stream="s", partition_key=f"k{i}", data=b"d")
+                for i in range(10)
+            ]
+            await anyio.sleep(0.95)  # sent at 0.12 s, stored, never answered
+            waiting = [
+                await producer.put_record(stream="s", partition_key=f"w{i}", data=b"d")
+                for i in range(5)
+            ]
+            await anyio.sleep(math.inf)
+    assert scope.cancelled_caught
+    # In the stream, though the request never answered: the result must not say "not there".
+    stored = [
+        user
+        for record in fake.stored_records("s")
+        for user in (decode(record.data) if is_aggregated(record.data) else [record])
+    ]
+    assert len(stored) == 10
+    for outcome in sent:
+        result = outcome.result()
+        assert (result.success, result.error_code) == (False, "Cancelled")
+        assert result.outcome_unknown
+        assert result.attempts[-1].outcome_unknown
+        assert "may be in the stream" in (result.error_message or "")
+    # Never sent: known not to be in the stream.
+    for outcome in waiting:
+        result = outcome.result()
+        assert (result.success, result.error_code) == (False, "Cancelled")
+        assert not result.outcome_unknown
+        assert "may be in the stream" not in (result.error_message or "")
+
+
+async def test_a_timed_out_request_leaves_its_records_outcome_unknown() -> None:
+    fake = StoredButUnanswered()
+    fake.add_stream("s", shard_count=1)
+    config = CONFIG.replace(request_timeout_ms=1000, record_ttl_ms=2500)
+    async with Producer(config, client=fake) as producer:
+        result = await (await producer.put_record(stream="s", partition_key="k", data=b"d"))
+    assert not result.success
+    assert result.outcome_unknown
+    assert [a.error_code for a in result.attempts][:2] == ["Internal", "Internal"]
+    assert all(a.outcome_unknown for a in result.attempts[:-1])
+    assert len(fake.stored_records("s")) >= 2  # stored by every attempt: replaying duplicates
+
+
 async def test_put_after_exit_raises() -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
@@ -417,7 +477,7 @@ async def test_flush_returns_when_earlier_records_have_results() -> None:
     fake = FakeKinesis()
     fake.add_stream("a")
     fake.add_stream("b")
-    config = CONFIG.replace(record_max_buffered_time_ms=60_000)
+    config = CONFIG.replace(record_max_buffered_time_ms=60_000, record_ttl_ms=120_000)
     async with Producer(config, client=fake) as producer:
         t0 = anyio.current_time()
         in_a = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -112,7 +113,53 @@ async def test_a_put_waiting_for_room_fails_when_the_producer_closes() -> None:
         # and finds the producer closed.
     assert all(o.result().success for o in first)
     assert len(errors) == 1
-    assert "closed while this put waited for room" in str(errors[0])
+    assert "closed while this put waited" in str(errors[0])
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["put_record", "put_records"])
+async def test_a_put_that_yields_when_exit_starts_is_refused_not_accepted(
+    group: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put passes the closed check, then yields (put_record's periodic checkpoint, or
+    put_records' checkpoint) and exit starts meanwhile: it must raise, not enqueue a record
+    that exit no longer waits for."""
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    reached, gate = anyio.Event(), anyio.Event()
+    real_checkpoint = anyio.lowlevel.checkpoint
+    errors: list[BaseException] = []
+    outcomes: list[object] = []
+
+    async def gated_checkpoint() -> None:
+        reached.set()
+        await gate.wait()
+
+    async def late_put(producer: Producer) -> None:
+        try:
+            if group:
+                outcomes.extend(await producer.put_records(stream="s", records=[("late", b"d")]))
+            else:
+                outcomes.append(
+                    await producer.put_record(stream="s", partition_key="late", data=b"d")
+                )
+        except ProducerClosedError as exc:
+            errors.append(exc)
+
+    async def open_the_gate_later() -> None:
+        await anyio.sleep(0.01)  # by then the producer's exit has begun
+        gate.set()
+
+    async with anyio.create_task_group() as tg, Producer(CONFIG, client=fake) as producer:
+        await (await producer.put_record(stream="s", partition_key="k", data=b"d"))
+        producer._puts = 255  # the next put_record takes its periodic checkpoint
+        monkeypatch.setattr(anyio.lowlevel, "checkpoint", gated_checkpoint)
+        tg.start_soon(late_put, producer)
+        await reached.wait()
+        monkeypatch.setattr(anyio.lowlevel, "checkpoint", real_checkpoint)
+        tg.start_soon(open_the_gate_later)
+    assert not outcomes
+    assert len(errors) == 1
+    assert "closed while this put waited" in str(errors[0])
 
 
 async def test_outcome_corners(caplog: pytest.LogCaptureFixture) -> None:
@@ -208,3 +255,38 @@ def test_a_stock_asyncio_loop_gives_time_monotonic_itself() -> None:
     patched.time = lambda: 7.0  # type: ignore[method-assign]
     own = clock_on(patched)
     assert own() == 7.0
+
+
+@pytest.mark.parametrize("foreign", ["asyncio", "trio"])
+async def test_a_put_from_another_thread_is_refused_naming_sync_producer(foreign: str) -> None:
+    """Another thread's event loop calling the producer gets a clear error at once, on either
+    backend, and the producer keeps working for its own loop."""
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    errors: list[BaseException] = []
+
+    async with Producer(CONFIG, client=fake) as producer:
+
+        async def from_elsewhere() -> None:
+            try:
+                await producer.put_record(stream="s", partition_key="k", data=b"d")
+            except RuntimeError as exc:
+                errors.append(exc)
+            try:
+                await producer.flush()
+            except RuntimeError as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(
+            target=anyio.run, args=(from_elsewhere,), kwargs={"backend": foreign}
+        )
+        thread.start()
+        thread.join(10)  # it fails at once, before any await
+        assert not thread.is_alive()
+        result = await (await producer.put_record(stream="s", partition_key="k", data=b"ok"))
+    assert len(errors) == 2
+    for error in errors:
+        assert "another thread" in str(error)
+        assert "aiokpl.SyncProducer" in str(error)
+    assert result.success
+    assert producer.statistics().records_put == 1

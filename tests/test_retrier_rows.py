@@ -20,7 +20,7 @@ import pytest
 
 from aiokpl import Config, Producer, RecordResult
 from aiokpl._core.aggregation import decode, is_aggregated
-from aiokpl._core.retry_policy import FAIL_FAST
+from aiokpl._core.retry_policy import FAIL_FAST, NARROWED
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio
@@ -479,7 +479,9 @@ async def test_fail_fast_code_for_the_request_fails_every_record_without_backoff
     code: str,
 ) -> None:
     fake = FakeKinesis()
-    fake.add_stream("s", shard_count=2)
+    # A request of several Kinesis records refused with a NARROWED code is split instead
+    # (test_one_bad_entry_fails_alone_not_the_whole_request): here one aggregate goes alone.
+    fake.add_stream("s", shard_count=1 if code in NARROWED else 2)
     async with Producer(CONFIG, client=fake) as producer:
         await warm_up(producer, "s")
         fake.fail_requests(1, code=code, message=f"{code} for this call", http_status=400)
@@ -523,10 +525,9 @@ async def test_record_retried_until_its_ttl_then_expired() -> None:
     assert all(a.error_code == "InternalFailure" and a.error_message == "down" for a in failures)
     assert failures[0].started_at == pytest.approx(t0 + SEND, abs=EPS)
     assert all(a.started_at < t0 + 0.5 for a in failures)
-    # Expired at the first answer or send after the TTL. A send waits out the stream's backoff,
-    # at most 100 ms doubling per failure, which bounds how late that is.
-    latest = failures[-1].ended_at + 0.1 * 2 ** (len(failures) - 1)
-    assert t0 + 0.5 - EPS <= expired.started_at == expired.ended_at <= latest + EPS
+    # Expired at its TTL exactly: it waited in the sender, its stream backing off, and the
+    # scheduler woke it at the TTL rather than at the backoff's end.
+    assert expired.started_at == expired.ended_at == pytest.approx(t0 + 0.5, abs=EPS)
     assert expired.delay == pytest.approx(expired.started_at - failures[-1].ended_at, abs=EPS)
     assert not expired.success
 
@@ -566,3 +567,62 @@ async def test_throttling_stream_delivers_everything_exactly_once_and_settles() 
     assert 9.0 <= elapsed < 9.5
     stored = [data for _, _, data in user_records(fake)]
     assert sorted(stored) == sorted([b""] + [b"%d" % i for i in range(count)])  # once each
+
+
+async def test_one_bad_entry_fails_alone_not_the_whole_request() -> None:
+    """A request refused as a whole (here: one record over the stream's own record size
+    limit, which the producer's Config allows) is split until the bad record is alone; its 40
+    neighbours are delivered, and only it fails, with the service's code."""
+    fake = FakeKinesis()
+    fake.add_stream("s", max_record_size=1000)
+    config = CONFIG.replace(aggregation_enabled=False)
+    async with Producer(config, client=fake) as producer:
+        outcomes = [
+            await producer.put_record(
+                stream="s", partition_key=f"k{i}", data=b"x" * (2000 if i == 17 else 10)
+            )
+            for i in range(41)
+        ]
+        results = [await outcome for outcome in outcomes]
+    bad = results.pop(17)
+    assert all(result.success for result in results)
+    assert not bad.success
+    assert bad.error_code == "InvalidArgumentException"
+    # Halving 41 entries leaves the bad one alone after at most 6 requests.
+    assert 2 <= len(bad.attempts) <= 7
+    assert all(a.error_code == "InvalidArgumentException" for a in bad.attempts)
+    assert len(fake.stored_records("s")) == 40
+
+
+async def test_no_credentials_fails_at_once_saying_where_they_are_looked_for() -> None:
+    import botocore.exceptions
+
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        fake.raise_next(botocore.exceptions.NoCredentialsError())
+        t0 = anyio.current_time()
+        result = await put(producer, b"d")
+    (attempt,) = result.attempts
+    assert attempt.error_code == "NoCredentialsError"
+    assert "AWS_ACCESS_KEY_ID" in (attempt.error_message or "")
+    assert attempt.ended_at == pytest.approx(t0 + SEND, abs=EPS)  # no retry until the TTL
+
+
+async def test_an_expired_token_is_retried_after_a_backoff_then_fails() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "s")
+        fake.fail_requests(2, code="ExpiredTokenException", message="expired", http_status=400)
+        refreshed = await put(producer, b"refreshed")
+        fake.fail_requests(10, code="ExpiredTokenException", message="expired", http_status=400)
+        stale = await put(producer, b"stale")
+    # Credentials renewed meanwhile: the third attempt goes through.
+    assert refreshed.success
+    assert [a.error_code for a in refreshed.attempts] == ["ExpiredTokenException"] * 2 + [None]
+    # Never renewed: three attempts, then it fails with the code, long before its TTL.
+    assert not stale.success
+    assert [a.error_code for a in stale.attempts] == ["ExpiredTokenException"] * 3
+    assert stale.attempts[-1].ended_at - stale.attempts[0].started_at < 5.0

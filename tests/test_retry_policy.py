@@ -11,7 +11,10 @@ from aiokpl._core.aggregation import AggregateBuilder
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.records import IN_AGGREGATE, KinesisRecord
 from aiokpl._core.retry_policy import (
+    EXPIRED_TOKEN,
+    EXPIRED_TOKEN_ATTEMPTS,
     FAIL_FAST,
+    NARROWED,
     THROTTLED,
     Decisions,
     RetryPolicy,
@@ -210,6 +213,10 @@ def test_other_record_error_retried() -> None:
 def test_fail_fast_codes_fail_at_once(code: str) -> None:
     a, b = user_record(5), user_record(6)
     decisions = run([kinesis_record(a), kinesis_record(b)], (code, "no"))
+    if code in NARROWED:  # a request of several: split, see below
+        assert decisions.resend == [[decisions.resend[0][0]], [decisions.resend[1][0]]]
+        a, b = user_record(5), user_record(6)
+    decisions = run([kinesis_record(a, b)], (code, "no"))
     assert decisions.failed == [a, b]
     assert a.attempts[-1].error_code == code
     per_record = user_record(7)
@@ -217,6 +224,46 @@ def test_fail_fast_codes_fail_at_once(code: str) -> None:
         [kinesis_record(per_record)], {"Records": [{"ErrorCode": code, "ErrorMessage": "no"}]}
     )
     assert decisions.failed == [per_record]
+
+
+@pytest.mark.parametrize("code", sorted(NARROWED))
+def test_a_request_refused_as_a_whole_is_split_until_the_bad_entry_is_alone(code: str) -> None:
+    records = [user_record(n) for n in range(5)]
+    sent = [kinesis_record(r) for r in records[:2]] + [kinesis_record(*records[2:])]
+    decisions = run(sent, (code, "1 validation error detected"))
+    assert decisions.request_error == (code, "1 validation error detected")
+    # Resent as they are, in two requests; nothing failed, nothing back to the aggregator.
+    assert decisions.resend == [sent[:2], sent[2:]]
+    assert not decisions.failed
+    assert not decisions.retry
+    for record in records:
+        (attempt,) = record.attempts
+        assert (attempt.error_code, attempt.started_at, attempt.ended_at) == (code, 0.5, 0.75)
+    # Alone in its request, the entry at fault fails with the code.
+    decisions = run(sent[2:], (code, "1 validation error detected"))
+    assert decisions.failed == records[2:]
+    assert not decisions.resend
+
+
+def test_a_split_request_fails_its_expired_records() -> None:
+    young, old = user_record(5), user_record(6, ttl=0.9)
+    old_record = kinesis_record(old)
+    old_record.expires_at = 0.9
+    decisions = run([kinesis_record(young), old_record], ("ValidationException", "bad"), now=1.0)
+    assert decisions.resend == [[decisions.resend[0][0]]]
+    assert decisions.resend[0][0].records == [young]
+    assert decisions.failed == [old]
+    assert [a.error_code for a in old.attempts] == ["ValidationException", "Expired"]
+
+
+def test_an_expired_token_is_retried_a_bounded_number_of_times() -> None:
+    record = user_record(5)
+    for attempt in range(1, EXPIRED_TOKEN_ATTEMPTS):
+        decisions = run([kinesis_record(record)], (EXPIRED_TOKEN, "The security token expired"))
+        assert decisions.retry == [record], attempt
+    decisions = run([kinesis_record(record)], (EXPIRED_TOKEN, "The security token expired"))
+    assert decisions.failed == [record]
+    assert [a.error_code for a in record.attempts] == [EXPIRED_TOKEN] * EXPIRED_TOKEN_ATTEMPTS
 
 
 def test_request_error_retries_every_record() -> None:

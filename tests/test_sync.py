@@ -383,7 +383,7 @@ from aiokpl.testing import FakeKinesis
 
 fake = FakeKinesis()
 fake.add_stream("s")
-config = Config(region="us-east-1", record_max_buffered_time_ms=3_600_000)
+config = Config(region="us-east-1", record_max_buffered_time_ms=3_600_000, record_ttl_ms=7_200_000)
 producer = SyncProducer(config, client=fake, backend={backend!r})
 futures = [producer.put_record(stream="s", partition_key=str(i), data=b"d") for i in range(50)]
 print("pending:", sum(not f.done() for f in futures), flush=True)
@@ -393,6 +393,26 @@ print("pending:", sum(not f.done() for f in futures), flush=True)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["pending: 50", "resolved: True"]
+
+
+def test_a_producer_closed_at_interpreter_exit_says_what_failed(backend: str) -> None:
+    script = f"""
+from aiokpl import Config, SyncProducer
+from aiokpl.testing import FakeKinesis
+
+fake = FakeKinesis()
+fake.add_stream("s")
+fake.fail_requests(10**6, code="InternalFailure", message="down", http_status=500)
+config = Config(region="us-east-1", record_ttl_ms=1_000)
+producer = SyncProducer(config, client=fake, backend={backend!r})
+futures = [producer.put_record(stream="s", partition_key=str(i), data=b"d") for i in range(7)]
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "SyncProducer still open at interpreter exit was closed" in done.stderr
+    assert "of 7 records put, 0 were delivered and 7 failed" in done.stderr
 
 
 def test_a_failing_loop_still_resolves_every_future(

@@ -267,6 +267,20 @@ def test_force_take_larger_than_capacity_into_a_full_bucket() -> None:
     assert not bucket.try_take([1.0], 4.5)
 
 
+def test_refund_gives_back_what_was_taken_never_beyond_the_capacity() -> None:
+    bucket = TokenBucket([(10.0, 10.0), (100.0, 100.0)])
+    assert bucket.try_take([4.0, 70.0], 0.0)
+    bucket.refund([3.0, 20.0], 0.5)  # grown by 5 and 50 first, then given back
+    assert bucket.tokens(0.5) == (10.0, 100.0)
+    assert bucket.try_take([8.0, 90.0], 0.5)
+    bucket.refund([1.0, 5.0], 0.5)
+    assert bucket.tokens(0.5) == (3.0, 15.0)
+    # A debt is paid back by a refund too.
+    bucket.force_take([20.0, 0.0], 0.5)
+    bucket.refund([5.0, 0.0], 0.5)
+    assert bucket.tokens(0.5) == (-12.0, 15.0)
+
+
 def test_set_rate_is_continuous() -> None:
     bucket = TokenBucket([(10.0, 100.0), (5.0, 5.0)])
     assert bucket.try_take([100.0, 0.0], 0.0)
@@ -343,6 +357,8 @@ def test_amount_validation(amounts: list[float], message: str) -> None:
         bucket.force_take(amounts, 0.0)
     with pytest.raises(ValueError, match=message):
         bucket.time_until(amounts, 0.0)
+    with pytest.raises(ValueError, match=message):
+        bucket.refund(amounts, 0.0)
     # Nothing was taken, and the clock did not start.
     assert bucket.tokens(0.0) == (10.0, 10.0)
 

@@ -245,10 +245,24 @@ def _add_demo_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> N
     demo = commands.add_parser(
         "demo", help="produce to a local Kinesis and verify every record (no AWS account)"
     )
-    demo.add_argument("--count", type=_positive, default=100_000, help="records (100000)")
-    demo.add_argument("--size", type=_positive, default=100, help="bytes per record (100)")
-    demo.add_argument("--shards", type=_positive, default=4, help="shards (4)")
-    demo.add_argument("--keys", type=_positive, default=4096, help="distinct partition keys (4096)")
+    demo.add_argument(
+        "--count", type=_positive, default=100_000, help="records to put (default: %(default)s)"
+    )
+    demo.add_argument(
+        "--size",
+        type=_positive,
+        default=100,
+        help="bytes of data per record (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--shards", type=_positive, default=4, help="shards of the stream (default: %(default)s)"
+    )
+    demo.add_argument(
+        "--keys",
+        type=_positive,
+        default=4096,
+        help="distinct partition keys (default: %(default)s)",
+    )
     add_backend_option(demo, top_level=False)
     demo.set_defaults(handler=_demo)
 

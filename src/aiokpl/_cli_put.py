@@ -216,6 +216,8 @@ class DeadLetters:
 
     Each entry has: ``source`` (the file name, ``-`` for stdin), ``line``, ``error_code``,
     ``error_message``, ``attempts`` (0 for a line rejected before it was sent),
+    ``outcome_unknown`` (true when the record may be in the stream all the same: replaying it
+    can store it twice),
     ``partition_key`` and ``explicit_hash_key`` (``null`` when the line never became a record),
     ``data`` and ``data_encoding`` (``"text"``, or ``"base64"`` when the bytes are not UTF-8;
     the whole line when it never became a record, ``null`` for a line over the length limit).
@@ -237,6 +239,7 @@ class DeadLetters:
         partition_key: str | None,
         explicit_hash_key: str | None,
         data: bytes | None,
+        outcome_unknown: bool = False,
     ) -> None:
         """Append one entry."""
         text, encoding = encode_data(data) if data is not None else (None, None)
@@ -246,6 +249,7 @@ class DeadLetters:
             "error_code": code,
             "error_message": message,
             "attempts": attempts,
+            "outcome_unknown": outcome_unknown,
             "partition_key": partition_key,
             "explicit_hash_key": explicit_hash_key,
             "data": text,
@@ -446,6 +450,7 @@ class PutRun:
             code=code,
             message=result.error_message or "",
             attempts=len(result.attempts),
+            outcome_unknown=result.outcome_unknown,
             partition_key=record.partition_key,
             explicit_hash_key=record.explicit_hash_key,
             data=record.data,
@@ -524,14 +529,18 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     put.add_argument("files", metavar="FILE", nargs="*", help="input files ('-': stdin)")
     records = put.add_argument_group("records")
     records.add_argument(
-        "--json", action="store_true", help="each line is a JSON document (blank lines skipped)"
+        "--json",
+        action="store_true",
+        help="each line is a JSON document (blank lines skipped); needed by every --...-field "
+        "option and by templates that read fields",
     )
     key = records.add_mutually_exclusive_group()
     key.add_argument(
         "--partition-key-field",
         type=FieldPath.parse,
         metavar="PATH",
-        help="partition key from this JSON field (dotted path: user.id)",
+        help="partition key from this JSON field (dotted path: user.id). Without this or "
+        "--partition-key-template, each record gets a random key (32 hex digits)",
     )
     key.add_argument(
         "--partition-key-template",
@@ -543,13 +552,14 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         "--explicit-hash-key-field",
         type=FieldPath.parse,
         metavar="PATH",
-        help="explicit hash key (decimal) from this JSON field",
+        help="explicit hash key from this JSON field: a decimal string or an integer, 0 … 2¹²⁸−1",
     )
     records.add_argument(
         "--data-field",
         type=FieldPath.parse,
         metavar="PATH",
-        help="data from this JSON field (a string as UTF-8, else compact JSON); default: the line",
+        help="data from this JSON field: a string as its UTF-8 bytes, anything else as compact "
+        "JSON (default: the whole line, as it is)",
     )
     output = put.add_argument_group("output")
     output.add_argument(
@@ -572,27 +582,30 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         type=positive_int,
         metavar="MS",
         default=100,
-        help="longest a record waits to be batched (100)",
+        help="longest a record waits to be batched, in ms: Config.record_max_buffered_time_ms "
+        "(default: %(default)s)",
     )
     producer.add_argument(
         "--record-ttl-ms",
         type=positive_int,
         metavar="MS",
         default=30_000,
-        help="a record not delivered after this fails with code Expired (30000)",
+        help="a record not delivered after this many ms fails with code Expired: "
+        "Config.record_ttl_ms (default: %(default)s)",
     )
     producer.add_argument(
         "--rate-limit",
         type=positive_float,
         metavar="RECORDS_PER_S",
-        help="read at most this many records per second (default: as fast as Kinesis takes)",
+        help="read at most this many records per second, in bursts of one second (default: as "
+        "fast as Kinesis takes them)",
     )
     producer.add_argument(
         "--max-outstanding-records",
         type=positive_int,
         metavar="N",
         default=10_000,
-        help="records in flight at most; input reading waits beyond (10000)",
+        help="records in flight at most; reading waits beyond (default: %(default)s)",
     )
     producer.add_argument(
         "--max-record-size",
@@ -600,7 +613,7 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         metavar="BYTES",
         default=1024 * 1024,
         help="largest record (partition key + data) accepted; raise it for a stream whose "
-        "limit was raised (1048576)",
+        "limit was raised (default: %(default)s)",
     )
     put.set_defaults(handler=run_put_command, intermixed="files")
 

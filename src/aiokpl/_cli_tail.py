@@ -182,7 +182,8 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         "--at-timestamp",
         type=parse_timestamp,
         metavar="TIME",
-        help="start at the first record written at or after TIME (ISO 8601, or epoch seconds)",
+        help="start at the first record that arrived at or after TIME: ISO 8601 "
+        "(2024-05-01T12:00:00Z; no offset means UTC) or seconds since the Unix epoch",
     )
     tail.add_argument(
         "--count", type=positive_int, metavar="N", help="stop after printing N records"
@@ -197,14 +198,15 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         "--data",
         choices=DATA_MODES,
         default="auto",
-        help="how data is printed: auto (text if valid UTF-8, else base64), text, base64",
+        help="how data is printed: auto (text when it is valid UTF-8, else base64), text (invalid "
+        "bytes become U+FFFD) or base64 (default: %(default)s)",
     )
     tail.add_argument(
         "--poll-interval",
         type=positive_float,
         metavar="SECONDS",
         default=1.0,
-        help="wait between polls of a shard that has nothing new (1.0)",
+        help="seconds to wait between polls of a shard that had nothing new (default: %(default)s)",
     )
     tail.add_argument(
         "-q", "--quiet", action="store_true", help="no notes on stderr (shards, retries)"

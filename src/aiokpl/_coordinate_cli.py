@@ -37,15 +37,28 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     where.add_argument("--s3", metavar="BUCKET/PREFIX", help="an S3 bucket and key prefix")
     where.add_argument("--dynamodb", metavar="TABLE", help="a DynamoDB table")
     parser.add_argument(
-        "--group", default="aiokpl", help="the DynamoDB partition key of the group (aiokpl)"
+        "--group",
+        default="aiokpl",
+        help="the DynamoDB partition key of the group (default: %(default)s)",
     )
     parser.add_argument(
         "--create-table",
         action="store_true",
         help="create the DynamoDB table (on demand, with TTL) first",
     )
-    parser.add_argument("--interval", type=float, default=5.0, help="seconds (5)")
-    parser.add_argument("--staleness", type=float, default=None, help="seconds (3 × interval)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=5.0,
+        help="seconds between summaries (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--staleness",
+        type=float,
+        default=None,
+        help="seconds after which a report that has not changed stops counting (default: 3 × "
+        "interval)",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="stop after N summaries")
     parser.set_defaults(handler=_coordinate)
 

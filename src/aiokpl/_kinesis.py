@@ -66,18 +66,34 @@ class KinesisReader(Protocol):
 _MAX_MESSAGE = 1000
 
 
+NO_CREDENTIALS_MESSAGE = (
+    "no AWS credentials found. They are looked for, in order: in Config "
+    "(aws_access_key_id and aws_secret_access_key); in the environment (AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY, with AWS_SESSION_TOKEN); in the profile (Config.profile_name, else "
+    "AWS_PROFILE, else 'default') of the shared files ~/.aws/credentials and ~/.aws/config "
+    "(AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE move them), including its SSO, web "
+    "identity and credential_process settings; then the container (ECS) and instance (EC2 "
+    "metadata) roles"
+)
+"""What a record that failed for want of credentials says (code ``"NoCredentialsError"``)."""
+
+
 def error_of(exc: BaseException) -> tuple[str, str]:
     """Map an exception from a client call to ``(error_code, error_message)``.
 
     ``ClientError`` (a service error, including throttling) keeps the service's code and
-    message. Anything else becomes ``"Internal"`` with the exception's type and text, which
-    is what the KPL reports for errors it cannot classify.
+    message. botocore's ``NoCredentialsError`` (raised before anything is sent) becomes
+    ``"NoCredentialsError"`` with where credentials are looked for. Anything else becomes
+    ``"Internal"`` with the exception's type and text, which is what the KPL reports for
+    errors it cannot classify.
     """
     if isinstance(exc, botocore.exceptions.ClientError):
         error = exc.response.get("Error", {})
         code = str(error.get("Code") or "Unknown")
         message = str(error.get("Message") or exc)
         return code, message[:_MAX_MESSAGE]
+    if isinstance(exc, botocore.exceptions.NoCredentialsError):
+        return "NoCredentialsError", NO_CREDENTIALS_MESSAGE
     text = str(exc)
     described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return "Internal", described[:_MAX_MESSAGE]

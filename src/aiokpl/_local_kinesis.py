@@ -117,7 +117,8 @@ def moto_server(timeout: float = 30.0) -> Iterator[str]:
         import moto.server  # noqa: F401  (only to fail early with a clear message)
     except ImportError as exc:
         raise LocalServerError(
-            "moto[server] is not installed; `make demo` installs it into .venv"
+            "moto[server] is not installed: install aiokpl's demo extra (in a checkout: "
+            "pip install '.[demo]'), or run `make demo`"
         ) from exc
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}

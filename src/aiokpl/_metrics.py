@@ -293,6 +293,13 @@ class MetricsRecorder:
             else:
                 retried.add_many(n, sum(retries), min(retries), max(retries), now)
 
+    def expired_unsent(self, records: Iterable[UserRecord], now: float) -> None:
+        """User records that expired queued in the producer, never sent (overload)."""
+        for record in records:
+            self._series("UserRecordsExpiredUnsent", record.stream, record.predicted_shard).add(
+                1, now
+            )
+
     def failed(self, records: Iterable[UserRecord], now: float) -> None:
         """User records that failed for good (their attempts say why), not resolved yet."""
         for record in records:

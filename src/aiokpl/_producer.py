@@ -4,8 +4,9 @@ Per stream, a record flows ShardMap (prediction) → Aggregator → Limiter → 
 Retrier, and from the retrier either to its outcome or back to the aggregator. Everything up
 to the sender is synchronous: ``put_record`` runs the record through the aggregator (and, when
 a batch fills, further) in the caller's task, without locks, tasks or timers per record. The
-producer's own tasks are: one scheduler serving all deadlines, one task per in-flight request
-(at most ``max_connections``), and one shard-map refresh per stream while it runs.
+producer's own tasks are: one scheduler serving all deadlines (a stream's backoff included),
+one task per connection in use (at most ``max_connections``), and one shard-map refresh per
+stream while it runs.
 
 Invariants:
 
@@ -22,6 +23,7 @@ import asyncio
 import logging
 import math
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -93,6 +95,7 @@ def _clock_of_running_loop() -> Callable[[], float]:
 # Seconds: a record's arrival is the time of the first put of the millisecond it was put
 # in (at most 1 ms early), so its deadline and expiry err early, never late.
 _STAMP_RESOLUTION = 0.001
+_thread_id = threading.get_ident
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
 
 
@@ -130,6 +133,11 @@ class StreamStatistics:
             throttling: the configured rates, or what coordination set.
         collecting: Kinesis records in the open ``PutRecords`` request.
         retries: user-record retries so far.
+        expired_unsent: user records that expired queued (in the rate limiter or waiting for
+            a connection), never sent: what the stream could not take in time. They took no
+            share of the rate limit.
+        unmapped_rate: (records/s, bytes/s) of the stream-level limit that records without
+            a predicted shard share (no shard map), or ``None`` if there were none.
         shard_map_source: the API that loaded the current map, ``"ListShards"`` or
             ``"DescribeStream"`` (used when ``ListShards`` fails, e.g. when the IAM policy
             lacks ``kinesis:ListShards``); ``None`` before a map loads.
@@ -151,6 +159,8 @@ class StreamStatistics:
     collecting: int
     retries: int
     ceilings_by_shard: dict[str, tuple[float, float]] = field(default_factory=dict)
+    expired_unsent: int = 0
+    unmapped_rate: tuple[float, float] | None = None
     shard_map_source: str | None = None
     shard_map_last_error: tuple[str, str, str] | None = None
     waiting_for_shard_map: int = 0
@@ -173,6 +183,11 @@ class ProducerStatistics:
         streams: per-stream snapshots.
         failure_callbacks_pending: async ``Config.on_record_failure`` calls queued or running.
         failure_callback_errors: exceptions ``Config.on_record_failure`` raised so far.
+        records_expired_unsent: of ``records_failed``, records that expired queued in the
+            producer, never sent (every stream's ``expired_unsent``).
+        requests_backing_off: requests held back, without a connection, while their stream
+            backs off after request-level failures (or waits for the answer to the one
+            request it sends first when its backoff ends).
     """
 
     outstanding_records: int
@@ -187,15 +202,36 @@ class ProducerStatistics:
     streams: tuple[StreamStatistics, ...]
     failure_callbacks_pending: int = 0
     failure_callback_errors: int = 0
+    records_expired_unsent: int = 0
+    requests_backing_off: int = 0
+
+
+# Seconds between two warnings that a stream is offered more than it takes.
+OVERLOAD_LOG_INTERVAL = 60.0
 
 
 class _Stream:
     """The pipeline of one stream: its shard map, aggregator, limiter, collector and retrier."""
 
-    __slots__ = ("aggregator", "collector", "limiter", "retrier", "shard_map", "stream")
+    __slots__ = (
+        "_clock",
+        "_overload_logged_at",
+        "_overload_since_log",
+        "_ttl_ms",
+        "aggregator",
+        "collector",
+        "limiter",
+        "retrier",
+        "shard_map",
+        "stream",
+    )
 
     def __init__(self, producer: Producer, stream: str) -> None:
         config = producer.config
+        self._clock = producer._clock
+        self._ttl_ms = config.record_ttl_ms
+        self._overload_logged_at = -math.inf
+        self._overload_since_log = 0
         assert producer._task_group is not None
         self.stream = stream
         self.shard_map = ShardMap(
@@ -231,6 +267,9 @@ class _Stream:
             records_per_second=config.rate_limit_records_per_sec_per_shard,
             bytes_per_second=config.rate_limit_bytes_per_sec_per_shard,
             drain_interval=config.drain_interval_ms / 1000,
+            # What a record needs to live on at admission to reach the wire in time: the
+            # collector's grace, plus one drain interval of slack for the event loop.
+            send_margin=grace + config.drain_interval_ms / 1000,
         )
         self.aggregator = Aggregator(
             self.shard_map,
@@ -259,6 +298,7 @@ class _Stream:
                 retry_delay=buffered / 2,
             ),
             metrics=producer._metrics,
+            resend=lambda records: sender.submit(self.retrier, records),
         )
         if coordinator is not None:
             coordinator.attach(stream, self.limiter)
@@ -266,6 +306,21 @@ class _Stream:
 
     def _expire_in_limiter(self, record: KinesisRecord) -> None:
         self.retrier.expire(record, "rate limiter")
+        # The stream is offered more than its shards take: say so, once a minute at most.
+        self._overload_since_log += len(record.records)
+        now = self._clock()
+        if now - self._overload_logged_at >= OVERLOAD_LOG_INTERVAL:
+            logger.warning(
+                "stream %r is offered more than its shards take: %d records expired waiting "
+                "in the rate limiter (record_ttl_ms=%d) since %s; send less, add shards, or "
+                "lower max_outstanding_records so that put_record waits instead",
+                self.stream,
+                self._overload_since_log,
+                self._ttl_ms,
+                "the last warning" if self._overload_logged_at > -math.inf else "it started",
+            )
+            self._overload_logged_at = now
+            self._overload_since_log = 0
 
     def flush(self, now: float) -> None:
         self.aggregator.flush()
@@ -287,6 +342,8 @@ class _Stream:
             collecting=self.collector.buffered_records,
             retries=self.retrier.retries,
             ceilings_by_shard={s: sl.ceiling for s, sl in limiter.shards.items()},
+            expired_unsent=self.retrier.expired,
+            unmapped_rate=limiter.unmapped.rates if limiter.unmapped is not None else None,
             shard_map_source=self.shard_map.source,
             shard_map_last_error=self.shard_map.last_error,
             waiting_for_shard_map=self.aggregator.held_records,
@@ -371,6 +428,7 @@ class Producer:
         self._clock: Callable[[], float] = anyio.current_time
         self._sender: Sender | None = None
         self._streams: dict[str, _Stream] = {}
+        self._thread: int | None = None  # the event loop's thread, from __aenter__ on
         self._started = False
         self._closed = False
         self._outstanding: dict[UserRecord, None] = {}
@@ -405,6 +463,7 @@ class Producer:
             self._client_cm = create_client(self.config)
             self._client = await self._client_cm.__aenter__()
         self._clock = _clock_of_running_loop()
+        self._thread = _thread_id()
         if self._sinks:
             await self._open_sinks()
         task_group = anyio.create_task_group()
@@ -415,6 +474,7 @@ class Producer:
             self._client,
             task_group,
             self._clock,
+            self._scheduler,
             max_connections=self.config.max_connections,
             request_timeout=self.config.request_timeout_ms / 1000,
         )
@@ -526,18 +586,34 @@ class Producer:
         now = self._clock()
         # Records already failed and held for their on_record_failure keep their result.
         records = [record for record in self._outstanding if not record._done]
+        sender = self._sender
+        in_flight = {
+            user
+            for kinesis_record in (sender.unanswered() if sender is not None else ())
+            for user in kinesis_record.records
+        }
+        unknown = (
+            f"{message}; its request was sent and no answer was read, so it may be in the stream"
+        )
         for record in records:
-            record.add_attempt(Attempt(now, now, now - record.last_end, False, code, message))
+            if record in in_flight:
+                attempt = Attempt(
+                    now, now, now - record.last_end, False, code, unknown, outcome_unknown=True
+                )
+            else:
+                attempt = Attempt(now, now, now - record.last_end, False, code, message)
+            record.add_attempt(attempt)
         self._finish(records, False)
 
     # --- putting --------------------------------------------------------------------------
     def _accept_stream(self, stream: str) -> None:
         """Check that a put to ``stream`` may go ahead: at once for a stream already in use."""
         try:
-            if stream in self._streams and not self._closed:
+            if stream in self._streams and not self._closed and _thread_id() == self._thread:
                 return  # most puts
         except TypeError:  # unhashable: certainly not a stream name, as the check says
             pass
+        self._check_thread()
         if self._closed:
             raise ProducerClosedError("the producer is closed; create a new one to put records")
         if self._task_group is None:
@@ -550,8 +626,24 @@ class Producer:
             if self._room is None:
                 self._room = anyio.Event()
             await self._room.wait()
-            if self._closed:
-                raise ProducerClosedError("the producer closed while this put waited for room")
+            self._check_still_open()
+
+    def _check_thread(self) -> None:
+        """Refuse a call from another thread than the event loop's that entered the producer.
+
+        Its stages are not thread-safe, and a record put from a foreign loop would never get
+        its result (or crash that loop, on trio).
+        """
+        if self._thread is not None and _thread_id() != self._thread:
+            raise RuntimeError(
+                "this Producer runs on the event loop of another thread; call it only from "
+                "that loop. To put records from other threads, use aiokpl.SyncProducer"
+            )
+
+    def _check_still_open(self) -> None:
+        """After every await on a put path: the producer may have closed meanwhile."""
+        if self._closed:
+            raise ProducerClosedError("the producer closed while this put waited")
 
     def _pipeline_of(self, stream: str) -> _Stream:
         """The stream's pipeline, started on its first record."""
@@ -603,7 +695,8 @@ class Producer:
 
         Args:
             stream: the stream name.
-            partition_key: 1 … 256 characters; decides the shard unless ``explicit_hash_key``.
+            partition_key: 1 … 256 UTF-16 code units (an emoji counts 2); decides the
+                shard unless ``explicit_hash_key``.
             data: the payload; ``len(data)`` + the key's UTF-8 length must fit
                 ``Config.max_record_size``.
             explicit_hash_key: a decimal hash key (0 … 2**128 - 1) choosing the shard.
@@ -615,6 +708,8 @@ class Producer:
             InvalidRecordError: a value is out of its limits (nothing was enqueued).
             InvalidRecordTypeError: an argument has the wrong type.
             ProducerClosedError: the producer has been closed.
+            RuntimeError: called from another thread than the event loop's that entered
+                the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         self._accept_stream(stream)
         key, size, payload, hash_key, ehk = check_user_record(
@@ -625,6 +720,7 @@ class Producer:
             # A tight loop of puts must let the stages run (sends, deadlines, the shard map);
             # once in a while is enough and keeps the per-record cost low.
             await anyio.lowlevel.checkpoint()
+            self._check_still_open()  # exit may have started while this put yielded
         # Not self._has_room(size), inlined: is there room for one more record?
         if (
             len(self._outstanding) >= self._max_records
@@ -649,6 +745,8 @@ class Producer:
             InvalidRecordError: see :meth:`put_record`.
             InvalidRecordTypeError: see :meth:`put_record`.
             ProducerClosedError: the producer has been closed.
+            RuntimeError: called from another thread than the event loop's that entered
+                the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         self._accept_stream(stream)
         key, size, payload, hash_key, ehk = check_user_record(
@@ -691,6 +789,8 @@ class Producer:
                 ``max_outstanding_bytes`` at once; nothing was enqueued.
             InvalidRecordTypeError: a record or one of its fields has the wrong type.
             ProducerClosedError: the producer has been closed.
+            RuntimeError: called from another thread than the event loop's that entered
+                the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         accepted, size = self._accept_many(stream, records)
         count = len(accepted)
@@ -701,6 +801,7 @@ class Producer:
                 f"{self._max_bytes}); put them in smaller groups"
             )
         await anyio.lowlevel.checkpoint()
+        self._check_still_open()
         await self._wait_for_room(size, count)
         return self._enqueue_many(stream, accepted, size)
 
@@ -846,6 +947,7 @@ class Producer:
         call (to ``stream``, or to any stream) has its result; retries may make that take
         longer than one request. Bound it with ``anyio.fail_after`` if needed.
         """
+        self._check_thread()
         self._flush_now(stream)
         remaining = sum(
             1 for record in self._outstanding if stream is None or record.stream == stream
@@ -920,6 +1022,8 @@ class Producer:
             streams=tuple(p.statistics() for p in self._streams.values()),
             failure_callbacks_pending=self._failures.pending,
             failure_callback_errors=self._failures.callback_errors,
+            records_expired_unsent=sum(p.retrier.expired for p in self._streams.values()),
+            requests_backing_off=sender.backing_off if sender else 0,
         )
 
     def __repr__(self) -> str:

@@ -471,7 +471,8 @@ class SyncProducer:
 
         Args:
             stream: the stream name.
-            partition_key: 1 … 256 characters; decides the shard unless ``explicit_hash_key``.
+            partition_key: 1 … 256 UTF-16 code units (an emoji counts 2); decides the
+                shard unless ``explicit_hash_key``.
             data: the payload; ``len(data)`` + the key's UTF-8 length must fit
                 ``Config.max_record_size``.
             explicit_hash_key: a decimal hash key (0 … 2**128 - 1) choosing the shard.
@@ -677,3 +678,17 @@ def _close_forgotten() -> None:
             producer.close()
         except Exception:  # pragma: no cover - nothing can be raised to anyone at exit
             logger.exception("closing a SyncProducer at exit failed")
+            continue
+        # Nobody may be left to look at the futures: say what failed.
+        statistics = producer.statistics()
+        if statistics.records_failed:
+            logger.warning(
+                "a SyncProducer still open at interpreter exit was closed: of %d records put, "
+                "%d were delivered and %d failed (%d of them expired before they could be "
+                "sent); each future holds its record's result and error code. Close the "
+                "producer yourself (or use Config.on_record_failure) to handle failures",
+                statistics.records_put,
+                statistics.records_succeeded,
+                statistics.records_failed,
+                statistics.records_expired_unsent,
+            )

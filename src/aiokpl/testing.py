@@ -25,7 +25,7 @@ What it models faithfully:
 * **IAM denials**: :meth:`FakeKinesis.deny` makes an operation fail with
   ``AccessDeniedException`` until :meth:`FakeKinesis.allow`, as a policy without the
   permission does;
-* **validation**: 1 … 500 records, partition keys of 1 … 256 characters, explicit hash keys
+* **validation**: 1 … 500 records, partition keys of 1 … 256 UTF-16 code units, explicit hash keys
   in range, records within the stream's maximum record size (partition key plus data, 1 MiB
   unless raised), requests within 5 MiB; model constraints answer ``ValidationException``, the
   service's own rules ``InvalidArgumentException``; unknown streams and shards
@@ -51,8 +51,8 @@ botocore's ``ParamValidationError`` it is not a ``ClientError``.
 Every call is logged in :attr:`FakeKinesis.requests`, passes exactly one checkpoint (or sleeps
 :attr:`FakeKinesis.latency` seconds) before doing anything, so concurrent callers interleave as
 they do with real I/O, then fails if its operation is denied (:meth:`FakeKinesis.deny`), then
-consumes scripted faults in the order they were scripted, then the random ones of
-:attr:`FakeKinesis.faults`.
+consumes the earliest scripted fault that applies to it (faults may be scoped to one
+stream), then the random ones of :attr:`FakeKinesis.faults`.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ from typing import Any, NamedTuple
 import anyio
 import anyio.lowlevel
 
-from ._core.hashing import MAX_HASH_KEY, hash_key_of
+from ._core.hashing import MAX_HASH_KEY, hash_key_of, partition_key_length
 from ._core.shards import ShardRange, ShardTable
 from ._core.token_bucket import TokenBucket
 from ._kinesis import client_error
@@ -484,7 +484,7 @@ class FakeKinesis:
         self._sequence = 0
         self._request_ids = itertools.count(1)
         self._latency = 0.0
-        self._request_faults: dict[str, deque[tuple[Callable[[], BaseException], bool]]] = {}
+        self._request_faults: dict[str, deque[_ScriptedFault]] = {}
         self._record_scripts: deque[list[tuple[str, str] | None]] = deque()
         self._denied: dict[str, tuple[str, str | None, int]] = {}
         self._faults = FaultPlan()
@@ -647,11 +647,19 @@ class FakeKinesis:
         message: str = "Internal service failure.",
         http_status: int = 500,
         operation: str = "PutRecords",
+        stream: str | None = None,
     ) -> None:
         """Make the next ``count`` calls of ``operation`` raise a ``ClientError``.
 
         The calls do nothing else (nothing is stored). Faults scripted for one operation with
-        this method and :meth:`raise_next` are consumed in the order they were scripted.
+        this method and :meth:`raise_next` are consumed in the order they were scripted: each
+        call takes the earliest one that applies to it.
+
+        With ``stream``, only calls naming that stream (by ``StreamName`` or ``StreamARN``)
+        fail; calls to other streams pass these faults by untouched, so one stream can fail
+        while the others work. Calls that name no stream (``ListShards`` with ``NextToken``,
+        ``GetRecords``) never match a stream's faults. A large ``count`` costs no memory:
+        ``fail_requests(10**9, stream="a")`` fails stream ``a`` for the rest of a test.
 
         Args:
             count: How many calls fail.
@@ -659,20 +667,22 @@ class FakeKinesis:
             message: The error message.
             http_status: The HTTP status of the error response.
             operation: The API operation name, e.g. ``"ListShards"``.
+            stream: Fail only calls to this stream (its name or ARN); ``None`` for any call.
 
         Raises:
-            ValueError: ``count`` is negative or the operation is unknown.
+            ValueError: ``count`` is negative, the operation is unknown, or ``stream`` is
+                neither a stream name nor a stream ARN.
         """
         _check_operation(operation)
         if count < 0:
             raise ValueError(f"count must be >= 0, got {count!r}")
+        scope = _fault_stream(stream)
 
         def make() -> BaseException:
             error: BaseException = client_error(code, message, operation, http_status=http_status)
             return error
 
-        queue = self._request_faults.setdefault(operation, deque())
-        queue.extend((make, False) for _ in range(count))
+        self._script_fault(operation, _ScriptedFault(make, False, scope, count))
 
     def raise_next(
         self,
@@ -680,6 +690,7 @@ class FakeKinesis:
         operation: str = "PutRecords",
         *,
         after_processing: bool = False,
+        stream: str | None = None,
     ) -> None:
         """Make the next call of ``operation`` raise ``exc`` as it is.
 
@@ -691,12 +702,20 @@ class FakeKinesis:
             operation: The API operation name.
             after_processing: If true, the call is served first (records are stored) and the
                 exception replaces its response: the response was lost on the way back.
+            stream: Only the next call to this stream (its name or ARN) raises, as with
+                :meth:`fail_requests`; ``None`` for the next call whatever its stream.
 
         Raises:
-            ValueError: The operation is unknown.
+            ValueError: The operation is unknown, or ``stream`` is neither a stream name nor
+                a stream ARN.
         """
         _check_operation(operation)
-        self._request_faults.setdefault(operation, deque()).append((lambda: exc, after_processing))
+        scope = _fault_stream(stream)
+        self._script_fault(operation, _ScriptedFault(lambda: exc, after_processing, scope, 1))
+
+    def _script_fault(self, operation: str, fault: _ScriptedFault) -> None:
+        if fault.remaining:
+            self._request_faults.setdefault(operation, deque()).append(fault)
 
     def deny(
         self,
@@ -1147,11 +1166,11 @@ class FakeKinesis:
             raise client_error(code, message, operation, http_status=status)
         lost_response: BaseException | None = None
         queue = self._request_faults.get(operation)
-        if queue:
-            make, after_processing = queue.popleft()
-            if not after_processing:
-                raise make()
-            lost_response = make()
+        fault = _take_fault(queue, kwargs) if queue else None
+        if fault is not None:
+            if not fault.after_processing:
+                raise fault.make()
+            lost_response = fault.make()
         else:
             plan = self._faults
             if (
@@ -1781,6 +1800,64 @@ class FakeKinesis:
 # -- helpers ---------------------------------------------------------------------------------
 
 
+class _ScriptedFault:
+    """``remaining`` calls of one operation (to one stream, or to any) that fail alike."""
+
+    __slots__ = ("after_processing", "make", "remaining", "stream")
+
+    def __init__(
+        self,
+        make: Callable[[], BaseException],
+        after_processing: bool,
+        stream: str | None,
+        remaining: int,
+    ) -> None:
+        self.make = make
+        self.after_processing = after_processing
+        self.stream = stream
+        self.remaining = remaining
+
+
+def _fault_stream(stream: str | None) -> str | None:
+    """The stream name a fault is scoped to, given its name or ARN (``None``: any stream)."""
+    if stream is None:
+        return None
+    if isinstance(stream, str):
+        match = _STREAM_ARN.fullmatch(stream)
+        if match is not None:
+            return match.group(1)
+        if _STREAM_NAME.fullmatch(stream) is not None:
+            return stream
+    raise ValueError(f"stream must be a stream name or ARN, got {stream!r}")
+
+
+def _called_stream(kwargs: Mapping[str, Any]) -> str | None:
+    """The stream a call names (``StreamName``, else the name in ``StreamARN``), if any."""
+    name = kwargs.get("StreamName")
+    if name is None:
+        arn = kwargs.get("StreamARN")
+        match = _STREAM_ARN.fullmatch(arn) if isinstance(arn, str) else None
+        name = match.group(1) if match is not None else None
+    return name if isinstance(name, str) else None
+
+
+def _take_fault(queue: deque[_ScriptedFault], kwargs: Mapping[str, Any]) -> _ScriptedFault | None:
+    """Use up one call of the earliest scripted fault that applies to a call's ``kwargs``."""
+    called: str | None = None
+    looked = False
+    for index, fault in enumerate(queue):
+        if fault.stream is not None:
+            if not looked:
+                called, looked = _called_stream(kwargs), True
+            if fault.stream != called:
+                continue
+        fault.remaining -= 1
+        if not fault.remaining:
+            del queue[index]
+        return fault
+    return None
+
+
 def _check_operation(operation: str) -> None:
     if operation not in _OPERATIONS:
         raise ValueError(
@@ -1903,7 +1980,7 @@ def _check_entry(entry: object, parameter: str, field: str) -> tuple[str, bytes,
             f"value: {explicit_hash_key!r}, type: {type(explicit_hash_key)}, "
             "valid types: <class 'str'>"
         )
-    length = len(partition_key)
+    length = partition_key_length(partition_key)  # UTF-16 code units, as the service counts
     if length < 1:
         raise _validation(
             partition_key, f"{field}partitionKey", "have length greater than or equal to 1"

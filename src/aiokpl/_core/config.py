@@ -104,16 +104,21 @@ class Config:
     record_ttl_ms: int = 30_000
     """How long a record may take, retries included, before it fails with ``"Expired"``,
     in milliseconds, 100 … 86,400,000 (KPL ``RecordTtl``). Counted like
-    ``record_max_buffered_time_ms``: up to 1 ms early, never late."""
+    ``record_max_buffered_time_ms``: up to 1 ms early, never late. It must exceed
+    ``record_max_buffered_time_ms`` plus the time a record needs after its deadline to reach
+    the wire (the collector's grace, min(50 ms, 20% of the buffered time) with aggregation,
+    and one ``drain_interval_ms``): a shorter TTL would expire every record not sent early
+    for size, so it is refused."""
 
     # --- Rate limiting -------------------------------------------------------------------
     rate_limit_records_per_sec_per_shard: float = 1000.0
     """Kinesis records per second the producer sends to one shard (the service limit is
-    1,000). Greater than 0 (KPL ``RateLimit``, there a percentage of the service limit)."""
+    1,000). At least 1: a record takes one token, and a shard's bucket holds one second of the
+    rate (KPL ``RateLimit``, there a percentage of the service limit)."""
 
     rate_limit_bytes_per_sec_per_shard: float = 1_048_576.0
     """Bytes per second the producer sends to one shard (the service limit is 1 MiB).
-    Greater than 0 (KPL ``RateLimit``, there a percentage of the service limit)."""
+    At least 1 (KPL ``RateLimit``, there a percentage of the service limit)."""
 
     drain_interval_ms: int = 25
     """Period of the rate limiter's drain of queued records, in milliseconds, 1 … 1,000."""
@@ -215,6 +220,14 @@ class Config:
                 f"max_record_size ({self.max_record_size}), or a largest record could never "
                 "be accepted"
             )
+        margin = _send_margin_ms(self)
+        if self.record_ttl_ms <= self.record_max_buffered_time_ms + margin:
+            raise ConfigError(
+                f"record_ttl_ms ({self.record_ttl_ms}) must be greater than "
+                f"record_max_buffered_time_ms ({self.record_max_buffered_time_ms}) plus "
+                f"{margin:g} ms (the collector's grace and one drain_interval_ms), or a record "
+                "that is not sent early for size would expire before it could be sent"
+            )
         if self.on_record_failure is not None and not callable(self.on_record_failure):
             raise TypeError(
                 "on_record_failure must be a callable taking a RecordResult (a function or an "
@@ -246,6 +259,14 @@ class Config:
     __str__ = __repr__
 
 
+def _send_margin_ms(config: Config) -> float:
+    """What a record must have left to live, in ms, after its deadline, to be sent in time:
+    the collector's grace (with aggregation) and one drain interval (see the limiter)."""
+    buffered = config.record_max_buffered_time_ms
+    grace = min(50.0, 0.2 * buffered) if config.aggregation_enabled else 0.0
+    return grace + config.drain_interval_ms
+
+
 _OPTIONAL_STR = "optional str"
 
 # (field, kind, lowest allowed, highest allowed); bounds are inclusive.
@@ -266,8 +287,10 @@ _RULES: tuple[tuple[str, str, float, float], ...] = (
     ("collection_max_size", "int", 52_224, 10 * MiB),
     ("record_max_buffered_time_ms", "int", 0, 86_400_000),
     ("record_ttl_ms", "int", 100, 86_400_000),
-    ("rate_limit_records_per_sec_per_shard", "float", math.ulp(0.0), math.inf),
-    ("rate_limit_bytes_per_sec_per_shard", "float", math.ulp(0.0), math.inf),
+    # A record takes 1 record token and the bucket holds one second of the rate: below 1
+    # record/s no record could ever be admitted. 1 byte/s is the matching floor for bytes.
+    ("rate_limit_records_per_sec_per_shard", "float", 1.0, math.inf),
+    ("rate_limit_bytes_per_sec_per_shard", "float", 1.0, math.inf),
     ("drain_interval_ms", "int", 1, 1_000),
     ("max_outstanding_records", "int", 1, 100_000_000),
     ("max_outstanding_bytes", "int", 1, 64 * 1024 * MiB),
@@ -302,5 +325,5 @@ def _check(name: str, value: object, kind: str, low: float, high: float) -> None
     ):
         raise TypeError(f"{name} must be an {kind}, not {type(value).__name__}")
     if not (low <= value <= high) or (kind == "float" and not math.isfinite(value)):
-        span = "greater than 0 and finite" if kind == "float" else f"{low:,} … {high:,}"
+        span = f"at least {low:g} and finite" if kind == "float" else f"{low:,} … {high:,}"
         raise ConfigError(f"{name} must be {span}; got {value!r}")

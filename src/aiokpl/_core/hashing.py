@@ -32,6 +32,7 @@ __all__ = (
     "check_stream_name",
     "check_user_record",
     "hash_key_of",
+    "partition_key_length",
 )
 
 MAX_HASH_KEY = 2**128 - 1
@@ -111,6 +112,26 @@ def check_stream_name(stream: object) -> str:
     return stream
 
 
+def partition_key_length(partition_key: str) -> int:
+    """The length of ``partition_key`` as Kinesis counts it: UTF-16 code units.
+
+    The service (and the Java KPL, with ``String.length()``) counts UTF-16 code units, so a
+    character beyond U+FFFF, such as most emoji, counts 2: 128 emoji are a valid key, 129 are
+    not.
+    """
+    if partition_key.isascii():
+        return len(partition_key)
+    return len(partition_key.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _key_length_error(partition_key: str) -> InvalidRecordError:
+    return InvalidRecordError(
+        f"partition_key must be 1 … {MAX_PARTITION_KEY_LENGTH} UTF-16 code units long, as "
+        "Kinesis counts (a character beyond U+FFFF, such as an emoji, counts 2); got "
+        f"{partition_key_length(partition_key)}"
+    )
+
+
 def check_user_record(
     partition_key: Any,
     data: Any,
@@ -120,7 +141,7 @@ def check_user_record(
     """Validate one user record, the way ``put_record`` does before accepting it.
 
     Args:
-        partition_key: must be a non-empty ``str`` of at most 256 characters.
+        partition_key: must be a non-empty ``str`` of at most 256 UTF-16 code units.
         data: ``bytes``, ``bytearray`` or ``memoryview`` (anything else is a type error).
         explicit_hash_key: ``None``, or a decimal ``str``/``int`` in 0 … 2**128 - 1.
         max_record_size: the limit on ``len(data) + len(partition key in UTF-8)``.
@@ -140,17 +161,23 @@ def check_user_record(
                 f"partition_key must be a str, not {type(partition_key).__name__}"
             )
         partition_key = str(partition_key)
-    if not 0 < len(partition_key) <= MAX_PARTITION_KEY_LENGTH:
-        raise InvalidRecordError(
-            f"partition_key must be 1 … {MAX_PARTITION_KEY_LENGTH} characters long; "
-            f"got {len(partition_key)}"
-        )
+    length = len(partition_key)
+    if not 0 < length <= MAX_PARTITION_KEY_LENGTH:
+        raise _key_length_error(partition_key)
     try:
         key_bytes = partition_key.encode()
     except UnicodeEncodeError as exc:
         raise InvalidRecordError(
             "partition_key must be encodable as UTF-8 (it contains a lone surrogate)"
         ) from exc
+    # Kinesis counts UTF-16 code units: a character beyond U+FFFF (an emoji) counts 2. Only
+    # a non-ASCII key of more than half the limit can be over it; others skip the count.
+    if (
+        length > MAX_PARTITION_KEY_LENGTH // 2
+        and len(key_bytes) != length
+        and partition_key_length(partition_key) > MAX_PARTITION_KEY_LENGTH
+    ):
+        raise _key_length_error(partition_key)
     if type(data) is not bytes:
         if isinstance(data, bytes | bytearray | memoryview):
             data = bytes(data)

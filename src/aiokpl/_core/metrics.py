@@ -64,6 +64,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "AllErrors": ("Count", "summary"),
     "RetriesPerRecord": ("Count", "detailed"),
     "UserRecordExpired": ("Count", "summary"),
+    # Not the KPL's: of those, the records that expired queued, never sent (overload).
+    "UserRecordsExpiredUnsent": ("Count", "summary"),
     "BufferingTime": ("Milliseconds", "summary"),
     "RequestTime": ("Milliseconds", "detailed"),
     "UserRecordsPerKinesisRecord": ("Count", "detailed"),

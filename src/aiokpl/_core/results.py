@@ -37,6 +37,9 @@ class Attempt:
         error_message: the human-readable message that came with ``error_code``.
         shard_id: the shard Kinesis put the record on (success only).
         sequence_number: the sequence number Kinesis gave the record (success only).
+        outcome_unknown: the request was sent and no answer saying what became of the record
+            was read (a timeout, a lost connection, a malformed answer, or the producer
+            cancelled or closed while it was in flight): the record may be in the stream.
     """
 
     started_at: float
@@ -47,6 +50,7 @@ class Attempt:
     error_message: str | None = None
     shard_id: str | None = None
     sequence_number: str | None = None
+    outcome_unknown: bool = False
 
     @property
     def duration(self) -> float:
@@ -110,6 +114,17 @@ class RecordResult:
         if self.success or not self.attempts:
             return None
         return self.attempts[-1].error_code
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """Whether a failed record may be in the stream all the same.
+
+        ``True`` when one of its attempts was sent and never answered (see
+        :attr:`Attempt.outcome_unknown`): Kinesis may have stored it then. Putting such a
+        record again (a dead-letter replay, say) can store it twice. ``False`` for a delivered
+        record, and for a failed one that Kinesis never stored.
+        """
+        return not self.success and any(attempt.outcome_unknown for attempt in self.attempts)
 
     @property
     def error_message(self) -> str | None:

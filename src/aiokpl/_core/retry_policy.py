@@ -10,6 +10,9 @@ The table, row by row (KPL ``retrier.cc``):
 ====================================================================  ==========================
 outcome                                                               action
 ====================================================================  ==========================
+request error ``ValidationException`` or ``InvalidArgumentException``  resend each half of the
+(``NARROWED``) on a request of several Kinesis records: one bad entry  request as it is, alone
+may be the cause
 request error whose code cannot succeed on retry (``FAIL_FAST``)      fail every record
 request error ``ProvisionedThroughputExceededException``, and         fail every record
 ``fail_if_throttled``
@@ -24,6 +27,8 @@ unknown), aggregation on                                              invalidate
 the same, aggregation off (a raw record lands where Kinesis routes    succeed; invalidate
 it, which is always right)
 record failed with a ``FAIL_FAST`` code                               fail
+``ExpiredTokenException`` (request or record) for the third time      fail (else retry, after
+                                                                      the request backoff)
 record throttled and ``fail_if_throttled``                            fail
 record failed with any other code                                     retry
 ====================================================================  ==========================
@@ -50,11 +55,35 @@ from .shards import ShardRange
 if TYPE_CHECKING:
     from .._record import UserRecord
 
-__all__ = ("FAIL_FAST", "THROTTLED", "Decisions", "RetryPolicy", "classify", "expire", "place")
+__all__ = (
+    "FAIL_FAST",
+    "NARROWED",
+    "THROTTLED",
+    "Decisions",
+    "RetryPolicy",
+    "classify",
+    "expire",
+    "place",
+)
 
 THROTTLED = "ProvisionedThroughputExceededException"
+EXPIRED_TOKEN = "ExpiredTokenException"
+EXPIRED_TOKEN_ATTEMPTS = 3
+"""Attempts a record may make that end in ``ExpiredTokenException``: refreshable credentials
+(a role, SSO) are renewed by botocore as a request is signed, so a retry after a backoff can
+succeed; static credentials with an expired session token never will, and fail after this
+many."""
 WRONG_SHARD = "Wrong Shard"
 EXPIRED = "Expired"
+
+UNKNOWN_OUTCOME = frozenset({"Internal", "RecordCountMismatch"})
+"""The producer's codes for a request sent and never properly answered (a timeout, a lost
+connection, a malformed answer): Kinesis may have stored its records all the same."""
+
+NARROWED = frozenset({"ValidationException", "InvalidArgumentException"})
+"""Request-level codes that one bad entry can cause: a request of several Kinesis records
+failing with one of these is split in two and each half resent as it is, until the entry at
+fault is alone in its request and fails by itself."""
 
 FAIL_FAST = frozenset(
     {
@@ -63,6 +92,13 @@ FAIL_FAST = frozenset(
         "ValidationException",
         "InvalidArgumentException",
         "UnrecognizedClientException",
+        # Credentials that signed wrongly or not at all: resending the same cannot help. A
+        # clock more than 5 minutes off gives InvalidSignatureException ("Signature expired")
+        # too, and botocore does not correct skew: the message says so.
+        "InvalidSignatureException",
+        "IncompleteSignature",
+        "MissingAuthenticationTokenException",
+        "NoCredentialsError",
         "KMSAccessDeniedException",
         "KMSDisabledException",
         "KMSInvalidStateException",
@@ -100,10 +136,13 @@ class Decisions:
         failed: user records that failed for good (their last attempt says why).
         retry: user records to put back into the aggregator (deadline already moved).
         invalidate: ``(seen_at, predicted_shard)`` pairs for the shard map.
-        throttled_shards: predicted shards that answered with throttling.
+        throttled_shards: predicted shards that answered with throttling (``None`` for
+            records sent without a prediction: the stream-level limit).
         undecided: Kinesis records delivered to a shard the map does not know yet, as
             ``(record, shard_id, sequence_number)``; judge them with :func:`place` once the
             map has been refreshed.
+        resend: groups of Kinesis records to send again as they are, each as a request of
+            its own (the halves of a request refused as a whole for one bad entry).
         request_error: the request-level ``(code, message)``, if the call failed as a whole.
     """
 
@@ -111,6 +150,7 @@ class Decisions:
         "failed",
         "invalidate",
         "request_error",
+        "resend",
         "retry",
         "succeeded",
         "throttled_shards",
@@ -122,8 +162,9 @@ class Decisions:
         self.failed: list[UserRecord] = []
         self.retry: list[UserRecord] = []
         self.invalidate: list[tuple[float, str | None]] = []
-        self.throttled_shards: set[str] = set()
+        self.throttled_shards: set[str | None] = set()
         self.undecided: list[tuple[KinesisRecord, str, str]] = []
+        self.resend: list[list[KinesisRecord]] = []
         self.request_error: tuple[str, str] | None = None
 
 
@@ -137,8 +178,22 @@ def _fail_or_retry(
     now: float,
     policy: RetryPolicy,
 ) -> None:
-    record.add_attempt(Attempt(started, ended, started - record.last_end, False, code, message))
-    if code in FAIL_FAST or (code == THROTTLED and policy.fail_if_throttled):
+    record.add_attempt(
+        Attempt(
+            started,
+            ended,
+            started - record.last_end,
+            False,
+            code,
+            message,
+            outcome_unknown=code in UNKNOWN_OUTCOME,
+        )
+    )
+    if (
+        code in FAIL_FAST
+        or (code == THROTTLED and policy.fail_if_throttled)
+        or (code == EXPIRED_TOKEN and _expired_token_attempts(record) >= EXPIRED_TOKEN_ATTEMPTS)
+    ):
         decisions.failed.append(record)
     elif now >= record.expires_at:
         record.add_attempt(
@@ -148,6 +203,10 @@ def _fail_or_retry(
     else:
         record.set_deadline(now + policy.retry_delay)
         decisions.retry.append(record)
+
+
+def _expired_token_attempts(record: UserRecord) -> int:
+    return sum(1 for attempt in record.attempts if attempt.error_code == EXPIRED_TOKEN)
 
 
 def classify(
@@ -184,6 +243,9 @@ def classify(
     if isinstance(result, tuple):
         code, message = result
         decisions.request_error = result
+        if code in NARROWED and len(sent) > 1:
+            _split(decisions, sent, code, message, started, ended, now)
+            return decisions
         for kinesis_record in sent:
             kinesis_record.restore_data()
             for record in kinesis_record.records:
@@ -200,7 +262,7 @@ def classify(
                 message = str(entry.get("ErrorMessage") or "")
             else:
                 code, message = "Internal", f"malformed PutRecords result entry: {entry!r:.200}"
-            if code == THROTTLED and kinesis_record.predicted_shard is not None:
+            if code == THROTTLED:
                 decisions.throttled_shards.add(kinesis_record.predicted_shard)
             kinesis_record.restore_data()
             for record in kinesis_record.records:
@@ -239,6 +301,43 @@ def classify(
             policy,
         )
     return decisions
+
+
+def _split(
+    decisions: Decisions,
+    sent: Sequence[KinesisRecord],
+    code: str,
+    message: str,
+    started: float,
+    ended: float,
+    now: float,
+) -> None:
+    """A request of several Kinesis records was refused as a whole (``NARROWED``): resend it
+    in two halves, so one bad entry fails alone instead of failing its neighbours."""
+    live = []
+    for kinesis_record in sent:
+        expired = now >= kinesis_record.expires_at
+        for record in kinesis_record.records:
+            record.add_attempt(
+                Attempt(started, ended, started - record.last_end, False, code, message)
+            )
+            if expired:
+                record.add_attempt(
+                    Attempt(
+                        now,
+                        now,
+                        now - ended,
+                        False,
+                        EXPIRED,
+                        "record_ttl_ms elapsed before delivery",
+                    )
+                )
+        if expired:
+            decisions.failed += kinesis_record.records
+        else:
+            live.append(kinesis_record)
+    half = (len(live) + 1) // 2
+    decisions.resend = [group for group in (live[:half], live[half:]) if group]
 
 
 def place(

@@ -40,7 +40,8 @@ followed by "debit every stream". Differences:
   person was promised;
 * additions: :meth:`TokenBucket.time_until` (how long to wait),
   :meth:`TokenBucket.force_take` (debit past zero: a forced flush, or a record larger than the
-  capacity admitted into a full bucket, is paid back by later traffic) and
+  capacity admitted into a full bucket, is paid back by later traffic),
+  :meth:`TokenBucket.refund` (give back what was taken for something never sent) and
   :meth:`TokenBucket.set_rate` (change a stream's rate without losing the growth earned so far)
   and :meth:`TokenBucket.set_capacity`.
 """
@@ -245,6 +246,29 @@ class TokenBucket:
         tokens = self._tokens
         for index in range(self._count):
             tokens[index] -= amounts[index]
+
+    def refund(self, amounts: Sequence[float], now: float) -> None:
+        """Give back ``amounts`` taken earlier for something that was never used.
+
+        Balances grow by ``amounts`` but never beyond their capacities: a refund restores
+        budget, it never creates a burst larger than the bucket allows.
+
+        Args:
+            amounts: One non-negative amount per stream.
+            now: The current time in seconds.
+
+        Raises:
+            ValueError: If the number of amounts differs from the number of streams, or an
+                amount is negative or not finite.
+        """
+        self._check(amounts)
+        self._grow(now)
+        tokens = self._tokens
+        capacities = self._capacities
+        for index in range(self._count):
+            refunded = tokens[index] + amounts[index]
+            capacity = capacities[index]
+            tokens[index] = refunded if refunded < capacity else capacity
 
     def set_rate(self, index: int, rate: float, now: float) -> None:
         """Change one stream's rate from ``now`` on.

@@ -1,26 +1,53 @@
 """Limiter: keeps each shard under its records/s and bytes/s limits, before the wire.
 
 One :class:`ShardLimiter` per predicted shard owns a two-stream token bucket (records, bytes)
-and a queue of Kinesis records ordered by deadline. ``drain`` runs in two phases (seed 000):
+and a queue of Kinesis records, oldest first (ordered by expiry, which is put order for new
+records and puts a retried record ahead of those put after it). ``drain`` runs in two phases
+(seed 000, KPL ``limiter.h``):
 
 1. **expired first**: every queued record whose TTL has passed fails with ``"Expired"``
    without taking tokens, however many tokens there are;
-2. **admit in deadline order** while the bucket grants ``(1, size)``; stop at the first
-   record that does not fit, so order is kept.
+2. **admit oldest first** while the bucket grants ``(1, size)``; stop at the first record
+   that does not fit, so order is kept.
 
 An aggregate costs one record token, whatever it holds: Kinesis counts it as one record.
 
 Drains happen on ``put`` for the record's own shard (a record that fits goes straight
 through, with no added latency), and every ``drain_interval_ms`` while anything is queued
 (one scheduler entry for the whole limiter, no timers per shard). ``flush`` admits everything
-not expired at once, debiting the bucket so later traffic still pays for it.
+that can still be sent at once, debiting the bucket so later traffic still pays for it.
 
-Mirrors the KPL's ``limiter.h`` (25 ms drain) and ``token_bucket.h``. Better than the KPL:
+**Goodput under sustained overload** (where the KPL collapses). When more is offered than a
+shard takes for longer than ``record_ttl_ms``, the oldest queued records are always about to
+expire. The KPL admits them anyway, and spends the shard's budget on records that then expire
+between the limiter and the wire. Here no token is spent on a record that cannot be sent in
+time:
+
+* a record is admitted only if it has more than ``send_margin`` seconds to live: the
+  collector's grace plus one drain interval of slack (45 ms by default). A record inside its
+  margin is never admitted; it stays queued (taking no tokens and holding back nobody) until
+  its TTL passes, so its ``"Expired"`` result still comes at its TTL, not before;
+* a record admitted but then found expired before it was sent (a stream backing off, say) has
+  its tokens given back (:meth:`Limiter.refund`).
+
+So under overload the limit is spent on records that are sent, and only the excess expires.
+Why the oldest first, and not newest first (adaptive LIFO) or a CoDel-like early drop: the
+order of a partition key's records is kept; a record that is admitted has its retries ahead of
+later records; and once doomed records cost nothing, every order delivers the same amount. The
+price is latency under overload: what is delivered has waited nearly its TTL. Callers who
+prefer to wait rather than lose records lower ``max_outstanding_records``, so ``put_record``
+waits on back-pressure before records can grow old (``docs/guarantees.md``).
+
+**Without a shard map** (not loaded yet, or ``ListShards`` and ``DescribeStream`` denied)
+records have no predicted shard. The KPL sends them unlimited; here they share one
+stream-level :class:`ShardLimiter` at one shard's rates, with the same throttle feedback, so a
+stream without a map is slower but never storms.
+
+Better than the KPL as well:
 
 * **throttle feedback** (the KPL's ``add_error`` is an empty TODO): when Kinesis throttles a
-  shard, that shard's rates are cut (a lone throttle by 15%, repeated ones by half: see
-  ``AdaptiveRate``) and recover linearly (10% of the configured
-  rate per second), so several producers sharing a shard settle instead of storming;
+  shard, that shard's rates are cut (see ``AdaptiveRate``) and recover gradually, so several
+  producers sharing a shard settle instead of storming;
 * **no stall on large records**: a record larger than the bucket's byte capacity can never be
   granted normally; it is admitted when the bucket is full, and the debt is paid by waiting.
 
@@ -46,26 +73,34 @@ if TYPE_CHECKING:
 __all__ = ("Limiter", "ShardLimiter")
 
 
-def _deadline(record: KinesisRecord) -> float:
-    return record.deadline
+def _expiry(record: KinesisRecord) -> float:
+    return record.expires_at
 
 
 class ShardLimiter:
-    """Rate limits and queue of one shard."""
+    """Rate limits and queue of one shard (or of a stream without a map)."""
 
-    __slots__ = ("_bytes_rate", "_next_expiry", "_records_rate", "bucket", "queue", "throttles")
+    __slots__ = (
+        "_bytes_rate",
+        "_records_rate",
+        "admitted",
+        "bucket",
+        "queue",
+        "refunded",
+        "throttles",
+    )
 
     def __init__(self, records_per_second: float, bytes_per_second: float) -> None:
         self.bucket = TokenBucket(
             [(records_per_second, records_per_second), (bytes_per_second, bytes_per_second)]
         )
-        self.queue: SortedKeyList = SortedKeyList(key=_deadline)
-        # No queued record expires before this (it may be earlier than the true minimum
-        # after admissions; then the next check recomputes it).
-        self._next_expiry = float("inf")
+        # Oldest first; records of equal expiry keep their arrival order.
+        self.queue: SortedKeyList = SortedKeyList(key=_expiry)
         self._records_rate = AdaptiveRate(records_per_second)
         self._bytes_rate = AdaptiveRate(bytes_per_second)
         self.throttles = 0
+        self.admitted = 0  # Kinesis records that took tokens
+        self.refunded = 0  # of those, records whose tokens came back (expired unsent)
 
     def throttled(self, now: float) -> None:
         """Kinesis throttled this shard: lower its rates (at most once per cooldown)."""
@@ -104,13 +139,22 @@ class ShardLimiter:
         rates = self.bucket.rates
         return rates[0], rates[1]
 
-    def _admit_oversized(self, record: KinesisRecord, now: float) -> bool:
-        capacity = self.bucket.capacities[1]
+    def refund(self, record: KinesisRecord, now: float) -> None:
+        """``record`` took tokens but was never sent: give them back."""
+        self.refunded += 1
+        self.bucket.refund((1, record.size), now)
+
+    def _take(self, record: KinesisRecord, now: float) -> bool:
+        bucket = self.bucket
+        if bucket.try_take((1, record.size), now):
+            return True
+        # A record larger than the byte capacity is admitted into a full bucket.
+        capacity = bucket.capacities[1]
         if record.size <= capacity:
             return False
-        tokens = self.bucket.tokens(now)
+        tokens = bucket.tokens(now)
         if tokens[0] >= 1 and tokens[1] >= capacity:
-            self.bucket.force_take((1, record.size), now)
+            bucket.force_take((1, record.size), now)
             return True
         return False
 
@@ -120,30 +164,31 @@ class ShardLimiter:
         admit: Callable[[KinesisRecord], None],
         expire: Callable[[KinesisRecord], None],
         *,
+        margin: float = 0.0,
         force: bool = False,
     ) -> None:
+        """Expire what is past its TTL, then admit oldest first what the bucket grants.
+
+        Records with ``margin`` seconds or less to live are not admitted (they stay queued
+        until their TTL passes); ``force`` admits the others whatever the bucket holds.
+        """
         queue = self.queue
         if not queue:
             return
         if self._records_rate.recovering:
             self._apply_rates(now)
-        if self._next_expiry <= now:
-            live = [r for r in queue if r.expires_at > now]
-            if len(live) != len(queue):
-                for record in queue:
-                    if record.expires_at <= now:
-                        expire(record)
-                queue.clear()
-                queue.update(live)
-            self._next_expiry = min((r.expires_at for r in live), default=float("inf"))
-        bucket = self.bucket
-        while queue:
-            record = queue[0]
+        while queue and queue[0].expires_at <= now:
+            expire(queue.pop(0))
+        # The records too close to their TTL to be sent in time are the queue's head.
+        first = queue.bisect_key_right(now + margin)
+        while first < len(queue):
+            record = queue[first]
             if force:
-                bucket.force_take((1, record.size), now)
-            elif not (bucket.try_take((1, record.size), now) or self._admit_oversized(record, now)):
+                self.bucket.force_take((1, record.size), now)
+            elif not self._take(record, now):
                 break
-            queue.pop(0)
+            del queue[first]
+            self.admitted += 1
             admit(record)
 
     def put(
@@ -152,23 +197,25 @@ class ShardLimiter:
         now: float,
         admit: Callable[[KinesisRecord], None],
         expire: Callable[[KinesisRecord], None],
+        *,
+        margin: float = 0.0,
     ) -> bool:
         """Admit at once if possible, else queue. Returns whether anything stays queued."""
-        if not self.queue:
+        if not self.queue and record.expires_at > now + margin:
             if self._records_rate.recovering:
                 self._apply_rates(now)
-            if self.bucket.try_take((1, record.size), now) or self._admit_oversized(record, now):
+            if self._take(record, now):
+                self.admitted += 1
                 admit(record)
                 return False
         self.queue.add(record)
-        if record.expires_at < self._next_expiry:
-            self._next_expiry = record.expires_at
-        self.drain(now, admit, expire)
+        self.drain(now, admit, expire, margin=margin)
         return bool(self.queue)
 
 
 class Limiter:
-    """The limiter of one stream: a :class:`ShardLimiter` per predicted shard."""
+    """The limiter of one stream: a :class:`ShardLimiter` per predicted shard, and one for
+    records without a prediction (no shard map)."""
 
     def __init__(
         self,
@@ -180,6 +227,7 @@ class Limiter:
         records_per_second: float,
         bytes_per_second: float,
         drain_interval: float,
+        send_margin: float = 0.0,
     ) -> None:
         self._scheduler = scheduler
         self._admit = admit
@@ -188,28 +236,41 @@ class Limiter:
         self._records_per_second = records_per_second
         self._bytes_per_second = bytes_per_second
         self._drain_interval = drain_interval
+        self.send_margin = send_margin
         self.shards: dict[str, ShardLimiter] = {}
+        # Records with no predicted shard: limited per stream, at one shard's rates.
+        self.unmapped: ShardLimiter | None = None
         self._ceilings: dict[str, tuple[float, float]] = {}
-        self._waiting: set[str] = set()
+        self._waiting: set[str | None] = set()
         self._drain_scheduled = False
 
-    def put(self, record: KinesisRecord) -> None:
-        shard = record.predicted_shard
+    def _limiter_of(self, shard: str | None) -> ShardLimiter:
         if shard is None:
-            # No prediction: nothing to limit against (KPL limiter.h does the same).
-            self._admit(record)
-            return
+            limiter = self.unmapped
+            if limiter is None:
+                limiter = self.unmapped = ShardLimiter(
+                    self._records_per_second, self._bytes_per_second
+                )
+            return limiter
         limiter = self.shards.get(shard)
         if limiter is None:
             records, size = self._ceilings.get(
                 shard, (self._records_per_second, self._bytes_per_second)
             )
             limiter = self.shards[shard] = ShardLimiter(records, size)
-        if limiter.put(record, self._clock(), self._admit, self._expire):
+        return limiter
+
+    def put(self, record: KinesisRecord) -> None:
+        shard = record.predicted_shard
+        limiter = self.shards.get(shard) if shard is not None else None  # most puts
+        if limiter is None:
+            limiter = self._limiter_of(shard)
+        now = self._clock()
+        if limiter.put(record, now, self._admit, self._expire, margin=self.send_margin):
             self._waiting.add(shard)
             if not self._drain_scheduled:
                 self._drain_scheduled = True
-                self._scheduler.call_at(self._clock() + self._drain_interval, self)
+                self._scheduler.call_at(now + self._drain_interval, self)
 
     def on_due(self, now: float) -> None:
         self._drain_scheduled = False
@@ -220,10 +281,17 @@ class Limiter:
 
     def drain(self, now: float, *, force: bool = False) -> None:
         for shard in list(self._waiting):
-            limiter = self.shards[shard]
-            limiter.drain(now, self._admit, self._expire, force=force)
+            limiter = self._limiter_of(shard)
+            limiter.drain(now, self._admit, self._expire, margin=self.send_margin, force=force)
             if not limiter.queue:
                 self._waiting.discard(shard)
+
+    def refund(self, record: KinesisRecord) -> None:
+        """``record`` was admitted, then expired before it was sent: return its tokens."""
+        shard = record.predicted_shard
+        limiter = self.shards.get(shard) if shard is not None else self.unmapped
+        if limiter is not None:
+            limiter.refund(record, self._clock())
 
     def set_ceiling(self, shard: str, records_per_second: float, bytes_per_second: float) -> None:
         """Set the ceiling of ``shard``, now if it is limited already, else when it first is."""
@@ -232,11 +300,12 @@ class Limiter:
         if limiter is not None:
             limiter.set_ceiling(records_per_second, bytes_per_second, self._clock())
 
-    def throttled(self, shard: str, now: float) -> None:
-        limiter = self.shards.get(shard)
+    def throttled(self, shard: str | None, now: float) -> None:
+        """Kinesis throttled records predicted for ``shard`` (``None``: without a map)."""
+        limiter = self.shards.get(shard) if shard is not None else self.unmapped
         if limiter is not None:
             limiter.throttled(now)
 
     @property
     def queued(self) -> int:
-        return sum(len(self.shards[shard].queue) for shard in self._waiting)
+        return sum(len(self._limiter_of(shard).queue) for shard in self._waiting)

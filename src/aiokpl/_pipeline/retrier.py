@@ -69,6 +69,7 @@ class Retrier:
         *,
         random_value: Callable[[], float] = random.random,
         metrics: MetricsRecorder | None = None,
+        resend: Callable[[list[KinesisRecord]], None],
     ) -> None:
         self.stream = stream
         self._shard_map = shard_map
@@ -80,6 +81,8 @@ class Retrier:
         self._policy = policy
         self._random = random_value
         self._metrics = metrics
+        # Sends a group of Kinesis records as a request of its own (the sender's submit).
+        self._resend = resend
         self._backoff = Backoff(0.1, 2.0, 5.0, jitter=0.5)
         self.resume_at = -float("inf")
         self.retries = 0
@@ -151,6 +154,8 @@ class Retrier:
             self._finish(decisions.succeeded, True)
         if decisions.failed:
             self._finish(decisions.failed, False)
+        for group in decisions.resend:
+            self._resend(group)
         if decisions.retry:
             self.retries += len(decisions.retry)
             put = self._aggregator.put
@@ -159,8 +164,11 @@ class Retrier:
 
     def expire(self, record: KinesisRecord, where: str) -> None:
         """Fail every user record of ``record`` as ``"Expired"`` (from the limiter or sender)."""
-        expired = expire(record, self._clock(), where)
+        now = self._clock()
+        expired = expire(record, now, where)
         self.expired += len(expired)
+        if self._metrics is not None:
+            self._metrics.expired_unsent(expired, now)
         self._finish(expired, False)
 
     def expire_before_send(self, records: list[KinesisRecord], now: float) -> list[KinesisRecord]:
@@ -172,5 +180,7 @@ class Retrier:
             if record.expires_at > now:
                 live.append(record)
             else:
+                # It took the shard's tokens in the limiter but never reached the wire.
+                self._limiter.refund(record)
                 self.expire(record, "sender queue")
         return live

@@ -288,10 +288,10 @@ class ShardMap:
             logger.warning(
                 "the shard map of %r cannot be loaded: the IAM policy lacks both "
                 "kinesis:ListShards and kinesis:DescribeStream (%s: %s). Without a map, records "
-                "are not aggregated and no shard is predicted: each goes alone, without "
-                "per-shard rate limits, so throughput is lower and throttling more likely. The "
-                "map is retried with backoff (up to every 30 s). Grant kinesis:ListShards to the "
-                "producer's role.",
+                "are not aggregated and no shard is predicted: each goes alone, and together "
+                "they share one stream-level rate limit at one shard's rates, so the stream "
+                "takes far less than its shards could. The map is retried with backoff (up to "
+                "every 30 s). Grant kinesis:ListShards to the producer's role.",
                 self.stream,
                 *listed,
             )

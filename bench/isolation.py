@@ -1,0 +1,216 @@
+"""Isolation: a healthy stream's latency beside a stream whose every request fails.
+
+Two streams on one producer with default settings (``max_connections`` = 24,
+``record_max_buffered_time_ms`` = 100) except ``record_ttl_ms`` = 10 000: the healthy one is the
+4-shard throttling stream of the latency scenario, offered half its byte capacity (user records
+of about 1008 bytes); the failing one gets the same load, and every ``PutRecords`` to it fails
+with HTTP 500 ``InternalFailure`` for the whole run (as ``FakeKinesis.fail_requests(10**9,
+stream=...)`` would; done by a subclass here, so that this file measures older versions too),
+and its records expire at their TTL after backing off. Each healthy record's latency runs from
+just before its ``put_record`` to its outcome's done-callback; SPEC §6 holds its p99 to the
+buffered time + 50 ms.
+
+The whole real pipeline runs, on a virtual clock (trio's ``MockClock`` with
+``autojump_threshold=0``): time moves only when every task waits, so the figures are exact and
+repeatable, and 20 virtual seconds take a few real ones. With ``--http`` the fake is served over
+loopback HTTP instead and the producer uses its aiobotocore client, on asyncio's real clock
+(shorter, and noisy as real time is).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import trio.testing
+
+from aiokpl import Config, Outcome, Producer, RecordResult
+from aiokpl._kinesis import client_error
+
+from . import _load
+from .report import Row, ScenarioResult
+
+SECONDS = 20.0
+QUICK_SECONDS = 8.0
+HTTP_SECONDS = 8.0
+HTTP_QUICK_SECONDS = 4.0
+OFFERED_FRACTION = 0.5
+BUFFERED_MS = 100
+TTL_MS = 10_000
+TARGET_P99_EXCESS = 0.050
+FAILING = "failing"
+PACE_SECONDS = 0.002  # the load puts what fell due every 2 ms
+
+
+class _FailingKinesis(_load.CountingKinesis):
+    """The throttling server, plus a stream ``FAILING`` whose every ``PutRecords`` fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing_calls = 0
+
+    async def put_records(
+        self,
+        *,
+        Records: Sequence[Mapping[str, Any]],
+        StreamName: str | None = None,
+        StreamARN: str | None = None,
+    ) -> dict[str, Any]:
+        if StreamName == FAILING:
+            self.failing_calls += 1
+            await anyio.lowlevel.checkpoint()  # as every call of the fake, before it answers
+            raise client_error(
+                "InternalFailure", "Internal service failure.", "PutRecords", http_status=500
+            )
+        return await super().put_records(
+            Records=Records, StreamName=StreamName, StreamARN=StreamARN
+        )
+
+
+async def _offer(
+    producer: Producer, records_per_second: float, seconds: float
+) -> tuple[_load.Load, list[Outcome[RecordResult]]]:
+    """The same paced load to the healthy stream and the failing one, on the running clock."""
+    keys = [f"key-{i}" for i in range(_load.KEYS)]
+    filler = (bytes(range(256)) * (_load.DATA_SIZE // 256 + 1))[: _load.DATA_SIZE - 8]
+    load = _load.Load()
+    failing: list[Outcome[RecordResult]] = []
+    clock = anyio.current_time
+    done_times = load.done_times
+
+    def marker(index: int) -> Callable[[Outcome[RecordResult]], None]:
+        def mark(_: Outcome[RecordResult]) -> None:
+            done_times[index] = clock()
+
+        return mark
+
+    put = producer.put_record
+    start = load.started_at = clock()
+    index = 0
+    while True:
+        now = clock()
+        elapsed = now - start
+        if elapsed >= seconds:
+            break
+        if index >= int(elapsed * records_per_second):
+            await anyio.sleep(PACE_SECONDS)
+            continue
+        data = _load.record_data(index, filler)
+        key = keys[index % _load.KEYS]
+        load.put_times.append(now)
+        done_times.append(0.0)
+        outcome = await put(stream=_load.STREAM, partition_key=key, data=data)
+        outcome.add_done_callback(marker(index))
+        load.outcomes.append(outcome)
+        load.put_bytes += len(key) + len(data)
+        failing.append(await put(stream=FAILING, partition_key=key, data=data))
+        index += 1
+    load.offered_seconds = clock() - start
+    load.put = index
+    return load, failing
+
+
+async def _resolved(outcomes: list[Outcome[RecordResult]], limit: float) -> None:
+    """Wait (at most ``limit`` seconds) until every one of ``outcomes`` is resolved."""
+    with anyio.move_on_after(limit):
+        for outcome in outcomes:
+            await outcome.wait()
+
+
+async def _run(seconds: float, http: bool) -> dict[str, Any]:
+    fake = _FailingKinesis()
+    fake.add_stream(
+        _load.STREAM,
+        shard_count=_load.SHARDS,
+        throttle=True,
+        records_per_second=_load.RECORDS_PER_SECOND_PER_SHARD,
+        bytes_per_second=_load.BYTES_PER_SECOND_PER_SHARD,
+        burst_seconds=_load.BURST_SECONDS,
+    )
+    fake.add_stream(FAILING, shard_count=_load.SHARDS)
+    config = Config(
+        region="us-east-1", record_max_buffered_time_ms=BUFFERED_MS, record_ttl_ms=TTL_MS
+    )
+    rate = OFFERED_FRACTION * _load.CAPACITY_BYTES_PER_SECOND / _load.MEAN_RECORD_BYTES
+    started = time.perf_counter()
+    async with _load.producer_on(fake, config, http) as producer:
+        await _load.warm_up(producer)
+        load, failing = await _offer(producer, rate, seconds)
+        # The healthy records first; the failing ones resolve at their TTL, on exit.
+        await _resolved(load.outcomes, TTL_MS / 1000 + 30)
+        statistics = producer.statistics()
+    real_seconds = time.perf_counter() - started
+    delivery = _load.match(fake, load)
+    latencies = sorted(
+        done - put
+        for put, done, outcome in zip(load.put_times, load.done_times, load.outcomes, strict=True)
+        if done and outcome.result().success
+    )
+    failing_codes: dict[str, int] = {}
+    for outcome in failing:
+        code = outcome.result().error_code if outcome.done() else "unresolved"
+        failing_codes[str(code)] = failing_codes.get(str(code), 0) + 1
+    return {
+        "buffered_ms": BUFFERED_MS,
+        "record_ttl_ms": TTL_MS,
+        "max_connections": config.max_connections,
+        "clock": "real clock, asyncio" if http else "virtual clock, trio MockClock",
+        "real_seconds": real_seconds,
+        "offered_fraction_of_capacity": load.put_bytes
+        / load.offered_seconds
+        / _load.CAPACITY_BYTES_PER_SECOND,
+        "records_put_per_stream": load.put,
+        "records_timed": len(latencies),
+        "percentiles_seconds": {
+            name: _load.percentile(latencies, fraction)
+            for name, fraction in (
+                ("p50", 0.50),
+                ("p90", 0.90),
+                ("p99", 0.99),
+                ("p99.9", 0.999),
+                ("max", 1.0),
+            )
+        },
+        "failing_stream_results": failing_codes,
+        "requests_sent": statistics.requests_sent,
+        "requests_failed": statistics.requests_failed,
+        "failing_stream_requests": fake.failing_calls,
+        "delivery": delivery.__dict__,
+    }
+
+
+def run(quick: bool = False, http: bool = False) -> ScenarioResult:
+    if http:
+        seconds = HTTP_QUICK_SECONDS if quick else HTTP_SECONDS
+        details = anyio.run(_run, seconds, http)
+    else:
+        seconds = QUICK_SECONDS if quick else SECONDS
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        details = anyio.run(_run, seconds, http, backend="trio", backend_options={"clock": clock})
+    result = ScenarioResult("isolation")
+    result.details = {"http": http, "seconds": seconds, **details}
+    percentiles = details["percentiles_seconds"]
+    delivery = details["delivery"]
+    assert isinstance(percentiles, dict)
+    assert isinstance(delivery, dict)
+    buffered = BUFFERED_MS / 1000
+    limit = buffered + TARGET_P99_EXCESS
+    p50, p99 = percentiles["p50"], percentiles["p99"]
+    failed = sum(delivery["failed_by_code"].values())
+    result.rows.append(
+        Row(
+            "isolation/http" if http else "isolation",
+            f"healthy p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
+            f"max {percentiles['max'] * 1000:.1f} ms (buffered time {BUFFERED_MS} ms; "
+            f"beside a stream failing every request; {details['records_timed']:,} records, "
+            f"{details['clock']})",
+            f"p99 ≤ buffered + {TARGET_P99_EXCESS * 1000:g} ms = {limit * 1000:g} ms",
+            p99 / limit,
+            "of limit",
+            p99 <= limit and failed == 0 and delivery["lost"] == 0,
+        )
+    )
+    return result
