@@ -31,9 +31,11 @@ class SlowFirstListShards(FakeKinesis):
     def __init__(self, delay: float) -> None:
         super().__init__()
         self.delay = delay
+        self.started = 0  # calls begun
         self.listed_at: list[float] = []
 
     async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        self.started += 1
         if not self.listed_at:
             await anyio.sleep(self.delay)
         self.listed_at.append(anyio.current_time())
@@ -106,6 +108,21 @@ async def test_a_burst_at_start_on_a_throttled_stream_sees_no_throttle() -> None
     assert all(result.success for result in results)
     assert sum(throttled(result) for result in results) == 0
     assert user_records_per_kinesis_record(fake, "s") > 400
+
+
+async def test_put_records_to_a_new_stream_starts_its_map_before_enqueuing() -> None:
+    fake = SlowFirstListShards(0.05)
+    fake.add_stream("s", shard_count=4)
+    async with Producer(CONFIG, client=fake) as producer:
+        records = [(f"key-{i}", b"%d" % i) for i in range(1000)]
+        outcomes = await producer.put_records(stream="s", records=records)
+        # The map load was under way before the group was enqueued: a large group takes real
+        # time to validate and enqueue, and its deadline runs meanwhile.
+        assert fake.started == 1
+        assert waiting(producer) == 1000
+        results = [await outcome for outcome in outcomes]
+    assert all(result.success for result in results)
+    assert user_records_per_kinesis_record(fake, "s") >= 250
 
 
 async def test_records_are_held_no_longer_than_their_deadline() -> None:

@@ -792,6 +792,14 @@ class Producer:
             RuntimeError: called from another thread than the event loop's that entered
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
+        self._accept_stream(stream)
+        if stream not in self._streams:
+            # A new stream: start loading its shard map now, before a large group takes its
+            # time to be validated and enqueued, so that the group finds the map loaded (or
+            # nearly) rather than reaching its deadline held for it (see Aggregator).
+            self._pipeline_of(stream)
+            await anyio.lowlevel.checkpoint()
+            self._check_still_open()
         accepted, size = self._accept_many(stream, records)
         count = len(accepted)
         if count > self._max_records or size > self._max_bytes:
