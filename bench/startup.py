@@ -24,6 +24,12 @@ Figures:
 * delivered: every record delivered, none failed.
 
 ``quick`` changes nothing: the scenario takes seconds.
+
+What holds it back: a held record waits for the map only until its deadline (100 ms by
+default). In process the map comes 50 ms after the first put; over ``--http`` the producer's
+own aiobotocore client spends about 60 ms more on its first call (connection, botocore's lazy
+set-up), and a tight put loop slows it further, so records put early reach their deadlines
+first and go alone, unaggregated, into the stream-level limit of a stream without a map.
 """
 
 from __future__ import annotations

@@ -7,10 +7,13 @@ conftest), so every timestamp is exact.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anyio
 import pytest
+import sniffio
+import trio
 
 from aiokpl import Config, Producer, RecordResult
 from aiokpl._core.aggregation import decode, is_aggregated
@@ -123,6 +126,30 @@ async def test_put_records_to_a_new_stream_starts_its_map_before_enqueuing() -> 
         results = [await outcome for outcome in outcomes]
     assert all(result.success for result in results)
     assert user_records_per_kinesis_record(fake, "s") >= 250
+
+
+def keep_the_loop_busy(seconds: float) -> None:
+    """Advance the virtual clock without yielding, as a task computing for that long does."""
+    if sniffio.current_async_library() == "trio":
+        clock = trio.lowlevel.current_clock()
+        assert isinstance(clock, trio.testing.MockClock)
+        clock.jump(seconds)
+    else:
+        asyncio.get_running_loop()._selector.clock.advance(seconds)  # type: ignore[attr-defined]
+
+
+async def test_a_map_that_answered_while_the_loop_was_busy_is_used_first() -> None:
+    fake = SlowFirstListShards(0.05)
+    fake.add_stream("s", shard_count=4)
+    async with Producer(CONFIG, client=fake) as producer:
+        records = [(f"key-{i}", b"%d" % i) for i in range(1000)]
+        outcomes = await producer.put_records(stream="s", records=records)
+        # The caller keeps the loop for 0.2 s (a large group takes real time to enqueue): by
+        # the next turn the map has answered (at 0.05) and the records are due (at 0.08).
+        keep_the_loop_busy(0.2)
+        results = [await outcome for outcome in outcomes]
+    assert all(result.success for result in results)
+    assert user_records_per_kinesis_record(fake, "s") >= 250  # the map came first
 
 
 async def test_records_are_held_no_longer_than_their_deadline() -> None:

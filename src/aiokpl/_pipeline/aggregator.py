@@ -27,7 +27,9 @@ them. Invariants of the hold:
 * a held record is never held past its own deadline: one scheduler entry for the whole hold,
   at its earliest release time, releases (alone, unpredicted) what is due then. The release
   time is the deadline less the collector's grace, so the record is sent at its deadline,
-  exactly as it would have been without the hold;
+  exactly as it would have been without the hold. (The entry first arms the release and a
+  second one, a microsecond later, does it: a map that answered while the event loop was
+  busy past both times, with the very puts that filled the hold say, is installed first);
 * ``flush`` does not release the held records: they go when the attempt ends (at most their
   deadline), and the stream is flushed then. Sending them at once, unaggregated, would
   recreate the start-up storm in the commonest start-up flush of all: a short program that
@@ -84,10 +86,23 @@ class _Batch:
             self.aggregator.close_batch(self)
 
 
-class _Hold:
-    """Records waiting for the stream's first map: a heap by deadline, one scheduler entry."""
+# Seconds between noticing that held records are due and releasing them: one turn of the
+# event loop, so that a map whose answer is already in (the loop was busy, with the very puts
+# that filled the hold, say) is installed first and the records go aggregated.
+_RELEASE_TURN = 1e-6
 
-    __slots__ = ("aggregator", "count", "lead", "next_at", "records", "scheduler")
+
+class _Hold:
+    """Records waiting for the stream's first map: a heap by deadline, one scheduler entry.
+
+    Release is in two steps, each a scheduler entry: at ``deadline - lead - _RELEASE_TURN``
+    (or later, if the loop was late) the hold is armed, and ``_RELEASE_TURN`` after the
+    arming what was due at it is released. Under a virtual clock the records go exactly at
+    ``deadline - lead``; on a loop that was busy past both times, the map's answer, if it has
+    come, is installed in between.
+    """
+
+    __slots__ = ("aggregator", "armed_at", "count", "lead", "next_at", "records", "scheduler")
 
     def __init__(self, aggregator: Aggregator, scheduler: Scheduler, lead: float) -> None:
         self.aggregator = aggregator
@@ -95,10 +110,13 @@ class _Hold:
         # (deadline, arrival number, record, hash key): ordered by deadline, then arrival.
         self.records: list[tuple[float, int, UserRecord, int]] = []
         self.count = 0
-        # How long before its deadline a record is released (the collector's grace).
-        self.lead = lead
+        # How long before its deadline a record is released (the collector's grace), plus
+        # the turn between arming and releasing.
+        self.lead = lead + _RELEASE_TURN
         # The time of the latest scheduler entry that counts; earlier entries are stale.
         self.next_at = math.inf
+        # When the hold was armed: records due by then go at the next entry. None: not armed.
+        self.armed_at: float | None = None
 
     def add(self, record: UserRecord, hash_key: int) -> None:
         deadline = record.deadline
@@ -112,11 +130,18 @@ class _Hold:
     def on_due(self, now: float) -> None:
         if now < self.next_at:
             return  # an entry superseded by an earlier one, or by the end of the hold
+        armed_at = self.armed_at
+        if armed_at is None:
+            self.armed_at = now
+            self.next_at = now + _RELEASE_TURN
+            self.scheduler.call_at(self.next_at, self)
+            return
+        self.armed_at = None
         self.next_at = math.inf
         records = self.records
         lead = self.lead
         single = self.aggregator.single
-        while records and records[0][0] - lead <= now:
+        while records and records[0][0] - lead <= armed_at:
             _, _, record, hash_key = heapq.heappop(records)
             single(record, hash_key)
         if records:
@@ -127,6 +152,7 @@ class _Hold:
         """Every held record, in deadline then arrival order; the hold is left empty."""
         records, self.records = self.records, []
         self.next_at = math.inf
+        self.armed_at = None
         records.sort()
         return records
 
