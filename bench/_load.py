@@ -268,6 +268,20 @@ def kinesis_bytes_between(fake: FakeKinesis, start: float, end: float) -> int:
     )
 
 
+def percentiles(sorted_values: list[float]) -> dict[str, float]:
+    """p50, p90, p99, p99.9 and the maximum of an already sorted list, by name."""
+    return {
+        name: percentile(sorted_values, fraction)
+        for name, fraction in (
+            ("p50", 0.50),
+            ("p90", 0.90),
+            ("p99", 0.99),
+            ("p99.9", 0.999),
+            ("max", 1.0),
+        )
+    }
+
+
 def percentile(sorted_values: list[float], fraction: float) -> float:
     """Nearest-rank percentile of an already sorted list."""
     if not sorted_values:

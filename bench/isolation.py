@@ -164,16 +164,7 @@ async def _run(seconds: float, http: bool) -> dict[str, Any]:
         / _load.CAPACITY_BYTES_PER_SECOND,
         "records_put_per_stream": load.put,
         "records_timed": len(latencies),
-        "percentiles_seconds": {
-            name: _load.percentile(latencies, fraction)
-            for name, fraction in (
-                ("p50", 0.50),
-                ("p90", 0.90),
-                ("p99", 0.99),
-                ("p99.9", 0.999),
-                ("max", 1.0),
-            )
-        },
+        "percentiles_seconds": _load.percentiles(latencies),
         "failing_stream_results": failing_codes,
         "requests_sent": statistics.requests_sent,
         "requests_failed": statistics.requests_failed,

@@ -51,16 +51,7 @@ async def _run(seconds: float, http: bool) -> dict[str, Any]:
         "records_put": load.put,
         "records_timed": len(latencies),
         "drain_seconds": drain_seconds,
-        "percentiles_seconds": {
-            name: _load.percentile(latencies, fraction)
-            for name, fraction in (
-                ("p50", 0.50),
-                ("p90", 0.90),
-                ("p99", 0.99),
-                ("p99.9", 0.999),
-                ("max", 1.0),
-            )
-        },
+        "percentiles_seconds": _load.percentiles(latencies),
         "min_seconds": latencies[0] if latencies else None,
         "kinesis_records_throttled": fake.throttled,
         "kinesis_records_sent": fake.entries,

@@ -198,3 +198,25 @@ def test_a_refund_gives_the_tokens_back_up_to_the_capacity() -> None:
     limiter.refund(record, 0.0)  # never above the capacity
     assert limiter.bucket.tokens(0.0) == (10.0, 1000.0)
     assert limiter.refunded == 2
+
+
+def test_a_shard_is_starved_only_while_sendable_records_wait_for_tokens() -> None:
+    limiter = ShardLimiter(1.0, 1_000_000.0)
+    admitted: list[KinesisRecord] = []
+    expired: list[KinesisRecord] = []
+
+    def put(record: KinesisRecord, now: float) -> None:
+        limiter.put(record, now, admitted.append, expired.append, margin=0.045)
+
+    # A record back from a retry, too close to its TTL to be sent: it waits, nobody starves.
+    doomed = kinesis_record(10, expires_at=0.01)
+    put(doomed, 0.0)
+    assert not limiter.starved
+    put(kinesis_record(10, expires_at=9.0), 0.0)
+    assert len(admitted) == 1  # the bucket's one token, not for the doomed record
+    put(kinesis_record(10, expires_at=9.5), 0.0)
+    assert limiter.starved  # a sendable record waits for a token
+    limiter.drain(1.0, admitted.append, expired.append, margin=0.045)
+    assert len(admitted) == 2
+    assert not limiter.starved
+    assert expired == [doomed]

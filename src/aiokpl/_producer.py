@@ -306,6 +306,9 @@ class _Stream:
 
     def _expire_in_limiter(self, record: KinesisRecord) -> None:
         self.retrier.expire(record, "rate limiter")
+        shard_limiter = self.limiter.limiter_of(record)
+        if shard_limiter is None or not shard_limiter.starved:
+            return  # it came back too close to its TTL to be sent: no sign of overload
         # The stream is offered more than its shards take: say so, once a minute at most.
         self._overload_since_log += len(record.records)
         now = self._clock()

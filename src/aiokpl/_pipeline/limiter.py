@@ -87,6 +87,7 @@ class ShardLimiter:
         "bucket",
         "queue",
         "refunded",
+        "starved",
         "throttles",
     )
 
@@ -101,6 +102,9 @@ class ShardLimiter:
         self.throttles = 0
         self.admitted = 0  # Kinesis records that took tokens
         self.refunded = 0  # of those, records whose tokens came back (expired unsent)
+        # The last drain left records that could still be sent waiting for tokens: the
+        # shard is offered more than its rate (what expires now is overload, not bad luck).
+        self.starved = False
 
     def throttled(self, now: float) -> None:
         """Kinesis throttled this shard: lower its rates (at most once per cooldown)."""
@@ -186,10 +190,12 @@ class ShardLimiter:
             if force:
                 self.bucket.force_take((1, record.size), now)
             elif not self._take(record, now):
-                break
+                self.starved = True
+                return
             del queue[first]
             self.admitted += 1
             admit(record)
+        self.starved = False
 
     def put(
         self,
@@ -288,10 +294,14 @@ class Limiter:
 
     def refund(self, record: KinesisRecord) -> None:
         """``record`` was admitted, then expired before it was sent: return its tokens."""
-        shard = record.predicted_shard
-        limiter = self.shards.get(shard) if shard is not None else self.unmapped
+        limiter = self.limiter_of(record)
         if limiter is not None:
             limiter.refund(record, self._clock())
+
+    def limiter_of(self, record: KinesisRecord) -> ShardLimiter | None:
+        """The :class:`ShardLimiter` that limits ``record``, if there is one yet."""
+        shard = record.predicted_shard
+        return self.shards.get(shard) if shard is not None else self.unmapped
 
     def set_ceiling(self, shard: str, records_per_second: float, bytes_per_second: float) -> None:
         """Set the ceiling of ``shard``, now if it is limited already, else when it first is."""
