@@ -47,6 +47,7 @@ from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatisti
 from ._core.records import KinesisRecord
 from ._core.results import Attempt, RecordResult
 from ._core.retry_policy import RetryPolicy
+from ._core.shards import ShardTable
 from ._failures import FailureHandler
 from ._kinesis import KinesisClient, create_client
 from ._metrics import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
@@ -302,7 +303,18 @@ class _Stream:
         )
         if coordinator is not None:
             coordinator.attach(stream, self.limiter)
+        self.shard_map.on_install = self._map_installed
         self.shard_map.start()
+
+    def _map_installed(self, table: ShardTable) -> None:
+        """A new shard map: per-shard state of shards gone from it is dropped, and records
+        still waiting at the stream-level limit (sent before any map) go back to the
+        aggregator, to be aggregated and limited per shard like the rest."""
+        self.limiter.prune(table)
+        put = self.aggregator.put
+        for kinesis_record in self.limiter.take_unmapped():
+            for record in kinesis_record.records:
+                put(record, record.hash_key)
 
     def _expire_in_limiter(self, record: KinesisRecord) -> None:
         self.retrier.expire(record, "rate limiter")

@@ -58,7 +58,7 @@ under it, and shards first seen later start at the ceiling set for them, if any.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedKeyList
@@ -302,6 +302,29 @@ class Limiter:
         """The :class:`ShardLimiter` that limits ``record``, if there is one yet."""
         shard = record.predicted_shard
         return self.shards.get(shard) if shard is not None else self.unmapped
+
+    def take_unmapped(self) -> list[KinesisRecord]:
+        """Remove and return the records queued without a predicted shard (oldest first).
+
+        Once a shard map has loaded they can be predicted, aggregated and limited per shard
+        instead of trickling out at the stream-level limit.
+        """
+        unmapped = self.unmapped
+        if unmapped is None or not unmapped.queue:
+            return []
+        records = list(unmapped.queue)
+        unmapped.queue.clear()
+        unmapped.starved = False
+        self._waiting.discard(None)
+        return records
+
+    def prune(self, open_shards: Container[str]) -> None:
+        """Forget the state of shards gone from the map (closed by resharding) whose queue is
+        empty, so a stream resharded many times keeps no state for its dead shards."""
+        for shard in [s for s, limiter in self.shards.items() if s not in open_shards]:
+            if not self.shards[shard].queue:
+                del self.shards[shard]
+                self._ceilings.pop(shard, None)
 
     def set_ceiling(self, shard: str, records_per_second: float, bytes_per_second: float) -> None:
         """Set the ceiling of ``shard``, now if it is limited already, else when it first is."""

@@ -133,6 +133,8 @@ class ShardMap:
         self._backoff = Backoff(1.0, 1.5, 30.0, jitter=0.5)
         self._running = False
         self._after_refresh: list[Callable[[], None]] = []
+        # Called with each new table as it is installed (the stream's pipeline adjusts).
+        self.on_install: Callable[[ShardTable], None] | None = None
         # When ListShards was denied: its error, and until when DescribeStream is used alone.
         self._list_shards_denial: tuple[str, str] | None = None
         self._list_shards_denied_until = -float("inf")
@@ -326,6 +328,8 @@ class ShardMap:
         logger.info(
             "shard map of %r loaded with %s: %d open shards", self.stream, self.source, len(table)
         )
+        if self.on_install is not None:
+            self.on_install(table)
         self._run_after_refresh()
 
     def _run_after_refresh(self) -> None:
