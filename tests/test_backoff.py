@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -47,7 +49,7 @@ def test_backoff_validation(initial: float, factor: float, maximum: float, jitte
         Backoff(initial, factor, maximum, jitter)
 
 
-def test_adaptive_rate_cuts_and_recovers_linearly() -> None:
+def test_adaptive_rate_cuts_and_recovers() -> None:
     rate = AdaptiveRate(
         1000.0, decrease=0.5, first_decrease=0.5, recovery_per_second=0.1, floor=0.05, cooldown=0.5
     )
@@ -58,9 +60,12 @@ def test_adaptive_rate_cuts_and_recovers_linearly() -> None:
     assert rate.rate(10.0) == 500.0
     assert rate.rate(12.0) == pytest.approx(700.0)  # +100/s
     assert not rate.cut(10.4)  # within the cooldown: the same burst
-    assert rate.cut(12.0)  # 700 -> 350
+    assert rate.cut(12.0)  # 700 -> 350, and 700 is the new peak
     assert rate.rate(12.0) == pytest.approx(350.0)
-    assert rate.rate(18.5) == 1000.0  # 350 + 6.5 * 100 >= 1000: recovered
+    assert rate.rate(14.0) == pytest.approx(490.0)  # +70/s: 10% of the rate it was cut from
+    assert rate.rate(17.0) == pytest.approx(700.0)  # back at the peak after 5 s
+    assert rate.rate(19.9) < 1000.0  # the probe beyond it
+    assert rate.rate(20.0) == 1000.0  # 700 + 70 * 3 / ln 2 >= 1000: recovered
     assert not rate.recovering
 
 
@@ -83,3 +88,88 @@ def test_adaptive_rate_floor() -> None:
     for step in range(20):
         rate.cut(float(step))
     assert rate.rate(20.0) == pytest.approx(50.0, rel=0.01)
+
+
+def _cut_down_to(configured: float, cuts: int) -> AdaptiveRate:
+    """A rate halved ``cuts`` times at t = 0 (no cooldown): peak = configured / 2**(cuts-1)."""
+    rate = AdaptiveRate(configured, decrease=0.5, first_decrease=0.5, cooldown=0.0)
+    for _ in range(cuts):
+        assert rate.cut(0.0)
+    return rate
+
+
+def test_recovery_is_scaled_to_the_rate_at_the_last_cut() -> None:
+    rate = _cut_down_to(1000.0, 3)  # 1000 -> 500 -> 250 -> 125; the last cut was from 250
+    assert rate.rate(0.0) == pytest.approx(125.0)
+    assert rate.rate(1.0) == pytest.approx(150.0)  # +25/s (10% of 250), not +100/s
+    assert rate.rate(5.0) == pytest.approx(250.0)  # back at the peak after (1 - 0.5) / 0.1 s
+    # Beyond the peak the slope doubles every probe_doubling (3) seconds.
+    probe = 25.0 * 3.0 / math.log(2.0)
+    assert rate.rate(8.0) == pytest.approx(250.0 + probe)
+    assert rate.rate(11.0) == pytest.approx(250.0 + 3.0 * probe)
+    assert rate.recovering
+    assert rate.rate(20.0) == 1000.0
+    assert not rate.recovering
+
+
+def test_the_probe_slope_doubles_every_probe_doubling_seconds() -> None:
+    rate = _cut_down_to(1e6, 3)  # 1e6 -> 5e5 -> 2.5e5 -> 1.25e5: peak 2.5e5, 25,000/s
+    epsilon = 1e-4
+
+    def slope(at: float) -> float:
+        return (rate.rate(at + epsilon) - rate.rate(at)) / epsilon
+
+    assert slope(2.0) == pytest.approx(25_000.0, rel=1e-3)  # linear up to the peak (at 5 s)
+    assert slope(5.0) == pytest.approx(25_000.0, rel=1e-3)
+    assert slope(8.0) == pytest.approx(50_000.0, rel=1e-3)
+    assert slope(11.0) == pytest.approx(100_000.0, rel=1e-3)
+
+
+@pytest.mark.parametrize("producers", [1, 2, 4, 8])
+def test_n_producers_cut_at_their_shares_recover_together_at_one_slope(producers: int) -> None:
+    """The sum of the recovery slopes does not grow with the number of producers."""
+    shard = 1000.0
+    rates = [AdaptiveRate(shard, decrease=0.5, first_decrease=0.5) for _ in range(producers)]
+    for rate in rates:
+        rate.configured = shard / producers  # reach the share: cut from it
+        assert rate.cut(0.0)
+        rate.configured = shard
+    total = [sum(rate.rate(t) for rate in rates) for t in (0.0, 1.0)]
+    assert total[0] == pytest.approx(shard / 2)
+    assert total[1] - total[0] == pytest.approx(0.1 * shard)
+
+
+@given(
+    cuts=st.lists(st.floats(min_value=0.0, max_value=30.0), min_size=1, max_size=6),
+    probes=st.lists(st.floats(min_value=0.0, max_value=60.0), min_size=2, max_size=20),
+)
+def test_rate_between_cuts_grows_monotonically_and_stays_in_bounds(
+    cuts: list[float], probes: list[float]
+) -> None:
+    rate = AdaptiveRate(1000.0)
+    for at in sorted(cuts):
+        rate.cut(at)
+    start = max(cuts)
+    previous = rate.rate(start)
+    for at in sorted(start + p for p in probes):
+        now = rate.rate(at)
+        assert 50.0 - 1e-9 <= now <= 1000.0
+        assert now >= previous - 1e-9
+        previous = now
+
+
+def test_the_rate_follows_a_changed_configured_rate() -> None:
+    rate = _cut_down_to(1000.0, 2)  # 1000 -> 500 -> 250
+    rate.configured = 200.0  # a coordinated ceiling below the rate in force
+    assert rate.rate(0.1) == 200.0
+    assert not rate.recovering
+    assert rate.cut(1.0)  # congestion again: 100 (the first cut was 1 s ago)
+    rate.configured = 2000.0  # a ceiling raised above the peak: the probe grows to it
+    assert rate.rate(1.0) == pytest.approx(100.0)
+    assert 200.0 < rate.rate(10.0) < 2000.0
+    assert rate.rate(60.0) == 2000.0
+
+
+def test_probe_doubling_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="probe_doubling"):
+        AdaptiveRate(1000.0, probe_doubling=0.0)

@@ -7,13 +7,28 @@ Two small pieces of timing policy, pure (the caller passes ``now`` and the rando
   Unlike the KPL we add jitter, so many producers that failed together do not retry together.
 * :class:`AdaptiveRate` is the per-shard throttle feedback the KPL leaves as a TODO
   (``limiter.h``, ``add_error``): on throttling the rate is cut by a factor, then it grows back
-  linearly with time up to the configured rate. Several producers writing the same shard, each
-  doing this, settle near their fair share instead of throttling each other in lockstep.
+  with time up to the configured rate.
+
+Recovery is scaled to the rate at the last cut, not to the configured rate. Invariant: the
+slope of the recovery, summed over N producers sharing a shard, is about
+``recovery_per_second`` × what the shard took when it throttled them, *whatever N is* (each
+producer's rate at the cut is near its share). A slope in units of the configured rate (what
+this module did first) adds N × 10% of the shard per second: four producers each configured
+for the whole shard came back at 40% of its capacity per second, overshot it within a second
+of every cut, and Kinesis throttled at every probe (``tests/test_many_producers.py`` simulates
+it). Past the rate at the last cut the slope doubles every ``probe_doubling`` seconds (a
+convex probe, as TCP CUBIC's beyond ``W_max``), so a producer whose co-writers left takes the
+freed capacity back in seconds, not minutes, while producers that share a shard spend their
+time below the rate that was throttled.
 """
 
 from __future__ import annotations
 
+import math
+
 __all__ = ("AdaptiveRate", "Backoff")
+
+_LN2 = math.log(2.0)
 
 
 class Backoff:
@@ -58,30 +73,37 @@ class Backoff:
 
 
 class AdaptiveRate:
-    """A rate that drops on congestion and recovers linearly (AIMD).
+    """A rate that drops on congestion and recovers in proportion to where it was cut (AIMD).
 
     ``rate(now)`` is the configured rate until the first :meth:`cut`. A cut multiplies the
-    current rate by ``decrease`` (never below ``floor`` × configured); afterwards the rate
-    grows by ``recovery_per_second`` × configured per second until it is back at the
-    configured rate. Cuts closer together than ``cooldown`` seconds count once: one burst of
-    throttling (many records of one response) is one signal, not many.
+    current rate by ``decrease`` (never below ``floor`` × configured) and remembers the rate it
+    cut from, the *peak*. Afterwards the rate grows linearly by ``recovery_per_second`` × peak
+    per second until it is back at the peak; beyond it, the growth per second doubles every
+    ``probe_doubling`` seconds, up to the configured rate. Cuts closer together than
+    ``cooldown`` seconds count once: one burst of throttling (many records of one response) is
+    one signal, not many.
 
     An isolated cut, the first one or the first after ``quiet`` seconds without any, only
     multiplies by ``first_decrease``: a lone throttle is usually a burst meeting a server
     bucket that had not refilled yet (at start-up, say), not a shard shared beyond its
     capacity, and halving the rate for it would waste seconds of capacity. A second cut within
     ``quiet`` seconds is congestion, and cuts by ``decrease``.
+
+    ``configured`` may be changed at any time (coordination sets per-shard ceilings through
+    it): the rate never exceeds it, and recovery ends when it reaches it.
     """
 
     __slots__ = (
         "_base",
         "_cut_at",
         "_last_cut",
+        "_peak",
         "configured",
         "cooldown",
         "decrease",
         "first_decrease",
         "floor",
+        "probe_doubling",
         "quiet",
         "recovery_per_second",
     )
@@ -94,17 +116,22 @@ class AdaptiveRate:
         first_decrease: float = 0.85,
         quiet: float = 10.0,
         recovery_per_second: float = 0.1,
+        probe_doubling: float = 3.0,
         floor: float = 0.05,
         cooldown: float = 0.5,
     ) -> None:
+        if not probe_doubling > 0:
+            raise ValueError("probe_doubling must be greater than 0")
         self.configured = configured
         self.decrease = decrease
         self.first_decrease = first_decrease
         self.quiet = quiet
         self.recovery_per_second = recovery_per_second
+        self.probe_doubling = probe_doubling
         self.floor = floor
         self.cooldown = cooldown
-        self._base = configured
+        self._base = configured  # the rate right after the last cut
+        self._peak = configured  # the rate the last cut cut from
         self._cut_at: float | None = None  # while recovering: when the last cut was
         self._last_cut: float | None = None  # the last cut ever, recovered or not
 
@@ -112,7 +139,14 @@ class AdaptiveRate:
         """The rate allowed at ``now``."""
         if self._cut_at is None:
             return self.configured
-        grown = self._base + self.configured * self.recovery_per_second * (now - self._cut_at)
+        slope = self.recovery_per_second * self._peak
+        elapsed = now - self._cut_at
+        grown = self._base + slope * elapsed
+        if grown > self._peak and slope > 0.0:
+            # Past the peak: the slope doubles every probe_doubling seconds.
+            doubling = self.probe_doubling
+            beyond = elapsed - (self._peak - self._base) / slope
+            grown = self._peak + slope * doubling / _LN2 * (2.0 ** (beyond / doubling) - 1.0)
         if grown >= self.configured:
             self._cut_at = None
             return self.configured
@@ -131,6 +165,7 @@ class AdaptiveRate:
         isolated = last is None or now - last >= self.quiet
         current = self.rate(now)
         factor = self.first_decrease if isolated else self.decrease
+        self._peak = current
         self._base = max(self.configured * self.floor, current * factor)
         self._cut_at = self._last_cut = now
         return True
