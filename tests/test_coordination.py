@@ -90,9 +90,9 @@ def test_a_ceiling_lowers_the_rates_and_aimd_recovers_to_it_not_above() -> None:
     limiter.throttled(now=2.0)  # again within 10 s: congestion, halved (from 190 by then)
     assert limiter.rates == pytest.approx((95.0, 47_500.0))
     admitted: list[KinesisRecord] = []
-    # Recovery is 10% of the ceiling per second: 20 records/s per second.
+    # Recovery is 10% per second of the rate at the last cut (190): 19 records/s per second.
     limiter.put(kinesis_record(10), 4.0, admitted.append, admitted.append)
-    assert limiter.rates == pytest.approx((135.0, 67_500.0))
+    assert limiter.rates == pytest.approx((133.0, 66_500.0))
     limiter.put(kinesis_record(10), 9.0, admitted.append, admitted.append)
     assert limiter.rates == (200.0, 100_000.0)
     # A higher ceiling later: the rate follows at once when not recovering.

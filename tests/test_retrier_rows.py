@@ -387,7 +387,7 @@ async def test_record_throttled_with_fail_if_throttled_fails_and_slows_the_shard
         # The limiter's feedback: the shard's rates are cut (an isolated throttle: x0.85) ...
         rates = producer.statistics().streams[0].rates_by_shard
         assert rates[SHARD_0] == pytest.approx((850.0, 0.85 * 1_048_576.0))
-        # ... and recover by 10% of the configured rate per second.
+        # ... and recover by 10% per second of the rate they were cut from.
         await anyio.sleep(10)
         assert (await put(producer, b"e")).success
         rates = producer.statistics().streams[0].rates_by_shard
@@ -562,7 +562,10 @@ async def test_throttling_stream_delivers_everything_exactly_once_and_settles() 
     # attempts for one record.
     assert throttled < 2 * count
     assert max(attempts) <= 10
-    # Delivered at about the stream's own rate: 100 at once (its burst), then 100/s.
-    assert 9.0 <= elapsed < 9.5
+    # Delivered at about the stream's own rate: 100 at once (its burst), then 100/s (9 s),
+    # plus what the feedback costs: a cut to below the stream's rate recovers at 10% per
+    # second of the rate it was cut from (9.5 s measured; 9.075 s when recovery was 10% of
+    # the configured 1,000/s, which overshoots a shared shard: tests/test_many_producers.py).
+    assert 9.0 <= elapsed < 9.75
     stored = [data for _, _, data in user_records(fake)]
     assert sorted(stored) == sorted([b""] + [b"%d" % i for i in range(count)])  # once each
