@@ -64,8 +64,8 @@ def test_adaptive_rate_cuts_and_recovers() -> None:
     assert rate.rate(12.0) == pytest.approx(350.0)
     assert rate.rate(14.0) == pytest.approx(490.0)  # +70/s: 10% of the rate it was cut from
     assert rate.rate(17.0) == pytest.approx(700.0)  # back at the peak after 5 s
-    assert rate.rate(19.9) < 1000.0  # the probe beyond it
-    assert rate.rate(20.0) == 1000.0  # 700 + 70 * 3 / ln 2 >= 1000: recovered
+    assert rate.rate(20.5) < 1000.0  # the probe beyond it
+    assert rate.rate(21.0) == 1000.0  # 700 + 70 * 10 / ln 2 * (2 ** 0.4 - 1) >= 1000
     assert not rate.recovering
 
 
@@ -92,7 +92,9 @@ def test_adaptive_rate_floor() -> None:
 
 def _cut_down_to(configured: float, cuts: int) -> AdaptiveRate:
     """A rate halved ``cuts`` times at t = 0 (no cooldown): peak = configured / 2**(cuts-1)."""
-    rate = AdaptiveRate(configured, decrease=0.5, first_decrease=0.5, cooldown=0.0)
+    rate = AdaptiveRate(
+        configured, decrease=0.5, first_decrease=0.5, cooldown=0.0, probe_doubling=3.0
+    )
     for _ in range(cuts):
         assert rate.cut(0.0)
     return rate

@@ -14,12 +14,23 @@ slope of the recovery, summed over N producers sharing a shard, is about
 ``recovery_per_second`` × what the shard took when it throttled them, *whatever N is* (each
 producer's rate at the cut is near its share). A slope in units of the configured rate (what
 this module did first) adds N × 10% of the shard per second: four producers each configured
-for the whole shard came back at 40% of its capacity per second, overshot it within a second
-of every cut, and Kinesis throttled at every probe (``tests/test_many_producers.py`` simulates
-it). Past the rate at the last cut the slope doubles every ``probe_doubling`` seconds (a
+for the whole shard came back at 40% of its capacity per second, overshot it soon after every
+cut, and Kinesis throttled at every probe (``tests/test_many_producers.py`` simulates it:
+8% of attempts throttled with four producers and a 0.5 s round trip, 3.5% now).
+
+Past the rate at the last cut the slope doubles every ``probe_doubling`` seconds (10: a
 convex probe, as TCP CUBIC's beyond ``W_max``), so a producer whose co-writers left takes the
-freed capacity back in seconds, not minutes, while producers that share a shard spend their
-time below the rate that was throttled.
+freed capacity back in about 15 s rather than the 20-odd of a linear climb, while producers
+that share a shard spend their time below the rate that was throttled. A shorter doubling
+(3 s) reclaims in 11 s but, when feedback is slow (1-2 s round trips on a loaded machine),
+lets producers that were cut deep probe together and throttle as much as before.
+
+Where we stop: with slow feedback, throttled answers keep arriving for a round trip after a
+cut and each ``cooldown`` (0.5 s) of them cuts again, so rates go deeper than the shard needs.
+A longer cooldown (1 s) trades that for more throttling while a lone producer far above a
+shard's rate comes down (2.5 throttled answers per record instead of 1.6 in
+``tests/test_retrier_rows.py``); one cut per round trip needs the request's send time, which
+:meth:`AdaptiveRate.cut` does not get.
 """
 
 from __future__ import annotations
@@ -116,7 +127,7 @@ class AdaptiveRate:
         first_decrease: float = 0.85,
         quiet: float = 10.0,
         recovery_per_second: float = 0.1,
-        probe_doubling: float = 3.0,
+        probe_doubling: float = 10.0,
         floor: float = 0.05,
         cooldown: float = 0.5,
     ) -> None:
