@@ -62,10 +62,12 @@ def test_adaptive_rate_cuts_and_recovers() -> None:
     assert not rate.cut(10.4)  # within the cooldown: the same burst
     assert rate.cut(12.0)  # 700 -> 350, and 700 is the new peak
     assert rate.rate(12.0) == pytest.approx(350.0)
-    assert rate.rate(14.0) == pytest.approx(490.0)  # +70/s: 10% of the rate it was cut from
-    assert rate.rate(17.0) == pytest.approx(700.0)  # back at the peak after 5 s
-    assert rate.rate(20.5) < 1000.0  # the probe beyond it
-    assert rate.rate(21.0) == 1000.0  # 700 + 70 * 10 / ln 2 * (2 ** 0.4 - 1) >= 1000
+    # +75.8/s: 10% of the highest recent rate at a cut (1000, 2 s ago: counted 1000 / 2**0.4)
+    slope = 0.1 * 1000.0 * 2.0 ** (-2.0 / 5.0)
+    assert rate.rate(14.0) == pytest.approx(350.0 + 2.0 * slope)
+    assert rate.rate(16.6) < 700.0 < rate.rate(16.7)  # back at the peak after 350 / 75.8 s
+    assert rate.rate(20.0) < 1000.0  # the probe beyond it
+    assert rate.rate(20.2) == 1000.0  # 700 + 75.8 * 10 / ln 2 * (2 ** 0.35 - 1) >= 1000
     assert not rate.recovering
 
 
@@ -91,12 +93,21 @@ def test_adaptive_rate_floor() -> None:
 
 
 def _cut_down_to(configured: float, cuts: int) -> AdaptiveRate:
-    """A rate halved ``cuts`` times at t = 0 (no cooldown): peak = configured / 2**(cuts-1)."""
+    """A rate halved ``cuts`` times up to t = 0: peak = configured / 2**(cuts-1).
+
+    The cuts are 1e-7 s apart and its memory's half-life 1e-10 s, so earlier cuts are
+    forgotten: recovery is scaled to the last cut's rate.
+    """
     rate = AdaptiveRate(
-        configured, decrease=0.5, first_decrease=0.5, cooldown=0.0, probe_doubling=3.0
+        configured,
+        decrease=0.5,
+        first_decrease=0.5,
+        cooldown=0.0,
+        probe_doubling=3.0,
+        memory_half_life=1e-10,
     )
-    for _ in range(cuts):
-        assert rate.cut(0.0)
+    for index in range(cuts):
+        assert rate.cut((index + 1 - cuts) * 1e-7)
     return rate
 
 
@@ -131,14 +142,20 @@ def test_the_probe_slope_doubles_every_probe_doubling_seconds() -> None:
 def test_n_producers_cut_at_their_shares_recover_together_at_one_slope(producers: int) -> None:
     """The sum of the recovery slopes does not grow with the number of producers."""
     shard = 1000.0
-    rates = [AdaptiveRate(shard, decrease=0.5, first_decrease=0.5) for _ in range(producers)]
-    for rate in rates:
-        rate.configured = shard / producers  # reach the share: cut from it
-        assert rate.cut(0.0)
-        rate.configured = shard
+    # Each configured for the whole shard, cut from its share down to half of it.
+    rates = [_cut_down_to(shard, producers.bit_length()) for _ in range(producers)]
     total = [sum(rate.rate(t) for rate in rates) for t in (0.0, 1.0)]
     assert total[0] == pytest.approx(shard / 2)
     assert total[1] - total[0] == pytest.approx(0.1 * shard)
+
+
+def test_an_assigned_configured_rate_is_the_new_scale_of_recovery() -> None:
+    rate = _cut_down_to(1000.0, 4)  # a storm: 1000 -> 500 -> 250 -> 125 -> 62.5
+    assert rate.rate(1.0) == pytest.approx(62.5 + 12.5)  # 10% of 125 per second
+    rate.configured = 250.0  # coordination: this producer's share is 250
+    assert rate.rate(1.0) == pytest.approx(62.5 + 25.0)  # 10% of the share per second
+    assert rate.rate(8.0) == 250.0
+    assert not rate.recovering
 
 
 @given(
@@ -166,12 +183,44 @@ def test_the_rate_follows_a_changed_configured_rate() -> None:
     assert rate.rate(0.1) == 200.0
     assert not rate.recovering
     assert rate.cut(1.0)  # congestion again: 100 (the first cut was 1 s ago)
-    rate.configured = 2000.0  # a ceiling raised above the peak: the probe grows to it
+    rate.configured = 2000.0  # a ceiling raised: recovery at 10% of it, up to it
     assert rate.rate(1.0) == pytest.approx(100.0)
-    assert 200.0 < rate.rate(10.0) < 2000.0
-    assert rate.rate(60.0) == 2000.0
+    assert rate.rate(2.0) == pytest.approx(300.0)
+    assert rate.rate(11.0) == 2000.0
 
 
 def test_probe_doubling_must_be_positive() -> None:
     with pytest.raises(ValueError, match="probe_doubling"):
         AdaptiveRate(1000.0, probe_doubling=0.0)
+    with pytest.raises(ValueError, match="memory_half_life"):
+        AdaptiveRate(1000.0, memory_half_life=0.0)
+
+
+def test_recovery_remembers_a_recent_higher_cut_at_half_every_half_life() -> None:
+    rate = AdaptiveRate(1000.0, decrease=0.5, first_decrease=0.5, memory_half_life=5.0)
+    assert rate.cut(0.0)  # from 1000 (the first cut's scale: the configured rate)
+    assert rate.rate(1.0) == pytest.approx(600.0)  # +100/s
+    assert rate.cut(1.0)  # from 600 -> 300; the cut from 1000 counts 1000 / 2**(1/5)
+    remembered = 1000.0 * 2.0 ** (-1.0 / 5.0)
+    assert rate.rate(2.0) == pytest.approx(300.0 + 0.1 * remembered)
+    # Throttled again much later, from lower down: the old cut is forgotten.
+    assert rate.cut(4.0)  # rate(4) = 300 + 3 * 87.1 = 561.2 -> 280.6
+    at_cut = 300.0 + 3.0 * 0.1 * remembered
+    assert rate.rate(4.0) == pytest.approx(at_cut / 2)
+    # Its scale: the cut from 1000 counts 1000 / 2**(4/5) = 574.4 by now, more than 561.2.
+    assert rate.rate(5.0) - rate.rate(4.0) == pytest.approx(0.1 * 1000.0 * 2.0 ** (-4.0 / 5.0))
+    assert rate.cut(40.0)  # recovered meanwhile: cut from 1000 again
+    assert rate.cut(41.0)  # rate(41) = 500 + 100 = 600
+    assert rate.cut(80.0)  # recovered: from 1000 -> 500; scale 1000 (the max)
+    assert rate.rate(81.0) == pytest.approx(600.0)
+
+
+def test_a_burst_of_cuts_recovers_at_the_slope_of_the_rate_before_it() -> None:
+    """Four cuts within two seconds (a start-up burst): recovery as from the first one."""
+    rate = AdaptiveRate(1000.0)  # first cut x0.85, then x0.5, cooldown 0.5 s, half-life 5 s
+    for at in (1.0, 1.5, 2.0, 2.5):
+        assert rate.cut(at)
+    low = rate.rate(2.5)
+    assert low < 150.0
+    slope = rate.rate(3.5) - low
+    assert slope > 0.1 * 1000.0 * 2.0 ** (-1.5 / 5.0) - 1e-9  # about 81/s, not 10% of low

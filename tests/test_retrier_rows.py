@@ -562,10 +562,7 @@ async def test_throttling_stream_delivers_everything_exactly_once_and_settles() 
     # attempts for one record.
     assert throttled < 2 * count
     assert max(attempts) <= 10
-    # Delivered at about the stream's own rate: 100 at once (its burst), then 100/s (9 s),
-    # plus what the feedback costs: a cut to below the stream's rate recovers at 10% per
-    # second of the rate it was cut from (9.5 s measured; 9.075 s when recovery was 10% of
-    # the configured 1,000/s, which overshoots a shared shard: tests/test_many_producers.py).
-    assert 9.0 <= elapsed < 9.75
+    # Delivered at about the stream's own rate: 100 at once (its burst), then 100/s.
+    assert 9.0 <= elapsed < 9.5
     stored = [data for _, _, data in user_records(fake)]
     assert sorted(stored) == sorted([b""] + [b"%d" % i for i in range(count)])  # once each

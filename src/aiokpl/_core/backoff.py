@@ -15,15 +15,24 @@ slope of the recovery, summed over N producers sharing a shard, is about
 producer's rate at the cut is near its share). A slope in units of the configured rate (what
 this module did first) adds N × 10% of the shard per second: four producers each configured
 for the whole shard came back at 40% of its capacity per second, overshot it soon after every
-cut, and Kinesis throttled at every probe (``tests/test_many_producers.py`` simulates it:
-8% of attempts throttled with four producers and a 0.5 s round trip, 3.5% now).
+cut, and Kinesis throttled at every probe. ``tests/test_many_producers.py`` simulates it
+(four producers, a 0.5 s round trip: 8% of attempts throttled then, 4.3% now).
 
-Past the rate at the last cut the slope doubles every ``probe_doubling`` seconds (10: a
-convex probe, as TCP CUBIC's beyond ``W_max``), so a producer whose co-writers left takes the
-freed capacity back in about 15 s rather than the 20-odd of a linear climb, while producers
-that share a shard spend their time below the rate that was throttled. A shorter doubling
-(3 s) reclaims in 11 s but, when feedback is slow (1-2 s round trips on a loaded machine),
-lets producers that were cut deep probe together and throttle as much as before.
+Three refinements, each measured in that simulation:
+
+* **memory**: the scale is the highest rate at a *recent* cut, counted at half every
+  ``memory_half_life`` (5 s) since, not the last cut's alone. A start-up burst cuts a shard
+  three or four times in a row (throttled answers keep coming while the burst drains); scaled
+  to the last of those cuts, recovery took many seconds and the shard delivered 87% of its
+  capacity in the seconds after; remembering the rate before the burst, it delivers all of it.
+  Under steady throttling the memory fades to the rates at the cuts, near each share;
+* **probe**: past the rate at the last cut the slope doubles every ``probe_doubling`` (10) s,
+  a convex probe as TCP CUBIC's beyond ``W_max``: a producer whose co-writers left takes the
+  freed capacity back in about 13 s, where a linear climb at a share's slope took 20-odd.
+  A 3 s doubling reclaims faster but with slow feedback (1-2 s round trips) lets producers
+  that were cut deep probe together and throttle as much as before;
+* **ceilings**: assigning ``configured`` (coordination's per-shard share) makes it the scale,
+  as a share set from outside is a better estimate than any cut.
 
 Where we stop: with slow feedback, throttled answers keep arriving for a round trip after a
 cut and each ``cooldown`` (0.5 s) of them cuts again, so rates go deeper than the shard needs.
@@ -88,11 +97,13 @@ class AdaptiveRate:
 
     ``rate(now)`` is the configured rate until the first :meth:`cut`. A cut multiplies the
     current rate by ``decrease`` (never below ``floor`` × configured) and remembers the rate it
-    cut from, the *peak*. Afterwards the rate grows linearly by ``recovery_per_second`` × peak
-    per second until it is back at the peak; beyond it, the growth per second doubles every
-    ``probe_doubling`` seconds, up to the configured rate. Cuts closer together than
-    ``cooldown`` seconds count once: one burst of throttling (many records of one response) is
-    one signal, not many.
+    cut from, the *peak*, and the recovery's *reference*: the highest rate at a cut, each
+    counted at half every ``memory_half_life`` seconds since (so, after a while of steady
+    throttling, the peak itself). Afterwards the rate grows linearly by
+    ``recovery_per_second`` × reference per second until it is back at the peak; beyond it,
+    the growth per second doubles every ``probe_doubling`` seconds, up to the configured rate.
+    Cuts closer together than ``cooldown`` seconds count once: one burst of throttling (many
+    records of one response) is one signal, not many.
 
     An isolated cut, the first one or the first after ``quiet`` seconds without any, only
     multiplies by ``first_decrease``: a lone throttle is usually a burst meeting a server
@@ -101,19 +112,25 @@ class AdaptiveRate:
     ``quiet`` seconds is congestion, and cuts by ``decrease``.
 
     ``configured`` may be changed at any time (coordination sets per-shard ceilings through
-    it): the rate never exceeds it, and recovery ends when it reaches it.
+    it): the rate never exceeds it, and recovery ends when it reaches it. A rate assigned that
+    way is also the new peak and reference of the recovery: a share set from outside is a better
+    estimate of this producer's share than the rate of its last cut, which a burst of throttling
+    at start-up may have driven far below it.
     """
 
     __slots__ = (
         "_base",
+        "_configured",
         "_cut_at",
         "_last_cut",
         "_peak",
-        "configured",
+        "_reference",
+        "_reference_at",
         "cooldown",
         "decrease",
         "first_decrease",
         "floor",
+        "memory_half_life",
         "probe_doubling",
         "quiet",
         "recovery_per_second",
@@ -128,29 +145,48 @@ class AdaptiveRate:
         quiet: float = 10.0,
         recovery_per_second: float = 0.1,
         probe_doubling: float = 10.0,
+        memory_half_life: float = 5.0,
         floor: float = 0.05,
         cooldown: float = 0.5,
     ) -> None:
         if not probe_doubling > 0:
             raise ValueError("probe_doubling must be greater than 0")
-        self.configured = configured
+        if not memory_half_life > 0:
+            raise ValueError("memory_half_life must be greater than 0")
+        self._configured = configured
         self.decrease = decrease
         self.first_decrease = first_decrease
         self.quiet = quiet
         self.recovery_per_second = recovery_per_second
         self.probe_doubling = probe_doubling
+        self.memory_half_life = memory_half_life
         self.floor = floor
         self.cooldown = cooldown
         self._base = configured  # the rate right after the last cut
         self._peak = configured  # the rate the last cut cut from
+        # The recovery's scale: the highest rate at a recent cut, halving every
+        # memory_half_life seconds since (at the first cut: the configured rate).
+        self._reference = configured
+        self._reference_at: float | None = None
         self._cut_at: float | None = None  # while recovering: when the last cut was
         self._last_cut: float | None = None  # the last cut ever, recovered or not
+
+    @property
+    def configured(self) -> float:
+        """The rate recovered to: the rate allowed until the first cut, and the highest."""
+        return self._configured
+
+    @configured.setter
+    def configured(self, value: float) -> None:
+        self._configured = value
+        self._peak = self._reference = value
+        self._reference_at = None
 
     def rate(self, now: float) -> float:
         """The rate allowed at ``now``."""
         if self._cut_at is None:
-            return self.configured
-        slope = self.recovery_per_second * self._peak
+            return self._configured
+        slope = self.recovery_per_second * self._reference
         elapsed = now - self._cut_at
         grown = self._base + slope * elapsed
         if grown > self._peak and slope > 0.0:
@@ -158,9 +194,9 @@ class AdaptiveRate:
             doubling = self.probe_doubling
             beyond = elapsed - (self._peak - self._base) / slope
             grown = self._peak + slope * doubling / _LN2 * (2.0 ** (beyond / doubling) - 1.0)
-        if grown >= self.configured:
+        if grown >= self._configured:
             self._cut_at = None
-            return self.configured
+            return self._configured
         return grown
 
     @property
@@ -176,7 +212,12 @@ class AdaptiveRate:
         isolated = last is None or now - last >= self.quiet
         current = self.rate(now)
         factor = self.first_decrease if isolated else self.decrease
+        reference = self._reference
+        if self._reference_at is not None:
+            reference *= 2.0 ** ((self._reference_at - now) / self.memory_half_life)
+        self._reference = max(current, reference)
+        self._reference_at = now
         self._peak = current
-        self._base = max(self.configured * self.floor, current * factor)
+        self._base = max(self._configured * self.floor, current * factor)
         self._cut_at = self._last_cut = now
         return True
