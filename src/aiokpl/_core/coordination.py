@@ -386,30 +386,30 @@ class CeilingAdjuster:
         self,
         summary: Summary,
         now: float,
-        limits: Mapping[str, tuple[float, float]] | None = None,
+        admitted: Mapping[str, tuple[float, float]] | None = None,
     ) -> dict[str, tuple[float, float]] | None:
         """Apply ``summary``, read at ``now``, unless its version was applied already.
 
-        Per shard and currency, with ``limit`` this producer's limit in force and ``mean``
-        the mean limit of the producers that sent there (from the summary)::
+        Per shard and currency, with ``own`` what this producer sent there over its last
+        report's interval and ``current`` what all of them sent (from the summary)::
 
-            base    = (1 - fairness) × limit + fairness × mean
-            target  = min(producer_max, aggregate_max / aggregate_current × base)
+            base    = (1 - fairness) × own + fairness × current / producers
+            target  = min(producer_max, aggregate_max / current × base)
             ceiling = (1 - smoothing) × ceiling + smoothing × target
 
-        Over the producers of a shard the mean term adds up to what it takes away, so the
-        aggregate moves exactly as with the seed's formula; what it changes is the split,
-        which drifts toward equal limits instead of keeping whatever ratios history left.
+        Each producer's target is its part of the measured aggregate, scaled to the shard's
+        maximum: the targets add up to exactly the maximum, whatever limits were in force
+        while the reports were measured or have been since. Over the producers of a shard the
+        fairness term adds up to what it takes away, so it changes only the split, which
+        drifts toward equal shares instead of keeping whatever ratios history left.
 
         Args:
             summary: the summary read from the store.
             now: the time it was read.
-            limits: this producer's limits in force per shard: the rate throttling feedback
-                (AIMD) holds a shard at, at most its ceiling. Scaling that rather than the
-                ceiling matters when ceilings together exceed the shard: AIMD then cuts
-                under them, the measured aggregate looks fine, and scaling the ceilings
-                would leave them too high, with Kinesis throttling at every recovery.
-                Shards not listed use their ceiling.
+            admitted: this producer's admitted rates per shard, (records/s, bytes/s), over
+                the interval of its last report: its part of the summary's aggregate. A shard
+                it sent nothing to keeps its ceiling (no evidence of its own use). ``None``
+                counts each shard's ceiling as sent (a producer held by its ceilings).
 
         Returns:
             The new ceilings of the shards the summary lists (shard key → (records/s,
@@ -431,10 +431,11 @@ class CeilingAdjuster:
                     self._start(load.records_per_second, load, 0),
                     self._start(load.bytes_per_second, load, 1),
                 )
-            limit = old if limits is None else limits.get(key, old)
+            own = old if admitted is None else admitted.get(key)
             new = (
-                self._move(old[0], min(old[0], limit[0]), load.limit_records_per_second, load, 0),
-                self._move(old[1], min(old[1], limit[1]), load.limit_bytes_per_second, load, 1),
+                old
+                if own is None
+                else (self._move(old[0], own[0], load, 0), self._move(old[1], own[1], load, 1))
             )
             self.ceilings[key] = new
             changed[key] = new
@@ -452,13 +453,11 @@ class CeilingAdjuster:
         share = aggregate_max / max(1, load.producers)
         return min(self.producer_max[index], max(share, aggregate_max - current))
 
-    def _move(
-        self, ceiling: float, limit: float, limit_sum: float, load: ShardLoad, index: int
-    ) -> float:
+    def _move(self, ceiling: float, own: float, load: ShardLoad, index: int) -> float:
         current = load.bytes_per_second if index else load.records_per_second
-        if current <= 0.0:
-            return ceiling  # nobody sent anything: no evidence either way (as the seed does)
-        mean = limit_sum / load.producers if load.producers > 0 else limit
-        base = (1.0 - self.fairness) * limit + self.fairness * mean
+        if current <= 0.0 or own <= 0.0:
+            return ceiling  # no traffic measured: no evidence either way (as the seed does)
+        mean = current / load.producers if load.producers > 0 else own
+        base = (1.0 - self.fairness) * own + self.fairness * mean
         target = min(self.producer_max[index], self.aggregate_max[index] / current * base)
         return (1.0 - self.smoothing) * ceiling + self.smoothing * target
