@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, ConfigError
+from aiokpl._coordination import _ProducerCoordinator
 from aiokpl._core.coordination import (
     ShardLoad,
     Summary,
@@ -180,6 +181,28 @@ def coordination(store: MemoryStore, **changes: Any) -> Coordination:
     }
     options.update(changes)
     return Coordination(**options)
+
+
+@pytest.mark.parametrize(("summarize", "counted"), [(False, 1), (True, 2)])
+def test_a_summary_counts_the_report_before_the_latest_unless_this_producer_wrote_it(
+    summarize: bool, counted: int
+) -> None:
+    """The part of the aggregate a producer scales is from the report the summary counts.
+
+    A summarizer of its own wrote the summary read right after a publish from the report
+    before; a producer that summarizes counts the one it has just published.
+    """
+    now = [0.0]
+    coordinator = _ProducerCoordinator(
+        coordination(MemoryStore(), summarize=summarize), producer_config(), lambda: now[0]
+    )
+    admit = coordinator.meter("events", lambda record: None)
+    for report in (1, 2):  # 10 records of 100 bytes in the first second, 20 in the second
+        for _ in range(10 * report):
+            admit(kinesis_record(100))
+        now[0] += 1.0
+        coordinator._take_report(now[0])
+    assert coordinator._own_part() == {f"events/{SHARD}": (10.0 * counted, 1000.0 * counted)}
 
 
 async def offer(producer: Producer, stream: str, rate: float, seconds: float) -> None:

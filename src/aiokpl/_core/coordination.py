@@ -12,18 +12,22 @@ coordinate through a store they can all reach (an S3 prefix or a DynamoDB table)
 3. every producer reads the summary and moves each shard's ceiling (the rate its limiter
    admits at most, and that AIMD recovers to after throttling) with :class:`CeilingAdjuster`::
 
-       base    = (1 - fairness) × limit + fairness × mean limit on the shard
-       target  = min(per_producer_max, aggregate_max / aggregate_current × base)
+       base    = (1 - fairness) × own + fairness × current / producers on the shard
+       target  = min(per_producer_max, aggregate_max / current × base)
        ceiling = (1 - smoothing) × ceiling + smoothing × target
 
-   where ``limit`` is the limit in force (the ceiling, or the lower rate AIMD holds the shard
-   at after throttling), and the mean is over the producers that sent to the shard.
+   where ``current`` is the summary's aggregate rate on the shard and ``own`` this producer's
+   part of it: what it reported admitting there in the report the summary counts.
 
-   When all producers are limited by their ceilings, the aggregate moves ``smoothing`` of the
-   way to ``aggregate_max`` per round (``current - max`` shrinks by ``1 - smoothing``); the
-   mean term sums to zero over the shard's producers, so it changes only the split, pulling
-   the limits toward equal (the seed's formula, ``fairness = 0``, keeps whatever ratios the
-   history left, e.g. a joiner that entered at full rate keeps a larger share for ever).
+   The targets of a shard's producers add up to ``aggregate_max`` exactly (the fairness term
+   sums to zero over them, so it changes only the split, pulling shares toward equal); each
+   summary moves the ceilings ``smoothing`` of the way there. The scaled quantity is measured
+   over the same interval as ``current``. Scaling the limit each producer had in force when it
+   read the summary instead (what this did first) double-counted throttling: a burst measured
+   at 2× the shard, whose throttling cut every limit by half or more *after* the measurement,
+   set targets summing to a quarter of the shard, and the ceilings spent several rounds below
+   its capacity (in ``bench/coordination.py``, 84% of it for seconds after the start-up burst,
+   and the steady window was reached later still on a loaded machine).
 
 Staleness without synchronised clocks: a report carries a sequence number the producer bumps
 each time it publishes. The summarizer remembers, on its *own* clock, when each producer's
@@ -47,9 +51,10 @@ prefix is skipped by the caller, never trusted.
 The seed is AWS's distributed DynamoDB rate limiting through S3 (per-worker objects, a summary
 object, the ``max / current`` scale, smoothing 0.4, a staleness cutoff, jittered intervals); the
 KPL has nothing like it (its limits are per process). Differences: limits per shard and in two
-currencies; the limit in force (not the ceiling) is scaled, and the fairness term; staleness by
-sequence numbers on the reader's clock instead of wall-clock timestamps; a summary applied once
-per version; the joiner's start.
+currencies; each producer's measured part of the aggregate (not its limit) is scaled, and the
+fairness term; staleness by sequence numbers on the reader's clock instead of wall-clock
+timestamps; a summary applied once per version; the joiner's start. (Reports still carry the
+limits in force and summaries their sums: information for people reading the store.)
 """
 
 from __future__ import annotations
