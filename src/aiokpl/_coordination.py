@@ -13,7 +13,9 @@ outputs between the pipeline's limiters and a store:
   admitted counts from its meters (a wrapper around each stream's limiter → collector hand-off,
   installed only when coordination is on: one dict lookup per *Kinesis* record, nothing per
   user record), publishes its report, optionally runs the summary itself, reads the summary,
-  and pushes the new ceilings into the limiters.
+  and pushes the new ceilings into the limiters. Its part of the summary's aggregate is what
+  it admitted in the report the summary counts: the one before the latest (a summarizer of
+  its own wrote the summary before this round's publish), or the latest when it summarizes.
 * :func:`run_summarizer` is the summary role as a loop of its own (``aiokpl coordinate``).
 
 Failure handling (invariants):
