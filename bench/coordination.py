@@ -16,7 +16,10 @@ process) and one coordination store on moto's server:
 
 Measured by the server (per second): records stored and records throttled. Reported per phase
 over the steady window: delivered fraction of capacity, fraction of Kinesis records
-throttled, and records expired (``record_ttl_ms`` = 5 s, from the producers' own results).
+throttled, and records expired (``record_ttl_ms`` = 5 s, from the producers' own results);
+and, from the producers' results too, the mean duration of a ``PutRecords`` attempt of the
+records resolved in the window: the round trip of the throttle feedback, which a loaded
+machine stretches from tens of milliseconds to seconds.
 Aggregation is off, so one user record is one Kinesis record and the counts compare directly.
 
 Every process this starts is stopped before it returns, whatever happens.
@@ -144,10 +147,16 @@ async def _worker(args: argparse.Namespace) -> None:
             )
         producer = await stack.enter_async_context(Producer(config, coordination=coordination))
         codes: Counter[str] = Counter()
+        # Round trips of the PutRecords requests (each attempt's duration): how slow the
+        # throttle feedback is on this machine now.
+        attempts = [0.0, 0]
 
         def tally(outcome: Any) -> None:
             result = outcome.result()
             codes["delivered" if result.success else str(result.error_code)] += 1
+            for attempt in result.attempts:
+                attempts[0] += attempt.duration
+                attempts[1] += 1
 
         emit({"ready": True})
         # Wait for the parent's "go", so every producer of a phase starts at the same time.
@@ -176,6 +185,7 @@ async def _worker(args: argparse.Namespace) -> None:
                         "t": now,
                         "ceilings": {s: c[0] for s, c in ceilings.items()},
                         "codes": dict(codes),
+                        "attempts": attempts,
                     }
                 )
             await anyio.sleep(tick)
@@ -217,6 +227,14 @@ class _Process:
         assert self.process.stdin is not None
         self.process.stdin.write("go\n")
         self.process.stdin.flush()
+
+    def attempts_at(self, at: float) -> tuple[float, int]:
+        """Its (summed attempt durations, attempts) as of its last line at or before ``at``."""
+        total: tuple[float, int] = (0.0, 0)
+        for line in self.lines:
+            if "t" in line and line["t"] <= at:
+                total = (float(line["attempts"][0]), int(line["attempts"][1]))
+        return total
 
     def codes_at(self, at: float) -> Counter[str]:
         """Its outcome counts as of its last line at or before ``at``."""
@@ -283,6 +301,7 @@ class PhaseResult:
     seconds: list[float]
     delivered_per_second: list[int]
     throttled_per_second: list[int]
+    mean_attempt_seconds: float | None = None
     ceiling_sums: dict[str, list[float | None]] = field(default_factory=dict)
     swap_at: float | None = None
     reconverged_after: float | None = None
@@ -395,6 +414,14 @@ def run_phase(
         for item in procs
     )
     put = sum((item.final or {}).get("put", 0) for item in procs)
+    seconds_sum = count = 0.0
+    for item in procs:
+        (high_sum, high_count), (low_sum, low_count) = (
+            item.attempts_at(start + high),
+            item.attempts_at(start + low),
+        )
+        seconds_sum += high_sum - low_sum
+        count += high_count - low_count
     result = PhaseResult(
         name=name,
         window=window,
@@ -406,6 +433,7 @@ def run_phase(
         seconds=[float(s) for s in range(seconds)],
         delivered_per_second=delivered_series,
         throttled_per_second=throttled_series,
+        mean_attempt_seconds=seconds_sum / count if count else None,
     )
     if coordinate:
         result.ceiling_sums = _ceiling_sums(procs, start, seconds, dead)
@@ -588,12 +616,15 @@ def _describe(experiment: Experiment) -> str:
     lines = [
         f"store: {experiment.store}; stream: {SHARDS} shards × {experiment.shard_rate:g} "
         f"records/s; {PRODUCERS} producers offering 2× capacity in total",
-        f"{'':24}{'delivered':>12}{'throttled':>12}{'expired':>10}{'window (s)':>14}",
+        f"{'':24}{'delivered':>12}{'throttled':>12}{'expired':>10}{'window (s)':>14}"
+        f"{'round trip':>12}",
     ]
     for phase in (experiment.without, experiment.with_coordination):
+        trip = phase.mean_attempt_seconds
         lines.append(
             f"{phase.name:24}{phase.delivered_fraction:>11.1%} {phase.throttled_fraction:>11.2%}"
             f"{phase.expired:>10}{f'{phase.window[0]:g}–{phase.window[1]:g}':>14}"
+            f"{'-' if trip is None else f'{trip * 1000:.0f} ms':>12}"
         )
     phase = experiment.with_coordination
     if phase.swap_at is not None:

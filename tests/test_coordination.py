@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, ConfigError
+from aiokpl._coordination import _ProducerCoordinator
 from aiokpl._core.coordination import (
     ShardLoad,
     Summary,
@@ -90,9 +91,9 @@ def test_a_ceiling_lowers_the_rates_and_aimd_recovers_to_it_not_above() -> None:
     limiter.throttled(now=2.0)  # again within 10 s: congestion, halved (from 190 by then)
     assert limiter.rates == pytest.approx((95.0, 47_500.0))
     admitted: list[KinesisRecord] = []
-    # Recovery is 10% of the ceiling per second: 20 records/s per second.
+    # Recovery is 10% per second of the rate at the last cut (190): 19 records/s per second.
     limiter.put(kinesis_record(10), 4.0, admitted.append, admitted.append)
-    assert limiter.rates == pytest.approx((135.0, 67_500.0))
+    assert limiter.rates == pytest.approx((133.0, 66_500.0))
     limiter.put(kinesis_record(10), 9.0, admitted.append, admitted.append)
     assert limiter.rates == (200.0, 100_000.0)
     # A higher ceiling later: the rate follows at once when not recovering.
@@ -180,6 +181,28 @@ def coordination(store: MemoryStore, **changes: Any) -> Coordination:
     }
     options.update(changes)
     return Coordination(**options)
+
+
+@pytest.mark.parametrize(("summarize", "counted"), [(False, 1), (True, 2)])
+def test_a_summary_counts_the_report_before_the_latest_unless_this_producer_wrote_it(
+    summarize: bool, counted: int
+) -> None:
+    """The part of the aggregate a producer scales is from the report the summary counts.
+
+    A summarizer of its own wrote the summary read right after a publish from the report
+    before; a producer that summarizes counts the one it has just published.
+    """
+    now = [0.0]
+    coordinator = _ProducerCoordinator(
+        coordination(MemoryStore(), summarize=summarize), producer_config(), lambda: now[0]
+    )
+    admit = coordinator.meter("events", lambda record: None)
+    for report in (1, 2):  # 10 records of 100 bytes in the first second, 20 in the second
+        for _ in range(10 * report):
+            admit(kinesis_record(100))
+        now[0] += 1.0
+        coordinator._take_report(now[0])
+    assert coordinator._own_part() == {f"events/{SHARD}": (10.0 * counted, 1000.0 * counted)}
 
 
 async def offer(producer: Producer, stream: str, rate: float, seconds: float) -> None:
@@ -302,16 +325,18 @@ async def test_a_malformed_or_missing_summary_changes_nothing_and_is_logged_once
         store.summary = b'{"format": "something else"}'
         await offer(p, "events", 20.0, 3.0)
         assert p.statistics().streams[0].ceilings_by_shard[SHARD] == (CAPACITY, 1_048_576.0)
-        # A valid one arrives: 200 records/s sent by one producer whose limit was 200; ours
-        # is 100, so the base is halfway (150), scaled by 100 / 200.
+        # A valid one arrives: 200 records/s sent by one producer; ours sent 20/s (its part
+        # of the aggregate, in its report), so the base is halfway to the mean (110), scaled
+        # by 100 / 200.
         store.summary = encode_summary(
             Summary("e", 1, 1, {f"events/{SHARD}": ShardLoad(200.0, 2000.0, 200.0, 2000.0, 1)})
         )
         await offer(p, "events", 20.0, 2.0)
-        assert p.statistics().streams[0].ceilings_by_shard[SHARD] == (
-            0.6 * CAPACITY + 0.4 * (CAPACITY / 200.0) * (0.5 * CAPACITY + 0.5 * 200.0),
-            1_048_576.0,
+        records, size = p.statistics().streams[0].ceilings_by_shard[SHARD]
+        assert records == pytest.approx(
+            0.6 * CAPACITY + 0.4 * (CAPACITY / 200.0) * (0.5 * 20.0 + 0.5 * 200.0), rel=0.01
         )
+        assert size < 1_048_576.0
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warnings == [
         "coordination: no summary in the store yet: is a summarizer running? "

@@ -130,18 +130,44 @@ def test_unequal_saturated_shares_drift_toward_equal_while_the_sum_holds() -> No
     assert (a, b) == pytest.approx((800.0, 200.0))
 
 
-def test_a_limit_held_below_the_ceiling_by_throttling_is_what_gets_scaled() -> None:
+def test_the_target_is_this_producers_part_of_the_aggregate_scaled_to_the_maximum() -> None:
     limits = adjuster(fairness=0.0)
     limits.ceilings[KEY] = (600.0, 1e6)
-    # AIMD holds the shard at 300 records/s; the aggregate is exactly at the maximum, so the
-    # target is the limit in force, and the ceiling comes down toward it.
-    changed = limits.apply(summary(1, 1000.0, 1.0, 2), now=0.0, limits={KEY: (300.0, 1e6)})
-    # (Bytes: 1 B/s of 1 MiB allowed, so the target is capped at 1 MiB.)
-    assert changed == {KEY: (0.6 * 600 + 0.4 * 300, 0.6 * 1e6 + 0.4 * 1_048_576)}
-    # A limit above the ceiling (a stale reading) counts as the ceiling.
-    changed = limits.apply(summary(2, 1000.0, 1.0, 2), now=1.0, limits={KEY: (9e9, 9e9)})
-    assert changed is not None
-    assert changed[KEY][0] == pytest.approx(480.0)
+    # It sent 300 of the 1000 records/s measured (AIMD held it there, say); the shard takes
+    # 1000, so its target is 300: the ceiling comes down toward what it could send.
+    changed = limits.apply(summary(1, 1000.0, 1.0, 2), now=0.0, admitted={KEY: (300.0, 0.5)})
+    # (Bytes: it sent 0.5 of the 1 B/s measured, scaled to 1 MiB: half a MiB.)
+    assert changed == {KEY: (0.6 * 600 + 0.4 * 300, 0.6 * 1e6 + 0.4 * 524_288)}
+    # A shard it sent nothing to in that report keeps its ceiling: no evidence of its use.
+    before = limits.ceiling(KEY)
+    assert limits.apply(summary(2, 1000.0, 1.0, 2), now=1.0, admitted={}) == {KEY: before}
+
+
+def test_targets_add_up_to_the_maximum_whatever_the_limits_did_since_the_measurement() -> None:
+    """A burst of throttling measured at 2× the shard, and cut since: no undershoot.
+
+    Four producers each sent 250 records/s into a 500 records/s shard; throttling has cut
+    their limits in force to 60 since. Scaling the limit in force (what this did first) set
+    targets summing to 500 / 1000 × 240 = 120, a quarter of the shard, and the ceilings fell
+    below the shard's capacity for several rounds; each producer's part of the measured
+    aggregate gives targets that sum to the shard exactly.
+    """
+    shard = (500.0, 1e9)
+    producers = [adjuster(aggregate_max=shard, producer_max=shard) for _ in range(4)]
+    for limits in producers:
+        limits.ceilings[KEY] = shard
+    measured = summary(1, 1000.0, 1000.0, 4)
+    for limits in producers:
+        limits.apply(measured, now=1.0, admitted={KEY: (250.0, 250.0)})
+    ceilings = [limits.ceiling(KEY)[0] for limits in producers]
+    assert sum(ceilings) == pytest.approx(0.6 * 2000.0 + 0.4 * 500.0)
+    for version in range(2, 16):  # held by their ceilings from now on, each sends it
+        sent = [limits.ceiling(KEY)[0] for limits in producers]
+        total = summary(version, sum(sent), sum(sent), 4)
+        for limits, rate in zip(producers, sent, strict=True):
+            limits.apply(total, now=float(version), admitted={KEY: (rate, rate)})
+            assert limits.ceiling(KEY)[0] >= 125.0 - 1e-9  # never below the share
+    assert sum(limits.ceiling(KEY)[0] for limits in producers) == pytest.approx(500.0, rel=0.01)
 
 
 def test_a_joiner_starts_from_its_share_among_the_producers_already_there() -> None:

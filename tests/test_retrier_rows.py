@@ -387,7 +387,7 @@ async def test_record_throttled_with_fail_if_throttled_fails_and_slows_the_shard
         # The limiter's feedback: the shard's rates are cut (an isolated throttle: x0.85) ...
         rates = producer.statistics().streams[0].rates_by_shard
         assert rates[SHARD_0] == pytest.approx((850.0, 0.85 * 1_048_576.0))
-        # ... and recover by 10% of the configured rate per second.
+        # ... and recover by 10% per second of the rate they were cut from.
         await anyio.sleep(10)
         assert (await put(producer, b"e")).success
         rates = producer.statistics().streams[0].rates_by_shard

@@ -13,7 +13,9 @@ outputs between the pipeline's limiters and a store:
   admitted counts from its meters (a wrapper around each stream's limiter → collector hand-off,
   installed only when coordination is on: one dict lookup per *Kinesis* record, nothing per
   user record), publishes its report, optionally runs the summary itself, reads the summary,
-  and pushes the new ceilings into the limiters.
+  and pushes the new ceilings into the limiters. Its part of the summary's aggregate is what
+  it admitted in the report the summary counts: the one before the latest (a summarizer of
+  its own wrote the summary before this round's publish), or the latest when it summarizes.
 * :func:`run_summarizer` is the summary role as a loop of its own (``aiokpl coordinate``).
 
 Failure handling (invariants):
@@ -541,6 +543,12 @@ class _ProducerCoordinator:
         self._meters: dict[str, dict[str, list[int]]] = {}
         self._since = self._started = clock()
         self._sequence = 0
+        # Admitted (records/s, bytes/s) per shard key in the last two reports published: a
+        # summary counts one of them as this producer's part of the aggregate.
+        self._reported: tuple[dict[str, tuple[float, float]], dict[str, tuple[float, float]]] = (
+            {},
+            {},
+        )
         self._problems = _Problems("coordination")
         self._random = random.Random()
         self.rounds = 0
@@ -592,9 +600,24 @@ class _ProducerCoordinator:
                     shards[key] = ShardLoad(records / elapsed, size / elapsed, *limit)
             counts.clear()
         self._sequence += 1
+        admitted = {
+            key: (load.records_per_second, load.bytes_per_second) for key, load in shards.items()
+        }
+        self._reported = (self._reported[1], admitted)
         return Report(
             self.producer_id, self._sequence, shards, _wall_time_of(self.coordination.store)
         )
+
+    def _own_part(self) -> dict[str, tuple[float, float]]:
+        """What this producer sent per shard in the report the summary just read counts.
+
+        A summary written by this producer (``summarize=True``) counts the report it has just
+        published. A summarizer of its own runs at its own times: the summary read right
+        after publishing was almost always written before, from the report published one
+        interval earlier.
+        """
+        previous, latest = self._reported
+        return latest if self._summarizer is not None else previous
 
     def _apply(self, summary: Summary | None, now: float) -> None:
         if summary is None:
@@ -604,7 +627,7 @@ class _ProducerCoordinator:
                     "summary", "no summary in the store yet: is a summarizer running?"
                 )
             return
-        changed = self.adjuster.apply(summary, now, self._limits(now))
+        changed = self.adjuster.apply(summary, now, self._own_part())
         if changed is None:
             if self.adjuster.summary_stale(now):
                 self._problems.fail(

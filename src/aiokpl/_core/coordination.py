@@ -12,18 +12,22 @@ coordinate through a store they can all reach (an S3 prefix or a DynamoDB table)
 3. every producer reads the summary and moves each shard's ceiling (the rate its limiter
    admits at most, and that AIMD recovers to after throttling) with :class:`CeilingAdjuster`::
 
-       base    = (1 - fairness) × limit + fairness × mean limit on the shard
-       target  = min(per_producer_max, aggregate_max / aggregate_current × base)
+       base    = (1 - fairness) × own + fairness × current / producers on the shard
+       target  = min(per_producer_max, aggregate_max / current × base)
        ceiling = (1 - smoothing) × ceiling + smoothing × target
 
-   where ``limit`` is the limit in force (the ceiling, or the lower rate AIMD holds the shard
-   at after throttling), and the mean is over the producers that sent to the shard.
+   where ``current`` is the summary's aggregate rate on the shard and ``own`` this producer's
+   part of it: what it reported admitting there in the report the summary counts.
 
-   When all producers are limited by their ceilings, the aggregate moves ``smoothing`` of the
-   way to ``aggregate_max`` per round (``current - max`` shrinks by ``1 - smoothing``); the
-   mean term sums to zero over the shard's producers, so it changes only the split, pulling
-   the limits toward equal (the seed's formula, ``fairness = 0``, keeps whatever ratios the
-   history left, e.g. a joiner that entered at full rate keeps a larger share for ever).
+   The targets of a shard's producers add up to ``aggregate_max`` exactly (the fairness term
+   sums to zero over them, so it changes only the split, pulling shares toward equal); each
+   summary moves the ceilings ``smoothing`` of the way there. The scaled quantity is measured
+   over the same interval as ``current``. Scaling the limit each producer had in force when it
+   read the summary instead (what this did first) double-counted throttling: a burst measured
+   at 2× the shard, whose throttling cut every limit by half or more *after* the measurement,
+   set targets summing to a quarter of the shard, and the ceilings spent several rounds below
+   its capacity (in ``bench/coordination.py``, 84% of it for seconds after the start-up burst,
+   and the steady window was reached later still on a loaded machine).
 
 Staleness without synchronised clocks: a report carries a sequence number the producer bumps
 each time it publishes. The summarizer remembers, on its *own* clock, when each producer's
@@ -47,9 +51,10 @@ prefix is skipped by the caller, never trusted.
 The seed is AWS's distributed DynamoDB rate limiting through S3 (per-worker objects, a summary
 object, the ``max / current`` scale, smoothing 0.4, a staleness cutoff, jittered intervals); the
 KPL has nothing like it (its limits are per process). Differences: limits per shard and in two
-currencies; the limit in force (not the ceiling) is scaled, and the fairness term; staleness by
-sequence numbers on the reader's clock instead of wall-clock timestamps; a summary applied once
-per version; the joiner's start.
+currencies; each producer's measured part of the aggregate (not its limit) is scaled, and the
+fairness term; staleness by sequence numbers on the reader's clock instead of wall-clock
+timestamps; a summary applied once per version; the joiner's start. (Reports still carry the
+limits in force and summaries their sums: information for people reading the store.)
 """
 
 from __future__ import annotations
@@ -386,30 +391,30 @@ class CeilingAdjuster:
         self,
         summary: Summary,
         now: float,
-        limits: Mapping[str, tuple[float, float]] | None = None,
+        admitted: Mapping[str, tuple[float, float]] | None = None,
     ) -> dict[str, tuple[float, float]] | None:
         """Apply ``summary``, read at ``now``, unless its version was applied already.
 
-        Per shard and currency, with ``limit`` this producer's limit in force and ``mean``
-        the mean limit of the producers that sent there (from the summary)::
+        Per shard and currency, with ``own`` what this producer sent there over its last
+        report's interval and ``current`` what all of them sent (from the summary)::
 
-            base    = (1 - fairness) × limit + fairness × mean
-            target  = min(producer_max, aggregate_max / aggregate_current × base)
+            base    = (1 - fairness) × own + fairness × current / producers
+            target  = min(producer_max, aggregate_max / current × base)
             ceiling = (1 - smoothing) × ceiling + smoothing × target
 
-        Over the producers of a shard the mean term adds up to what it takes away, so the
-        aggregate moves exactly as with the seed's formula; what it changes is the split,
-        which drifts toward equal limits instead of keeping whatever ratios history left.
+        Each producer's target is its part of the measured aggregate, scaled to the shard's
+        maximum: the targets add up to exactly the maximum, whatever limits were in force
+        while the reports were measured or have been since. Over the producers of a shard the
+        fairness term adds up to what it takes away, so it changes only the split, which
+        drifts toward equal shares instead of keeping whatever ratios history left.
 
         Args:
             summary: the summary read from the store.
             now: the time it was read.
-            limits: this producer's limits in force per shard: the rate throttling feedback
-                (AIMD) holds a shard at, at most its ceiling. Scaling that rather than the
-                ceiling matters when ceilings together exceed the shard: AIMD then cuts
-                under them, the measured aggregate looks fine, and scaling the ceilings
-                would leave them too high, with Kinesis throttling at every recovery.
-                Shards not listed use their ceiling.
+            admitted: this producer's admitted rates per shard, (records/s, bytes/s), over
+                the interval of its last report: its part of the summary's aggregate. A shard
+                it sent nothing to keeps its ceiling (no evidence of its own use). ``None``
+                counts each shard's ceiling as sent (a producer held by its ceilings).
 
         Returns:
             The new ceilings of the shards the summary lists (shard key → (records/s,
@@ -431,10 +436,11 @@ class CeilingAdjuster:
                     self._start(load.records_per_second, load, 0),
                     self._start(load.bytes_per_second, load, 1),
                 )
-            limit = old if limits is None else limits.get(key, old)
+            own = old if admitted is None else admitted.get(key)
             new = (
-                self._move(old[0], min(old[0], limit[0]), load.limit_records_per_second, load, 0),
-                self._move(old[1], min(old[1], limit[1]), load.limit_bytes_per_second, load, 1),
+                old
+                if own is None
+                else (self._move(old[0], own[0], load, 0), self._move(old[1], own[1], load, 1))
             )
             self.ceilings[key] = new
             changed[key] = new
@@ -452,13 +458,11 @@ class CeilingAdjuster:
         share = aggregate_max / max(1, load.producers)
         return min(self.producer_max[index], max(share, aggregate_max - current))
 
-    def _move(
-        self, ceiling: float, limit: float, limit_sum: float, load: ShardLoad, index: int
-    ) -> float:
+    def _move(self, ceiling: float, own: float, load: ShardLoad, index: int) -> float:
         current = load.bytes_per_second if index else load.records_per_second
-        if current <= 0.0:
-            return ceiling  # nobody sent anything: no evidence either way (as the seed does)
-        mean = limit_sum / load.producers if load.producers > 0 else limit
-        base = (1.0 - self.fairness) * limit + self.fairness * mean
+        if current <= 0.0 or own <= 0.0:
+            return ceiling  # no traffic measured: no evidence either way (as the seed does)
+        mean = current / load.producers if load.producers > 0 else own
+        base = (1.0 - self.fairness) * own + self.fairness * mean
         target = min(self.producer_max[index], self.aggregate_max[index] / current * base)
         return (1.0 - self.smoothing) * ceiling + self.smoothing * target
