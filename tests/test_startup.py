@@ -269,3 +269,26 @@ async def test_held_records_count_against_the_outstanding_bounds() -> None:
         # Room came when the first records were delivered: after the map, at their deadline.
         assert anyio.current_time() == pytest.approx(t0 + BUFFERED + GRACE, abs=EPS)
         assert (await more).success
+
+
+async def test_records_queued_at_the_stream_level_limit_are_aggregated_once_the_map_loads() -> None:
+    """The first map takes longer than the records' deadline (a slow first call over HTTP):
+    records go out alone, at one shard's rate, until it loads; then those still waiting at the
+    stream-level limit go back to the aggregator and leave aggregated, not one by one."""
+    fake = SlowFirstListShards(delay=0.5)
+    fake.add_stream("s", shard_count=4)
+    async with Producer(CONFIG, client=fake) as producer:
+        outcomes = [
+            await producer.put_record(stream="s", partition_key=f"k{i}", data=b"d" * 100)
+            for i in range(5000)
+        ]
+        results = [await outcome for outcome in outcomes]
+        statistics = producer.statistics().streams[0]
+    assert all(result.success for result in results)
+    # Before the map: the bucket's second of records, then 1000/s for 0.4 s; the rest aggregated.
+    singles = sum(1 for r in fake.stored_records("s") if not is_aggregated(r.data))
+    assert singles <= 1500
+    assert fake.calls("PutRecords") < 30
+    assert len(fake.stored_records("s")) <= singles + 20  # the other 3,600 in a few aggregates
+    assert max(r.attempts[-1].ended_at for r in results) < 1.0  # not 4 s at 1000 records/s
+    assert statistics.rate_limited == 0
