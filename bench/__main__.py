@@ -15,7 +15,19 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import _load, codec, isolation, latency, memory, metrics, pipeline, saturation, sync
+from . import (
+    _load,
+    codec,
+    isolation,
+    latency,
+    memory,
+    metrics,
+    pipeline,
+    producers,
+    saturation,
+    startup,
+    sync,
+)
 from .report import DEFAULT_JSON, Row, ScenarioResult, format_table, machine, write_json
 
 SCENARIOS: dict[str, Callable[[bool, bool], ScenarioResult]] = {
@@ -28,6 +40,9 @@ SCENARIOS: dict[str, Callable[[bool, bool], ScenarioResult]] = {
     "isolation": isolation.run,
     "latency": latency.run,
     "saturation": saturation.run,
+    "startup": startup.run,
+    # Four producer processes and a coordination store: minutes of real time, last.
+    "producers": producers.run,
 }
 
 
