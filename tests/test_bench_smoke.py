@@ -12,7 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.integration
 # Every scenario but the many-producers one, whose processes take about a minute even in quick
 # mode: its rows are tested in tests/test_bench_producers.py, its processes in
 # tests/integration/test_coordination_processes.py.
@@ -29,6 +28,7 @@ SMOKED = (
 )
 
 
+@pytest.mark.integration
 def test_quick_benchmark_runs_and_reports_every_scenario(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run(
