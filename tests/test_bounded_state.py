@@ -49,3 +49,53 @@ async def test_resharding_a_hundred_times_keeps_the_per_shard_state_bounded() ->
     assert len(fake.shards("s")) == 151
     assert len(shards) <= 3, shards
     assert len(statistics.rates_by_shard) <= 3
+
+
+async def test_a_missing_stream_with_nothing_pending_makes_no_more_calls() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("real")
+    async with Producer(CONFIG, client=fake) as producer:
+        outcomes = [
+            await producer.put_record(stream=f"misspelt-{i}", partition_key="k", data=b"d")
+            for i in range(20)
+        ]
+        for outcome in outcomes:
+            assert (await outcome).error_code == "ResourceNotFoundException"
+        calls = fake.calls("ListShards")
+        assert calls == 20  # one first attempt each
+        await anyio.sleep(600)  # ten idle minutes: no refresh in the background
+        assert fake.calls("ListShards") == calls
+        # A record put again tries the map again (once, not per record).
+        again = [
+            await producer.put_record(stream="misspelt-0", partition_key="k", data=b"d")
+            for _ in range(50)
+        ]
+        for outcome in again:
+            assert (await outcome).error_code == "ResourceNotFoundException"
+        assert fake.calls("ListShards") == calls + 1
+
+
+async def test_an_idle_streams_pipeline_is_released_and_built_again_when_used() -> None:
+    fake = FakeKinesis()
+    for i in range(30):
+        fake.add_stream(f"s{i}")
+    async with Producer(CONFIG, client=fake) as producer:
+        for i in range(30):
+            assert (
+                await (await producer.put_record(stream=f"s{i}", partition_key="k", data=b"d"))
+            ).success
+        assert len(producer.statistics().streams) == 30
+        # One stream keeps working; the others fall idle.
+        for _ in range(4):
+            outcome = await producer.put_record(stream="s0", partition_key="k", data=b"d")
+            assert (await outcome).success
+            await anyio.sleep(40)
+        assert [s.stream for s in producer.statistics().streams] == ["s0"]
+        calls = fake.calls("ListShards")
+        await anyio.sleep(600)
+        assert fake.calls("ListShards") == calls  # released maps make no calls
+        assert producer.statistics().streams == ()
+        # Used again: built again, and it works.
+        outcome = await producer.put_record(stream="s7", partition_key="k", data=b"d")
+        assert (await outcome).success
+        assert [s.stream for s in producer.statistics().streams] == ["s7"]

@@ -571,6 +571,14 @@ class _ProducerCoordinator:
 
         return metered
 
+    def detach(self, stream: str) -> None:
+        """The producer released ``stream``'s idle pipeline: stop tracking its limiter.
+
+        Its meter counts stay until the next report has taken them (a new pipeline for the
+        stream gets a new meter, which adds to the same counts).
+        """
+        self._limiters.pop(stream, None)
+
     def attach(self, stream: str, limiter: Limiter) -> None:
         """Apply the ceilings known for ``stream`` to its new limiter; track it from now on."""
         self._limiters[stream] = limiter

@@ -209,6 +209,22 @@ class ProducerStatistics:
 
 # Seconds between two warnings that a stream is offered more than it takes.
 OVERLOAD_LOG_INTERVAL = 60.0
+# A stream's pipeline with no record outstanding, and none put through it between two looks
+# this far apart, is released (its shard map, limiter state and connection lane): state does
+# not grow with every stream name ever used. A later put builds it again.
+IDLE_SWEEP_SECONDS = 60.0
+
+
+class _IdleSweep:
+    """The scheduler entry that looks for idle stream pipelines, every IDLE_SWEEP_SECONDS."""
+
+    __slots__ = ("producer",)
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+
+    def on_due(self, now: float) -> None:
+        self.producer._release_idle_streams(now)
 
 
 class _Stream:
@@ -216,6 +232,7 @@ class _Stream:
 
     __slots__ = (
         "_clock",
+        "_last_seen_out",
         "_overload_logged_at",
         "_overload_since_log",
         "_ttl_ms",
@@ -233,6 +250,7 @@ class _Stream:
         self._ttl_ms = config.record_ttl_ms
         self._overload_logged_at = -math.inf
         self._overload_since_log = 0
+        self._last_seen_out = -1  # the aggregator's output count at the last idle sweep
         assert producer._task_group is not None
         self.stream = stream
         self.shard_map = ShardMap(
@@ -315,6 +333,18 @@ class _Stream:
         for kinesis_record in self.limiter.take_unmapped():
             for record in kinesis_record.records:
                 put(record, record.hash_key)
+
+    def idle_since_last_look(self) -> bool:
+        """Whether nothing went through the pipeline since the last call (records put, or
+        retried, each make the aggregator emit)."""
+        out = self.aggregator.kinesis_records_out
+        idle = out == self._last_seen_out
+        self._last_seen_out = out
+        return idle
+
+    def close(self) -> None:
+        """Release the pipeline: it holds no record, and its shard map stops refreshing."""
+        self.shard_map.close()
 
     def _expire_in_limiter(self, record: KinesisRecord) -> None:
         self.retrier.expire(record, "rate limiter")
@@ -444,6 +474,7 @@ class Producer:
         self._sender: Sender | None = None
         self._streams: dict[str, _Stream] = {}
         self._thread: int | None = None  # the event loop's thread, from __aenter__ on
+        self._released_expired_unsent = 0  # of the pipelines released while idle
         self._started = False
         self._closed = False
         self._outstanding: dict[UserRecord, None] = {}
@@ -494,6 +525,7 @@ class Producer:
             request_timeout=self.config.request_timeout_ms / 1000,
         )
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
+        self._scheduler.call_at(self._clock() + IDLE_SWEEP_SECONDS, _IdleSweep(self))
         if self._coordination is not None:
             self._coordinator = _ProducerCoordinator(self._coordination, self.config, self._clock)
             task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
@@ -642,6 +674,23 @@ class Producer:
                 self._room = anyio.Event()
             await self._room.wait()
             self._check_still_open()
+
+    def _release_idle_streams(self, now: float) -> None:
+        """Release the pipelines of streams idle since the last sweep; schedule the next."""
+        streams = self._streams
+        busy = {record.stream for record in self._outstanding}
+        for name, pipeline in list(streams.items()):
+            # idle_since_last_look runs for every stream: each look records what it saw.
+            if pipeline.idle_since_last_look() and name not in busy:
+                del streams[name]
+                pipeline.close()
+                self._released_expired_unsent += pipeline.retrier.expired
+                if self._sender is not None:
+                    self._sender.forget(pipeline.retrier)
+                if self._coordinator is not None:
+                    self._coordinator.detach(name)
+                logger.debug("released the idle pipeline of stream %r", name)
+        self._scheduler.call_at(now + IDLE_SWEEP_SECONDS, _IdleSweep(self))
 
     def _check_thread(self) -> None:
         """Refuse a call from another thread than the event loop's that entered the producer.
@@ -1045,7 +1094,8 @@ class Producer:
             streams=tuple(p.statistics() for p in self._streams.values()),
             failure_callbacks_pending=self._failures.pending,
             failure_callback_errors=self._failures.callback_errors,
-            records_expired_unsent=sum(p.retrier.expired for p in self._streams.values()),
+            records_expired_unsent=self._released_expired_unsent
+            + sum(p.retrier.expired for p in self._streams.values()),
             requests_backing_off=sender.backing_off if sender else 0,
         )
 

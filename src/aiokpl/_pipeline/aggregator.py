@@ -218,9 +218,12 @@ class Aggregator:
         shard = table.lookup(hash_key) if table is not None else None
         record.predicted_shard = shard
         if shard is None:
-            if self._shard_map.first_attempt_pending:
+            shard_map = self._shard_map
+            if shard_map.first_attempt_pending:
                 self._hold_record(record, hash_key)
                 return
+            if shard_map.dormant:
+                shard_map.wanted()  # a missing stream's map is tried again only when needed
             self.kinesis_records_out += 1
             self._emit(KinesisRecord.single(record, hash_key))
             return

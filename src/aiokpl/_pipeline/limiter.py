@@ -276,14 +276,24 @@ class Limiter:
             self._waiting.add(shard)
             if not self._drain_scheduled:
                 self._drain_scheduled = True
-                self._scheduler.call_at(now + self._drain_interval, self)
+                self._scheduler.call_at(self._next_drain(now), self)
 
     def on_due(self, now: float) -> None:
         self._drain_scheduled = False
         self.drain(now)
         if self._waiting:
             self._drain_scheduled = True
-            self._scheduler.call_at(now + self._drain_interval, self)
+            self._scheduler.call_at(self._next_drain(now), self)
+
+    def _next_drain(self, now: float) -> float:
+        """One drain interval on, or sooner if a queued record's TTL ends first, so that a
+        record that can no longer be sent fails at its TTL exactly."""
+        when = now + self._drain_interval
+        for shard in self._waiting:
+            queue = self._limiter_of(shard).queue
+            if queue and queue[0].expires_at < when:
+                when = queue[0].expires_at
+        return when
 
     def drain(self, now: float, *, force: bool = False) -> None:
         for shard in list(self._waiting):

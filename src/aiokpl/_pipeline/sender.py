@@ -196,6 +196,13 @@ class Sender:
             f"backing_off={self.backing_off} streams={len(self._lanes)}>"
         )
 
+    def forget(self, destination: Destination) -> None:
+        """Drop the lane of a stream whose idle pipeline was released (it holds nothing)."""
+        lane = self._lanes.get(destination)
+        if lane is not None and not lane.requests and lane.probing is None:
+            del self._lanes[destination]
+            lane.wake = None  # a pending wake-up finds itself stale
+
     def unanswered(self) -> list[KinesisRecord]:
         """Kinesis records of requests sent and not answered: after the sending tasks were
         cancelled (the producer's exit), those whose outcome is unknown."""

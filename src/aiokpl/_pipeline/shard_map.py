@@ -129,9 +129,14 @@ class ShardMap:
         self.source: str | None = None
         self.last_error: tuple[str, str, str] | None = None
         self.first_attempt_pending = True
+        # A missing stream's map is not refreshed in the background: the next record that
+        # needs a prediction tries again, no sooner than the backoff allows.
+        self.dormant = False
+        self._retry_at = -float("inf")
         self._closed: dict[str, tuple[ShardRange, float]] = {}
         self._backoff = Backoff(1.0, 1.5, 30.0, jitter=0.5)
         self._running = False
+        self._scope: anyio.CancelScope | None = None  # the running refresh's
         self._after_refresh: list[Callable[[], None]] = []
         # Called with each new table as it is installed (the stream's pipeline adjusts).
         self.on_install: Callable[[ShardTable], None] | None = None
@@ -184,43 +189,74 @@ class ShardMap:
         self._after_refresh.append(callback)
         self._spawn_refresh()
 
+    def wanted(self) -> None:
+        """A record needs a prediction: wake a dormant map once its backoff has passed."""
+        if self.dormant and anyio.current_time() >= self._retry_at:
+            self.dormant = False
+            self._spawn_refresh()
+
     def _spawn_refresh(self) -> None:
         if self._running:
             return
+        self.dormant = False
         self._running = True
         self.state = ShardMapState.UPDATING
         self._task_group.start_soon(
             self._refresh_until_done, name=f"aiokpl shard map {self.stream}"
         )
 
+    def close(self) -> None:
+        """Stop refreshing for good (the producer released this stream's idle pipeline)."""
+        if self._scope is not None:
+            self._scope.cancel()
+        self._after_refresh = []
+        self.on_install = None
+
     async def _refresh_until_done(self) -> None:
         try:
-            while True:
-                self.state = ShardMapState.UPDATING
-                table, explained = await self._attempt()
-                if table is None:
-                    self.failures += 1
-                    self.first_attempt_pending = False
-                    # Whoever waits for this refresh decides with what is known: a verdict
-                    # never waits longer than one attempt (and the records' TTL still runs).
-                    self._run_after_refresh()
-                    self.state = ShardMapState.INVALID
-                    delay = self._backoff.next_delay(self._random())
-                    assert self.last_error is not None
-                    logger.log(
-                        # A denial already warned about once: its retries say nothing new.
-                        logging.DEBUG if explained else logging.WARNING,
-                        "could not load the shard map of %r (%s: %s: %s); retrying in %.1f s",
+            with anyio.CancelScope() as self._scope:
+                await self._refresh_loop()
+        finally:
+            self._scope = None
+            self._running = False
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            self.state = ShardMapState.UPDATING
+            table, explained = await self._attempt()
+            if table is None:
+                self.failures += 1
+                self.first_attempt_pending = False
+                # Whoever waits for this refresh decides with what is known: a verdict
+                # never waits longer than one attempt (and the records' TTL still runs).
+                self._run_after_refresh()
+                self.state = ShardMapState.INVALID
+                delay = self._backoff.next_delay(self._random())
+                assert self.last_error is not None
+                if self.last_error[1] == _MISSING:
+                    # Nothing to refresh until someone puts a record to it again.
+                    self.dormant = True
+                    self._retry_at = anyio.current_time() + delay
+                    logger.warning(
+                        "could not load the shard map of %r (%s: %s: %s); trying again "
+                        "with the next record put to it, in %.1f s at the earliest",
                         self.stream,
                         *self.last_error,
                         delay,
                     )
-                    await anyio.sleep(delay)
-                    continue
-                self._install(table, anyio.current_time())
-                return
-        finally:
-            self._running = False
+                    return
+                logger.log(
+                    # A denial already warned about once: its retries say nothing new.
+                    logging.DEBUG if explained else logging.WARNING,
+                    "could not load the shard map of %r (%s: %s: %s); retrying in %.1f s",
+                    self.stream,
+                    *self.last_error,
+                    delay,
+                )
+                await anyio.sleep(delay)
+                continue
+            self._install(table, anyio.current_time())
+            return
 
     async def _attempt(self) -> tuple[ShardTable | None, bool]:
         """One load attempt: ``ListShards``, or else ``DescribeStream``.
