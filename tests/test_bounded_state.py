@@ -20,8 +20,8 @@ HALF = 2**127
 async def test_resharding_a_hundred_times_keeps_the_per_shard_state_bounded() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=1)
-    async with Producer(CONFIG, client=fake) as producer:
-        pipeline = producer._streams.get("s")
+    config = CONFIG.replace(metrics_level="detailed", metrics_granularity="shard")
+    async with Producer(config, client=fake) as producer:
         open_shard = "shardId-000000000000"
         for cycle in range(50):
             low, high = fake.split("s", open_shard, HALF)
@@ -44,11 +44,24 @@ async def test_resharding_a_hundred_times_keeps_the_per_shard_state_bounded() ->
         pipeline = producer._streams["s"]
         shards = set(pipeline.limiter.shards)
         statistics = producer.statistics().streams[0]
+        # Metric series of closed shards go once the window no longer holds their values.
+        outcome = await producer.put_record(
+            stream="s", partition_key="k", data=b"d", explicit_hash_key=7
+        )
+        await anyio.sleep(70)
+        outcome = await producer.put_record(
+            stream="s", partition_key="k", data=b"d", explicit_hash_key=7
+        )
+        assert (await outcome).success
+        await anyio.sleep(60)
+        assert producer._metrics is not None
+        metric_shards = {key[3] for key in producer._metrics.table._leaves if key[3]}
     # 100 reshardings made 150 shards; the limiter keeps those of the current map at most,
     # and one shard whose queue was not empty when it closed.
     assert len(fake.shards("s")) == 151
     assert len(shards) <= 3, shards
     assert len(statistics.rates_by_shard) <= 3
+    assert len(metric_shards) <= 2, metric_shards
 
 
 async def test_a_missing_stream_with_nothing_pending_makes_no_more_calls() -> None:

@@ -305,3 +305,20 @@ def test_batches_stay_under_the_request_size_limit_as_botocore_serializes_them()
 def test_a_datum_larger_than_the_limit_still_goes_alone() -> None:
     data = [cloudwatch_datum(_stats(i), WHEN) for i in range(3)]
     assert cloudwatch_batches(data, "ns", max_bytes=10) == [[d] for d in data]
+
+
+def test_prune_drops_only_series_without_values_in_the_ring() -> None:
+    table = MetricsTable("summary", "shard")
+    old = table.leaf("UserRecordsPut", "s", "shardId-000000000001")
+    recent = table.leaf("UserRecordsPut", "s", "shardId-000000000002")
+    assert old is not None
+    assert recent is not None
+    old.add(1, 10.0)
+    recent.add(1, 10.0)
+    recent.add(1, 70.0)
+    assert table.prune(73.9) == 0  # second 10 is still in the ring (64 s)
+    assert table.prune(74.0) == 1
+    assert table.leaf("UserRecordsPut", "s", "shardId-000000000002") is recent
+    assert [m.shard_id for m in table.window(74.0, 60) if m.shard_id] == ["shardId-000000000002"]
+    table.leaf("AllErrors", "s")  # never given a value: nothing to keep
+    assert table.prune(74.0) == 1

@@ -192,6 +192,13 @@ class MetricsRecorder:
             self._finished[stream] = self._finished.get(stream, 0) + counted
         return counted
 
+    def prune(self, now: float) -> None:
+        """Drop series that hold no value any more (see ``MetricsTable.prune``)."""
+        if self.table.prune(now):
+            # The caches may hold dropped series: they fill again from the table on use.
+            self._request_series_of.clear()
+            self._delivery_series.clear()
+
     def _request_series(
         self, stream: str, shard: str | None
     ) -> tuple[

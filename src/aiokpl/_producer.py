@@ -690,6 +690,8 @@ class Producer:
                 if self._coordinator is not None:
                     self._coordinator.detach(name)
                 logger.debug("released the idle pipeline of stream %r", name)
+        if self._metrics is not None:
+            self._metrics.prune(now)
         self._scheduler.call_at(now + IDLE_SWEEP_SECONDS, _IdleSweep(self))
 
     def _check_thread(self) -> None:

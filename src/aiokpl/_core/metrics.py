@@ -121,6 +121,11 @@ class WindowedStatistic:
         if high > bucket[4]:
             bucket[4] = high
 
+    def latest(self) -> int | None:
+        """The latest second that holds values, or ``None`` if none does."""
+        seconds = [bucket[0] for bucket in self._ring if bucket is not None]
+        return max(seconds) if seconds else None
+
     def span(self, begin: int, end: int) -> tuple[int, float, float, float] | None:
         """``(count, sum, min, max)`` of the seconds ``begin <= s < end``; ``None`` if empty."""
         count = 0
@@ -241,6 +246,18 @@ class MetricsTable:
         if series is None:
             series = self._leaves[key] = WindowedStatistic()
         return series
+
+    def prune(self, now: float) -> int:
+        """Drop the series with no value in the seconds the ring still holds (a shard closed
+        by resharding, a stream no longer used): the table does not grow with every shard
+        and stream ever seen. Returns how many were dropped; a later value creates the
+        series again."""
+        oldest = math.floor(now) - RING_SECONDS
+        leaves = self._leaves
+        stale = [key for key, series in leaves.items() if (series.latest() or -math.inf) <= oldest]
+        for key in stale:
+            del leaves[key]
+        return len(stale)
 
     def collect(self, begin: int, end: int, name: str | None = None) -> list[MetricStatistics]:
         """Statistics of every series with values in the seconds ``begin <= s < end``.
