@@ -12,9 +12,10 @@ from collections import Counter
 from typing import Any
 
 import anyio
+import botocore.exceptions
 import pytest
 
-from aiokpl import Producer, RecordResult
+from aiokpl import InvalidRecordError, Producer, RecordResult
 from aiokpl._core.hashing import hash_key_of
 from aiokpl.testing import read_stream
 
@@ -112,3 +113,28 @@ async def test_missing_stream_fails_promptly(kinesis_server: tuple[str, str]) ->
     assert not result.success
     assert result.error_code == "ResourceNotFoundException"
     assert len(result.attempts) == 1
+
+
+async def test_a_key_of_128_emoji_is_delivered_raw_and_129_are_refused_at_put(
+    kinesis_server: tuple[str, str],
+) -> None:
+    """Kinesis counts a partition key in UTF-16 code units: 128 emoji (256 units) is the
+    longest key; the server takes it sent raw, and one more emoji is refused at the put,
+    before it could fail a request (kinesalite refuses 129 emoji as the service does)."""
+    name, endpoint = kinesis_server
+    stream = stream_name()
+    longest = "\U0001f600" * 128
+    async with admin_client(endpoint) as admin:
+        await create_stream(admin, stream, 1)
+        async with Producer(config(endpoint, aggregation_enabled=False)) as producer:
+            outcome = await producer.put_record(stream=stream, partition_key=longest, data=b"d")
+            with pytest.raises(InvalidRecordError, match="UTF-16 code units"):
+                await producer.put_record(stream=stream, partition_key=longest + "k", data=b"d")
+        if name == "kinesalite":  # moto does not check key lengths
+            with pytest.raises(botocore.exceptions.ClientError, match="ValidationException"):
+                await admin.put_record(
+                    StreamName=stream, Data=b"d", PartitionKey=longest + "\U0001f600"
+                )
+        stored = await read_stream(admin, stream)
+    assert outcome.result().success, outcome.result().attempts
+    assert [record["PartitionKey"] for _, record in stored] == [longest]
