@@ -54,6 +54,7 @@ import functools
 import json
 import math
 import statistics
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -467,10 +468,16 @@ def run_combinations(
     for their :func:`duration`.
     """
     result = ScenarioResult("overload")
-    figures = [
-        measure(combination, duration(combination, quick) if seconds is None else seconds)
-        for combination in combinations
-    ]
+    figures = []
+    for combination in combinations:
+        length = duration(combination, quick) if seconds is None else seconds
+        figures.append(measure(combination, length))
+        print(
+            f"bench: overload {combination.name} ({length:g} virtual s) done in "
+            f"{figures[-1]['wall_seconds']:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     result.details = {
         "transport": "in-process FakeKinesis, trio MockClock (virtual time)",
         "seconds": {f["combination"]: f["seconds"] for f in figures},
