@@ -25,6 +25,7 @@ SMOKED = (
     "sync",
     "isolation",
     "startup",
+    "overload",
 )
 
 
