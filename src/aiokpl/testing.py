@@ -1319,15 +1319,11 @@ class FakeKinesis:
         ExclusiveStartShardId: str | None,
         StreamARN: str | None,
     ) -> dict[str, Any]:
-        limit = _DESCRIBE_LIMIT_DEFAULT
-        if Limit is not None:
-            if Limit < 1:
-                raise _validation(Limit, "limit", "have value greater than or equal to 1")
-            if Limit > _DESCRIBE_LIMIT_MAX:
-                raise _validation(
-                    Limit, "limit", f"have value less than or equal to {_DESCRIBE_LIMIT_MAX}"
-                )
-            limit = min(Limit, _DESCRIBE_PAGE_MAX)
+        # Up to 10,000 is valid, but a page holds 100 shards at most, as the service answers.
+        limit = min(
+            _page_size(Limit, "limit", _DESCRIBE_LIMIT_DEFAULT, _DESCRIBE_LIMIT_MAX),
+            _DESCRIBE_PAGE_MAX,
+        )
         stream = self._stream(StreamName, StreamARN)
         after = ExclusiveStartShardId
         selected = [
@@ -1388,17 +1384,7 @@ class FakeKinesis:
         ShardFilter: Mapping[str, Any] | None,
     ) -> dict[str, Any]:
         now = self._now()
-        limit = _MAX_RESULTS_DEFAULT
-        if MaxResults is not None:
-            if MaxResults < 1:
-                raise _validation(MaxResults, "maxResults", "have value greater than or equal to 1")
-            if MaxResults > _MAX_RESULTS_LIMIT:
-                raise _validation(
-                    MaxResults,
-                    "maxResults",
-                    f"have value less than or equal to {_MAX_RESULTS_LIMIT}",
-                )
-            limit = MaxResults
+        limit = _page_size(MaxResults, "maxResults", _MAX_RESULTS_DEFAULT, _MAX_RESULTS_LIMIT)
         if NextToken is not None:
             for label, value in (
                 ("StreamName", StreamName),
@@ -1638,15 +1624,7 @@ class FakeKinesis:
     def _get_records(
         self, ShardIterator: str, Limit: int | None, StreamARN: str | None
     ) -> dict[str, Any]:
-        limit = _GET_RECORDS_LIMIT
-        if Limit is not None:
-            if Limit < 1:
-                raise _validation(Limit, "limit", "have value greater than or equal to 1")
-            if Limit > _GET_RECORDS_LIMIT:
-                raise _validation(
-                    Limit, "limit", f"have value less than or equal to {_GET_RECORDS_LIMIT}"
-                )
-            limit = Limit
+        limit = _page_size(Limit, "limit", _GET_RECORDS_LIMIT, _GET_RECORDS_LIMIT)
         name, uid, shard_id, position, issued = _decode(ShardIterator, "ShardIterator", 5)
         now = self._now()
         if now - issued > _TOKEN_LIFETIME:
@@ -1901,6 +1879,18 @@ def _seconds(timestamp: object, parameter: str) -> float:
         f"Invalid type for parameter {parameter}, value: {timestamp!r}, "
         f"type: {type(timestamp)}, valid types: <class 'datetime.datetime'>, timestamp"
     )
+
+
+def _page_size(value: int | None, field: str, default: int, maximum: int) -> int:
+    """A page-size parameter (``Limit``, ``MaxResults``): ``default`` when absent, else checked
+    to be 1 … ``maximum`` as the service checks it."""
+    if value is None:
+        return default
+    if value < 1:
+        raise _validation(value, field, "have value greater than or equal to 1")
+    if value > maximum:
+        raise _validation(value, field, f"have value less than or equal to {maximum}")
+    return value
 
 
 def _validation(value: object, field: str, constraint: str) -> _Rejected:
