@@ -1,5 +1,5 @@
 # The two commands the README gives: `make test` and `make demo`. Both bootstrap .venv, each
-# with only what it needs: `make demo` the package and its `demo` extra (moto's server);
+# with only what it needs: `make demo` the package and its `local` extra (moto's server);
 # `make test` the extras and the `dev` dependency group (pyproject.toml), added to the same .venv.
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,7 +9,7 @@ PIP_MIN := 25.1
 PIP_STAMP := $(VENV)/.pip-$(PIP_MIN)
 DEV_STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-demo
-DEV_EXTRAS := trio,otel,prometheus,demo
+DEV_EXTRAS := trio,otel,prometheus,local
 # kinesalite, the second local Kinesis of the integration tests: an npm package, installed once
 # into a cache folder (in-memory store only, so no optional native LevelDB build).
 NPM ?= npm
@@ -33,7 +33,7 @@ $(DEV_STAMP): pyproject.toml | $(PIP_STAMP)
 	touch $(DEV_STAMP)
 
 $(DEMO_STAMP): pyproject.toml | $(PIP_STAMP)
-	$(PY) -m pip install --quiet -e '.[demo]'
+	$(PY) -m pip install --quiet -e '.[local]'
 	touch $(DEMO_STAMP)
 
 test: lint typecheck package pytest docs

@@ -66,9 +66,10 @@ def metadata_text(version: str = VERSION, **changes: str | None) -> str:
             "anyio<5,>=4.11",
             "sortedcontainers>=2.4",
             "moto[server]>=5.1; extra == 'demo'",
+            "moto[server]>=5.1; extra == 'local'",
             "trio>=0.27; extra == 'trio'",
         ],
-        "Provides-Extra": ["demo", "trio"],
+        "Provides-Extra": ["demo", "local", "trio"],
         "Description-Content-Type": "text/markdown",
     }
     for name, value in changes.items():
@@ -145,8 +146,9 @@ def test_good_metadata_passes(check: ModuleType, tmp_path: Path) -> None:
     [
         ({"Version": "0.1.0.dev0"}, "the tree says"),
         ({"Name": "aiokpl2"}, "Name is"),
-        ({"Provides_Extra": ["demo", "trio", "dev"]}, "'dev' publishes development tools"),
+        ({"Provides_Extra": ["demo", "local", "trio", "dev"]}, "'dev' publishes development tools"),
         ({"Provides_Extra": ["trio"]}, "'demo' is missing"),
+        ({"Provides_Extra": ["demo", "trio"]}, "'local' is missing"),
         (
             {"Requires_Dist": ["anyio", "aiobotocore", "sortedcontainers", "boto3"]},
             "not SPEC §1's",

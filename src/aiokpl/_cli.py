@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from . import _cli_put, _cli_tail, _coordinate_cli, aggregation
+from . import _cli_local, _cli_put, _cli_tail, _coordinate_cli, aggregation
 from ._cli_options import EXIT_USAGE, add_backend_option, add_global_options, global_options_parent
 from ._core.config import Config
 from ._core.hashing import hash_key_of
@@ -271,6 +271,7 @@ AddParser = Callable[[Any, list[argparse.ArgumentParser]], None]
 
 SUBCOMMANDS: list[AddParser] = [
     _add_demo_parser,
+    _cli_local.add_parser,
     _cli_put.add_parser,
     _cli_tail.add_parser,
     _coordinate_cli.add_parser,
