@@ -10,7 +10,8 @@ see :mod:`aiokpl._cli_options`), which a subcommand that talks to Kinesis passes
 ``aiokpl demo`` is the project's main job, runnable with nothing but this machine: it starts a
 local Kinesis (moto's server) on 127.0.0.1, creates a stream, produces records through the
 real pipeline and aiobotocore over HTTP, reads every record back, deaggregates it, and checks
-that each landed exactly once, intact, on the shard its result names.
+that each landed exactly once, intact, on the shard its result names. Ctrl-C or SIGTERM stops
+it with one line and exit status 130; the local server is stopped either way.
 """
 
 from __future__ import annotations
@@ -18,16 +19,27 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import sys
+import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from . import _cli_local, _cli_put, _cli_tail, _coordinate_cli, aggregation
-from ._cli_options import EXIT_USAGE, add_backend_option, add_global_options, global_options_parent
+from ._cli_options import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    add_backend_option,
+    add_global_options,
+    backend_problem,
+    global_options_parent,
+    made_of,
+)
 from ._core.config import Config
 from ._core.hashing import hash_key_of
 from ._core.results import RecordResult
@@ -219,7 +231,7 @@ def _demo(args: argparse.Namespace) -> int:
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         del os.environ[name]  # the demo never reaches for real credentials
     try:
-        with moto_server() as endpoint:
+        with _sigterm_interrupts() as received, moto_server() as endpoint:
             print(f"local Kinesis (moto) at {endpoint}", file=sys.stderr)
             report = anyio.run(
                 lambda: run_demo(
@@ -230,8 +242,41 @@ def _demo(args: argparse.Namespace) -> int:
     except LocalServerError as exc:
         print(f"aiokpl demo: {exc}", file=sys.stderr)
         return 2
+    except BaseException as exc:
+        # Ctrl-C anywhere (in either event loop, or while the server starts or stops) arrives
+        # as KeyboardInterrupt, possibly inside exception groups: one line, no traceback.
+        if not made_of(exc, KeyboardInterrupt):
+            raise
+        end = "\n" if sys.stderr.isatty() else ""  # after the progress bar's line
+        name = "SIGTERM" if received else "Ctrl-C"
+        print(f"{end}aiokpl demo: interrupted ({name}); local server stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
     _print_report(report, args.backend)
     return 0 if report.ok else 1
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[list[int]]:
+    """While entered, SIGTERM interrupts as Ctrl-C does; yields the SIGTERMs received.
+
+    Without it, SIGTERM would end the process at once and leave moto's server running. The
+    handler sends this process SIGINT, so that whichever SIGINT handler is in force (Python's,
+    asyncio's runner, trio's, which delivers it only where that is safe) does the interrupting.
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received  # handlers can be set only in the main thread
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _positive(text: str) -> int:
@@ -299,8 +344,12 @@ def main(argv: list[str] | None = None) -> int:
     # ``intermixed`` to such an attribute gets the leftover positionals appended to it.
     intermixed = getattr(args, "intermixed", None)
     if extras and intermixed and all(e == "-" or not e.startswith("-") for e in extras):
-        getattr(args, intermixed).extend(extras)
+        # A new list: the attribute may be the parser's default list, shared between runs.
+        setattr(args, intermixed, [*getattr(args, intermixed), *extras])
     elif extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    problem = backend_problem(getattr(args, "backend", "asyncio"))
+    if problem is not None:
+        parser.error(problem)
     handler: Any = args.handler
     return int(handler(args))

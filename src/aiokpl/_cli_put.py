@@ -58,6 +58,7 @@ from ._cli_options import (
     made_of,
     positive_float,
     positive_int,
+    usage_message,
 )
 from ._core.config import Config
 from ._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
@@ -526,7 +527,14 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
     )
     put.add_argument("stream", metavar="STREAM", help="the stream to write to")
-    put.add_argument("files", metavar="FILE", nargs="*", help="input files ('-': stdin)")
+    # default=[]: argparse then knows FILE is optional, and says only STREAM when it is missing.
+    put.add_argument(
+        "files",
+        metavar="FILE",
+        nargs="*",
+        default=[],
+        help="input files, read in order ('-': stdin; default: stdin)",
+    )
     records = put.add_argument_group("records")
     records.add_argument(
         "--json",
@@ -712,7 +720,7 @@ async def _put_main(config: Config, stream: str, run: PutRun, stderr: TextIO) ->
                 async with Producer(config, client=client) as producer:
                     await run.run(producer, abandon if _in_main_thread() else None)
     except ConfigError as exc:
-        print(f"aiokpl put: {exc}", file=stderr)
+        print(f"aiokpl put: {usage_message(exc)}", file=stderr)
         return EXIT_USAGE
     return None
 

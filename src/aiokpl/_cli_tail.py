@@ -26,6 +26,7 @@ from ._cli_options import (
     made_of,
     positive_float,
     positive_int,
+    usage_message,
 )
 from ._core.aggregation import DeaggregatedRecord
 from ._core.config import Config
@@ -268,7 +269,7 @@ async def _tail_main(
                     on_shard_started=lambda shard, kind: note(f"reading {shard} from {kind}"),
                 )
     except ConfigError as exc:
-        print(f"aiokpl tail: {exc}", file=stderr)
+        print(f"aiokpl tail: {usage_message(exc)}", file=stderr)
         return EXIT_USAGE
     except TailError as exc:
         print(f"aiokpl tail: cannot read {args.stream!r}: {exc}", file=stderr)
