@@ -396,6 +396,10 @@ def test_report_formatting() -> None:
         "dead_letter_file": "events.dead-letter.jsonl",
         "dead_letter_error": None,
         "interrupted": False,
+        "stopped_by": None,
+        "not_put": 0,
+        "resume_source": None,
+        "resume_line": None,
         "exit_status": 1,
     }
 
@@ -418,7 +422,7 @@ def test_report_of_a_clean_run_and_of_an_interrupted_one() -> None:
     report.interrupted = True
     assert report.exit_status() == EXIT_INTERRUPTED
     assert report.format().splitlines()[-1] == (
-        "interrupted  stopped by Ctrl-C before the end of the input"
+        "interrupted  stopped by Ctrl-C; all input was read"
     )
     report.interrupted = False
     report.dead_letter_error = "x: disk full"
@@ -738,3 +742,33 @@ def test_local_instructions_name_the_endpoint_region_and_dummy_credentials() -> 
     assert "aws --endpoint-url http://127.0.0.1:4567 kinesis list-streams" in text
     assert 'Config(endpoint_url="http://127.0.0.1:4567", region="eu-west-1",' in text
     assert "STREAM FILE" in "\n".join(usage_lines("http://h:1", "us-east-1", []))
+
+
+def test_report_of_a_run_stopped_while_a_line_waited() -> None:
+    report = PutReport(
+        stream="my events",
+        lines=16,
+        delivered=14,
+        failed=Counter({"InvalidJson": 1}),
+        interrupted=True,
+        stopped_by="SIGTERM",
+        not_put=1,
+        resume_source="in.jsonl",
+        resume_line=16,
+        unread_inputs=("b.jsonl", "c d.jsonl"),
+    )
+    assert report.format().splitlines()[-4:] == [
+        "     failed  1 (InvalidJson 1)",
+        "    not put  1 (stopped while waiting to put it)",
+        "interrupted  stopped by SIGTERM before the end of the input",
+        "resume from  line 16 of in.jsonl: tail -n +16 in.jsonl | aiokpl put 'my events' "
+        "(same options) - b.jsonl 'c d.jsonl'",
+    ]
+    document = report.as_json()
+    assert (document["stopped_by"], document["not_put"]) == ("SIGTERM", 1)
+    assert (document["resume_source"], document["resume_line"]) == ("in.jsonl", 16)
+    assert report.exit_status() == EXIT_INTERRUPTED
+    report.resume_source, report.unread_inputs = "-", ()
+    assert report.resume_hint() == (
+        "line 16 of standard input: tail -n +16 INPUT | aiokpl put 'my events' (same options)"
+    )

@@ -248,9 +248,16 @@ def test_put_reads_standard_input_in_a_real_process(
     assert list(tmp_path.iterdir()) == []  # no dead-letter file
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("backend", "signum", "name"),
+    [
+        ("asyncio", signal.SIGINT, "Ctrl-C"),
+        ("trio", signal.SIGINT, "Ctrl-C"),
+        ("asyncio", signal.SIGTERM, "SIGTERM"),
+    ],
+)
 def test_put_process_interrupted_reports_and_exits_130(
-    kinesis_server: tuple[str, str], backend: str, tmp_path: Path
+    kinesis_server: tuple[str, str], backend: str, signum: int, name: str, tmp_path: Path
 ) -> None:
     _, endpoint = kinesis_server
     stream = new_stream(endpoint, 1)
@@ -279,17 +286,27 @@ def test_put_process_interrupted_reports_and_exits_130(
         while len(read_back(endpoint, stream)) < 3:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=60)
+        process.send_signal(signum)
+        # stdin closes only once the signal was taken: an input that ends first leaves nothing
+        # to resume. (The process then waits for its reading thread to see the end.)
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        assert first.startswith(b"aiokpl put: interrupted"), first
+        process.stdin.close()
+        err = first + process.stderr.read()  # the buffered rest too, up to the exit
+        process.stderr.close()
+        process.wait(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
     text = err.decode()
     assert process.returncode == 130, text
-    assert "aiokpl put: interrupted; finishing the records already read" in text
+    assert f"aiokpl put: interrupted ({name}); finishing the records already read" in text
+    assert "lines read  3" in text
     assert "delivered  3 records" in text
-    assert "interrupted  stopped by Ctrl-C" in text
+    assert f"interrupted  stopped by {name} before the end of the input" in text
+    assert "resume from  line 4 of standard input: tail -n +4 INPUT | aiokpl put" in text
     assert "Traceback" not in text
     assert sorted(r.data for r in read_back(endpoint, stream)) == [b"a", b"b", b"c"]
 
