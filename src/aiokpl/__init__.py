@@ -18,10 +18,10 @@ from ._core.results import Attempt as Attempt
 from ._core.results import FailedRecord as FailedRecord
 from ._core.results import RecordResult as RecordResult
 from ._core.token_bucket import TokenBucket as TokenBucket
-from ._metrics import CloudWatchSink as CloudWatchSink
-from ._metrics import MetricsSink as MetricsSink
-from ._metrics_otel import OpenTelemetrySink as OpenTelemetrySink
-from ._metrics_prometheus import PrometheusSink as PrometheusSink
+from ._metrics.otel import OpenTelemetrySink as OpenTelemetrySink
+from ._metrics.prometheus import PrometheusSink as PrometheusSink
+from ._metrics.recorder import CloudWatchSink as CloudWatchSink
+from ._metrics.recorder import MetricsSink as MetricsSink
 from ._outcome import Outcome as Outcome
 from ._producer import Producer as Producer
 from ._producer import ProducerStatistics as ProducerStatistics

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from ._coordination import Coordination, _ProducerCoordinator
+from ._coordination.coordinator import Coordination, _ProducerCoordinator
 from ._core.config import Config
 from ._core.errors import (
     BufferFullError,
@@ -50,7 +50,7 @@ from ._core.retry_policy import RetryPolicy
 from ._core.shards import ShardTable
 from ._failures import FailureHandler
 from ._kinesis import KinesisClient, create_client
-from ._metrics import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
+from ._metrics.recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
 from ._outcome import Outcome
 from ._pipeline.aggregator import Aggregator
 from ._pipeline.collector import Collector

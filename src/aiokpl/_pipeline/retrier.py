@@ -27,7 +27,7 @@ from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, ex
 from .._record import UserRecord
 
 if TYPE_CHECKING:
-    from .._metrics import MetricsRecorder
+    from .._metrics.recorder import MetricsRecorder
     from .aggregator import Aggregator
     from .limiter import Limiter
     from .scheduler import Scheduler

@@ -36,19 +36,19 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 
-from ._core.metrics import (
+from .._core.metrics import (
     MetricsTable,
     MetricStatistics,
     WindowedStatistic,
     cloudwatch_batches,
     cloudwatch_datum,
 )
-from ._kinesis import create_cloudwatch_client, error_of
+from .._kinesis import create_cloudwatch_client, error_of
 
 if TYPE_CHECKING:
-    from ._core.config import Config
-    from ._core.records import KinesisRecord
-    from ._record import UserRecord
+    from .._core.config import Config
+    from .._core.records import KinesisRecord
+    from .._record import UserRecord
 
 __all__ = ("CloudWatchSink", "MetricsRecorder", "MetricsSink", "Uploader")
 

@@ -38,7 +38,13 @@ import anyio.abc
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._cli_lines import (
+from .._core.config import Config
+from .._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
+from .._kinesis import create_client, error_of
+from .._outcome import Outcome
+from .._producer import Producer
+from .._rate_limiter import RateLimiter
+from .lines import (
     MAX_LINE_SIZE,
     BadLine,
     FieldPath,
@@ -48,7 +54,7 @@ from ._cli_lines import (
     ParsedRecord,
     Template,
 )
-from ._cli_options import (
+from .options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -59,12 +65,6 @@ from ._cli_options import (
     positive_float,
     positive_int,
 )
-from ._core.config import Config
-from ._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
-from ._kinesis import create_client, error_of
-from ._outcome import Outcome
-from ._producer import Producer
-from ._rate_limiter import RateLimiter
 
 __all__ = ("DeadLetters", "Input", "PutReport", "PutRun", "add_parser", "run_put_command")
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from ._core.coordination import (
+from .._core.coordination import (
     CeilingAdjuster,
     MalformedError,
     Report,
@@ -55,13 +55,13 @@ from ._core.coordination import (
     encode_report,
     encode_summary,
 )
-from ._core.errors import ConfigError
-from ._kinesis import error_of
+from .._core.errors import ConfigError
+from .._kinesis import error_of
 
 if TYPE_CHECKING:
-    from ._core.config import Config
-    from ._core.records import KinesisRecord
-    from ._pipeline.limiter import Limiter
+    from .._core.config import Config
+    from .._core.records import KinesisRecord
+    from .._pipeline.limiter import Limiter
 
 __all__ = (
     "Coordination",

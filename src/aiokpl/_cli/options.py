@@ -17,7 +17,7 @@ import argparse
 import math
 from typing import Any
 
-from ._core.config import Config
+from .._core.config import Config
 
 __all__ = (
     "EXIT_FAILED",

@@ -26,15 +26,16 @@ from typing import Any
 
 import anyio
 
-from . import _cli_put, _cli_tail, _coordinate_cli, aggregation
-from ._cli_options import EXIT_USAGE, add_backend_option, add_global_options, global_options_parent
-from ._core.config import Config
-from ._core.hashing import hash_key_of
-from ._core.results import RecordResult
-from ._kinesis import create_client
-from ._local_kinesis import DUMMY_CREDENTIALS, LocalServerError, moto_server
-from ._producer import Producer
-from .testing import read_stream
+from .. import aggregation
+from .._core.config import Config
+from .._core.hashing import hash_key_of
+from .._core.results import RecordResult
+from .._kinesis import create_client
+from .._local_kinesis import DUMMY_CREDENTIALS, LocalServerError, moto_server
+from .._producer import Producer
+from ..testing import read_stream
+from . import coordinate, put, tail
+from .options import EXIT_USAGE, add_backend_option, add_global_options, global_options_parent
 
 __all__ = ("main",)
 
@@ -271,9 +272,9 @@ AddParser = Callable[[Any, list[argparse.ArgumentParser]], None]
 
 SUBCOMMANDS: list[AddParser] = [
     _add_demo_parser,
-    _cli_put.add_parser,
-    _cli_tail.add_parser,
-    _coordinate_cli.add_parser,
+    put.add_parser,
+    tail.add_parser,
+    coordinate.add_parser,
 ]
 """The ``add_parser(commands, parents)`` function of every subcommand, in ``--help`` order."""
 
