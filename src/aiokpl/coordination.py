@@ -5,9 +5,9 @@ them up; each producer moves its per-shard ceilings toward its share of the shar
 """
 
 from ._coordination.coordinator import Coordination as Coordination
-from ._coordination.coordinator import CoordinationStore as CoordinationStore
-from ._coordination.coordinator import DynamoDBStore as DynamoDBStore
-from ._coordination.coordinator import S3Store as S3Store
 from ._coordination.coordinator import run_summarizer as run_summarizer
+from ._coordination.stores import CoordinationStore as CoordinationStore
+from ._coordination.stores import DynamoDBStore as DynamoDBStore
+from ._coordination.stores import S3Store as S3Store
 
 __all__ = ("Coordination", "CoordinationStore", "DynamoDBStore", "S3Store", "run_summarizer")

@@ -4,7 +4,7 @@ Each subcommand lives in a module with an ``add_parser(commands, parents)`` func
 registers it (with ``set_defaults(handler=...)``, a function from the parsed arguments to the
 exit status); :data:`SUBCOMMANDS` lists them in ``--help`` order. ``parents`` carries the global
 options (``--region``, ``--endpoint-url``, ``--profile``, ``--no-verify-ssl``, ``--backend``;
-see :mod:`aiokpl._cli_options`), which a subcommand that talks to Kinesis passes on to its
+see :mod:`aiokpl._cli.options`), which a subcommand that talks to Kinesis passes on to its
 ``add_parser``. Adding a subcommand is one import and one line in the table.
 
 ``aiokpl demo`` is the project's main job, runnable with nothing but this machine: it starts a

@@ -15,7 +15,8 @@ from typing import Any
 
 import anyio
 
-from .._coordination.coordinator import DynamoDBStore, S3Store, run_summarizer
+from .._coordination.coordinator import run_summarizer
+from .._coordination.stores import DynamoDBStore, S3Store
 from .._kinesis import create_client
 from .options import config_from_args
 

@@ -5,7 +5,7 @@ terminal in a worker thread, so that waiting for a writer never blocks the event
 producer keeps sending meanwhile; from a regular file directly), the blocks are split into
 lines, and each line becomes a ``put_record``, which waits whenever the producer holds
 ``max_outstanding_records`` / ``max_outstanding_bytes``. Memory is therefore bounded by those
-two numbers and :data:`~aiokpl._cli_lines.MAX_LINE_SIZE`, never by the size of the input.
+two numbers and :data:`~aiokpl._cli.lines.MAX_LINE_SIZE`, never by the size of the input.
 
 Every line ends in exactly one of these: delivered; failed by Kinesis (its result's code, e.g.
 ``ProvisionedThroughputExceededException`` after the TTL); or rejected before it was sent (bad
@@ -13,7 +13,7 @@ JSON, a missing field, a record over the limits). Failed and rejected lines are 
 in the report and written, with their reason and the record, to the dead-letter file, which is
 created only when the first one happens.
 
-Turning lines into records is the pure module :mod:`aiokpl._cli_lines`; the report here is pure
+Turning lines into records is the pure module :mod:`aiokpl._cli.lines`; the report here is pure
 too, and tested on its own.
 """
 
@@ -126,7 +126,7 @@ class PutReport:
         return self.delivered / self.seconds if self.seconds > 0 else 0.0
 
     def exit_status(self) -> int:
-        """The command's exit status (see the module :mod:`aiokpl._cli_options`)."""
+        """The command's exit status (see the module :mod:`aiokpl._cli.options`)."""
         if self.interrupted:
             return EXIT_INTERRUPTED
         return EXIT_FAILED if self.failed_total or self.dead_letter_error else EXIT_OK
