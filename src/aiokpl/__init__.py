@@ -12,10 +12,10 @@ from ._core.errors import ConfigError as ConfigError
 from ._core.errors import InvalidRecordError as InvalidRecordError
 from ._core.errors import InvalidRecordTypeError as InvalidRecordTypeError
 from ._core.errors import ProducerClosedError as ProducerClosedError
-from ._core.errors import RecordFailedError as RecordFailedError
 from ._core.metrics import MetricStatistics as MetricStatistics
 from ._core.results import Attempt as Attempt
 from ._core.results import FailedRecord as FailedRecord
+from ._core.results import RecordFailedError as RecordFailedError
 from ._core.results import RecordResult as RecordResult
 from ._core.token_bucket import TokenBucket as TokenBucket
 from ._metrics.otel import OpenTelemetrySink as OpenTelemetrySink
