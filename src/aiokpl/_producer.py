@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -307,7 +307,7 @@ class _Stream:
         self.limiter.prune(table)
         put = self.aggregator.put
         for kinesis_record in self.limiter.take_unmapped():
-            for record in kinesis_record.records:
+            for record in cast("list[UserRecord]", kinesis_record.records):
                 put(record, record.hash_key)
 
     def idle_since_last_look(self) -> bool:
