@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokpl._cli import SUBCOMMANDS, build_parser, main
-from aiokpl._cli_lines import (
+from aiokpl._cli.lines import (
     BadLine,
     FieldError,
     FieldPath,
@@ -26,8 +26,8 @@ from aiokpl._cli_lines import (
     Template,
     random_partition_key,
 )
-from aiokpl._cli_local import DEFAULT_PORT, stream_spec, usage_lines
-from aiokpl._cli_options import (
+from aiokpl._cli.local import DEFAULT_PORT, stream_spec, usage_lines
+from aiokpl._cli.options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -37,10 +37,10 @@ from aiokpl._cli_options import (
     made_of,
     usage_message,
 )
-from aiokpl._cli_put import DeadLetters, PutReport, encode_data, progress_line
-from aiokpl._cli_tail import format_record, parse_timestamp
+from aiokpl._cli.put import DeadLetters, PutReport, encode_data, progress_line
+from aiokpl._cli.reader import StartPosition
+from aiokpl._cli.tail import format_record, parse_timestamp
 from aiokpl._core.errors import ConfigError
-from aiokpl._tail import StartPosition
 from aiokpl.aggregation import DeaggregatedRecord
 
 if sys.version_info < (3, 11):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import botocore.exceptions
 
+from ._backend import current_backend
 from ._core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -110,18 +111,6 @@ def client_error(
     return botocore.exceptions.ClientError(response, operation)
 
 
-def _uses_trio() -> bool:
-    # trio always installs sniffio; without it, the loop can only be asyncio.
-    try:
-        import sniffio
-    except ImportError:  # pragma: no cover - depends on the environment
-        return False
-    try:
-        return sniffio.current_async_library() == "trio"
-    except sniffio.AsyncLibraryNotFoundError:
-        return False
-
-
 def create_cloudwatch_client(
     config: Config, *, endpoint_url: str | None = None
 ) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -151,7 +140,7 @@ async def create_client(config: Config, service: str = "kinesis") -> AsyncIterat
 
     backend = config.http_backend
     if backend == "auto":
-        backend = "httpx" if _uses_trio() else "aiohttp"
+        backend = "httpx" if current_backend() == "trio" else "aiohttp"
     options: dict[str, Any] = {
         "connect_timeout": config.connect_timeout_ms / 1000,
         "read_timeout": config.request_timeout_ms / 1000,

@@ -4,7 +4,7 @@ the demo and the tests.
 moto is an optional dependency (the ``local`` extra, ``pip install 'aiokpl[local]'``), not a
 runtime one: this module imports it only inside :func:`make_moto_server`. The demo and the tests
 start that server as a separate process, so it never competes with the producer for the
-interpreter lock; ``aiokpl local`` (:mod:`aiokpl._cli_local`) serves it in its own process.
+interpreter lock; ``aiokpl local`` (:mod:`aiokpl._cli.local`) serves it in its own process.
 kinesalite is an npm package that ``make test`` installs into ``.cache/kinesalite``; it runs
 under Node.js, also as a separate process.
 

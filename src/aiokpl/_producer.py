@@ -19,12 +19,9 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +30,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from ._coordination import Coordination, _ProducerCoordinator
+from ._backend import current_clock
+from ._coordination.coordinator import Coordination, _ProducerCoordinator
 from ._core.config import Config
 from ._core.errors import (
     BufferFullError,
@@ -50,7 +48,7 @@ from ._core.retry_policy import RetryPolicy
 from ._core.shards import ShardTable
 from ._failures import FailureHandler
 from ._kinesis import KinesisClient, create_client
-from ._metrics import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
+from ._metrics.recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
 from ._outcome import Outcome
 from ._pipeline.aggregator import Aggregator
 from ._pipeline.collector import Collector
@@ -69,28 +67,6 @@ if TYPE_CHECKING:
 __all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
 
 logger = logging.getLogger("aiokpl")
-
-
-def _clock_of_running_loop() -> Callable[[], float]:
-    """The clock ``anyio.current_time()`` reads, looked up once.
-
-    anyio finds the running backend on every call, which costs about a microsecond: too much
-    for every record. The function returned gives the very times it would (the asyncio loop's
-    ``time``, or the trio run's clock), so fake clocks still control the producer. Where that
-    is plain ``time.monotonic`` (asyncio's stock loops), it is returned itself: 35 ns less per
-    call than through the loop's method; trio's clock object, 85 ns less than
-    ``trio.current_time``.
-    """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        trio = sys.modules.get("trio")
-        if trio is None:
-            return anyio.current_time
-        return cast("Callable[[], float]", trio.lowlevel.current_clock().current_time)
-    if getattr(loop.time, "__func__", None) is asyncio.BaseEventLoop.time:
-        return time.monotonic  # noqa: TID251 - what BaseEventLoop.time returns, uncalled
-    return loop.time
 
 
 # Seconds: a record's arrival is the time of the first put of the millisecond it was put
@@ -331,7 +307,7 @@ class _Stream:
         self.limiter.prune(table)
         put = self.aggregator.put
         for kinesis_record in self.limiter.take_unmapped():
-            for record in kinesis_record.records:
+            for record in cast("list[UserRecord]", kinesis_record.records):
                 put(record, record.hash_key)
 
     def idle_since_last_look(self) -> bool:
@@ -508,7 +484,7 @@ class Producer:
         if self._client is None:
             self._client_cm = create_client(self.config)
             self._client = await self._client_cm.__aenter__()
-        self._clock = _clock_of_running_loop()
+        self._clock = current_clock()
         self._thread = _thread_id()
         if self._sinks:
             await self._open_sinks()

@@ -1,6 +1,6 @@
 """``aiokpl tail STREAM``: print a stream's user records as JSON lines, following new ones.
 
-The reading itself is :func:`aiokpl._tail.tail_stream`; this module parses the options, turns
+The reading itself is :func:`aiokpl._cli.reader.tail_stream`; this module parses the options, turns
 each user record into one JSON line on stdout (flushed after every page, so a pipe sees records
 as they arrive), stops after ``--count`` records, and turns Ctrl-C and a closed pipe into a
 quiet exit 0.
@@ -18,7 +18,11 @@ from typing import Any, TextIO
 
 import anyio
 
-from ._cli_options import (
+from .._core.aggregation import DeaggregatedRecord
+from .._core.config import Config
+from .._core.errors import ConfigError
+from .._kinesis import create_client
+from .options import (
     EXIT_OK,
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
@@ -28,11 +32,7 @@ from ._cli_options import (
     positive_int,
     usage_message,
 )
-from ._core.aggregation import DeaggregatedRecord
-from ._core.config import Config
-from ._core.errors import ConfigError
-from ._kinesis import create_client
-from ._tail import StartPosition, TailError, tail_stream
+from .reader import StartPosition, TailError, tail_stream
 
 __all__ = ("add_parser", "format_record", "parse_timestamp")
 

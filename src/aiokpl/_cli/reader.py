@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from ._core.aggregation import DeaggregatedRecord, deaggregate
-from ._core.backoff import Backoff
-from ._core.errors import AggregationFormatError
-from ._core.retry_policy import FAIL_FAST
-from ._kinesis import KinesisReader, error_of
+from .._core.aggregation import DeaggregatedRecord, deaggregate
+from .._core.backoff import Backoff
+from .._core.errors import AggregationFormatError
+from .._core.retry_policy import FAIL_FAST
+from .._kinesis import KinesisReader, error_of
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup

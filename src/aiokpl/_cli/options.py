@@ -23,8 +23,8 @@ import importlib.util
 import math
 from typing import Any
 
-from ._core.config import Config
-from ._core.errors import ConfigError
+from .._core.config import Config
+from .._core.errors import ConfigError
 
 __all__ = (
     "EXIT_FAILED",

@@ -5,7 +5,7 @@ terminal in a worker thread, so that waiting for a writer never blocks the event
 producer keeps sending meanwhile; from a regular file directly), the blocks are split into
 lines, and each line becomes a ``put_record``, which waits whenever the producer holds
 ``max_outstanding_records`` / ``max_outstanding_bytes``. Memory is therefore bounded by those
-two numbers and :data:`~aiokpl._cli_lines.MAX_LINE_SIZE`, never by the size of the input.
+two numbers and :data:`~aiokpl._cli.lines.MAX_LINE_SIZE`, never by the size of the input.
 
 Every line read ends in exactly one of these: blank (skipped); delivered; failed by Kinesis
 (its result's code, e.g. ``ProvisionedThroughputExceededException`` after the TTL); rejected
@@ -16,7 +16,7 @@ with their reason and the record, to the dead-letter file, which is created only
 one happens. So ``lines == blank + delivered + failed + not_put``, and an interrupted run's
 report says where to resume: the first line of the input not handled.
 
-Turning lines into records is the pure module :mod:`aiokpl._cli_lines`; the report here is pure
+Turning lines into records is the pure module :mod:`aiokpl._cli.lines`; the report here is pure
 too, and tested on its own.
 """
 
@@ -43,7 +43,13 @@ import anyio.abc
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._cli_lines import (
+from .._core.config import Config
+from .._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
+from .._kinesis import create_client, error_of
+from .._outcome import Outcome
+from .._producer import Producer
+from .._rate_limiter import RateLimiter
+from .lines import (
     MAX_LINE_SIZE,
     BadLine,
     FieldPath,
@@ -53,7 +59,7 @@ from ._cli_lines import (
     ParsedRecord,
     Template,
 )
-from ._cli_options import (
+from .options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -65,12 +71,6 @@ from ._cli_options import (
     positive_int,
     usage_message,
 )
-from ._core.config import Config
-from ._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
-from ._kinesis import create_client, error_of
-from ._outcome import Outcome
-from ._producer import Producer
-from ._rate_limiter import RateLimiter
 
 __all__ = ("DeadLetters", "Input", "PutReport", "PutRun", "add_parser", "run_put_command")
 
@@ -144,7 +144,7 @@ class PutReport:
         return self.delivered / self.seconds if self.seconds > 0 else 0.0
 
     def exit_status(self) -> int:
-        """The command's exit status (see the module :mod:`aiokpl._cli_options`)."""
+        """The command's exit status (see the module :mod:`aiokpl._cli.options`)."""
         if self.interrupted:
             return EXIT_INTERRUPTED
         return EXIT_FAILED if self.failed_total or self.dead_letter_error else EXIT_OK

@@ -32,15 +32,15 @@ from typing import Any, TextIO
 
 import anyio
 
-from ._cli_options import EXIT_OK, EXIT_SERVICE_ERROR, EXIT_USAGE, made_of
-from ._core.config import Config
-from ._kinesis import create_client, error_of
-from ._local_kinesis import (
+from .._core.config import Config
+from .._kinesis import create_client, error_of
+from .._local_kinesis import (
     DUMMY_CREDENTIALS,
     LocalServerError,
     make_moto_server,
     moto_installed,
 )
+from .options import EXIT_OK, EXIT_SERVICE_ERROR, EXIT_USAGE, made_of
 
 __all__ = ("DEFAULT_PORT", "add_parser", "run_local_command", "stream_spec", "usage_lines")
 
