@@ -626,7 +626,9 @@ def test_put_without_a_stream_asks_only_for_the_stream(capsys: pytest.CaptureFix
     assert "STREAM [FILE ...]" in err
 
 
-@pytest.mark.parametrize("command", [["put", "s", "/dev/null"], ["tail", "s"]])
+@pytest.mark.parametrize(
+    "command", [["put", "s", "/dev/null"], ["tail", "s"], ["coordinate", "--dynamodb", "table"]]
+)
 def test_without_region_the_message_names_the_option_not_config(
     command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
