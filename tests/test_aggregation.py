@@ -26,6 +26,7 @@ from aiokpl.aggregation import (
     AggregationFormatError,
     DeaggregatedRecord,
     Record,
+    Tag,
     deaggregate,
     deaggregate_records,
     decode,
@@ -73,14 +74,31 @@ datas = st.binary(max_size=300) | st.builds(
 )
 
 
+tag_texts = st.text(max_size=20).filter(_utf8_encodable) | st.text(min_size=120, max_size=200)
+# Mostly none, as in real traffic; sometimes a few, sometimes enough for multi-byte lengths.
+tag_tuples = st.just(()) | st.lists(
+    st.builds(
+        Tag, tag_texts.filter(_utf8_encodable), st.none() | tag_texts.filter(_utf8_encodable)
+    ),
+    min_size=1,
+    max_size=4,
+).map(tuple)
+
+
 @st.composite
-def record_lists(draw: st.DrawFn, max_size: int = 30) -> list[Record]:
+def record_lists(draw: st.DrawFn, max_size: int = 30, tags: bool = True) -> list[Record]:
     """Records whose keys often repeat, so the tables really get deduplicated."""
     pks = draw(st.lists(partition_keys, min_size=1, max_size=5))
     ehks = draw(st.lists(explicit_hash_keys, min_size=1, max_size=5))
     return draw(
         st.lists(
-            st.builds(Record, st.sampled_from(pks) | partition_keys, datas, st.sampled_from(ehks)),
+            st.builds(
+                Record,
+                st.sampled_from(pks) | partition_keys,
+                datas,
+                st.sampled_from(ehks),
+                tag_tuples if tags else st.just(()),
+            ),
             min_size=1,
             max_size=max_size,
         )
@@ -168,6 +186,9 @@ def test_encoding_is_what_protobuf_writes(records: list[Record]) -> None:
         else:
             assert parsed.explicit_hash_key_index == ehk_table.index(record.explicit_hash_key)
         assert parsed.data == record.data
+        assert [
+            Tag(tag.key, tag.value if tag.HasField("value") else None) for tag in parsed.tags
+        ] == list(record.tags)
     assert message.SerializeToString() == body_of(blob)
 
 
@@ -263,8 +284,8 @@ def test_builder_sizes_are_exact(records: list[Record]) -> None:
     assert builder.count == 0
     for n, record in enumerate(records, 1):
         pk, ehk = key_bytes(record)
-        predicted = builder.size_if_added(pk, len(record.data), ehk)
-        builder.add(pk, record.data, ehk)
+        predicted = builder.size_if_added(pk, len(record.data), ehk, record.tags)
+        builder.add(pk, record.data, ehk, record.tags)
         assert builder.count == n
         assert builder.size == predicted == len(builder.encode())
     assert decode(builder.encode()) == records
@@ -299,9 +320,9 @@ def test_builder_takes_str_keys_with_exact_sizes(records: list[Record]) -> None:
     builder = AggregateBuilder()
     for record in records:
         predicted = builder.size_if_added(
-            record.partition_key, len(record.data), record.explicit_hash_key
+            record.partition_key, len(record.data), record.explicit_hash_key, record.tags
         )
-        builder.add(record.partition_key, record.data, record.explicit_hash_key)
+        builder.add(record.partition_key, record.data, record.explicit_hash_key, record.tags)
         assert builder.size == predicted == len(builder.encode())
     assert decode(builder.encode()) == records
     assert builder.encode() == encode(records)
@@ -335,10 +356,10 @@ def test_builder_filled_up_to_a_limit_never_exceeds_it(records: list[Record], li
     blobs = []
     for record in records:
         pk, ehk = key_bytes(record)
-        if builder.count and builder.size_if_added(pk, len(record.data), ehk) > limit:
+        if builder.count and builder.size_if_added(pk, len(record.data), ehk, record.tags) > limit:
             blobs.append(builder.encode())
             builder.clear()
-        builder.add(pk, record.data, ehk)
+        builder.add(pk, record.data, ehk, record.tags)
     blobs.append(builder.encode())
     # Only an aggregate of one record (too big on its own) may exceed the limit.
     assert all(len(blob) <= limit or len(decode(blob)) == 1 for blob in blobs)
@@ -351,20 +372,22 @@ def test_try_add_agrees_with_size_if_added(records: list[Record], limit: int) ->
     """``try_add`` is ``size_if_added`` then ``add`` in one call: same decisions, same bytes."""
     fused, reference = AggregateBuilder(), AggregateBuilder()
     for record in records:
-        key, data, ehk = record.partition_key, record.data, record.explicit_hash_key
-        fits = not reference.count or reference.size_if_added(key, len(data), ehk) <= limit
+        key, data, ehk, tags = record
+        encoded = core.encode_tags(tags)
+        fits = not reference.count or reference.size_if_added(key, len(data), ehk, tags) <= limit
         before = (fused.count, fused.size, fused.encode() if fused.count else b"")
-        count = fused.try_add(key, data, ehk, limit)
+        count = fused.try_add(key, data, ehk, limit, encoded)
         if fits:
-            reference.add(key, data, ehk)
+            reference.add(key, data, ehk, tags)
             assert count == reference.count
         else:
             assert count == 0
             assert (fused.count, fused.size, fused.encode()) == before  # unchanged
             fused.clear()
             reference.clear()
-            assert fused.try_add(key, data, ehk, limit) == 1  # an empty builder takes anything
-            reference.add(key, data, ehk)
+            # an empty builder takes anything
+            assert fused.try_add(key, data, ehk, limit, encoded) == 1
+            reference.add(key, data, ehk, tags)
         assert fused.size == reference.size == len(fused.encode())
         assert fused.encode() == reference.encode()
 
@@ -429,7 +452,11 @@ def test_decode_fields_in_any_order_with_tags_and_unknown_fields() -> None:
         ]
     )
     assert parse_with_protobuf(frame(body)).partition_key_table == ["a", "b", "c"]
-    assert decode(frame(body)) == [Record("b", b"x", "123"), Record("a", b"z"), Record("a", b"")]
+    assert decode(frame(body)) == [
+        Record("b", b"x", "123", (Tag("t", "v"),)),
+        Record("a", b"z"),
+        Record("a", b""),
+    ]
 
 
 def test_decode_skips_the_largest_field_number() -> None:
@@ -446,9 +473,19 @@ def test_decode_wrong_wire_type_for_a_known_field_is_skipped_like_protobuf() -> 
     ("record", "expected"),
     [
         pytest.param(b"\x10\x00\x08\x00\x1a\x01x", Record("a", b"x", "1"), id="ehk-first"),
-        pytest.param(b"\x08\x00\x1a\x01x\x22\x00", Record("a", b"x"), id="tag-after-data"),
-        pytest.param(b"\x08\x00\x22\x00\x1a\x01x", Record("a", b"x"), id="tag-before-data"),
-        pytest.param(b"\x08\x00\x10\x00\x22\x00\x1a\x01x", Record("a", b"x", "1"), id="ehk-tag"),
+        pytest.param(
+            b"\x08\x00\x1a\x01x\x22\x03\x0a\x01t", Record("a", b"x", None, (Tag("t"),)), id="tag"
+        ),
+        pytest.param(
+            b"\x08\x00\x22\x03\x0a\x01t\x1a\x01x",
+            Record("a", b"x", None, (Tag("t"),)),
+            id="tag-before-data",
+        ),
+        pytest.param(
+            b"\x08\x00\x10\x00\x22\x05\x0a\x00\x12\x01v\x1a\x01x",
+            Record("a", b"x", "1", (Tag("", "v"),)),
+            id="ehk-tag",
+        ),
         pytest.param(b"\x08\x80\x80\x00\x1a\x01x", Record("a", b"x"), id="3-byte-pk-index"),
         pytest.param(b"\x08\x00\x10\x80\x80\x00\x1a\x01x", Record("a", b"x", "1"), id="3-byte-ehk"),
         pytest.param(b"\x08\x00\x1a\x80\x80\x00", Record("a", b""), id="3-byte-data-length"),
@@ -495,9 +532,11 @@ def _assert_fast_path_is_exact(body: bytes) -> None:
     fast, general = _parse_both(body)
     if fast is None or isinstance(fast, type):
         return
-    keys, datas, explicit_hash_keys = fast
     assert general is not AggregationFormatError
-    assert (keys, datas, explicit_hash_keys or [None] * len(keys)) == general
+    keys, datas, explicit_hash_keys, tags = fast
+    assert tags is None
+    assert general[3] is None
+    assert (keys, datas, explicit_hash_keys or [None] * len(keys)) == general[:3]
 
 
 def test_fast_key_table_reads_ascii_keys_in_one_piece() -> None:
@@ -580,12 +619,16 @@ BIG = b"\x1a\x80\x01" + b"d" * 128  # a data field of 128 bytes: a 2-byte length
         # 1-byte record length
         pytest.param([b"\x10\x00\x08\x00\x1a\x01x"], [Record("a", b"x", "1")], id="ehk-first"),
         pytest.param([b"\x08\x00\x10\x00\x1a\x01x"], [Record("a", b"x", "1")], id="ehk"),
-        pytest.param([b"\x08\x00\x1a\x01x\x22\x00"], [Record("a", b"x")], id="tag-after-data"),
+        pytest.param(
+            [b"\x08\x00\x1a\x01x\x22\x02\x0a\x00"], [Record("a", b"x", None, (Tag(""),))], id="tag"
+        ),
         pytest.param([b"\x08\x00\x1a\x81\x00x"], [Record("a", b"x")], id="2-byte-data-length"),
         pytest.param([b"\x08\x80\x00\x10\x00\x1a\x01x"], [Record("a", b"x", "1")], id="idx2-ehk"),
         pytest.param([b"\x08\x80\x80\x00\x1a\x01x"], [Record("a", b"x")], id="3-byte-index"),
         pytest.param(
-            [b"\x08\x80\x00\x1a\x01x\x22\x00"], [Record("a", b"x")], id="idx2-tag-after-data"
+            [b"\x08\x80\x00\x1a\x01x\x22\x02\x0a\x00"],
+            [Record("a", b"x", None, (Tag(""),))],
+            id="idx2-tag-after-data",
         ),
         # 2-byte record length
         pytest.param([b"\x10\x00\x08\x00" + BIG], [Record("a", b"d" * 128, "1")], id="big-ehk-1st"),
@@ -595,12 +638,14 @@ BIG = b"\x1a\x80\x01" + b"d" * 128  # a data field of 128 bytes: a 2-byte length
         ),
         pytest.param([b"\x08\x80\x80\x00" + BIG], [Record("a", b"d" * 128)], id="big-3-byte-index"),
         pytest.param(
-            [b"\x08\x00\x1a\x7c" + b"d" * 124 + b"\x22\x00"],
-            [Record("a", b"d" * 124)],
+            [b"\x08\x00\x1a\x7c" + b"d" * 124 + b"\x22\x02\x0a\x00"],
+            [Record("a", b"d" * 124, None, (Tag(""),))],
             id="big-tag-after-1-byte-data-length",
         ),
         pytest.param(
-            [b"\x08\x00" + BIG + b"\x22\x00"], [Record("a", b"d" * 128)], id="big-tag-after-data"
+            [b"\x08\x00" + BIG + b"\x22\x02\x0a\x00"],
+            [Record("a", b"d" * 128, None, (Tag(""),))],
+            id="big-tag-after-data",
         ),
         pytest.param(
             [b"\x08\x00\x1a\x80\x81\x00" + b"d" * 128],
@@ -981,6 +1026,8 @@ def _expected_aws_explicit_hash_key(record: Record, records: list[Record]) -> st
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(record_lists())
 def test_aws_deaggregator_reads_our_aggregates(records: list[Record]) -> None:
+    """Tags included: aws_kinesis_agg parses them (protobuf) and passes over them; it returns
+    no tags, so only our own deaggregator gives them back."""
     blob = encode(records)
     # deaggregate_records() only knows Lambda-shaped records; boto3-shaped ones need
     # iter_deaggregate_records(..., data_format="Boto3"). Both return the data base64-encoded.
@@ -996,23 +1043,60 @@ def test_aws_deaggregator_reads_our_aggregates(records: list[Record]) -> None:
             assert kinesis["partitionKey"] == record.partition_key
             assert kinesis["explicitHashKey"] == _expected_aws_explicit_hash_key(record, records)
             assert base64.b64decode(kinesis["data"]) == record.data
+    assert [r.tags for r in deaggregate(boto3_record(blob))] == [r.tags for r in records]
+
+
+def test_aws_protobuf_reads_the_tags_we_write() -> None:
+    records = [
+        Record("a", b"1", None, (Tag("env", "prod"), Tag("flag"), Tag("env", ""))),
+        Record("b", b"2"),
+        Record("a", b"3", "7", (Tag("é", "ü" * 200),)),
+    ]
+    message = parse_with_protobuf(encode(records))
+    read = [
+        [(t.key, t.value if t.HasField("value") else None) for t in r.tags] for r in message.records
+    ]
+    assert read == [
+        [("env", "prod"), ("flag", None), ("env", "")],
+        [],
+        [("é", "ü" * 200)],
+    ]
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(record_lists())
+@given(record_lists(tags=False))
 def test_we_read_aws_aggregates(records: list[Record]) -> None:
     aggregator = aws_aggregator.RecordAggregator()
     blobs = []
     for record in records:
-        full = aggregator.add_user_record(*record)
+        full = aggregator.add_user_record(*record[:3])
         if full is not None:
             blobs.append(full.get_contents()[2])
     blobs.append(aggregator.clear_and_get().get_contents()[2])
 
     assert [r for blob in blobs for r in decode(blob)] == records
     deaggregated = deaggregate_records([boto3_record(blob) for blob in blobs])
-    assert [(r.partition_key, r.data, r.explicit_hash_key) for r in deaggregated] == records
+    assert [
+        Record(r.partition_key, r.data, r.explicit_hash_key, r.tags) for r in deaggregated
+    ] == records
     assert all(r.aggregated for r in deaggregated)
+
+
+def test_we_read_tags_protobuf_writes() -> None:
+    message = messages_pb2.AggregatedRecord()
+    message.partition_key_table.append("k")
+    record = message.records.add()
+    record.partition_key_index = 0
+    record.data = b"x"
+    for key, value in (("a", "b"), ("c", None), ("a", "")):
+        tag = record.tags.add()
+        tag.key = key
+        if value is not None:
+            tag.value = value
+    blob = frame(message.SerializeToString())
+    expected = (Tag("a", "b"), Tag("c"), Tag("a", ""))
+    assert decode(blob) == [Record("k", b"x", None, expected)]
+    assert deaggregate(boto3_record(blob))[0].tags == expected
 
 
 def test_public_module_reexports_the_core() -> None:

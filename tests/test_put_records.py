@@ -48,8 +48,8 @@ async def test_one_bad_record_rejects_the_group_and_names_it() -> None:
             InvalidRecordTypeError, match=r"^records\[0\]: a record is a .* not str"
         ):
             await producer.put_records(stream="s", records=["ab"])  # type: ignore[list-item]
-        with pytest.raises(InvalidRecordTypeError, match="not one of length 4"):
-            await producer.put_records(stream="s", records=[["a", b"1", None, "x"]])
+        with pytest.raises(InvalidRecordTypeError, match="not one of length 5"):
+            await producer.put_records(stream="s", records=[["a", b"1", None, None, "x"]])
         with pytest.raises(InvalidRecordError, match="stream must be"):
             await producer.put_records(stream="bad name", records=[("a", b"1")])
         assert producer.outstanding_records == 0  # nothing was enqueued

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from ._coordination import Coordination, _ProducerCoordinator
+from ._core.aggregation import Tags, check_tags
 from ._core.config import Config
 from ._core.errors import (
     BufferFullError,
@@ -59,7 +60,7 @@ from ._pipeline.retrier import Retrier
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
 from ._pipeline.shard_map import ShardMap
-from ._record import UserRecord
+from ._record import TaggedRecord, UserRecord
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -100,21 +101,23 @@ _thread_id = threading.get_ident
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
 
 
-def _fields_of(record: Any) -> tuple[Any, Any, Any]:
-    """``(partition_key, data, explicit_hash_key)`` of one item given to ``put_records``."""
+_RECORD_SHAPES = (
+    "a record is a (partition_key, data), (partition_key, data, explicit_hash_key) or "
+    "(partition_key, data, explicit_hash_key, tags) sequence"
+)
+
+
+def _fields_of(record: Any) -> tuple[Any, Any, Any, Any]:
+    """``(partition_key, data, explicit_hash_key, tags)`` of one item given to ``put_records``."""
     if isinstance(record, str | bytes | bytearray | memoryview) or not isinstance(record, Sequence):
-        raise InvalidRecordTypeError(
-            "a record is a (partition_key, data) or (partition_key, data, explicit_hash_key) "
-            f"sequence, not {type(record).__name__}"
-        )
+        raise InvalidRecordTypeError(f"{_RECORD_SHAPES}, not {type(record).__name__}")
     if len(record) == 2:
-        return record[0], record[1], None
+        return record[0], record[1], None, None
     if len(record) == 3:
-        return record[0], record[1], record[2]
-    raise InvalidRecordTypeError(
-        "a record is a (partition_key, data) or (partition_key, data, explicit_hash_key) "
-        f"sequence, not one of length {len(record)}"
-    )
+        return record[0], record[1], record[2], None
+    if len(record) == 4:
+        return record[0], record[1], record[2], record[3]
+    raise InvalidRecordTypeError(f"{_RECORD_SHAPES}, not one of length {len(record)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -724,8 +727,25 @@ class Producer:
             and self._outstanding_bytes + size <= self._max_bytes
         )
 
+    def _check_tags(self, tags: Tags, key: str, size: int, ehk: str | None) -> tuple[bytes, int]:
+        """Validate a put's ``tags`` (not ``None``): their encoding, and the record's size."""
+        encoded, size = check_tags(tags, key, size, ehk, self._max_record_size)
+        if encoded and not self.config.aggregation_enabled:
+            raise InvalidRecordError(
+                "tags need aggregation (Config.aggregation_enabled is False): a record sent "
+                "raw has no place for them"
+            )
+        return encoded, size
+
     def _enqueue(
-        self, stream: str, key: str, size: int, payload: bytes, hash_key: int, ehk: str | None
+        self,
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        hash_key: int,
+        ehk: str | None,
+        tags: bytes = b"",
     ) -> Outcome[RecordResult]:
         # Once per record: the dictionary lookup inline, the call only for a new stream.
         pipeline = self._streams.get(stream) or self._pipeline_of(stream)
@@ -737,9 +757,14 @@ class Producer:
             stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
         arrival, deadline, expires_at = stamps
         self._seq += 1
-        record = UserRecord(
-            stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch
-        )
+        if tags:
+            record: UserRecord = TaggedRecord(
+                stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch, tags
+            )
+        else:
+            record = UserRecord(
+                stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch
+            )
         self._outstanding[record] = None
         self._outstanding_bytes += size
         pipeline.aggregator.put(record, hash_key)
@@ -752,6 +777,7 @@ class Producer:
         partition_key: str,
         data: bytes | bytearray | memoryview,
         explicit_hash_key: str | int | None = None,
+        tags: Tags | None = None,
     ) -> Outcome[RecordResult]:
         """Put one record; wait only if the producer is at its outstanding bounds.
 
@@ -766,6 +792,14 @@ class Producer:
             data: the payload; ``len(data)`` + the key's UTF-8 length must fit
                 ``Config.max_record_size``.
             explicit_hash_key: a decimal hash key (0 … 2**128 - 1) choosing the shard.
+            tags: the record's tags (the aggregation format's ``Record.tags``): a mapping of
+                ``str`` keys to ``str`` or ``None`` values, or
+                :class:`~aiokpl.aggregation.Tag` objects / ``(key, value)`` pairs (kept in
+                order, a key may repeat). Consumers read them back with
+                :func:`aiokpl.aggregation.deaggregate`. They travel inside an aggregate: a
+                record that goes alone is sent as an aggregate of one; they need
+                ``Config.aggregation_enabled``, and their encoded bytes count toward
+                ``max_record_size``.
 
         Returns:
             An :class:`Outcome` resolving to the record's :class:`~aiokpl.RecordResult`.
@@ -781,6 +815,9 @@ class Producer:
         key, size, payload, hash_key, ehk = check_user_record(
             partition_key, data, explicit_hash_key, self._max_record_size
         )
+        encoded_tags = b""
+        if tags is not None:
+            encoded_tags, size = self._check_tags(tags, key, size, ehk)
         self._puts += 1
         if not self._puts & _YIELD_EVERY_MASK:
             # A tight loop of puts must let the stages run (sends, deadlines, the shard map);
@@ -793,7 +830,7 @@ class Producer:
             or self._outstanding_bytes + size > self._max_bytes
         ):
             await self._wait_for_room(size)
-        return self._enqueue(stream, key, size, payload, hash_key, ehk)
+        return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
 
     def put_record_nowait(
         self,
@@ -802,6 +839,7 @@ class Producer:
         partition_key: str,
         data: bytes | bytearray | memoryview,
         explicit_hash_key: str | int | None = None,
+        tags: Tags | None = None,
     ) -> Outcome[RecordResult]:
         """Like :meth:`put_record`, but never waits.
 
@@ -818,13 +856,16 @@ class Producer:
         key, size, payload, hash_key, ehk = check_user_record(
             partition_key, data, explicit_hash_key, self._max_record_size
         )
+        encoded_tags = b""
+        if tags is not None:
+            encoded_tags, size = self._check_tags(tags, key, size, ehk)
         if not self._has_room(size):
             raise BufferFullError(
                 f"the producer holds {len(self._outstanding)} records / "
                 f"{self._outstanding_bytes} bytes (max_outstanding_records="
                 f"{self._max_records}, max_outstanding_bytes={self._max_bytes})"
             )
-        return self._enqueue(stream, key, size, payload, hash_key, ehk)
+        return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
 
     async def put_records(
         self,
@@ -842,9 +883,10 @@ class Producer:
 
         Args:
             stream: the stream name.
-            records: ``(partition_key, data)`` or ``(partition_key, data, explicit_hash_key)``
-                sequences (tuples, or anything of length 2 or 3), with the meaning and limits
-                of :meth:`put_record`'s arguments.
+            records: ``(partition_key, data)``, ``(partition_key, data, explicit_hash_key)``
+                or ``(partition_key, data, explicit_hash_key, tags)`` sequences (tuples, or
+                anything of length 2 to 4), with the meaning and limits of
+                :meth:`put_record`'s arguments.
 
         Returns:
             One :class:`Outcome` per record, in the order given.
@@ -866,7 +908,7 @@ class Producer:
             self._pipeline_of(stream)
             await anyio.lowlevel.checkpoint()
             self._check_still_open()
-        accepted, size = self._accept_many(stream, records)
+        accepted, size, tagged = self._accept_many(stream, records)
         count = len(accepted)
         if count > self._max_records or size > self._max_bytes:
             raise InvalidRecordError(
@@ -877,32 +919,46 @@ class Producer:
         await anyio.lowlevel.checkpoint()
         self._check_still_open()
         await self._wait_for_room(size, count)
-        return self._enqueue_many(stream, accepted, size)
+        return self._enqueue_many(stream, accepted, size, tagged)
 
     def _accept_many(
         self, stream: str, records: Iterable[Sequence[Any]]
-    ) -> tuple[list[tuple[str, int, bytes, int, str | None]], int]:
-        """Validate a group of puts; returns them as ``check_user_record`` does, and their size."""
+    ) -> tuple[list[tuple[str, int, bytes, int, str | None]], int, dict[int, bytes] | None]:
+        """Validate a group of puts; returns them as ``check_user_record`` does, their size,
+        and the encoded tags of those that have some, by index (``None`` if none has)."""
         self._accept_stream(stream)
         check = check_user_record
         limit = self._max_record_size
         accepted = []
+        tagged: dict[int, bytes] | None = None
         size = 0
         index = 0
         try:
-            for index, record in enumerate(records):  # noqa: B007 (named in the error)
+            for index, record in enumerate(records):
                 if type(record) is tuple and len(record) == 2:
                     item = check(record[0], record[1], None, limit)
                 else:
-                    item = check(*_fields_of(record), limit)
+                    key, data, ehk, tags = _fields_of(record)
+                    item = check(key, data, ehk, limit)
+                    if tags is not None:
+                        encoded, record_size = self._check_tags(tags, item[0], item[1], item[4])
+                        if encoded:
+                            item = (item[0], record_size, item[2], item[3], item[4])
+                            if tagged is None:
+                                tagged = {}
+                            tagged[index] = encoded
                 size += item[1]
                 accepted.append(item)
         except (InvalidRecordError, InvalidRecordTypeError) as exc:
             raise type(exc)(f"records[{index}]: {exc}") from None
-        return accepted, size
+        return accepted, size, tagged
 
     def _enqueue_many(
-        self, stream: str, accepted: list[tuple[str, int, bytes, int, str | None]], size: int
+        self,
+        stream: str,
+        accepted: list[tuple[str, int, bytes, int, str | None]],
+        size: int,
+        tagged: dict[int, bytes] | None = None,
     ) -> list[Outcome[RecordResult]]:
         pipeline = self._pipeline_of(stream)
         # One set of timestamps for the group: its records share these float objects.
@@ -915,10 +971,25 @@ class Producer:
         self._seq += len(accepted)
         self._outstanding_bytes += size
         outcomes: list[Outcome[RecordResult]] = []
-        for key, record_size, payload, hash_key, ehk in accepted:
-            record = UserRecord(
-                stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
-            )
+        if tagged is None:
+            for key, record_size, payload, hash_key, ehk in accepted:
+                record = UserRecord(
+                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
+                )
+                outstanding[record] = None
+                put(record, hash_key)
+                outcomes.append(record)
+            return outcomes
+        for index, (key, record_size, payload, hash_key, ehk) in enumerate(accepted):
+            tags = tagged.get(index)
+            if tags is None:
+                record = UserRecord(
+                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
+                )
+            else:
+                record = TaggedRecord(
+                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch, tags
+                )
             outstanding[record] = None
             put(record, hash_key)
             outcomes.append(record)
@@ -932,6 +1003,7 @@ class Producer:
         payload: bytes,
         hash_key: int,
         ehk: str | None,
+        tags: bytes = b"",
         *,
         force: bool = False,
     ) -> Outcome[RecordResult] | None:
@@ -941,7 +1013,7 @@ class Producer:
         """
         if not force and not self._has_room(size):
             return None
-        return self._enqueue(stream, key, size, payload, hash_key, ehk)
+        return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
 
     # --- results --------------------------------------------------------------------------
     def _finish(self, records: list[UserRecord], success: bool) -> None:
