@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiokpl import aggregation
+from aiokpl import InvalidRecordError, aggregation
 from aiokpl._core import aggregation as core
+from aiokpl._core.hashing import hash_key_of
 from aiokpl.aggregation import (
     FRAMING_OVERHEAD,
     MAGIC,
@@ -516,6 +517,8 @@ def _parse_both(body: bytes) -> tuple[Any, Any]:
     """What the fast path and the general parser make of a body (None or the exception type)."""
     buf = frame(body)
     end = len(buf) - core.DIGEST_SIZE
+    fast: Any
+    general: Any
     try:
         fast = core._parse_canonical(buf, len(MAGIC), end)
     except (IndexError, UnicodeDecodeError, AggregationFormatError) as exc:
@@ -973,6 +976,232 @@ def test_deaggregate_records_of_a_lambda_event_or_a_single_record() -> None:
     records = deaggregate_records(event)
     assert [r.data for r in records] == [b"one", b"two", b"", b"plain"]
     assert deaggregate_records(lambda_record(blob)) == deaggregate(lambda_record(blob))
+
+
+# --------------------------------------------------------------------------------------------
+# Tags: encoding, validation, malformed tags
+# --------------------------------------------------------------------------------------------
+
+
+def test_tags_in_every_accepted_form_encode_alike() -> None:
+    pairs = (Tag("env", "prod"), Tag("flag"))
+    expected = encode([Record("k", b"x", None, pairs)])
+    assert encode([("k", b"x", None, {"env": "prod", "flag": None})]) == expected
+    assert encode([("k", b"x", None, [("env", "prod"), ("flag", None)])]) == expected
+    assert encode([("k", b"x", None, (t for t in pairs))]) == expected
+    # No tags at all, in any spelling: the record is written without field 4.
+    nothing: tuple[Any, ...] = (None, (), {}, [])
+    for none in nothing:
+        assert encode([("k", b"x", None, none)]) == encode([("k", b"x")])
+    assert core.encode_tags(None) == core.encode_tags(()) == b""
+
+
+def test_tags_keep_order_and_duplicates() -> None:
+    tags = (Tag("b", "2"), Tag("a", "1"), Tag("b", "3"), Tag("b"), Tag("", ""))
+    assert decode(encode([Record("k", b"x", None, tags)]))[0].tags == tags
+    assert core.decode_tags(core.encode_tags(tags)) == tags
+
+
+@pytest.mark.parametrize(
+    ("tags", "error", "message"),
+    [
+        pytest.param("env=prod", TypeError, r"^tags must be a mapping .* not str$", id="str"),
+        pytest.param(b"x", TypeError, r"^tags must be a mapping .* not bytes$", id="bytes"),
+        pytest.param(5, TypeError, r"^tags must be a mapping .* not int$", id="int"),
+        pytest.param(
+            [("a",)], TypeError, r"^tags\[0\]: a tag is .* not tuple of length 1$", id="1"
+        ),
+        pytest.param(["ab"], TypeError, r"^tags\[0\]: a tag is .* not str$", id="pair-str"),
+        pytest.param([5], TypeError, r"^tags\[0\]: a tag is .* not int$", id="pair-int"),
+        pytest.param(
+            {1: "v"}, TypeError, r"^tags\[0\]: a tag's key must be a str, not int$", id="k"
+        ),
+        pytest.param([("k", b"v")], TypeError, r"^tags\[0\]: a tag's value must be a str", id="v"),
+        pytest.param(
+            [("a", "1"), ("\ud800", "v")], ValueError, r"^tags\[1\]: a tag's key .* UTF-8", id="sk"
+        ),
+        pytest.param({"k": "\udfff"}, ValueError, r"^tags\[0\]: a tag's value .* UTF-8", id="sv"),
+    ],
+)
+def test_bad_tags_are_rejected_naming_the_field(
+    tags: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        core.encode_tags(tags)
+    with pytest.raises(error, match=message):
+        encode([("k", b"x", None, tags)])
+    with pytest.raises(error, match=message):
+        AggregateBuilder().add("k", b"x", None, tags)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        pytest.param(b"\x08\x00\x1a\x01x\x22\x00", "has no key", id="no-key"),
+        pytest.param(b"\x08\x00\x1a\x01x\x22\x02\x12\x00", "has no key", id="value-only"),
+        pytest.param(b"\x08\x00\x1a\x01x\x22\x03\x0a\x01\xff", "key that is not valid", id="k"),
+        pytest.param(
+            b"\x08\x00\x1a\x01x\x22\x05\x0a\x00\x12\x01\xc3", "value that is not valid", id="v"
+        ),
+        pytest.param(
+            b"\x08\x00\x1a\x01x\x22\x05\x0a\x00", "runs past the end of the record", id="p"
+        ),
+        pytest.param(
+            b"\x08\x00\x1a\x01x\x22\x02\x0a\x05", "runs past the end of the tag", id="inside"
+        ),
+    ],
+)
+def test_malformed_tags_raise_aggregation_format_error(record: bytes, message: str) -> None:
+    body = b"\x0a\x01a\x1a" + bytes([len(record)]) + record
+    with pytest.raises(AggregationFormatError, match=message):
+        decode(frame(body))
+    with pytest.raises(AggregationFormatError, match=message):
+        deaggregate(boto3_record(frame(body)))
+
+
+def test_decode_tags_rejects_what_encode_tags_never_writes() -> None:
+    with pytest.raises(AggregationFormatError, match="not an encoded tag at byte 0"):
+        core.decode_tags(b"\x0a\x01k")
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    partition_keys,
+    st.integers(0, 70_000),
+    explicit_hash_keys,
+    tag_tuples,
+)
+def test_the_size_of_an_aggregate_of_one_is_exact(
+    partition_key: str, data_len: int, explicit_hash_key: str | None, tags: tuple[Tag, ...]
+) -> None:
+    """What the producer checks a lone tagged record against ``max_record_size`` with."""
+    encoded = core.encode_tags(tags)
+    blob = encode([Record(partition_key, bytes(data_len), explicit_hash_key, tags)])
+    key_size = len(partition_key.encode())
+    assert core._aggregate_of_one_size(key_size, data_len, explicit_hash_key, len(encoded)) == len(
+        blob
+    )
+    size = key_size + data_len
+    assert core.check_tags(tags, partition_key, size, explicit_hash_key, key_size + len(blob)) == (
+        encoded,
+        size + len(encoded),
+    )
+    if encoded:
+        with pytest.raises(InvalidRecordError, match="as an aggregate of one"):
+            core.check_tags(tags, partition_key, size, explicit_hash_key, key_size + len(blob) - 1)
+
+
+# --------------------------------------------------------------------------------------------
+# deaggregate(shard=...): the KCL's hash key range filter
+# --------------------------------------------------------------------------------------------
+
+HALF = 2**127
+LOWER = {
+    "ShardId": "shardId-000000000001",
+    "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(HALF - 1)},
+}
+UPPER = {
+    "ShardId": "shardId-000000000002",
+    "HashKeyRange": {"StartingHashKey": str(HALF), "EndingHashKey": str(2**128 - 1)},
+}
+
+
+def _key_in(upper: bool) -> str:
+    """A partition key whose MD5 falls in the upper (or lower) half of the key space."""
+    return next(
+        key
+        for key in (f"pk-{i}" for i in range(100))
+        if (hash_key_of(key.encode()) >= HALF) is upper
+    )
+
+
+# An aggregate sent with a stale map after shard 0 split in two halves: its explicit hash key
+# (its first record's) took it to the lower child, where the upper half's records do not
+# belong (the producer resent those to the upper child).
+STALE = [
+    Record("first", b"lower-1", str(HALF // 2)),
+    Record(_key_in(upper=True), b"upper-by-md5"),
+    Record("pinned", b"upper-by-ehk", str(HALF)),
+    Record(_key_in(upper=False), b"lower-by-md5", None, (Tag("t", "v"),)),
+    Record("edge", b"lower-edge", str(HALF - 1)),
+]
+
+
+@pytest.mark.parametrize(
+    "shard",
+    [
+        pytest.param(LOWER, id="list-shards-entry"),
+        pytest.param(LOWER["HashKeyRange"], id="hash-key-range"),
+        pytest.param(("0", str(HALF - 1)), id="str-pair"),
+        pytest.param((0, HALF - 1), id="int-pair"),
+        pytest.param([0, HALF - 1], id="list"),
+    ],
+)
+def test_the_filter_drops_exactly_the_records_outside_the_shard(shard: Any) -> None:
+    blob = encode(STALE)
+    for record in (boto3_record(blob), lambda_record(blob), lambda_record(blob)["kinesis"]):
+        kept = deaggregate(record, shard=shard)
+        assert [r.data for r in kept] == [b"lower-1", b"lower-by-md5", b"lower-edge"]
+        # Each keeps its place in the aggregate, and its tags.
+        assert [r.sub_sequence_number for r in kept] == [0, 3, 4]
+        assert kept[1].tags == (Tag("t", "v"),)
+        assert deaggregate_records([record], shard=shard) == kept
+    # Without the filter every record comes back: the upper ones twice in the stream.
+    assert len(deaggregate(boto3_record(blob))) == len(STALE)
+
+
+def test_the_filter_keeps_what_the_other_shard_drops() -> None:
+    blob = encode(STALE)
+    lower = deaggregate(boto3_record(blob), shard=LOWER)
+    upper = deaggregate(boto3_record(blob), shard=UPPER)
+    assert [r.data for r in upper] == [b"upper-by-md5", b"upper-by-ehk"]
+    assert sorted(r.sub_sequence_number for r in lower + upper) == list(range(len(STALE)))
+    whole = {"HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(2**128 - 1)}}
+    assert deaggregate(boto3_record(blob), shard=whole) == deaggregate(boto3_record(blob))
+
+
+def test_the_filter_never_drops_a_record_that_was_not_aggregated() -> None:
+    # Kinesis routed it by its own key: wherever it is, it belongs there.
+    plain = boto3_record(b"plain", PartitionKey=_key_in(upper=True))
+    assert [r.data for r in deaggregate(plain, shard=LOWER)] == [b"plain"]
+    event = {"Records": [lambda_record(b"raw"), lambda_record(encode(STALE))]}
+    assert [r.data for r in deaggregate_records(event, shard=UPPER)] == [
+        b"raw",
+        b"upper-by-md5",
+        b"upper-by-ehk",
+    ]
+
+
+def test_the_filter_rejects_an_explicit_hash_key_that_is_not_a_number() -> None:
+    blob = encode([Record("k", b"x", "12a")])
+    assert deaggregate(boto3_record(blob))[0].explicit_hash_key == "12a"  # no filter: no check
+    with pytest.raises(AggregationFormatError, match="'12a' is not a decimal integer"):
+        deaggregate(boto3_record(blob), shard=LOWER)
+
+
+@pytest.mark.parametrize(
+    ("shard", "error", "message"),
+    [
+        pytest.param({"ShardId": "x"}, ValueError, "has a 'HashKeyRange'", id="no-range"),
+        pytest.param(
+            {"HashKeyRange": {"StartingHashKey": "0"}}, ValueError, "'EndingHashKey'", id="half"
+        ),
+        pytest.param(("0", "x"), ValueError, "ending hash key must be a decimal integer", id="x"),
+        pytest.param(("-1", "5"), ValueError, "starting hash key must be a decimal", id="sign"),
+        pytest.param((0, 2**128), ValueError, r"must be in 0 … 2\*\*128-1", id="too-big"),
+        pytest.param((True, 5), ValueError, "must be a decimal integer", id="bool"),
+        pytest.param((6, 5), ValueError, "above the ending one", id="empty"),
+        pytest.param((1, 2, 3), TypeError, "not tuple", id="triple"),
+        pytest.param("shardId-0", TypeError, "not str", id="shard-id"),
+    ],
+)
+def test_a_bad_shard_is_rejected_before_any_record_is_read(
+    shard: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        deaggregate({"not": "a record"}, shard=shard)
+    with pytest.raises(error, match=message):
+        deaggregate_records([], shard=shard)
 
 
 # --------------------------------------------------------------------------------------------

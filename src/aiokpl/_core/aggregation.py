@@ -263,8 +263,9 @@ def encode_tags(tags: Tags | None) -> bytes:
         pairs = tags
     out = []
     for index, pair in enumerate(pairs):
-        if isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2:
-            shape = f" of length {len(pair)}" if isinstance(pair, Sequence) else ""
+        text = isinstance(pair, str | bytes)
+        if text or not isinstance(pair, Sequence) or len(pair) != 2:
+            shape = "" if text or not isinstance(pair, Sequence) else f" of length {len(pair)}"
             raise InvalidRecordTypeError(
                 f"tags[{index}]: a tag is a Tag or a (key, value) pair, not "
                 f"{type(pair).__name__}{shape}"
@@ -729,7 +730,10 @@ def _parse_tag(buf: bytes, pos: int, stop: int, start: int) -> Tag:
             length, pos = _read_varint(buf, pos)
             end = pos + length
             if end > stop:
-                break  # reported below
+                raise AggregationFormatError(
+                    f"malformed aggregate body: a field of the tag at byte {tag_start} of the "
+                    f"record at byte {start} runs past the end of the tag"
+                )
             try:
                 text = buf[pos:end].decode()
             except UnicodeDecodeError:
