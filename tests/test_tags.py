@@ -245,3 +245,32 @@ def test_sync_producer_puts_tags(backend: Literal["asyncio", "trio"]) -> None:
         pytest.raises(InvalidRecordError, match="tags need aggregation"),
     ):
         producer.put_record(stream="s", partition_key="k", data=b"x", tags={"a": "b"})
+
+
+async def test_a_failed_tagged_record_comes_back_with_its_tags_for_a_replay() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    config = CONFIG.replace(return_record_on_failure=True)
+    async with Producer(config, client=fake) as producer:
+        await warm_up(producer, "s")
+        fake.script_records([("AccessDeniedException", "no")])  # fails at once, not retried
+        outcomes = [
+            await producer.put_record(
+                stream="s", partition_key="k", data=b"tagged", tags={"a": "b"}
+            ),
+            await producer.put_record(stream="s", partition_key="k", data=b"plain"),
+        ]
+        failed = [(await outcome).record for outcome in outcomes]
+        assert failed[0] is not None
+        assert failed[1] is not None
+        assert failed[0].tags == (Tag("a", "b"),)
+        assert "tags=(Tag(key='a', value='b'),)" in repr(failed[0])
+        assert failed[1].tags == ()
+        replayed = await producer.put_record(
+            stream="s",
+            partition_key=failed[0].partition_key,
+            data=failed[0].data,
+            tags=failed[0].tags,
+        )
+        assert (await replayed).success
+    assert tags_by_data(await read_back(fake, "s"))[b"tagged"] == (Tag("a", "b"),)

@@ -412,13 +412,13 @@ class SyncProducer:
         """Fail whatever never reached the pipeline (only if the loop itself failed)."""
         now = self._clock()
         while self._queue:
-            future, stream, key, size, payload, _, ehk, _, seq = self._queue.popleft()
+            future, stream, key, size, payload, _, ehk, tags, seq = self._queue.popleft()
             attempt = Attempt(
                 now, now, 0.0, False, "Internal", "the SyncProducer's event loop stopped"
             )
             record = None
             if self.config.return_record_on_failure:
-                record = FailedRecord(stream, key, payload, ehk)
+                record = FailedRecord(stream, key, payload, ehk, decode_tags(tags) if tags else ())
             self._settle(
                 future,
                 _Resolved(RecordResult(False, None, None, (attempt,), record)),
