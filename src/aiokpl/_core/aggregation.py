@@ -429,7 +429,8 @@ class AggregateBuilder:
             The aggregate's size in bytes if the record were added.
 
         Raises:
-            InvalidRecordTypeError: ``tags`` is malformed (see :func:`encode_tags`).
+            InvalidRecordTypeError: ``tags`` is not a :data:`Tags` form, or a key or value is
+                not a ``str`` (``None`` for a value).
             InvalidRecordError: a tag is not encodable as UTF-8.
         """
         size = self._body_size + FRAMING_OVERHEAD
@@ -477,7 +478,8 @@ class AggregateBuilder:
             tags: the record's tags (any :data:`Tags` form), or ``None``.
 
         Raises:
-            InvalidRecordTypeError: ``tags`` is malformed (see :func:`encode_tags`).
+            InvalidRecordTypeError: ``tags`` is not a :data:`Tags` form, or a key or value is
+                not a ``str`` (``None`` for a value).
             InvalidRecordError: a tag is not encodable as UTF-8.
         """
         self.try_add(
@@ -507,8 +509,9 @@ class AggregateBuilder:
             data: as for :meth:`add`.
             explicit_hash_key: as for :meth:`add`.
             max_size: the largest aggregate allowed, framing included.
-            encoded_tags: the record's tags as :func:`encode_tags` returns them (the producer
-                encodes them once, at put); ``b""`` for none.
+            encoded_tags: the record's tags already encoded as ``Record.tags`` fields (the
+                producer validates and encodes them once, at put); ``b""`` for none. To add a
+                record with tags in any :data:`Tags` form, use :meth:`add`.
 
         Returns:
             The number of records the builder now holds, or 0 if the record would not fit
