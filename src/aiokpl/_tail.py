@@ -42,7 +42,7 @@ from ._core.aggregation import DeaggregatedRecord, deaggregate
 from ._core.backoff import Backoff
 from ._core.errors import AggregationFormatError
 from ._core.retry_policy import FAIL_FAST
-from ._kinesis import KinesisReader, error_of
+from ._kinesis import KinesisReader, error_of, stream_argument
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -221,7 +221,7 @@ class _StreamReader:
 
     async def _list_shards(self, *, retry: bool = True) -> None:
         shards: dict[str, dict[str, Any]] = {}
-        arguments: dict[str, Any] = {"StreamName": self._stream}
+        arguments: dict[str, Any] = stream_argument(self._stream)
         while True:
             page = await self._call(
                 "ListShards", self._client.list_shards, retry=retry, **arguments
@@ -261,7 +261,7 @@ class _StreamReader:
         self, shard_id: str, after_sequence_number: str | None, from_start: bool
     ) -> tuple[str, str]:
         """A new iterator for ``shard_id`` and its type."""
-        arguments: dict[str, Any] = {"StreamName": self._stream, "ShardId": shard_id}
+        arguments: dict[str, Any] = {**stream_argument(self._stream), "ShardId": shard_id}
         if after_sequence_number is not None:
             arguments["ShardIteratorType"] = "AFTER_SEQUENCE_NUMBER"
             arguments["StartingSequenceNumber"] = after_sequence_number
