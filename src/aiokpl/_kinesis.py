@@ -49,6 +49,7 @@ __all__ = (
     "KinesisClient",
     "KinesisReader",
     "RegionalClients",
+    "arn_argument",
     "check_region",
     "client_error",
     "create_client",
@@ -81,6 +82,15 @@ def stream_argument(stream: str) -> dict[str, str]:
     if stream.startswith("arn:"):
         return {"StreamARN": stream}
     return {"StreamName": stream}
+
+
+def arn_argument(stream: str) -> dict[str, str]:
+    """``{"StreamARN": stream}`` for a stream ARN, else nothing: for ``GetRecords``.
+
+    ``GetRecords`` names its stream by the shard iterator alone, but takes a ``StreamARN`` too
+    (no ``StreamName``); moto 5.2 needs it to read an iterator it issued for a ``StreamARN``.
+    """
+    return {"StreamARN": stream} if stream.startswith("arn:") else {}
 
 
 def _region_of(client: object) -> str | None:

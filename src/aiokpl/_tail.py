@@ -42,7 +42,7 @@ from ._core.aggregation import DeaggregatedRecord, deaggregate
 from ._core.backoff import Backoff
 from ._core.errors import AggregationFormatError
 from ._core.retry_policy import FAIL_FAST
-from ._kinesis import KinesisReader, error_of, stream_argument
+from ._kinesis import KinesisReader, arn_argument, error_of, stream_argument
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -300,6 +300,7 @@ class _StreamReader:
                     self._client.get_records,
                     ShardIterator=iterator,
                     Limit=self._limit,
+                    **arn_argument(self._stream),
                 )
             except TailError as error:
                 if error.code != _EXPIRED_ITERATOR:

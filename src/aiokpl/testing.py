@@ -77,7 +77,7 @@ import anyio.lowlevel
 from ._core.hashing import MAX_HASH_KEY, hash_key_of, partition_key_length
 from ._core.shards import ShardRange, ShardTable
 from ._core.token_bucket import TokenBucket
-from ._kinesis import client_error
+from ._kinesis import arn_argument, client_error, stream_argument
 
 __all__ = (
     "FakeKinesis",
@@ -2263,22 +2263,25 @@ async def read_stream(
 
     Args:
         client: the Kinesis client.
-        stream: the stream name.
+        stream: the stream name, or its ARN (then sent as ``StreamARN``).
         limit: ``Limit`` of each ``GetRecords`` call.
 
     Returns:
         ``(shard_id, record)`` pairs, shard by shard, oldest record first within a shard.
     """
     found: list[tuple[str, dict[str, Any]]] = []
-    for shard in (await client.list_shards(StreamName=stream))["Shards"]:
+    named = stream_argument(stream)
+    for shard in (await client.list_shards(**named))["Shards"]:
         shard_id = shard["ShardId"]
         iterator = (
             await client.get_shard_iterator(
-                StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+                **named, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
             )
         )["ShardIterator"]
         while iterator:
-            page = await client.get_records(ShardIterator=iterator, Limit=limit)
+            page = await client.get_records(
+                ShardIterator=iterator, Limit=limit, **arn_argument(stream)
+            )
             found.extend((shard_id, record) for record in page["Records"])
             if not page["Records"]:
                 break
