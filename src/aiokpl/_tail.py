@@ -294,14 +294,10 @@ class _StreamReader:
         iterator, iterator_type = await self._iterator(shard_id, None, from_start)
         self._on_shard_started(shard_id, iterator_type)
         while iterator is not None:
+            arguments: dict[str, Any] = {"ShardIterator": iterator, "Limit": self._limit}
+            arguments.update(arn_argument(self._stream))
             try:
-                page = await self._call(
-                    "GetRecords",
-                    self._client.get_records,
-                    ShardIterator=iterator,
-                    Limit=self._limit,
-                    **arn_argument(self._stream),
-                )
+                page = await self._call("GetRecords", self._client.get_records, **arguments)
             except TailError as error:
                 if error.code != _EXPIRED_ITERATOR:
                     raise
