@@ -17,7 +17,8 @@ import anyio
 import pytest
 
 from aiokpl import Config, InvalidRecordError, InvalidRecordTypeError, Producer
-from aiokpl._cli_options import config_from_args
+from aiokpl._cli import main
+from aiokpl._cli_options import EXIT_USAGE, config_from_args
 from aiokpl._core.hashing import StreamArn, check_stream_name, parse_stream_arn, stream_name_of
 from aiokpl._core.metrics import MetricStatistics
 from aiokpl._kinesis import stream_argument
@@ -424,3 +425,27 @@ def test_the_command_line_takes_the_region_of_a_stream_arn() -> None:
         config_from_args(cli_args(eu, "us-east-1"))
     with pytest.raises(InvalidRecordError, match="not a valid stream ARN"):
         config_from_args(cli_args("arn:aws:kinesis:eu-west-1:1:stream/events"))
+
+
+@pytest.mark.parametrize("command", ["put", "tail"])
+@pytest.mark.parametrize(
+    ("stream", "options", "message"),
+    [
+        ("arn:aws:kinesis:eu-west-1:1234:stream/events", [], "the account id '1234' is not 12"),
+        (
+            "arn:aws:kinesis:eu-west-1:123456789012:stream/events",
+            ["--region", "us-east-1"],
+            "is in region 'eu-west-1'",
+        ),
+    ],
+)
+def test_the_command_line_refuses_a_bad_arn_as_a_usage_error(
+    command: str,
+    stream: str,
+    options: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [command, stream, *options, *(["/dev/null"] if command == "put" else [])]
+    assert main(argv) == EXIT_USAGE
+    assert message in capsys.readouterr().err
