@@ -38,15 +38,25 @@ What it models faithfully:
 * **resharding**: ``SplitShard`` and ``MergeShards`` close their parents (which keep their
   records and get an ending sequence number) and open children with the next shard ids;
   ``GetRecords`` at the end of a closed shard returns no ``NextShardIterator`` and lists the
-  ``ChildShards``; shard iterators expire after 300 seconds.
+  ``ChildShards``; shard iterators expire after 300 seconds;
+* **stream ARNs, one region, one account**: every call takes ``StreamARN`` as it takes
+  ``StreamName``; the streams live in the fake's region and account, seen as through a client
+  of that region: an ARN outside the service's pattern is a ``ValidationException``, one of
+  another region ``ResourceNotFoundException``, one of another account
+  ``AccessDeniedException`` (no resource policy grants it);
+* **capacity modes**: a stream is ``PROVISIONED`` or ``ON_DEMAND`` (``DescribeStreamSummary``,
+  ``DescribeStream``), with the same per-shard limits; :meth:`FakeKinesis.auto_reshard` stands
+  in for the service's own scaling of an on-demand stream: it splits the hottest shard (and
+  now and then merges the coldest pair) every few seconds of the fake's clock under load.
 
 What it does not model: persistence (everything lives in this object), retention (records
 never expire, so the trim horizon is the first record), enhanced fan-out
-(``SubscribeToShard``, consumers), encryption, tags, on-demand scaling, transitional stream
-states (creating, deleting and resharding are instantaneous), read throughput limits, and
-control-plane and account limits. Where botocore itself refuses a request before sending it
-(a parameter of the wrong type, missing or unknown), the fake raises ``TypeError``; like
-botocore's ``ParamValidationError`` it is not a ``ClientError``.
+(``SubscribeToShard``, consumers), encryption, tags, the service's exact on-demand scaling
+rules, resource policies (other accounts), transitional stream states (creating, deleting and
+resharding are instantaneous), read throughput limits, and control-plane and account limits.
+Where botocore itself refuses a request before sending it (a parameter of the wrong type,
+missing or unknown), the fake raises ``TypeError``; like botocore's ``ParamValidationError`` it
+is not a ``ClientError``.
 
 Every call is logged in :attr:`FakeKinesis.requests`, passes exactly one checkpoint (or sleeps
 :attr:`FakeKinesis.latency` seconds) before doing anything, so concurrent callers interleave as
