@@ -40,7 +40,7 @@ import anyio.to_thread
 
 from .._core.config import Config
 from .._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
-from .._kinesis import create_client, error_of
+from .._kinesis import create_client, error_of, stream_argument
 from .._outcome import Outcome
 from .._producer import Producer
 from .._rate_limiter import RateLimiter
@@ -525,7 +525,7 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="put one record per input line",
         description=DESCRIPTION,
     )
-    put.add_argument("stream", metavar="STREAM", help="the stream to write to")
+    put.add_argument("stream", metavar="STREAM", help="the stream to write to: its name or its ARN")
     put.add_argument("files", metavar="FILE", nargs="*", help="input files ('-': stdin)")
     records = put.add_argument_group("records")
     records.add_argument(
@@ -639,7 +639,7 @@ def _open_inputs(names: list[str]) -> Iterator[Input]:
 async def _stream_check(client: Any, stream: str) -> tuple[str, str] | None:
     """``(code, message)`` if ``stream`` cannot be listed (wrong name, no access), else None."""
     try:
-        await client.list_shards(StreamName=stream)
+        await client.list_shards(**stream_argument(stream))
     except Exception as exc:  # every client error becomes data here
         return error_of(exc)
     return None
