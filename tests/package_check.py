@@ -179,7 +179,7 @@ def wheel_problems(path: Path, *, version: str, repository: str) -> list[str]:
     for needed in (
         "aiokpl/__init__.py",
         "aiokpl/py.typed",
-        "aiokpl/_cli.py",
+        "aiokpl/_cli/__init__.py",
         f"{dist_info}/licenses/LICENSE",
     ):
         if needed not in names:

@@ -284,3 +284,67 @@ async def test_everything_at_once() -> None:
     assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
     assert client.resets > 0
     assert client.slow > 0
+
+
+class ListingLog:
+    """FakeKinesis, noting when each shard-map refresh (a first ListShards page) was asked."""
+
+    def __init__(self, fake: FakeKinesis) -> None:
+        self.fake = fake
+        self.refreshed_at: list[float] = []
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        if "NextToken" not in kwargs:
+            self.refreshed_at.append(anyio.current_time())
+        return await self.fake.list_shards(**kwargs)
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream_summary(**kwargs)
+
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.put_records(**kwargs)
+
+
+async def test_an_on_demand_stream_resharding_every_few_seconds_under_load() -> None:
+    # 1.5 MB/s for 60 s into an on-demand stream of two throttling shards (each 1 MiB/s, so
+    # more than one shard takes), which splits its hottest shard every 3 s of load and merges
+    # its coldest pair every third time.
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2, throttle=True, on_demand=True)
+    fake.auto_reshard("s", every_seconds=3.0, merge_every=3, min_open_shards=2)
+    client = ListingLog(fake)
+    count = 36_000
+    run = await produce(client, CONFIG, count=count, size=2_500, per_tick=6)
+    # Nothing lost, nothing twice: every record succeeded and is in the stream exactly once,
+    # inside the range of the shard its result names.
+    assert not check_invariants(run, fake, CONFIG, allowed_failures=set())
+    delivered = delivered_on_range(fake, "s")
+    assert sum(delivered.values()) == count
+    assert set(delivered.values()) == {1}
+    # The stream resharded all along: a split closes one shard, a merge two, at one instant.
+    reshards = sorted({s.closed_at for s in fake.shards("s") if s.closed_at is not None})
+    assert len(reshards) >= 15
+    merges = [s for s in fake.shards("s") if s.adjacent_parent_shard_id is not None]
+    assert len(merges) >= 5
+    # Each reshard cost one map refresh, no more: the first load, then one per reshard, each
+    # before the next reshard (the map caught up with every layout the stream had).
+    refreshes = client.refreshed_at
+    assert len(refreshes) <= 1 + len(reshards)
+    lags = []
+    for reshard, following in zip(reshards, [*reshards[1:], float("inf")], strict=True):
+        caught_up = [t for t in refreshes if reshard <= t < following]
+        assert len(caught_up) == 1, (reshard, caught_up)
+        lags.append(caught_up[0] - reshard)
+    # ... within one buffered time (plus the limiter's drain) of the reshard.
+    assert max(lags) <= CONFIG.record_max_buffered_time_ms / 1000 + 0.05
+    # Wrong-shard retries are bounded: only the user records of aggregates predicted for a
+    # split parent that fell on the other child, between the split and the refresh.
+    wrong_shard = sum(
+        1
+        for _, _, outcome in run.outcomes
+        for attempt in outcome.result().attempts
+        if attempt.error_code == "Wrong Shard"
+    )
+    offered_per_second = 600  # 6 records every 10 ms
+    buffered = CONFIG.record_max_buffered_time_ms / 1000
+    assert wrong_shard <= len(reshards) * offered_per_second * buffered / 2

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokpl._cli import SUBCOMMANDS, build_parser, main
-from aiokpl._cli_lines import (
+from aiokpl._cli.lines import (
     BadLine,
     FieldError,
     FieldPath,
@@ -26,7 +26,7 @@ from aiokpl._cli_lines import (
     Template,
     random_partition_key,
 )
-from aiokpl._cli_options import (
+from aiokpl._cli.options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -34,9 +34,9 @@ from aiokpl._cli_options import (
     config_from_args,
     made_of,
 )
-from aiokpl._cli_put import DeadLetters, PutReport, encode_data, progress_line
-from aiokpl._cli_tail import format_record, parse_timestamp
-from aiokpl._tail import StartPosition
+from aiokpl._cli.put import DeadLetters, PutReport, encode_data, progress_line
+from aiokpl._cli.reader import StartPosition
+from aiokpl._cli.tail import format_record, parse_timestamp
 from aiokpl.aggregation import DeaggregatedRecord
 
 if sys.version_info < (3, 11):

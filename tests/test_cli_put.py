@@ -16,8 +16,8 @@ import anyio
 import pytest
 
 from aiokpl import Config, Producer
-from aiokpl._cli_lines import FieldPath, LineParser
-from aiokpl._cli_put import MAX_REPORTED_BAD_LINES, DeadLetters, Input, PutReport, PutRun
+from aiokpl._cli.lines import FieldPath, LineParser
+from aiokpl._cli.put import MAX_REPORTED_BAD_LINES, DeadLetters, Input, PutReport, PutRun
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis
 

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, ConfigError
-from aiokpl._coordination import _ProducerCoordinator
+from aiokpl._coordination.coordinator import _ProducerCoordinator
 from aiokpl._core.coordination import (
     ShardLoad,
     Summary,

@@ -15,7 +15,7 @@ from aiokpl import CloudWatchSink, Config, ConfigError, MetricsSink, MetricStati
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._core.metrics import METRICS, MetricsTable
 from aiokpl._core.records import KinesisRecord
-from aiokpl._metrics import MetricsRecorder
+from aiokpl._metrics.recorder import MetricsRecorder
 from aiokpl._record import UserRecord
 from aiokpl.testing import FakeKinesis
 

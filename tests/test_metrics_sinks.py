@@ -20,7 +20,7 @@ from aiokpl import (
     Producer,
     PrometheusSink,
 )
-from aiokpl._metrics import RunningTotals, snake_case
+from aiokpl._metrics.recorder import RunningTotals, snake_case
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio

@@ -90,7 +90,12 @@ def make_wheel(
     path = directory / f"aiokpl-{version}-py3-none-any.whl"
     info = f"aiokpl-{version}.dist-info"
     with zipfile.ZipFile(path, "w") as wheel:
-        for name in ("aiokpl/__init__.py", "aiokpl/py.typed", "aiokpl/_cli.py", *extra_files):
+        for name in (
+            "aiokpl/__init__.py",
+            "aiokpl/py.typed",
+            "aiokpl/_cli/__init__.py",
+            *extra_files,
+        ):
             wheel.writestr(name, "")
         wheel.writestr(f"{info}/METADATA", metadata)
         wheel.writestr(f"{info}/licenses/LICENSE", "Apache")

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, Outcome, Producer, ProducerClosedError, RecordResult
-from aiokpl._producer import _clock_of_running_loop
+from aiokpl._backend import current_clock
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio
@@ -240,7 +240,7 @@ def test_a_stock_asyncio_loop_gives_time_monotonic_itself() -> None:
             return 42.0
 
     async def clock() -> Callable[[], float]:
-        return _clock_of_running_loop()
+        return current_clock()
 
     def clock_on(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
         try:

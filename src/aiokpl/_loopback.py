@@ -76,6 +76,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from ._backend import threadsafe_scheduler
 from ._kinesis import error_of
 
 if TYPE_CHECKING:
@@ -1049,15 +1050,7 @@ class _ThreadRunner:
 
     async def _serve(self) -> None:
         stopped = anyio.Event()
-        schedule: Callable[[Callable[[], object]], object]
-        if self._backend == "trio":
-            import trio
-
-            schedule = trio.lowlevel.current_trio_token().run_sync_soon
-        else:
-            import asyncio
-
-            schedule = asyncio.get_running_loop().call_soon_threadsafe
+        schedule = threadsafe_scheduler()
         async with self._server:
             with self._lock:
                 self._schedule = schedule

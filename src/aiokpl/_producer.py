@@ -19,12 +19,9 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +30,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from ._coordination import Coordination, _ProducerCoordinator
+from ._backend import current_clock
+from ._coordination.coordinator import Coordination, _ProducerCoordinator
 from ._core.aggregation import Tags, check_tags
 from ._core.config import Config
 from ._core.errors import (
@@ -43,15 +41,15 @@ from ._core.errors import (
     InvalidRecordTypeError,
     ProducerClosedError,
 )
-from ._core.hashing import check_stream_name, check_user_record
+from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
 from ._core.records import KinesisRecord
 from ._core.results import Attempt, RecordResult
 from ._core.retry_policy import RetryPolicy
 from ._core.shards import ShardTable
 from ._failures import FailureHandler
-from ._kinesis import KinesisClient, create_client
-from ._metrics import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
+from ._kinesis import KinesisClient, RegionalClients, check_region, create_client, fixed_region
+from ._metrics.recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
 from ._outcome import Outcome
 from ._pipeline.aggregator import Aggregator
 from ._pipeline.collector import Collector
@@ -70,28 +68,6 @@ if TYPE_CHECKING:
 __all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
 
 logger = logging.getLogger("aiokpl")
-
-
-def _clock_of_running_loop() -> Callable[[], float]:
-    """The clock ``anyio.current_time()`` reads, looked up once.
-
-    anyio finds the running backend on every call, which costs about a microsecond: too much
-    for every record. The function returned gives the very times it would (the asyncio loop's
-    ``time``, or the trio run's clock), so fake clocks still control the producer. Where that
-    is plain ``time.monotonic`` (asyncio's stock loops), it is returned itself: 35 ns less per
-    call than through the loop's method; trio's clock object, 85 ns less than
-    ``trio.current_time``.
-    """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        trio = sys.modules.get("trio")
-        if trio is None:
-            return anyio.current_time
-        return cast("Callable[[], float]", trio.lowlevel.current_clock().current_time)
-    if getattr(loop.time, "__func__", None) is asyncio.BaseEventLoop.time:
-        return time.monotonic  # noqa: TID251 - what BaseEventLoop.time returns, uncalled
-    return loop.time
 
 
 # Seconds: a record's arrival is the time of the first put of the millisecond it was put
@@ -125,7 +101,7 @@ class StreamStatistics:
     """A snapshot of one stream's pipeline.
 
     Attributes:
-        stream: the stream name.
+        stream: the stream as it was put to: its name, or its ARN.
         shard_map_state: ``"INVALID"``, ``"UPDATING"`` or ``"READY"``.
         open_shards: shards in the current map (0 before it loads).
         shard_map_refreshes: completed loads of the map.
@@ -150,6 +126,10 @@ class StreamStatistics:
             could not be used for the map in force; ``None`` when ``ListShards`` loaded it.
         waiting_for_shard_map: user records held until the stream's first map load ends
             (records put before it are aggregated with it; none wait past their deadline).
+        capacity_mode: ``"PROVISIONED"`` or ``"ON_DEMAND"``, as ``DescribeStreamSummary``
+            says (asked once the first map has loaded, again every 10 minutes at most); ``None``
+            until it answers, or when it cannot be asked (the IAM policy lacks
+            ``kinesis:DescribeStreamSummary``). Nothing else depends on it.
     """
 
     stream: str
@@ -168,6 +148,7 @@ class StreamStatistics:
     shard_map_source: str | None = None
     shard_map_last_error: tuple[str, str, str] | None = None
     waiting_for_shard_map: int = 0
+    capacity_mode: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +239,7 @@ class _Stream:
         self.stream = stream
         self.shard_map = ShardMap(
             stream,
-            producer._client,
+            producer._client_for(stream),
             producer._task_group,
             request_timeout=config.request_timeout_ms / 1000,
         )
@@ -334,7 +315,7 @@ class _Stream:
         self.limiter.prune(table)
         put = self.aggregator.put
         for kinesis_record in self.limiter.take_unmapped():
-            for record in kinesis_record.records:
+            for record in cast("list[UserRecord]", kinesis_record.records):
                 put(record, record.hash_key)
 
     def idle_since_last_look(self) -> bool:
@@ -395,6 +376,7 @@ class _Stream:
             shard_map_source=self.shard_map.source,
             shard_map_last_error=self.shard_map.last_error,
             waiting_for_shard_map=self.aggregator.held_records,
+            capacity_mode=self.shard_map.capacity_mode,
         )
 
 
@@ -471,6 +453,7 @@ class Producer:
         self._given_client = client
         self._client: Any = client
         self._client_cm: AbstractAsyncContextManager[Any] | None = None
+        self._region: str | None = None  # the only region it writes to; None: any ARN's
         self._task_group: TaskGroup | None = None
         self._scheduler = Scheduler()
         self._clock: Callable[[], float] = anyio.current_time
@@ -509,9 +492,10 @@ class Producer:
             raise RuntimeError("a Producer can be entered only once; create a new one")
         self._started = True
         if self._client is None:
-            self._client_cm = create_client(self.config)
+            self._client_cm = RegionalClients(self.config, create_client)
             self._client = await self._client_cm.__aenter__()
-        self._clock = _clock_of_running_loop()
+        self._region = fixed_region(self.config, self._client)
+        self._clock = current_clock()
         self._thread = _thread_id()
         if self._sinks:
             await self._open_sinks()
@@ -669,6 +653,9 @@ class Producer:
         if self._task_group is None:
             raise RuntimeError("the producer is not started: use it with `async with`")
         check_stream_name(stream)
+        arn = parse_stream_arn(stream)
+        if arn is not None:
+            check_region(arn, stream, self._region)
 
     async def _wait_for_room(self, size: int, count: int = 1) -> None:
         """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
@@ -713,6 +700,11 @@ class Producer:
         """After every await on a put path: the producer may have closed meanwhile."""
         if self._closed:
             raise ProducerClosedError("the producer closed while this put waited")
+
+    def _client_for(self, stream: str) -> Any:
+        """The client that serves ``stream``: its region's, when the producer opened them."""
+        client = self._client
+        return client.client_for(stream) if isinstance(client, RegionalClients) else client
 
     def _pipeline_of(self, stream: str) -> _Stream:
         """The stream's pipeline, started on its first record."""

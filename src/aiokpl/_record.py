@@ -4,6 +4,9 @@ The pipeline tracks each record with one object, and that object is what ``put_r
 returns: an :class:`~aiokpl.Outcome` subclass. Two objects per record (a record and a separate
 future) cost twice the allocations and twice the garbage collector's attention for nothing.
 
+The pure core does not import this class: it reads and changes records through the protocol
+``UserRecordLike`` (``_core/records.py``), which this class satisfies.
+
 Invariants:
 
 * the record's hash key is not kept: it is computed at ``put`` for the shard prediction and

@@ -32,7 +32,6 @@ the counts, the flush waiters and the wake-up flag.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import logging
 import sys
@@ -49,12 +48,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from anyio.from_thread import BlockingPortal
 
+from ._backend import BACKENDS, current_clock, threadsafe_scheduler
 from ._core.aggregation import Tags, check_tags, decode_tags
 from ._core.config import Config
 from ._core.errors import BufferFullError, InvalidRecordError, ProducerClosedError
 from ._core.hashing import check_stream_name, check_user_record
 from ._core.results import Attempt, FailedRecord, RecordResult
-from ._producer import Producer, ProducerStatistics, _clock_of_running_loop
+from ._producer import Producer, ProducerStatistics
 
 if TYPE_CHECKING:
     from ._kinesis import KinesisClient
@@ -64,7 +64,6 @@ __all__ = ("SyncProducer",)
 
 logger = logging.getLogger("aiokpl")
 
-_BACKENDS = ("asyncio", "trio")
 _CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 records
 
 # future, stream, partition key, size (key UTF-8 + data), data, hash key, explicit hash key, seq
@@ -218,16 +217,6 @@ class _FlushWaiter:
         self.event = threading.Event()
 
 
-def _threadsafe_scheduler() -> Callable[[Callable[[], object]], object]:
-    """The running loop's cheapest way to run a function soon, callable from another thread."""
-    try:
-        return asyncio.get_running_loop().call_soon_threadsafe
-    except RuntimeError:
-        import trio
-
-        return trio.lowlevel.current_trio_token().run_sync_soon
-
-
 class SyncProducer:
     """The producer for code that is not async: Django views, Celery tasks, scripts, threads.
 
@@ -265,7 +254,7 @@ class SyncProducer:
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
-        if backend not in _BACKENDS:
+        if backend not in BACKENDS:
             raise ValueError(f"backend must be 'asyncio' or 'trio'; got {backend!r}")
         self.config = config
         self.backend = backend
@@ -328,10 +317,10 @@ class SyncProducer:
 
     async def _serve(self, client: KinesisClient | None, started: Future[None]) -> None:
         self._loop_thread = threading.get_ident()
-        self._call_soon = _threadsafe_scheduler()
+        self._call_soon = threadsafe_scheduler()
         # Read in callbacks run by _call_soon, outside any task, where anyio cannot tell
         # which loop runs them.
-        self._clock = _clock_of_running_loop()
+        self._clock = current_clock()
         self._wakeup = anyio.Event()
         try:
             with anyio.CancelScope() as scope:  # close(timeout=…) sets its deadline

@@ -38,15 +38,25 @@ What it models faithfully:
 * **resharding**: ``SplitShard`` and ``MergeShards`` close their parents (which keep their
   records and get an ending sequence number) and open children with the next shard ids;
   ``GetRecords`` at the end of a closed shard returns no ``NextShardIterator`` and lists the
-  ``ChildShards``; shard iterators expire after 300 seconds.
+  ``ChildShards``; shard iterators expire after 300 seconds;
+* **stream ARNs, one region, one account**: every call takes ``StreamARN`` as it takes
+  ``StreamName``; the streams live in the fake's region and account, seen as through a client
+  of that region: an ARN outside the service's pattern is a ``ValidationException``, one of
+  another region ``ResourceNotFoundException``, one of another account
+  ``AccessDeniedException`` (no resource policy grants it);
+* **capacity modes**: a stream is ``PROVISIONED`` or ``ON_DEMAND`` (``DescribeStreamSummary``,
+  ``DescribeStream``), with the same per-shard limits; :meth:`FakeKinesis.auto_reshard` stands
+  in for the service's own scaling of an on-demand stream: it splits the hottest shard (and
+  now and then merges the coldest pair) every few seconds of the fake's clock under load.
 
 What it does not model: persistence (everything lives in this object), retention (records
 never expire, so the trim horizon is the first record), enhanced fan-out
-(``SubscribeToShard``, consumers), encryption, tags, on-demand scaling, transitional stream
-states (creating, deleting and resharding are instantaneous), read throughput limits, and
-control-plane and account limits. Where botocore itself refuses a request before sending it
-(a parameter of the wrong type, missing or unknown), the fake raises ``TypeError``; like
-botocore's ``ParamValidationError`` it is not a ``ClientError``.
+(``SubscribeToShard``, consumers), encryption, tags, the service's exact on-demand scaling
+rules, resource policies (other accounts), transitional stream states (creating, deleting and
+resharding are instantaneous), read throughput limits, and control-plane and account limits.
+Where botocore itself refuses a request before sending it (a parameter of the wrong type,
+missing or unknown), the fake raises ``TypeError``; like botocore's ``ParamValidationError`` it
+is not a ``ClientError``.
 
 Every call is logged in :attr:`FakeKinesis.requests`, passes exactly one checkpoint (or sleeps
 :attr:`FakeKinesis.latency` seconds) before doing anything, so concurrent callers interleave as
@@ -77,7 +87,7 @@ import anyio.lowlevel
 from ._core.hashing import MAX_HASH_KEY, hash_key_of, partition_key_length
 from ._core.shards import ShardRange, ShardTable
 from ._core.token_bucket import TokenBucket
-from ._kinesis import client_error
+from ._kinesis import arn_argument, client_error, stream_argument
 
 __all__ = (
     "FakeKinesis",
@@ -93,6 +103,8 @@ __all__ = (
 
 _ACCOUNT_ID = "123456789012"
 _REGION = "us-east-1"
+_ON_DEMAND = "ON_DEMAND"
+_PROVISIONED = "PROVISIONED"
 
 _OPERATIONS = frozenset(
     {
@@ -133,7 +145,12 @@ _ON_DEMAND_SHARDS = 4
 _SEQUENCE_BASE = 49 * 10**54
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
-_STREAM_ARN = re.compile(r"arn:aws[^:]*:kinesis:[^:]*:\d{12}:stream/(\S+)")
+_REGION_NAME = re.compile(r"[a-z]{2}(-[a-z]+)+-\d{1,2}")
+# The service's own pattern for StreamARN (a request outside it is a ValidationException).
+_STREAM_ARN_PATTERN = "arn:aws.*:kinesis:.*:\\d{12}:stream/\\S+"
+_STREAM_ARN = re.compile(r"arn:aws.*:kinesis:.*:\d{12}:stream/\S+")
+# The parts the fake resolves: partition, region, account, name.
+_STREAM_ARN_PARTS = re.compile(r"arn:(aws[^:]*):kinesis:([^:]*):(\d{12}):stream/(\S+)")
 _HASH_KEY = re.compile(r"0|[1-9][0-9]{0,38}")
 _SEQUENCE_NUMBER = re.compile(r"0|[1-9][0-9]{0,128}")
 _ITERATOR_TYPES = (
@@ -193,6 +210,8 @@ class FakeShard:
         starting_sequence_number: The shard's ``StartingSequenceNumber``.
         ending_sequence_number: The shard's ``EndingSequenceNumber``; ``None`` while it is open.
         record_count: How many records the shard holds.
+        created_at: The fake's clock reading when the shard was created.
+        closed_at: The clock reading when it was split or merged; ``None`` while it is open.
 
     ``hash_key in shard`` tells whether the shard's range contains an ``int`` hash key.
     """
@@ -205,6 +224,8 @@ class FakeShard:
     starting_sequence_number: str
     ending_sequence_number: str | None
     record_count: int
+    created_at: float = 0.0
+    closed_at: float | None = None
 
     @property
     def is_open(self) -> bool:
@@ -345,6 +366,8 @@ class _Shard:
                 None if self.ending_sequence is None else _sequence_str(self.ending_sequence)
             ),
             record_count=len(self.records),
+            created_at=self.created_at,
+            closed_at=self.closed_at,
         )
 
 
@@ -365,6 +388,9 @@ class _Throttle:
 
 class _Stream:
     __slots__ = (
+        "account",
+        "arn",
+        "autoscale",
         "created_at",
         "max_record_size",
         "mode",
@@ -383,8 +409,13 @@ class _Stream:
         throttle: _Throttle | None,
         max_record_size: int,
         mode: str,
+        account: str,
+        region: str,
     ) -> None:
         self.name = name
+        self.account = account
+        self.arn = f"arn:{_partition_of(region)}:kinesis:{region}:{account}:stream/{name}"
+        self.autoscale: _Autoscale | None = None
         self.uid = next(_stream_uids)
         self.created_at = created_at
         self.throttle = throttle
@@ -393,10 +424,6 @@ class _Stream:
         self.shards: dict[str, _Shard] = {}
         self.next_shard_index = 0
         self.open_table = ShardTable()
-
-    @property
-    def arn(self) -> str:
-        return _arn(self.name)
 
     def new_shard(
         self,
@@ -436,10 +463,28 @@ class _Stream:
         if shard is None:
             raise _Rejected(
                 "ResourceNotFoundException",
-                f"Shard {shard_id} in stream {self.name} under account {_ACCOUNT_ID} "
+                f"Shard {shard_id} in stream {self.name} under account {self.account} "
                 "does not exist",
             )
         return shard
+
+
+class _Autoscale:
+    """The automatic resharding of one stream (see :meth:`FakeKinesis.auto_reshard`)."""
+
+    __slots__ = ("events", "every", "marks", "max_open", "merge_every", "min_open", "next_at")
+
+    def __init__(
+        self, every: float, merge_every: int, min_open: int, max_open: int, now: float
+    ) -> None:
+        self.every = every
+        self.merge_every = merge_every
+        self.min_open = min_open
+        self.max_open = max_open
+        self.next_at = now + every
+        self.events = 0
+        # Records each shard held at the last reshard: its load since is the difference.
+        self.marks: dict[str, int] = {}
 
 
 class FakeKinesis:
@@ -450,8 +495,12 @@ class FakeKinesis:
     ``split_shard`` …). Every API method is a coroutine taking botocore's keyword arguments and
     returning botocore's response dictionary (including a ``ResponseMetadata``); service errors
     are raised as ``botocore.exceptions.ClientError`` with the service's code, message and HTTP
-    status. Streams live in account ``123456789012``, region ``us-east-1``. See the module
-    documentation for what is and is not modelled.
+    status. Streams live in one account and one region (``123456789012``, ``us-east-1`` unless
+    told otherwise), as seen through a client of that region: a ``StreamARN`` of another region
+    is not found (``ResourceNotFoundException``), one of another account is not authorized
+    (``AccessDeniedException``: no resource policy grants it), and one that does not match the
+    service's pattern is a ``ValidationException``. See the module documentation for what is
+    and is not modelled.
 
     Example:
         ```python
@@ -472,14 +521,31 @@ class FakeKinesis:
             expires iterators and pagination tokens. Defaults to ``anyio.current_time``, so a
             virtual clock makes throttling exact. Readings are shown as seconds since the Unix
             epoch wherever the API returns a datetime.
+        region: The region of the streams (and of the client the fake stands for).
+        account_id: The 12-digit account that owns the streams.
+
+    Raises:
+        ValueError: ``account_id`` is not 12 digits, or ``region`` is not a region name.
 
     Attributes:
         requests: Every call made, in order, as :class:`Request` ``(operation, kwargs)``
             tuples. Clear it freely.
     """
 
-    def __init__(self, *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] | None = None,
+        region: str = _REGION,
+        account_id: str = _ACCOUNT_ID,
+    ) -> None:
+        if not isinstance(account_id, str) or re.fullmatch(r"\d{12}", account_id) is None:
+            raise ValueError(f"account_id must be 12 digits, got {account_id!r}")
+        if not isinstance(region, str) or _REGION_NAME.fullmatch(region) is None:
+            raise ValueError(f"region must be a region name such as 'us-east-1', got {region!r}")
         self._clock: Callable[[], float] = anyio.current_time if clock is None else clock
+        self._region = region
+        self._account = account_id
         self._streams: dict[str, _Stream] = {}
         self._sequence = 0
         self._request_ids = itertools.count(1)
@@ -489,6 +555,7 @@ class FakeKinesis:
         self._denied: dict[str, tuple[str, str | None, int]] = {}
         self._faults = FaultPlan()
         self._random = random.Random(self._faults.seed)
+        self._operation = ""  # of the call being served, for messages
         self.requests: list[Request] = []
 
     def __repr__(self) -> str:
@@ -503,6 +570,16 @@ class FakeKinesis:
         )
 
     # -- settings ----------------------------------------------------------------------------
+
+    @property
+    def region(self) -> str:
+        """The region of the fake's streams, as given to the constructor."""
+        return self._region
+
+    @property
+    def account_id(self) -> str:
+        """The account that owns the fake's streams, as given to the constructor."""
+        return self._account
 
     @property
     def latency(self) -> float:
@@ -541,6 +618,7 @@ class FakeKinesis:
         bytes_per_second: float = 1048576.0,
         burst_seconds: float = 1.0,
         max_record_size: int = _DEFAULT_MAX_RECORD_SIZE,
+        on_demand: bool = False,
     ) -> None:
         """Create an active stream whose shards split the hash-key space evenly.
 
@@ -556,6 +634,11 @@ class FakeKinesis:
                 bucket holds ``rate * burst_seconds`` and starts full.
             max_record_size: The stream's limit on partition key plus data, in bytes, at most
                 10 MiB (the service's ``MaxRecordSizeInKiB`` times 1024).
+            on_demand: Whether the stream is in on-demand capacity mode
+                (``StreamModeDetails.StreamMode`` is ``ON_DEMAND`` in ``DescribeStream`` and
+                ``DescribeStreamSummary``) rather than provisioned. Its shards keep their
+                per-shard limits either way; add :meth:`auto_reshard` for the resharding the
+                service does on its own as an on-demand stream's traffic changes.
 
         Raises:
             ValueError: The name is invalid or taken, or a number is out of range.
@@ -583,7 +666,88 @@ class FakeKinesis:
         limits = (
             _Throttle(records_per_second, bytes_per_second, burst_seconds) if throttle else None
         )
-        self._create(name, shard_count, limits, max_record_size, "PROVISIONED")
+        mode = _ON_DEMAND if on_demand else _PROVISIONED
+        self._create(name, shard_count, limits, max_record_size, mode)
+
+    def auto_reshard(
+        self,
+        stream: str,
+        *,
+        every_seconds: float = 3.0,
+        merge_every: int = 3,
+        min_open_shards: int = 1,
+        max_open_shards: int = 64,
+    ) -> None:
+        """Reshard ``stream`` on its own under load, as the service scales an on-demand stream.
+
+        Once ``every_seconds`` have passed on the fake's clock since the last reshard (or since
+        this call), the next ``PutRecords`` or ``PutRecord`` to the stream first reshards it,
+        provided records were stored since the last reshard: it splits the open shard that
+        stored the most since then, at the middle of its hash-key range; every
+        ``merge_every``-th reshard it instead merges the adjacent pair of open shards that
+        stored the least (so the stream both grows and shrinks, and parents of both kinds
+        appear). It never goes above ``max_open_shards`` (it merges instead) nor below
+        ``min_open_shards`` (it splits instead). Resharding is instantaneous, as with
+        :meth:`split` and :meth:`merge`; :meth:`shards` shows each shard's ``created_at`` and
+        ``closed_at``, so a test can tell when each reshard happened. The service's own
+        on-demand scaling is not documented in this detail: this is a stand-in, frequent
+        enough to exercise a producer's reaction to resharding.
+
+        Args:
+            stream: The stream name (or ARN).
+            every_seconds: Seconds between two reshards, at least.
+            merge_every: Every how many reshards one is a merge; 0 never merges.
+            min_open_shards: The fewest open shards merging may leave.
+            max_open_shards: The most open shards splitting may make.
+
+        Raises:
+            ValueError: The stream does not exist, or a number is out of range.
+        """
+        state = self._setup_stream(stream)
+        if not 0.0 < every_seconds < math.inf:
+            raise ValueError(f"every_seconds must be a positive number, got {every_seconds!r}")
+        if merge_every < 0:
+            raise ValueError(f"merge_every must be >= 0, got {merge_every!r}")
+        if not 1 <= min_open_shards <= max_open_shards:
+            raise ValueError(
+                "need 1 <= min_open_shards <= max_open_shards, got "
+                f"{min_open_shards!r} and {max_open_shards!r}"
+            )
+        autoscale = _Autoscale(
+            every_seconds, merge_every, min_open_shards, max_open_shards, self._setup_now()
+        )
+        autoscale.marks = {shard_id: len(s.records) for shard_id, s in state.shards.items()}
+        state.autoscale = autoscale
+
+    def _auto_reshard(self, stream: _Stream, autoscale: _Autoscale, now: float) -> None:
+        marks = autoscale.marks
+        open_shards = sorted(
+            (shard for shard in stream.shards.values() if shard.ending_sequence is None),
+            key=lambda shard: shard.start,
+        )
+        load = {
+            shard.shard_id: len(shard.records) - marks.get(shard.shard_id, 0)
+            for shard in open_shards
+        }
+        if not any(load.values()):
+            return  # no load since the last reshard: nothing to scale for
+        autoscale.events += 1
+        autoscale.next_at = now + autoscale.every
+        count = len(open_shards)
+        merge = (
+            autoscale.merge_every > 0 and autoscale.events % autoscale.merge_every == 0
+        ) or count >= autoscale.max_open
+        if count <= autoscale.min_open:
+            merge = False
+        if merge and count >= 2:
+            pairs = list(itertools.pairwise(open_shards))
+            first, second = min(pairs, key=lambda p: load[p[0].shard_id] + load[p[1].shard_id])
+            self._merge(stream, first.shard_id, second.shard_id)
+        else:
+            hottest = max(open_shards, key=lambda shard: (load[shard.shard_id], -shard.start))
+            if hottest.end > hottest.start:
+                self._split(stream, hottest.shard_id, (hottest.start + hottest.end + 1) // 2)
+        autoscale.marks = {shard_id: len(s.records) for shard_id, s in stream.shards.items()}
 
     def remove_stream(self, name: str) -> None:
         """Delete a stream at once, as if someone deleted it while you were using it.
@@ -634,8 +798,9 @@ class FakeKinesis:
             raise ValueError(rejected.message) from None
 
     def stream_arn(self, name: str) -> str:
-        """The ARN the fake gives stream ``name`` (account 123456789012, us-east-1)."""
-        return _arn(name)
+        """The ARN of stream ``name`` in the fake's region and account (it need not exist)."""
+        partition = _partition_of(self._region)
+        return f"arn:{partition}:kinesis:{self._region}:{self._account}:stream/{name}"
 
     # -- scripted faults ---------------------------------------------------------------------
 
@@ -1162,7 +1327,7 @@ class FakeKinesis:
         if denied is not None:
             code, message, status = denied
             if message is None:
-                message = _denied_message(operation, kwargs)
+                message = self._denied_message(operation, kwargs)
             raise client_error(code, message, operation, http_status=status)
         lost_response: BaseException | None = None
         queue = self._request_faults.get(operation)
@@ -1180,6 +1345,7 @@ class FakeKinesis:
             ):
                 code, message, status = plan.request_error
                 raise client_error(code, message, operation, http_status=status)
+        self._operation = operation
         try:
             response = handler(**kwargs)
         except _Rejected as rejected:
@@ -1211,9 +1377,26 @@ class FakeKinesis:
 
     def _setup_stream(self, name: str) -> _Stream:
         stream = self._streams.get(name)
+        if stream is None and isinstance(name, str) and name.startswith("arn:"):
+            # A stream named by its ARN (this fake's region and account only).
+            stream = self._streams.get(name.rpartition("/")[2])
+            if stream is not None and stream.arn != name:
+                stream = None
         if stream is None:
             raise ValueError(f"no stream named {name!r}")
         return stream
+
+    def _denied_message(self, operation: str, kwargs: Mapping[str, Any]) -> str:
+        """What the service says to a caller whose IAM policy lacks ``kinesis:<operation>``."""
+        arn = kwargs.get("StreamARN")
+        name = kwargs.get("StreamName")
+        if not isinstance(arn, str):
+            arn = self.stream_arn(name if isinstance(name, str) else "*")
+        return (
+            f"User: arn:aws:iam::{self._account}:user/fake is not authorized to perform: "
+            f"kinesis:{operation} on resource: {arn} because no identity-based policy allows "
+            f"the kinesis:{operation} action"
+        )
 
     def _create(
         self,
@@ -1224,7 +1407,7 @@ class FakeKinesis:
         mode: str,
     ) -> None:
         now = self._setup_now()
-        stream = _Stream(name, now, throttle, max_record_size, mode)
+        stream = _Stream(name, now, throttle, max_record_size, mode, self._account, self._region)
         width = (MAX_HASH_KEY + 1) // shard_count
         for index in range(shard_count):
             start = index * width
@@ -1235,10 +1418,27 @@ class FakeKinesis:
 
     def _stream(self, name: str | None, arn: str | None) -> _Stream:
         if arn is not None:
-            match = _STREAM_ARN.fullmatch(arn) if isinstance(arn, str) else None
-            if match is None:
-                raise _validation(arn, "streamARN", "satisfy regular expression pattern: arn")
-            from_arn = match.group(1)
+            parts = _STREAM_ARN_PARTS.fullmatch(arn) if isinstance(arn, str) else None
+            if parts is None or _STREAM_ARN.fullmatch(arn) is None:
+                raise _validation(
+                    arn, "streamARN", f"satisfy regular expression pattern: {_STREAM_ARN_PATTERN}"
+                )
+            partition, region, account, from_arn = parts.groups()
+            if account != self._account:
+                # Another account's stream: without a resource policy that grants this
+                # account access, the service denies the call.
+                raise _Rejected(
+                    "AccessDeniedException",
+                    f"User: arn:aws:iam::{self._account}:user/fake is not authorized to perform: "
+                    f"kinesis:{self._operation} on resource: {arn} because no resource-based "
+                    f"policy allows the kinesis:{self._operation} action",
+                )
+            if region != self._region or partition != _partition_of(self._region):
+                # Another region's stream, asked of this region's endpoint.
+                raise _Rejected(
+                    "ResourceNotFoundException",
+                    f"Stream {from_arn} under account {account} not found.",
+                )
             if name is not None and name != from_arn:
                 raise _Rejected(
                     "InvalidArgumentException",
@@ -1257,7 +1457,7 @@ class FakeKinesis:
         if stream is None:
             raise _Rejected(
                 "ResourceNotFoundException",
-                f"Stream {name} under account {_ACCOUNT_ID} not found.",
+                f"Stream {name} under account {self._account} not found.",
             )
         return stream
 
@@ -1300,7 +1500,7 @@ class FakeKinesis:
         if StreamName in self._streams:
             raise _Rejected(
                 "ResourceInUseException",
-                f"Stream {StreamName} under account {_ACCOUNT_ID} already exists.",
+                f"Stream {StreamName} under account {self._account} already exists.",
             )
         self._create(StreamName, ShardCount, None, max_record_size, mode)
         return {}
@@ -1409,7 +1609,7 @@ class FakeKinesis:
             if stream is None or stream.uid != uid:
                 raise _Rejected(
                     "ResourceNotFoundException",
-                    f"Stream {name} under account {_ACCOUNT_ID} not found.",
+                    f"Stream {name} under account {self._account} not found.",
                 )
         else:
             stream = self._stream(StreamName, StreamARN)
@@ -1478,6 +1678,9 @@ class FakeKinesis:
             for index, entry in enumerate(Records)
         ]
         stream = self._stream(StreamName, StreamARN)
+        autoscale = stream.autoscale
+        if autoscale is not None and self._now() >= autoscale.next_at:
+            self._auto_reshard(stream, autoscale, self._now())
         total = 0
         for index, (_, data, explicit_hash_key, key_bytes) in enumerate(entries):
             total += _check_record_rules(stream, key_bytes, data, explicit_hash_key, index)
@@ -1533,6 +1736,9 @@ class FakeKinesis:
         if SequenceNumberForOrdering is not None:
             _check_sequence_number(SequenceNumberForOrdering, "sequenceNumberForOrdering")
         stream = self._stream(StreamName, StreamARN)
+        autoscale = stream.autoscale
+        if autoscale is not None and self._now() >= autoscale.next_at:
+            self._auto_reshard(stream, autoscale, self._now())
         _check_record_rules(stream, key_bytes, data, explicit_hash_key, None)
         hash_key = hash_key_of(key_bytes) if explicit_hash_key is None else int(explicit_hash_key)
         shard = stream.route(hash_key)
@@ -1609,7 +1815,7 @@ class FakeKinesis:
                 raise _Rejected(
                     "InvalidArgumentException",
                     f"StartingSequenceNumber {StartingSequenceNumber} used in GetShardIterator "
-                    f"on shard {ShardId} in stream {stream.name} under account {_ACCOUNT_ID} is "
+                    f"on shard {ShardId} in stream {stream.name} under account {self._account} is "
                     "invalid because it did not come from this shard.",
                 )
             if ShardIteratorType == "AT_SEQUENCE_NUMBER":
@@ -1638,7 +1844,7 @@ class FakeKinesis:
         if stream is None or stream.uid != uid:
             raise _Rejected(
                 "ResourceNotFoundException",
-                f"Stream {name} under account {_ACCOUNT_ID} not found.",
+                f"Stream {name} under account {self._account} not found.",
             )
         if StreamARN is not None and StreamARN != stream.arn:
             raise _Rejected(
@@ -1725,7 +1931,7 @@ class FakeKinesis:
         if shard.ending_sequence is not None:
             raise _Rejected(
                 "InvalidArgumentException",
-                f"Shard {shard_id} in stream {stream.name} under account {_ACCOUNT_ID} has "
+                f"Shard {shard_id} in stream {stream.name} under account {self._account} has "
                 "already been merged or split, and thus is not eligible for merging or splitting.",
             )
         return shard
@@ -1736,7 +1942,7 @@ class FakeKinesis:
             raise _Rejected(
                 "InvalidArgumentException",
                 f"NewStartingHashKey {new_starting_hash_key} used in SplitShard on shard "
-                f"{shard_id} in stream {stream.name} under account {_ACCOUNT_ID} is not both "
+                f"{shard_id} in stream {stream.name} under account {self._account} is not both "
                 f"greater than one plus the shard's StartingHashKey {parent.start} and less "
                 f"than the shard's EndingHashKey {parent.end}.",
             )
@@ -1758,7 +1964,7 @@ class FakeKinesis:
             raise _Rejected(
                 "InvalidArgumentException",
                 f"Shards {shard_id} and {adjacent_shard_id} in stream {stream.name} under "
-                f"account {_ACCOUNT_ID} are not an adjacent pair of shards eligible for merging",
+                f"account {stream.account} are not an adjacent pair of shards eligible for merging",
             )
         now = self._setup_now()
         stream.close(first, self._sequence, now)
@@ -1801,9 +2007,9 @@ def _fault_stream(stream: str | None) -> str | None:
     if stream is None:
         return None
     if isinstance(stream, str):
-        match = _STREAM_ARN.fullmatch(stream)
+        match = _STREAM_ARN_PARTS.fullmatch(stream)
         if match is not None:
-            return match.group(1)
+            return match.group(4)
         if _STREAM_NAME.fullmatch(stream) is not None:
             return stream
     raise ValueError(f"stream must be a stream name or ARN, got {stream!r}")
@@ -1814,8 +2020,8 @@ def _called_stream(kwargs: Mapping[str, Any]) -> str | None:
     name = kwargs.get("StreamName")
     if name is None:
         arn = kwargs.get("StreamARN")
-        match = _STREAM_ARN.fullmatch(arn) if isinstance(arn, str) else None
-        name = match.group(1) if match is not None else None
+        match = _STREAM_ARN_PARTS.fullmatch(arn) if isinstance(arn, str) else None
+        name = match.group(4) if match is not None else None
     return name if isinstance(name, str) else None
 
 
@@ -1843,21 +2049,17 @@ def _check_operation(operation: str) -> None:
         )
 
 
-def _denied_message(operation: str, kwargs: Mapping[str, Any]) -> str:
-    """What the service says to a caller whose IAM policy lacks ``kinesis:<operation>``."""
-    arn = kwargs.get("StreamARN")
-    name = kwargs.get("StreamName")
-    if not isinstance(arn, str):
-        arn = _arn(name if isinstance(name, str) else "*")
-    return (
-        f"User: arn:aws:iam::{_ACCOUNT_ID}:user/fake is not authorized to perform: "
-        f"kinesis:{operation} on resource: {arn} because no identity-based policy allows the "
-        f"kinesis:{operation} action"
-    )
-
-
-def _arn(name: str) -> str:
-    return f"arn:aws:kinesis:{_REGION}:{_ACCOUNT_ID}:stream/{name}"
+def _partition_of(region: str) -> str:
+    """The partition of a region: ``aws-cn`` for China, ``aws-us-gov`` for GovCloud …"""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    if region.startswith("us-isob-"):
+        return "aws-iso-b"
+    if region.startswith("us-iso-"):
+        return "aws-iso"
+    return "aws"
 
 
 def _sequence_str(number: int) -> str:
@@ -1918,7 +2120,7 @@ def _throttled(stream: _Stream, shard: _Shard) -> tuple[str, str]:
     return (
         "ProvisionedThroughputExceededException",
         f"Rate exceeded for shard {shard.shard_id} in stream {stream.name} "
-        f"under account {_ACCOUNT_ID}.",
+        f"under account {stream.account}.",
     )
 
 
@@ -2071,22 +2273,25 @@ async def read_stream(
 
     Args:
         client: the Kinesis client.
-        stream: the stream name.
+        stream: the stream name, or its ARN (then sent as ``StreamARN``).
         limit: ``Limit`` of each ``GetRecords`` call.
 
     Returns:
         ``(shard_id, record)`` pairs, shard by shard, oldest record first within a shard.
     """
     found: list[tuple[str, dict[str, Any]]] = []
-    for shard in (await client.list_shards(StreamName=stream))["Shards"]:
+    named = stream_argument(stream)
+    for shard in (await client.list_shards(**named))["Shards"]:
         shard_id = shard["ShardId"]
         iterator = (
             await client.get_shard_iterator(
-                StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+                **named, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
             )
         )["ShardIterator"]
         while iterator:
-            page = await client.get_records(ShardIterator=iterator, Limit=limit)
+            page = await client.get_records(
+                ShardIterator=iterator, Limit=limit, **arn_argument(stream)
+            )
             found.extend((shard_id, record) for record in page["Records"])
             if not page["Records"]:
                 break

@@ -43,10 +43,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .._core.aggregation import AggregateBuilder
-from .._core.records import AGGREGATE_PARTITION_KEY, KinesisRecord
+from .._core.records import AGGREGATE_PARTITION_KEY, KinesisRecord, UserRecordLike
 
 if TYPE_CHECKING:
     from .._record import UserRecord
@@ -297,7 +297,7 @@ class Aggregator:
         blob = batch.builder.encode()
         batch.builder.clear()
         kinesis_record = KinesisRecord(
-            records,
+            cast("list[UserRecordLike]", records),
             blob,
             AGGREGATE_PARTITION_KEY,
             ehk if ehk is not None else str(batch.first_hash_key),

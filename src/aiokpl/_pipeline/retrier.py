@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._core.backoff import Backoff
 from .._core.records import KinesisRecord
@@ -27,7 +27,7 @@ from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, ex
 from .._record import UserRecord
 
 if TYPE_CHECKING:
-    from .._metrics import MetricsRecorder
+    from .._metrics.recorder import MetricsRecorder
     from .aggregator import Aggregator
     from .limiter import Limiter
     from .scheduler import Scheduler
@@ -146,26 +146,28 @@ class Retrier:
         self._apply(decisions)
 
     def _apply(self, decisions: Decisions, counted: int = 0) -> None:
-        if decisions.succeeded:
-            if self._metrics is not None and len(decisions.succeeded) > counted:
+        # The core's decisions hold the very records the pipeline gave it: UserRecords.
+        succeeded = cast("list[UserRecord]", decisions.succeeded)
+        if succeeded:
+            if self._metrics is not None and len(succeeded) > counted:
                 # Those that landed on another shard than predicted (rare); before they are
                 # resolved, as a resolved record has let go of its data.
-                self._metrics.delivered_elsewhere(self.stream, decisions.succeeded, self._clock())
-            self._finish(decisions.succeeded, True)
+                self._metrics.delivered_elsewhere(self.stream, succeeded, self._clock())
+            self._finish(succeeded, True)
         if decisions.failed:
-            self._finish(decisions.failed, False)
+            self._finish(cast("list[UserRecord]", decisions.failed), False)
         for group in decisions.resend:
             self._resend(group)
         if decisions.retry:
             self.retries += len(decisions.retry)
             put = self._aggregator.put
-            for record in decisions.retry:
+            for record in cast("list[UserRecord]", decisions.retry):
                 put(record, record.hash_key)
 
     def expire(self, record: KinesisRecord, where: str) -> None:
         """Fail every user record of ``record`` as ``"Expired"`` (from the limiter or sender)."""
         now = self._clock()
-        expired = expire(record, now, where)
+        expired = cast("list[UserRecord]", expire(record, now, where))
         self.expired += len(expired)
         if self._metrics is not None:
             self._metrics.expired_unsent(expired, now)

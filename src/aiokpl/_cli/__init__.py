@@ -4,7 +4,7 @@ Each subcommand lives in a module with an ``add_parser(commands, parents)`` func
 registers it (with ``set_defaults(handler=...)``, a function from the parsed arguments to the
 exit status); :data:`SUBCOMMANDS` lists them in ``--help`` order. ``parents`` carries the global
 options (``--region``, ``--endpoint-url``, ``--profile``, ``--no-verify-ssl``, ``--backend``;
-see :mod:`aiokpl._cli_options`), which a subcommand that talks to Kinesis passes on to its
+see :mod:`aiokpl._cli.options`), which a subcommand that talks to Kinesis passes on to its
 ``add_parser``. Adding a subcommand is one import and one line in the table.
 
 ``aiokpl demo`` is the project's main job, runnable with nothing but this machine: it starts a
@@ -26,15 +26,16 @@ from typing import Any
 
 import anyio
 
-from . import _cli_put, _cli_tail, _coordinate_cli, aggregation
-from ._cli_options import EXIT_USAGE, add_backend_option, add_global_options, global_options_parent
-from ._core.config import Config
-from ._core.hashing import hash_key_of
-from ._core.results import RecordResult
-from ._kinesis import create_client
-from ._local_kinesis import DUMMY_CREDENTIALS, LocalServerError, moto_server
-from ._producer import Producer
-from .testing import read_stream
+from .. import aggregation
+from .._core.config import Config
+from .._core.hashing import hash_key_of
+from .._core.results import RecordResult
+from .._kinesis import create_client
+from .._local_kinesis import DUMMY_CREDENTIALS, LocalServerError, moto_server
+from .._producer import Producer
+from ..testing import read_stream
+from . import coordinate, put, tail
+from .options import EXIT_USAGE, add_backend_option, add_global_options, global_options_parent
 
 __all__ = ("main",)
 
@@ -271,9 +272,9 @@ AddParser = Callable[[Any, list[argparse.ArgumentParser]], None]
 
 SUBCOMMANDS: list[AddParser] = [
     _add_demo_parser,
-    _cli_put.add_parser,
-    _cli_tail.add_parser,
-    _coordinate_cli.add_parser,
+    put.add_parser,
+    tail.add_parser,
+    coordinate.add_parser,
 ]
 """The ``add_parser(commands, parents)`` function of every subcommand, in ``--help`` order."""
 

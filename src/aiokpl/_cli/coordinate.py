@@ -15,9 +15,10 @@ from typing import Any
 
 import anyio
 
-from ._cli_options import config_from_args
-from ._coordination import DynamoDBStore, S3Store, run_summarizer
-from ._kinesis import create_client
+from .._coordination.coordinator import run_summarizer
+from .._coordination.stores import DynamoDBStore, S3Store
+from .._kinesis import create_client
+from .options import config_from_args
 
 __all__ = ("add_parser",)
 

@@ -5,7 +5,7 @@ terminal in a worker thread, so that waiting for a writer never blocks the event
 producer keeps sending meanwhile; from a regular file directly), the blocks are split into
 lines, and each line becomes a ``put_record``, which waits whenever the producer holds
 ``max_outstanding_records`` / ``max_outstanding_bytes``. Memory is therefore bounded by those
-two numbers and :data:`~aiokpl._cli_lines.MAX_LINE_SIZE`, never by the size of the input.
+two numbers and :data:`~aiokpl._cli.lines.MAX_LINE_SIZE`, never by the size of the input.
 
 Every line ends in exactly one of these: delivered; failed by Kinesis (its result's code, e.g.
 ``ProvisionedThroughputExceededException`` after the TTL); or rejected before it was sent (bad
@@ -13,7 +13,7 @@ JSON, a missing field, a record over the limits). Failed and rejected lines are 
 in the report and written, with their reason and the record, to the dead-letter file, which is
 created only when the first one happens.
 
-Turning lines into records is the pure module :mod:`aiokpl._cli_lines`; the report here is pure
+Turning lines into records is the pure module :mod:`aiokpl._cli.lines`; the report here is pure
 too, and tested on its own.
 """
 
@@ -38,7 +38,13 @@ import anyio.abc
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._cli_lines import (
+from .._core.config import Config
+from .._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
+from .._kinesis import create_client, error_of, stream_argument
+from .._outcome import Outcome
+from .._producer import Producer
+from .._rate_limiter import RateLimiter
+from .lines import (
     MAX_LINE_SIZE,
     BadLine,
     FieldPath,
@@ -48,7 +54,7 @@ from ._cli_lines import (
     ParsedRecord,
     Template,
 )
-from ._cli_options import (
+from .options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -59,12 +65,6 @@ from ._cli_options import (
     positive_float,
     positive_int,
 )
-from ._core.config import Config
-from ._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
-from ._kinesis import create_client, error_of
-from ._outcome import Outcome
-from ._producer import Producer
-from ._rate_limiter import RateLimiter
 
 __all__ = ("DeadLetters", "Input", "PutReport", "PutRun", "add_parser", "run_put_command")
 
@@ -126,7 +126,7 @@ class PutReport:
         return self.delivered / self.seconds if self.seconds > 0 else 0.0
 
     def exit_status(self) -> int:
-        """The command's exit status (see the module :mod:`aiokpl._cli_options`)."""
+        """The command's exit status (see the module :mod:`aiokpl._cli.options`)."""
         if self.interrupted:
             return EXIT_INTERRUPTED
         return EXIT_FAILED if self.failed_total or self.dead_letter_error else EXIT_OK
@@ -525,7 +525,7 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="put one record per input line",
         description=DESCRIPTION,
     )
-    put.add_argument("stream", metavar="STREAM", help="the stream to write to")
+    put.add_argument("stream", metavar="STREAM", help="the stream to write to: its name or its ARN")
     put.add_argument("files", metavar="FILE", nargs="*", help="input files ('-': stdin)")
     records = put.add_argument_group("records")
     records.add_argument(
@@ -639,7 +639,7 @@ def _open_inputs(names: list[str]) -> Iterator[Input]:
 async def _stream_check(client: Any, stream: str) -> tuple[str, str] | None:
     """``(code, message)`` if ``stream`` cannot be listed (wrong name, no access), else None."""
     try:
-        await client.list_shards(StreamName=stream)
+        await client.list_shards(**stream_argument(stream))
     except Exception as exc:  # every client error becomes data here
         return error_of(exc)
     return None
