@@ -15,11 +15,11 @@ from typing import Any
 
 import anyio
 import pytest
-from aiokpl._cli.options import EXIT_USAGE, config_from_args
-from aiokpl._cli.reader import StartPosition, tail_stream
 
 from aiokpl import Config, InvalidRecordError, InvalidRecordTypeError, Producer
 from aiokpl._cli import main
+from aiokpl._cli.options import EXIT_USAGE, config_from_args
+from aiokpl._cli.reader import StartPosition, tail_stream
 from aiokpl._core.hashing import StreamArn, check_stream_name, parse_stream_arn, stream_name_of
 from aiokpl._core.metrics import MetricStatistics
 from aiokpl._kinesis import stream_argument
