@@ -374,6 +374,9 @@ async def test_put_after_exit_raises() -> None:
         await producer.put_record(stream="s", partition_key="k", data=b"d")
     with pytest.raises(ProducerClosedError):
         producer.put_record_nowait(stream="s", partition_key="k", data=b"d")
+    # aiokpl 0.2.0 raised a plain RuntimeError here: code catching that keeps working.
+    with pytest.raises(RuntimeError, match="closed"):
+        await producer.put_record(stream="s", partition_key="k", data=b"d")
 
 
 async def test_put_before_enter_is_an_error() -> None:
