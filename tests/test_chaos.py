@@ -14,9 +14,11 @@ Every mix runs on asyncio and trio under virtual time, and asserts the same inva
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,7 @@ import pytest
 from aiokpl import Config, Outcome, Producer, RecordResult
 from aiokpl._core.aggregation import decode, is_aggregated
 from aiokpl._core.hashing import hash_key_of
+from aiokpl._kinesis import KinesisClient
 from aiokpl.testing import FakeKinesis, FaultPlan
 
 pytestmark = pytest.mark.anyio
@@ -52,6 +55,9 @@ class ChaosClient:
     async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
         return await self.fake.list_shards(**kwargs)
 
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream(**kwargs)
+
     async def put_records(self, **kwargs: Any) -> dict[str, Any]:
         if self.rng.random() < self.reset_rate:
             self.resets += 1
@@ -75,18 +81,22 @@ class Run:
 
 
 async def produce(
-    client: Any | None,
+    client: KinesisClient | None,
     config: Config,
     *,
     count: int,
     size: int,
     per_tick: int,
     tick: float = 0.01,
-    during: Any = None,
+    during: Callable[[int], Awaitable[None]] | None = None,
 ) -> Run:
     """Put ``count`` records, ``per_tick`` every ``tick`` seconds, calling ``during(i)`` too."""
     run = Run()
     rng = random.Random(5)
+
+    def resolved(i: int, _: Outcome[RecordResult]) -> None:
+        run.resolutions.update([i])
+
     async with Producer(config, client=client) as producer:
 
         async def watch() -> None:
@@ -101,7 +111,7 @@ async def produce(
                 key = f"key-{rng.randrange(500)}"
                 data = b"%08d" % i + b"x" * (size - 8)
                 outcome = await producer.put_record(stream="s", partition_key=key, data=data)
-                outcome.add_done_callback(lambda _, i=i: run.resolutions.update([i]))
+                outcome.add_done_callback(functools.partial(resolved, i))
                 run.outcomes.append((key, data, outcome))
                 run.peak_records = max(run.peak_records, producer.outstanding_records)
                 run.peak_bytes = max(run.peak_bytes, producer.outstanding_bytes)
@@ -159,6 +169,7 @@ def check_invariants(
         for before, after in zip(result.attempts, result.attempts[1:], strict=False):
             assert after.started_at >= before.ended_at  # a history, in order
         if result.success and stream_exists:
+            assert result.shard_id is not None
             copies = delivered[(key, data, result.shard_id)]
             assert copies >= 1, f"{key} reported delivered to {result.shard_id} but not there"
             if copies > 1:

@@ -101,7 +101,9 @@ def test_put_delivers_every_line_once_with_its_partition_key(
 ) -> None:
     _, endpoint = kinesis_server
     stream = new_stream(endpoint, 3)
-    documents = [{"user": {"id": f"u{i % 37}"}, "n": i, "text": "é" * (i % 5)} for i in range(2000)]
+    documents: list[dict[str, Any]] = [
+        {"user": {"id": f"u{i % 37}"}, "n": i, "text": "é" * (i % 5)} for i in range(2000)
+    ]
     source = tmp_path / "events.jsonl"
     source.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in documents))
     dead_letter = tmp_path / "dead.jsonl"
@@ -493,7 +495,7 @@ def tail_process(kinesis_server: tuple[str, str]) -> Iterator[Any]:
 
 def _wait_for_shards(process: subprocess.Popen[bytes], shards: int) -> list[str]:
     assert process.stderr is not None
-    notes = []
+    notes: list[str] = []
     while sum("from LATEST" in note for note in notes) < shards:
         line = process.stderr.readline().decode()
         assert line, f"tail ended early: {notes}"
