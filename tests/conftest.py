@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 from collections.abc import Callable
@@ -44,14 +45,15 @@ class _ExactClock:
             self._now = target if target > self._now else math.nextafter(self._now, math.inf)
 
 
-def virtual_asyncio_loop() -> Any:
+def virtual_asyncio_loop() -> asyncio.AbstractEventLoop:
     """An async_solipsism event loop (no real I/O; time jumps when idle) on an exact clock."""
     loop = async_solipsism.EventLoop()
     clock = _ExactClock()
     loop._selector.clock = clock
     loop._EventLoop__clock = clock
     loop._clock_resolution = clock.resolution
-    return loop
+    event_loop: asyncio.AbstractEventLoop = loop  # async_solipsism has no type information
+    return event_loop
 
 
 def virtual_backend(name: str) -> tuple[str, dict[str, Any]]:
