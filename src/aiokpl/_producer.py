@@ -15,9 +15,10 @@ Invariants:
 * records and bytes outstanding never exceed ``max_outstanding_records`` /
   ``max_outstanding_bytes``: ``put_record`` waits for room, ``put_record_nowait`` refuses;
 * a rejected put (bad input, closed producer, full buffer) changes nothing;
-* every random draw (the jitter of the retriers', shard maps' and coordinator's backoffs) comes
-  from the producer's one generator, ``jitter_source``, never the process-wide one: with it
-  seeded, a seeded fake and a virtual clock, a run replays exactly.
+* every random draw that decides timing (the jitter of the retriers', shard maps' and
+  coordinator's waits) comes from the producer's one generator, ``jitter_source``, never the
+  process-wide one: with it seeded, a seeded fake and a virtual clock, a run replays exactly.
+  (A coordination ``producer_id`` left to chance is a ``uuid4``: a name, not a timing.)
 """
 
 from __future__ import annotations
@@ -433,11 +434,11 @@ class Producer:
         metrics_sinks: where to send the metrics every ``config.metrics_upload_interval_ms``
             (e.g. :class:`aiokpl.CloudWatchSink`); needs ``config.metrics_level`` other than
             ``"none"``. The producer opens and closes them.
-        jitter_source: for tests: the generator of every random draw the producer makes (the
-            jitter of retry, shard-map refresh and coordination backoffs). ``None`` (the
-            default) gives each producer a new unseeded ``random.Random``; a test that passes
-            ``random.Random(seed)``, with a seeded fake under a virtual clock, replays the same
-            retry schedule on every run.
+        jitter_source: for tests: the generator of every random draw that decides the
+            producer's timing (the jitter of retry, shard-map refresh and coordination waits).
+            ``None`` (the default) gives each producer a new unseeded ``random.Random``; a test
+            that passes ``random.Random(seed)``, with a seeded fake under a virtual clock,
+            replays the same retry schedule on every run.
 
     Raises:
         ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``.
