@@ -41,7 +41,7 @@ def _import_aws_kinesis_agg() -> tuple[ModuleType, ModuleType, ModuleType]:
     # a top-level module); undo that once they are loaded.
     saved = sys.path[:]
     try:
-        from aws_kinesis_agg import (  # type: ignore[import-untyped]
+        from aws_kinesis_agg import (
             aggregator,
             deaggregator,
             messages_pb2,
@@ -513,12 +513,14 @@ def test_decode_record_length_of_three_bytes() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _parse_both(body: bytes) -> tuple[Any, Any]:
+def _parse_both(
+    body: bytes,
+) -> tuple[core._Columns | type[Exception] | None, core._Columns | type[Exception]]:
     """What the fast path and the general parser make of a body (None or the exception type)."""
+    fast: core._Columns | type[Exception] | None
+    general: core._Columns | type[Exception]
     buf = frame(body)
     end = len(buf) - core.DIGEST_SIZE
-    fast: Any
-    general: Any
     try:
         fast = core._parse_canonical(buf, len(MAGIC), end)
     except (IndexError, UnicodeDecodeError, AggregationFormatError) as exc:
@@ -536,6 +538,7 @@ def _assert_fast_path_is_exact(body: bytes) -> None:
     if fast is None or isinstance(fast, type):
         return
     assert general is not AggregationFormatError
+    assert not isinstance(general, type)
     keys, datas, explicit_hash_keys, tags = fast
     assert tags is None
     assert general[3] is None

@@ -35,7 +35,7 @@ EPS = 1e-6
 
 def user_records(fake: FakeKinesis, stream: str) -> list[tuple[str, str, bytes]]:
     """(shard, partition key, data) of every user record stored, deaggregated."""
-    found = []
+    found: list[tuple[str, str, bytes]] = []
     for stored in fake.stored_records(stream):
         if is_aggregated(stored.data):
             found.extend((stored.shard_id, r.partition_key, r.data) for r in decode(stored.data))

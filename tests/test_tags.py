@@ -120,7 +120,7 @@ async def test_a_lone_tagged_record_goes_as_an_aggregate_of_one() -> None:
 async def test_aws_kinesis_agg_reads_what_the_producer_wrote_with_tags() -> None:
     saved = sys.path[:]
     try:
-        from aws_kinesis_agg import deaggregator  # type: ignore[import-untyped]
+        from aws_kinesis_agg import deaggregator
     finally:
         sys.path[:] = saved
     fake = FakeKinesis()

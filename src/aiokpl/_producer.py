@@ -14,13 +14,18 @@ Invariants:
   exits: delivered, failed by Kinesis, expired, or cancelled;
 * records and bytes outstanding never exceed ``max_outstanding_records`` /
   ``max_outstanding_bytes``: ``put_record`` waits for room, ``put_record_nowait`` refuses;
-* a rejected put (bad input, closed producer, full buffer) changes nothing.
+* a rejected put (bad input, closed producer, full buffer) changes nothing;
+* every random draw that decides timing (the jitter of the retriers', shard maps' and
+  coordinator's waits) comes from the producer's one generator, ``jitter_source``, never the
+  process-wide one: with it seeded, a seeded fake and a virtual clock, a run replays exactly.
+  (A coordination ``producer_id`` left to chance is a ``uuid4``: a name, not a timing.)
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import random
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -242,6 +247,7 @@ class _Stream:
             producer._client_for(stream),
             producer._task_group,
             request_timeout=config.request_timeout_ms / 1000,
+            random_value=producer._jitter.random,
         )
         scheduler = producer._scheduler
         clock = producer._clock
@@ -300,6 +306,7 @@ class _Stream:
                 aggregation_enabled=config.aggregation_enabled,
                 retry_delay=buffered / 2,
             ),
+            random_value=producer._jitter.random,
             metrics=producer._metrics,
             resend=lambda records: sender.submit(self.retrier, records),
         )
@@ -412,11 +419,17 @@ class Producer:
         metrics_sinks: where to send the metrics every ``config.metrics_upload_interval_ms``
             (e.g. :class:`aiokpl.CloudWatchSink`); needs ``config.metrics_level`` other than
             ``"none"``. The producer opens and closes them.
+        jitter_source: for tests: the generator of every random draw that decides the
+            producer's timing (the jitter of retry, shard-map refresh and coordination waits).
+            ``None`` (the default) gives each producer a new unseeded ``random.Random``; a test
+            that passes ``random.Random(seed)``, with a seeded fake under a virtual clock,
+            replays the same retry schedule on every run.
 
     Raises:
         ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``.
-        TypeError: ``config`` is not a ``Config``, a sink is not a ``MetricsSink``, or
-            ``coordination`` is not a ``Coordination``.
+        TypeError: ``config`` is not a ``Config``, a sink is not a ``MetricsSink``,
+            ``coordination`` is not a ``Coordination``, or ``jitter_source`` is not a
+            ``random.Random``.
     """
 
     def __init__(
@@ -426,9 +439,17 @@ class Producer:
         client: KinesisClient | None = None,
         coordination: Coordination | None = None,
         metrics_sinks: Iterable[MetricsSink] = (),
+        jitter_source: random.Random | None = None,
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
+        if jitter_source is not None and not isinstance(jitter_source, random.Random):
+            raise TypeError(
+                f"jitter_source must be a random.Random, not {type(jitter_source).__name__}"
+            )
+        # One generator for all of this producer's jitter: the global one is shared with the
+        # rest of the process, so a schedule drawn from it could never be replayed.
+        self._jitter = random.Random() if jitter_source is None else jitter_source
         if coordination is not None and not isinstance(coordination, Coordination):
             raise TypeError(
                 "coordination must be an aiokpl.coordination.Coordination, "
@@ -514,7 +535,9 @@ class Producer:
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
         self._scheduler.call_at(self._clock() + IDLE_SWEEP_SECONDS, _IdleSweep(self))
         if self._coordination is not None:
-            self._coordinator = _ProducerCoordinator(self._coordination, self.config, self._clock)
+            self._coordinator = _ProducerCoordinator(
+                self._coordination, self.config, self._clock, self._jitter
+            )
             task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
         if self._metrics is not None:
             self._start_metrics(task_group)
