@@ -84,22 +84,12 @@ from typing import Any, NamedTuple
 import anyio
 import anyio.lowlevel
 
-from ._core.hashing import MAX_HASH_KEY, hash_key_of, partition_key_length
-from ._core.shards import ShardRange, ShardTable
-from ._core.token_bucket import TokenBucket
-from ._kinesis import arn_argument, client_error, stream_argument
+from .._core.hashing import MAX_HASH_KEY, hash_key_of, partition_key_length
+from .._core.shards import ShardRange, ShardTable
+from .._core.token_bucket import TokenBucket
+from .._kinesis import arn_argument, client_error, stream_argument
 
-__all__ = (
-    "FakeKinesis",
-    "FakeShard",
-    "FaultPlan",
-    "HttpFaultPlan",
-    "LoopbackKinesis",
-    "LoopbackStatistics",
-    "Request",
-    "StoredRecord",
-    "read_stream",
-)
+__all__ = ("FakeKinesis", "FakeShard", "FaultPlan", "Request", "StoredRecord", "read_stream")
 
 _ACCOUNT_ID = "123456789012"
 _REGION = "us-east-1"
@@ -2297,9 +2287,3 @@ async def read_stream(
                 break
             iterator = page.get("NextShardIterator")
     return found
-
-
-# The HTTP face of the same model (imported last: it refers back to FakeKinesis).
-from ._loopback import HttpFaultPlan as HttpFaultPlan  # noqa: E402
-from ._loopback import LoopbackKinesis as LoopbackKinesis  # noqa: E402
-from ._loopback import LoopbackStatistics as LoopbackStatistics  # noqa: E402

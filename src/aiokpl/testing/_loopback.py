@@ -70,18 +70,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ._backend import threadsafe_scheduler
-from ._kinesis import error_of
-
-if TYPE_CHECKING:
-    # Imported lazily at run time: aiokpl.testing re-exports this module's names.
-    from .testing import FakeKinesis
+from .._backend import threadsafe_scheduler
+from .._kinesis import error_of
+from ._fake import FakeKinesis
 
 __all__ = ("HttpFaultPlan", "LoopbackKinesis", "LoopbackStatistics", "MalformedKind")
 
@@ -515,8 +512,6 @@ class LoopbackKinesis:
 
     def __init__(self, fake: FakeKinesis | None = None) -> None:
         if fake is None:
-            from .testing import FakeKinesis
-
             fake = FakeKinesis()
         self.fake: FakeKinesis = fake
         self._signatures: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
