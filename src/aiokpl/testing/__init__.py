@@ -74,14 +74,14 @@ stream), then the random ones of :attr:`FakeKinesis.faults`.
 from __future__ import annotations
 
 from ._fake import FakeKinesis as FakeKinesis
-from ._fake import FakeShard as FakeShard
-from ._fake import FaultPlan as FaultPlan
 from ._fake import Request as Request
-from ._fake import StoredRecord as StoredRecord
-from ._fake import read_stream as read_stream
+from ._faults import FaultPlan as FaultPlan
 from ._loopback import HttpFaultPlan as HttpFaultPlan
 from ._loopback import LoopbackKinesis as LoopbackKinesis
 from ._loopback import LoopbackStatistics as LoopbackStatistics
+from ._model import FakeShard as FakeShard
+from ._model import StoredRecord as StoredRecord
+from ._read import read_stream as read_stream
 
 __all__ = (
     "FakeKinesis",
