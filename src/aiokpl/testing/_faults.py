@@ -8,10 +8,11 @@ its scripts of record outcomes, and its random plan with the sequence drawn from
 
 Invariants: a call takes at most one fault, in this order: a denial (which consumes nothing
 and draws nothing), else the earliest scripted fault that applies to it (a fault scoped to a
-stream applies only to calls naming that stream), else one draw of the random plan; a call or
-record decided by a script draws no random number, so the same seed fails the same calls
-whatever was scripted around them. A scripted fault of ``count`` calls is one entry with a
-counter, so ``fail_requests(10**9)`` costs no memory.
+stream applies only to calls naming that stream), else one draw of the random plan if the plan
+covers the operation. Each record of a ``PutRecords`` that is served takes its scripted outcome,
+else one draw if the plan fails records. A call or record decided by a script draws no random
+number. A scripted fault of ``count`` calls is one entry with a counter, so
+``fail_requests(10**9)`` costs no memory.
 """
 
 from __future__ import annotations
