@@ -151,7 +151,8 @@ def metadata_problems(
 
     if metadata.get("Description-Content-Type") != "text/markdown":
         problems.append("the description is not declared as Markdown")
-    if not metadata.get_payload().lstrip().startswith("# aiokpl"):
+    description = metadata.get_payload()
+    if not (isinstance(description, str) and description.lstrip().startswith("# aiokpl")):
         problems.append("the description is not the README")
     if metadata.get("License-Expression") != "Apache-2.0":
         problems.append(f"License-Expression is {metadata.get('License-Expression')!r}")

@@ -107,8 +107,9 @@ def test_defaults_without_options() -> None:
 
 def test_subcommands_are_a_table_of_add_parser_functions() -> None:
     def add_echo(
-        commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]
-    ) -> None:  # type: ignore[type-arg]
+        commands: argparse._SubParsersAction[argparse.ArgumentParser],
+        parents: list[argparse.ArgumentParser],
+    ) -> None:
         echo = commands.add_parser("echo", parents=parents)
         echo.add_argument("word")
         echo.set_defaults(handler=lambda args: len(args.word) + (args.region == "x"))
@@ -452,7 +453,7 @@ def test_dead_letters_file_is_created_on_the_first_entry(tmp_path: Path) -> None
     dead_letters = DeadLetters(str(path), report)
     dead_letters.close()
     assert not path.exists()
-    assert report.dead_letter_path is None
+    assert (report.dead_letters, report.dead_letter_path) == (0, None)
     dead_letters.write(
         source="in.txt",
         line=3,

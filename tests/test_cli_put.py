@@ -289,7 +289,7 @@ async def test_a_run_stopped_between_reads_resumes_at_the_next_input(tmp_path: P
     class StopsWhenRead(io.BytesIO):
         """The second input: the signal arrives as it is first read."""
 
-        def read1(self, size: int = -1, /) -> bytes:
+        def read1(self, size: int | None = -1, /) -> bytes:
             run.stop(signal.SIGINT)
             return super().read1(size)
 

@@ -12,6 +12,7 @@ import re
 import sys
 import tarfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -42,9 +43,13 @@ def check() -> ModuleType:
     return module
 
 
-def metadata_text(version: str = VERSION, **changes: str | None) -> str:
+# Metadata fields to replace (or, with None, drop), keyed by name with "_" for "-".
+Changes = Mapping[str, str | list[str] | None]
+
+
+def metadata_text(version: str = VERSION, changes: Changes | None = None) -> str:
     """Core metadata as hatchling writes it; ``changes`` replace (or, with None, drop) lines."""
-    fields = {
+    fields: dict[str, str | list[str]] = {
         "Metadata-Version": "2.4",
         "Name": "aiokpl",
         "Version": version,
@@ -72,7 +77,7 @@ def metadata_text(version: str = VERSION, **changes: str | None) -> str:
         "Provides-Extra": ["demo", "local", "trio"],
         "Description-Content-Type": "text/markdown",
     }
-    for name, value in changes.items():
+    for name, value in (changes or {}).items():
         key = name.replace("_", "-")
         if value is None:
             del fields[key]
@@ -124,8 +129,8 @@ def make_sdist(directory: Path, metadata: str, *, version: str = VERSION) -> Pat
     return path
 
 
-def problems(check: ModuleType, **changes: str | None) -> list[str]:
-    metadata = check._parse(metadata_text(**changes))
+def problems(check: ModuleType, changes: Changes | None = None) -> list[str]:
+    metadata = check._parse(metadata_text(changes=changes))
     result: list[str] = check.metadata_problems(metadata, version=VERSION, repository=REPOSITORY)
     return result
 
@@ -191,7 +196,7 @@ def test_good_metadata_passes(check: ModuleType, tmp_path: Path) -> None:
 def test_each_broken_promise_is_reported(
     check: ModuleType, changes: dict[str, str | list[str] | None], expected: str
 ) -> None:
-    found = problems(check, **changes)  # type: ignore[arg-type]
+    found = problems(check, changes)
     assert any(expected in problem for problem in found), found
 
 

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,9 @@ def test_put_delivers_every_line_once_with_its_partition_key(
 ) -> None:
     _, endpoint = kinesis_server
     stream = new_stream(endpoint, 3)
-    documents = [{"user": {"id": f"u{i % 37}"}, "n": i, "text": "é" * (i % 5)} for i in range(2000)]
+    documents: list[dict[str, Any]] = [
+        {"user": {"id": f"u{i % 37}"}, "n": i, "text": "é" * (i % 5)} for i in range(2000)
+    ]
     source = tmp_path / "events.jsonl"
     source.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in documents))
     dead_letter = tmp_path / "dead.jsonl"
@@ -483,8 +485,12 @@ async def _put_plain(endpoint: str, stream: str, prefix: str, count: int) -> Non
             await admin.put_record(StreamName=stream, PartitionKey=f"k{i}", Data=f"{prefix}{i}")
 
 
+# Starts `python -m aiokpl tail` with these arguments.
+TailProcess = Callable[..., "subprocess.Popen[bytes]"]
+
+
 @pytest.fixture
-def tail_process(kinesis_server: tuple[str, str]) -> Iterator[Any]:
+def tail_process(kinesis_server: tuple[str, str]) -> Iterator[TailProcess]:
     """Starts ``python -m aiokpl tail`` processes; kills any still running at the end."""
     started: list[subprocess.Popen[bytes]] = []
 
@@ -510,7 +516,7 @@ def tail_process(kinesis_server: tuple[str, str]) -> Iterator[Any]:
 
 def _wait_for_shards(process: subprocess.Popen[bytes], shards: int) -> list[str]:
     assert process.stderr is not None
-    notes = []
+    notes: list[str] = []
     while sum("from LATEST" in note for note in notes) < shards:
         line = process.stderr.readline().decode()
         assert line, f"tail ended early: {notes}"
@@ -519,7 +525,7 @@ def _wait_for_shards(process: subprocess.Popen[bytes], shards: int) -> list[str]
 
 
 def test_tail_process_follows_new_records(
-    kinesis_server: tuple[str, str], tail_process: Any
+    kinesis_server: tuple[str, str], tail_process: TailProcess
 ) -> None:
     _, endpoint = kinesis_server
     stream = new_stream(endpoint, 2)
@@ -531,7 +537,9 @@ def test_tail_process_follows_new_records(
     assert sorted(p["data"] for p in json_lines(out.decode())) == [f"live{i}" for i in range(4)]
 
 
-def test_tail_process_exits_0_on_ctrl_c(kinesis_server: tuple[str, str], tail_process: Any) -> None:
+def test_tail_process_exits_0_on_ctrl_c(
+    kinesis_server: tuple[str, str], tail_process: TailProcess
+) -> None:
     _, endpoint = kinesis_server
     stream = new_stream(endpoint, 1)
     process = tail_process(stream, "--endpoint-url", endpoint, "--backend", "trio")
@@ -547,7 +555,7 @@ def test_tail_process_exits_0_on_ctrl_c(kinesis_server: tuple[str, str], tail_pr
 
 
 def test_tail_process_exits_0_when_its_reader_goes_away(
-    kinesis_server: tuple[str, str], tail_process: Any
+    kinesis_server: tuple[str, str], tail_process: TailProcess
 ) -> None:
     """``aiokpl tail STREAM | head -1``: a closed pipe ends it quietly."""
     _, endpoint = kinesis_server

@@ -25,6 +25,8 @@ from typing import Any
 
 from .._core.config import Config
 from .._core.errors import ConfigError
+from .._core.hashing import parse_stream_arn
+from .._kinesis import check_region
 
 __all__ = (
     "EXIT_FAILED",
@@ -135,11 +137,22 @@ def global_options_parent() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace, **changes: Any) -> Config:
     """The producer or client configuration the global options describe, plus ``changes``.
 
+    A command's ``STREAM`` given as a stream ARN sets the region when ``--region`` does not.
+
     Raises:
         ConfigError: a value in ``changes`` is out of range.
+        InvalidRecordError: ``STREAM`` is a malformed stream ARN, or one of another region
+            than ``--region``.
     """
+    region = args.region
+    stream = getattr(args, "stream", None)
+    if isinstance(stream, str):
+        arn = parse_stream_arn(stream)
+        if arn is not None:
+            check_region(arn, stream, region)
+            region = arn.region
     return Config(
-        region=args.region,
+        region=region,
         endpoint_url=args.endpoint_url,
         profile_name=args.profile,
         verify_ssl=args.verify_ssl,

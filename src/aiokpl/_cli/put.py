@@ -45,7 +45,7 @@ import anyio.to_thread
 
 from .._core.config import Config
 from .._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
-from .._kinesis import create_client, error_of
+from .._kinesis import create_client, error_of, stream_argument
 from .._outcome import Outcome
 from .._producer import Producer
 from .._rate_limiter import RateLimiter
@@ -613,7 +613,7 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="put one record per input line",
         description=DESCRIPTION,
     )
-    put.add_argument("stream", metavar="STREAM", help="the stream to write to")
+    put.add_argument("stream", metavar="STREAM", help="the stream to write to: its name or its ARN")
     # default=[]: argparse then knows FILE is optional, and says only STREAM when it is missing.
     put.add_argument(
         "files",
@@ -734,7 +734,7 @@ def _open_inputs(names: list[str]) -> Iterator[Input]:
 async def _stream_check(client: Any, stream: str) -> tuple[str, str] | None:
     """``(code, message)`` if ``stream`` cannot be listed (wrong name, no access), else None."""
     try:
-        await client.list_shards(StreamName=stream)
+        await client.list_shards(**stream_argument(stream))
     except Exception as exc:  # every client error becomes data here
         return error_of(exc)
     return None

@@ -163,7 +163,7 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="print a stream's records as JSON lines",
         description=DESCRIPTION,
     )
-    tail.add_argument("stream", metavar="STREAM", help="the stream to read")
+    tail.add_argument("stream", metavar="STREAM", help="the stream to read: its name or its ARN")
     start = tail.add_mutually_exclusive_group()
     start.add_argument(
         "--trim-horizon",
@@ -227,7 +227,11 @@ def run_tail_command(
     """Run ``aiokpl tail`` as ``args`` say; returns the exit status."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"aiokpl tail: {exc}", file=stderr)
+        return EXIT_USAGE
     try:
         return anyio.run(_tail_main, config, args, stdout, stderr, backend=args.backend)
     except BaseException as exc:

@@ -35,11 +35,13 @@ class AiokplError(Exception):
     """
 
 
-class ProducerClosedError(AiokplError):
+class ProducerClosedError(AiokplError, RuntimeError):
     """Raised by ``put_record`` once the producer has been closed (its ``async with`` exited).
 
     The producer cannot be restarted: create a new one. Records put before the close are not
-    affected; each of their outcomes resolves normally.
+    affected; each of their outcomes resolves normally. It is a ``RuntimeError`` too (using a
+    closed object is a state error), so code written for aiokpl 0.2.0, which raised a plain
+    ``RuntimeError``, keeps catching it.
     """
 
 

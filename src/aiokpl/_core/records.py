@@ -11,7 +11,11 @@ Invariants:
 * a Kinesis record's ``deadline``/``expires_at`` are the earliest of its user records';
 * a Kinesis record holding one user record is sent raw with that record's partition key and
   its hash key as explicit hash key; an aggregate uses partition key ``"a"`` and the hash key
-  of its first user record (KPL ``kinesis_record.cc``).
+  of its first user record (KPL ``kinesis_record.cc``);
+* except a lone user record with tags: a raw Kinesis record has no place for them, so it goes
+  as an aggregate of one (with its own partition key and hash key, so it is routed exactly as
+  the raw record would be), which every KPL-aware deaggregator reads. The KPL never meets the
+  case: it has no tags.
 
 Mirrors ``KinesisRecord`` in the KPL. A plain slotted class, not a dataclass: it is allocated on
 the hot path.
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .aggregation import decode
+from .aggregation import AggregateBuilder, decode
 from .results import Attempt, RecordResult
 
 __all__ = (
@@ -69,6 +73,11 @@ class UserRecordLike(Protocol):
     @property
     def hash_key(self) -> int:
         """The record's 128-bit hash key."""
+        ...
+
+    @property
+    def encoded_tags(self) -> bytes:
+        """The record's tags encoded as the aggregate's ``Record.tags`` fields; ``b""``."""
         ...
 
     def add_attempt(self, attempt: Attempt) -> None:
@@ -121,6 +130,21 @@ class KinesisRecord:
         """
         ehk = record.explicit_hash_key
         data = record.data
+        tags = record.encoded_tags
+        if tags:  # an aggregate of one: a raw record has no place for tags
+            builder = AggregateBuilder()
+            builder.try_add(record.partition_key, data, ehk, float("inf"), tags)
+            blob = builder.encode()
+            return cls(
+                [record],
+                blob,
+                record.partition_key,
+                ehk if ehk is not None else str(hash_key),
+                record.predicted_shard,
+                record.deadline,
+                record.expires_at,
+                record.size - len(data) - len(tags),
+            )
         return cls(
             [record],
             data,

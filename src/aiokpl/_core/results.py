@@ -14,8 +14,12 @@ Mirrors ``Attempt`` and the result the KPL hands back to its Java wrapper
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import AiokplError
+
+if TYPE_CHECKING:
+    from .aggregation import Tag
 
 __all__ = ("Attempt", "FailedRecord", "RecordFailedError", "RecordResult")
 
@@ -74,18 +78,22 @@ class FailedRecord:
         data: its payload, as ``bytes``.
         explicit_hash_key: the explicit hash key as a decimal string, or ``None`` if the record
             was routed by its partition key.
+        tags: its tags (:class:`~aiokpl.aggregation.Tag` objects, in order; ``()`` for none),
+            ready to be put again with ``tags=record.tags``.
     """
 
     stream: str
     partition_key: str
     data: bytes
     explicit_hash_key: str | None = None
+    tags: tuple[Tag, ...] = ()
 
     def __repr__(self) -> str:
         # The payload may be large or sensitive: show its size, not its bytes.
+        tags = f", tags={self.tags!r}" if self.tags else ""
         return (
             f"FailedRecord(stream={self.stream!r}, partition_key={self.partition_key!r}, "
-            f"data=<{len(self.data)} bytes>, explicit_hash_key={self.explicit_hash_key!r})"
+            f"data=<{len(self.data)} bytes>, explicit_hash_key={self.explicit_hash_key!r}{tags})"
         )
 
 
