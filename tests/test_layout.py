@@ -30,14 +30,14 @@ KNOWN_CYCLES: dict[frozenset[str], str] = {}
 """Cycles allowed for now, each with the reason and what removes it. A cycle listed here that
 no longer exists fails the test too, so the list never outlives its entries."""
 
-TEST_INFRASTRUCTURE = ("aiokpl.testing", "aiokpl._local_kinesis")
+TEST_INFRASTRUCTURE = ("aiokpl.testing",)
 """The fake and its HTTP server (the ``aiokpl.testing`` package, submodules included) and the
 local servers (moto, kinesalite): for tests and demos."""
 
 MAY_IMPORT_TEST_INFRASTRUCTURE: dict[tuple[str, str], str] = {
-    ("aiokpl._cli", "aiokpl._local_kinesis"): "`aiokpl demo` starts moto's server locally",
-    ("aiokpl._cli", "aiokpl.testing"): "`aiokpl demo` reads the stream back with read_stream",
-    ("aiokpl._cli.local", "aiokpl._local_kinesis"): "`aiokpl local` serves moto's server",
+    ("aiokpl._cli.demo", "aiokpl.testing._servers"): "`aiokpl demo` starts moto's server locally",
+    ("aiokpl._cli.demo", "aiokpl.testing"): "`aiokpl demo` reads the stream back with read_stream",
+    ("aiokpl._cli.local", "aiokpl.testing._servers"): "`aiokpl local` serves moto's server",
 }
 """Production modules that use the test infrastructure, and why (importer, imported)."""
 
@@ -362,8 +362,8 @@ def test_the_checks_catch_an_impure_core(
         ),
         (
             "_cli/put.py",
-            "import aiokpl._local_kinesis",
-            "aiokpl._cli.put imports aiokpl._local_kinesis, which is test infrastructure",
+            "import aiokpl.testing._servers",
+            "aiokpl._cli.put imports aiokpl.testing._servers, which is test infrastructure",
         ),
         (
             "_sync.py",

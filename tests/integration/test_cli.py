@@ -28,7 +28,7 @@ import pytest
 
 from aiokpl import Producer
 from aiokpl._cli import main
-from aiokpl._local_kinesis import DUMMY_CREDENTIALS, free_port
+from aiokpl.testing._servers import DUMMY_CREDENTIALS, free_port
 from aiokpl.testing import read_stream
 
 from .helpers import (

@@ -1,7 +1,7 @@
 """``aiokpl local``: a local Kinesis for development, until Ctrl-C.
 
 It serves moto's Kinesis on 127.0.0.1 (default port :data:`DEFAULT_PORT`) through the same
-launcher as the demo and the tests (:func:`aiokpl._local_kinesis.make_moto_server`): moto's
+launcher as the demo and the tests (:func:`aiokpl.testing._servers.make_moto_server`): moto's
 WSGI application behind a lock, because stock ``python -m moto.server`` loses acknowledged
 records under concurrent ``PutRecords`` (see that module and ``docs/local-development.md``).
 It creates the streams given with ``--stream NAME[:SHARDS]``, prints the endpoint and the
@@ -34,7 +34,7 @@ import anyio
 
 from .._core.config import Config
 from .._kinesis import create_client, error_of
-from .._local_kinesis import (
+from ..testing._servers import (
     DUMMY_CREDENTIALS,
     LocalServerError,
     make_moto_server,

@@ -116,7 +116,7 @@ def make_moto_server(host: str, port: int) -> BaseWSGIServer:
 
 
 # argv[1] is this file, argv[2] the port. The file is loaded by its path, not imported as
-# aiokpl._local_kinesis, so the child needs no sys.path set up for aiokpl (and skips importing
+# aiokpl.testing._servers, so the child needs no sys.path set up for aiokpl (and skips importing
 # the package and its dependencies).
 _SERIALIZED_MOTO = """
 import importlib.util, sys
