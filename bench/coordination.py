@@ -464,9 +464,9 @@ class Experiment:
 def run(*, quick: bool = False, store: str = "dynamodb", shard_rate: float = 500.0) -> Experiment:
     """Run both phases; servers and processes are stopped before this returns."""
     from aiokpl._kinesis import create_client
-    from aiokpl.testing._servers import moto_server
     from aiokpl.coordination import DynamoDBStore
     from aiokpl.testing import LoopbackKinesis
+    from aiokpl.testing._servers import moto_server
 
     if quick:
         without_duration, without_window = 8.0, (3.0, 8.0)

@@ -28,8 +28,8 @@ import pytest
 
 from aiokpl import Producer
 from aiokpl._cli import main
-from aiokpl.testing._servers import DUMMY_CREDENTIALS, free_port
 from aiokpl.testing import read_stream
+from aiokpl.testing._servers import DUMMY_CREDENTIALS, free_port
 
 from .helpers import (
     Delivered,
