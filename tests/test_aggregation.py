@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiokpl import InvalidRecordError, aggregation
-from aiokpl._core import aggregation as core
+from aiokpl._core import decoder as core
 from aiokpl._core.hashing import hash_key_of
 from aiokpl.aggregation import (
     FRAMING_OVERHEAD,

@@ -18,7 +18,7 @@ from aiokpl import (
     RecordResult,
     SyncProducer,
 )
-from aiokpl._core.aggregation import MAGIC, encode_tags
+from aiokpl._core.decoder import MAGIC, encode_tags
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._producer import Producer
 from aiokpl.aggregation import DeaggregatedRecord, Tag, deaggregate, is_aggregated

@@ -32,8 +32,8 @@ import anyio
 
 from ._backend import current_clock
 from ._coordination.coordinator import Coordination, _ProducerCoordinator
-from ._core.aggregation import Tags, check_tags
 from ._core.config import Config
+from ._core.decoder import Tags, check_tags
 from ._core.errors import (
     BufferFullError,
     ConfigError,

@@ -18,8 +18,8 @@ from typing import Any, TextIO
 
 import anyio
 
-from .._core.aggregation import DeaggregatedRecord
 from .._core.config import Config
+from .._core.decoder import DeaggregatedRecord
 from .._core.errors import ConfigError
 from .._kinesis import create_client
 from .options import (

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .aggregation import AggregateBuilder, decode
+from .decoder import AggregateBuilder, decode
 from .results import Attempt, RecordResult
 
 __all__ = (
