@@ -19,8 +19,8 @@ from typing import Any, TextIO
 import anyio
 
 from .._core.config import Config
-from .._core.decoder import DeaggregatedRecord
 from .._core.errors import ConfigError
+from .._core.wire import DeaggregatedRecord
 from .._kinesis import create_client
 from .options import (
     EXIT_OK,
