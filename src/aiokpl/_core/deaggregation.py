@@ -36,7 +36,6 @@ from .hashing import MAX_HASH_KEY, hash_key_of
 from .wire import _MAGIC_SIZE, DIGEST_SIZE, MAGIC, DeaggregatedRecord
 
 __all__ = (
-    "ShardLike",
     "deaggregate",
     "deaggregate_records",
     "hash_key_range",
