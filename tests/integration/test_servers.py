@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,8 +19,18 @@ import pytest
 from aiokpl import InvalidRecordError, Producer, RecordResult
 from aiokpl._core.hashing import hash_key_of
 from aiokpl.testing import read_stream
+from aiokpl.testing._servers import kinesalite_dir
 
 from .helpers import admin_client, config, create_stream, shard_ranges, stream_name, user_records
+
+
+def test_kinesalite_is_looked_for_where_make_installs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `make kinesalite` installs into .cache/kinesalite beside the Makefile; the launcher's
+    # default must find it there wherever the launcher module sits in the package.
+    monkeypatch.delenv("AIOKPL_KINESALITE_DIR", raising=False)
+    checkout = Path(__file__).resolve().parents[2]
+    assert kinesalite_dir() == checkout / ".cache" / "kinesalite"
+    assert (kinesalite_dir().parents[1] / "Makefile").is_file()
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

@@ -225,7 +225,7 @@ def kinesalite_dir() -> Path:
     configured = os.environ.get("AIOKPL_KINESALITE_DIR")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2] / ".cache" / "kinesalite"
+    return Path(__file__).resolve().parents[3] / ".cache" / "kinesalite"
 
 
 def _wait_for_ready_line(process: subprocess.Popen[bytes], timeout: float, log: IO[bytes]) -> int:
