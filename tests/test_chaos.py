@@ -72,6 +72,37 @@ class ChaosClient:
         return response
 
 
+class InFlightCheck:
+    """A client wrapper that watches, per shard the entries will land on (the open shard
+    owning their hash key when the request is sent), how many requests are in flight at once
+    and how many entries one request carries."""
+
+    def __init__(self, client: Any, fake: FakeKinesis) -> None:
+        self.client = client
+        self.fake = fake
+        self.in_flight: Counter[str] = Counter()
+        self.most_in_flight = 0  # requests for one shard at once
+        self.most_entries = 0  # entries for one shard in one request
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.client.list_shards(**kwargs)  # type: ignore[no-any-return]
+
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        open_shards = [shard for shard in self.fake.shards("s") if shard.is_open]
+        targets: Counter[str] = Counter()
+        for entry in kwargs["Records"]:
+            ehk = entry.get("ExplicitHashKey")
+            hash_key = int(ehk) if ehk is not None else hash_key_of(entry["PartitionKey"].encode())
+            targets.update(shard.shard_id for shard in open_shards if hash_key in shard)
+        self.most_entries = max(self.most_entries, *targets.values())
+        self.in_flight.update(targets.keys())
+        self.most_in_flight = max(self.most_in_flight, *self.in_flight.values())
+        try:
+            return await self.client.put_records(**kwargs)  # type: ignore[no-any-return]
+        finally:
+            self.in_flight.subtract(targets.keys())
+
+
 @dataclass
 class Run:
     outcomes: list[tuple[str, bytes, Outcome[RecordResult]]] = field(default_factory=list)
@@ -353,17 +384,26 @@ ORDERED = CONFIG.replace(ordering="shard")
 ORDERED_MANY_REQUESTS = MANY_REQUESTS.replace(ordering="shard")
 
 
-async def test_the_order_check_finds_reordering_in_the_default_mode() -> None:
+def assert_one_at_a_time(check: InFlightCheck) -> None:
+    """At most one request in flight per shard, carrying one Kinesis record for it."""
+    assert check.most_in_flight == 1
+    assert check.most_entries == 1
+
+
+async def test_the_order_checks_find_reordering_in_the_default_mode() -> None:
     # The default mode under record failures and throttling: retried records land after later
-    # ones. The check must see it, or the ordered tests below could not fail.
+    # ones, and requests overlap. The checks must see it, or the tests below could not fail.
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=2, throttle=True)
     fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=7)
-    run = await produce(fake, MANY_REQUESTS, count=3_000, size=1_000, per_tick=10)
+    check = InFlightCheck(fake, fake)
+    run = await produce(check, MANY_REQUESTS, count=3_000, size=1_000, per_tick=10)
     assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
     violations = order_violations(run, fake, per_shard=True)
     assert any("numbered before" in v for v in violations), violations[:5]
     assert any("a consumer reads" in v for v in violations), violations[:5]
+    assert check.most_in_flight > 1
+    assert check.most_entries > 1
 
 
 async def test_ordered_throttling_and_record_failures() -> None:
@@ -373,9 +413,11 @@ async def test_ordered_throttling_and_record_failures() -> None:
     # 3 MB/s offered to 2 shards of 1 MiB/s, and a producer limit above the shards' own, so
     # that the shards throttle (another writer would do the same).
     config = ORDERED_MANY_REQUESTS.replace(rate_limit_bytes_per_sec_per_shard=3 * 1024 * 1024)
-    run = await produce(fake, config, count=3_000, size=3_000, per_tick=10)
+    check = InFlightCheck(fake, fake)
+    run = await produce(check, config, count=3_000, size=3_000, per_tick=10)
     assert not check_invariants(run, fake, config, allowed_failures=set())
     assert not order_violations(run, fake, per_shard=True)
+    assert_one_at_a_time(check)
     retried = [o.result() for _, _, o in run.outcomes if len(o.result().attempts) > 1]
     codes = Counter(a.error_code for r in retried for a in r.attempts if not a.success)
     assert set(codes) == {"InternalFailure", "ProvisionedThroughputExceededException"}, codes
@@ -385,10 +427,11 @@ async def test_ordered_record_failures_and_request_500s() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=4)
     fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=7)
-    run = await produce(fake, ORDERED_MANY_REQUESTS, count=3_000, size=100, per_tick=10)
+    check = InFlightCheck(fake, fake)
+    run = await produce(check, ORDERED_MANY_REQUESTS, count=3_000, size=100, per_tick=10)
     assert not check_invariants(run, fake, ORDERED_MANY_REQUESTS, allowed_failures=set())
     assert not order_violations(run, fake, per_shard=True)
-    assert fake.faults.request_failure_rate
+    assert_one_at_a_time(check)
     assert len([o for _, _, o in run.outcomes if len(o.result().attempts) > 1]) > 50
 
 
@@ -401,9 +444,11 @@ async def test_ordered_raw_records_offered_twice_the_capacity() -> None:
     config = ORDERED.replace(
         aggregation_enabled=False, rate_limit_bytes_per_sec_per_shard=3 * 1024 * 1024
     )
-    run = await produce(fake, config, count=2_000, size=4_000, per_tick=10)
+    check = InFlightCheck(fake, fake)
+    run = await produce(check, config, count=2_000, size=4_000, per_tick=10)
     assert not check_invariants(run, fake, config, allowed_failures=set())
     assert not order_violations(run, fake, per_shard=True)
+    assert_one_at_a_time(check)
     attempts = [a for _, _, o in run.outcomes for a in o.result().attempts]
     assert any(a.error_code == "ProvisionedThroughputExceededException" for a in attempts)
 
@@ -411,14 +456,23 @@ async def test_ordered_raw_records_offered_twice_the_capacity() -> None:
 async def test_ordered_connection_resets_and_answers_slower_than_the_timeout() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=4)
-    client = ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=3)
-    run = await produce(client, ORDERED_MANY_REQUESTS, count=3_000, size=100, per_tick=10)
+    check = InFlightCheck(ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=3), fake)
+    run = await produce(check, ORDERED_MANY_REQUESTS, count=3_000, size=100, per_tick=10)
     assert not check_invariants(run, fake, ORDERED_MANY_REQUESTS, allowed_failures=set())
     assert not order_violations(run, fake, per_shard=True)
-    assert client.resets > 0
-    assert client.slow > 0
-    # Timed-out requests had been stored: the resent records are duplicates, kept in order.
-    assert len(fake.stored_records("s")) > fake.calls("PutRecords") - client.resets
+    assert_one_at_a_time(check)
+    assert check.client.resets > 0
+    assert check.client.slow > 0
+    # Timed-out requests had been stored: their records, resent, are stored twice, in order.
+    duplicated = [
+        o.result()
+        for _, _, o in run.outcomes
+        if any("timed out" in (a.error_message or "") for a in o.result().attempts)
+    ]
+    assert duplicated
+    assert len(fake.stored_records("s")) > len(
+        {o.result().sequence_number for *_, o in run.outcomes}
+    )
 
 
 async def test_ordered_splits_and_merges_while_producing() -> None:
@@ -444,6 +498,9 @@ async def test_ordered_splits_and_merges_while_producing() -> None:
     )
     run = await produce(fake, config, count=3_000, size=1_000, per_tick=10, during=reshard)
     assert not check_invariants(run, fake, config, allowed_failures=set())
+    # Not per shard, nor one request per shard: until the producer hears of a merge, the
+    # lanes of both parents send, and the service puts their records in the one child. Their
+    # keys differ, and each key's order holds.
     assert not order_violations(run, fake, per_shard=False)
     shards_used = {o.result().shard_id for _, _, o in run.outcomes}
     assert {f"shardId-00000000000{i}" for i in (4, 5, 7, 8)} <= shards_used
@@ -453,15 +510,16 @@ async def test_ordered_everything_at_once() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=3, throttle=True)
     fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=11)
-    client = ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=12)
+    check = InFlightCheck(ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=12), fake)
 
     async def reshard(i: int) -> None:
         if i == 1_500:
             fake.split("s", "shardId-000000000001", 2**127)
 
     config = ORDERED_MANY_REQUESTS
-    run = await produce(client, config, count=3_000, size=1_000, per_tick=10, during=reshard)
+    run = await produce(check, config, count=3_000, size=1_000, per_tick=10, during=reshard)
     assert not check_invariants(run, fake, config, allowed_failures=set())
     assert not order_violations(run, fake, per_shard=False)
-    assert client.resets > 0
-    assert client.slow > 0
+    assert_one_at_a_time(check)
+    assert check.client.resets > 0
+    assert check.client.slow > 0

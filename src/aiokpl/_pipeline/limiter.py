@@ -570,11 +570,7 @@ class OrderedLimiter(Limiter):
 
     def drain(self, now: float, *, force: bool = False) -> None:
         for shard in list(self._waiting):
-            lane = self._limiter_of(shard) if shard is None else self.shards.get(shard)
-            if lane is None:
-                self._waiting.discard(shard)
-                continue
-            self._drain_lane(shard, lane, now, force=force)
+            self._drain_lane(shard, self._limiter_of(shard), now, force=force)
 
     def settle(self, record: KinesisRecord, again: KinesisRecord | None) -> None:
         """``record``, in flight, was answered and judged (or expired unsent): its lane is
