@@ -5,9 +5,9 @@ through producers at each level, one after another in one event loop, after a wa
 order rotating from round to round so that drift and noise hit every level alike. Two figures:
 
 * **the recorder's share** (the target): one more run at ``"detailed"`` with the recorder's
-  entry points (:class:`aiokpl._metrics.MetricsRecorder`) timed from inside; their total time
-  over that run's pipeline time is what metrics cost, measured within one run, so the noise of
-  a shared machine stretches both sides alike. The timer itself (two clock reads per
+  entry points (:class:`aiokpl._metrics.recorder.MetricsRecorder`) timed from inside; their
+  total time over that run's pipeline time is what metrics cost, measured within one run, so
+  the noise of a shared machine stretches both sides alike. The timer itself (two clock reads per
   request) is included, so the figure errs high. Best of the rounds.
 * **side by side** (information): the process's CPU time at each level over the same span as
   the pipeline's wall time, the median over rounds of each level's ratio to ``"none"`` of the
@@ -31,7 +31,7 @@ from typing import Any, Literal
 import anyio
 
 from aiokpl import Config
-from aiokpl._metrics import MetricsRecorder
+from aiokpl._metrics.recorder import MetricsRecorder
 from aiokpl.testing import FakeKinesis
 
 from .pipeline import DATA_SIZE, KEYS, SHARDS, pipeline

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiokpl import aggregation
+from aiokpl import InvalidRecordError, aggregation
 from aiokpl._core import aggregation as core
+from aiokpl._core.hashing import hash_key_of
 from aiokpl.aggregation import (
     FRAMING_OVERHEAD,
     MAGIC,
@@ -26,6 +27,7 @@ from aiokpl.aggregation import (
     AggregationFormatError,
     DeaggregatedRecord,
     Record,
+    Tag,
     deaggregate,
     deaggregate_records,
     decode,
@@ -39,7 +41,7 @@ def _import_aws_kinesis_agg() -> tuple[ModuleType, ModuleType, ModuleType]:
     # a top-level module); undo that once they are loaded.
     saved = sys.path[:]
     try:
-        from aws_kinesis_agg import (  # type: ignore[import-untyped]
+        from aws_kinesis_agg import (
             aggregator,
             deaggregator,
             messages_pb2,
@@ -73,14 +75,31 @@ datas = st.binary(max_size=300) | st.builds(
 )
 
 
+tag_texts = st.text(max_size=20).filter(_utf8_encodable) | st.text(min_size=120, max_size=200)
+# Mostly none, as in real traffic; sometimes a few, sometimes enough for multi-byte lengths.
+tag_tuples = st.just(()) | st.lists(
+    st.builds(
+        Tag, tag_texts.filter(_utf8_encodable), st.none() | tag_texts.filter(_utf8_encodable)
+    ),
+    min_size=1,
+    max_size=4,
+).map(tuple)
+
+
 @st.composite
-def record_lists(draw: st.DrawFn, max_size: int = 30) -> list[Record]:
+def record_lists(draw: st.DrawFn, max_size: int = 30, tags: bool = True) -> list[Record]:
     """Records whose keys often repeat, so the tables really get deduplicated."""
     pks = draw(st.lists(partition_keys, min_size=1, max_size=5))
     ehks = draw(st.lists(explicit_hash_keys, min_size=1, max_size=5))
     return draw(
         st.lists(
-            st.builds(Record, st.sampled_from(pks) | partition_keys, datas, st.sampled_from(ehks)),
+            st.builds(
+                Record,
+                st.sampled_from(pks) | partition_keys,
+                datas,
+                st.sampled_from(ehks),
+                tag_tuples if tags else st.just(()),
+            ),
             min_size=1,
             max_size=max_size,
         )
@@ -168,6 +187,9 @@ def test_encoding_is_what_protobuf_writes(records: list[Record]) -> None:
         else:
             assert parsed.explicit_hash_key_index == ehk_table.index(record.explicit_hash_key)
         assert parsed.data == record.data
+        assert [
+            Tag(tag.key, tag.value if tag.HasField("value") else None) for tag in parsed.tags
+        ] == list(record.tags)
     assert message.SerializeToString() == body_of(blob)
 
 
@@ -263,8 +285,8 @@ def test_builder_sizes_are_exact(records: list[Record]) -> None:
     assert builder.count == 0
     for n, record in enumerate(records, 1):
         pk, ehk = key_bytes(record)
-        predicted = builder.size_if_added(pk, len(record.data), ehk)
-        builder.add(pk, record.data, ehk)
+        predicted = builder.size_if_added(pk, len(record.data), ehk, record.tags)
+        builder.add(pk, record.data, ehk, record.tags)
         assert builder.count == n
         assert builder.size == predicted == len(builder.encode())
     assert decode(builder.encode()) == records
@@ -299,9 +321,9 @@ def test_builder_takes_str_keys_with_exact_sizes(records: list[Record]) -> None:
     builder = AggregateBuilder()
     for record in records:
         predicted = builder.size_if_added(
-            record.partition_key, len(record.data), record.explicit_hash_key
+            record.partition_key, len(record.data), record.explicit_hash_key, record.tags
         )
-        builder.add(record.partition_key, record.data, record.explicit_hash_key)
+        builder.add(record.partition_key, record.data, record.explicit_hash_key, record.tags)
         assert builder.size == predicted == len(builder.encode())
     assert decode(builder.encode()) == records
     assert builder.encode() == encode(records)
@@ -335,10 +357,10 @@ def test_builder_filled_up_to_a_limit_never_exceeds_it(records: list[Record], li
     blobs = []
     for record in records:
         pk, ehk = key_bytes(record)
-        if builder.count and builder.size_if_added(pk, len(record.data), ehk) > limit:
+        if builder.count and builder.size_if_added(pk, len(record.data), ehk, record.tags) > limit:
             blobs.append(builder.encode())
             builder.clear()
-        builder.add(pk, record.data, ehk)
+        builder.add(pk, record.data, ehk, record.tags)
     blobs.append(builder.encode())
     # Only an aggregate of one record (too big on its own) may exceed the limit.
     assert all(len(blob) <= limit or len(decode(blob)) == 1 for blob in blobs)
@@ -351,20 +373,22 @@ def test_try_add_agrees_with_size_if_added(records: list[Record], limit: int) ->
     """``try_add`` is ``size_if_added`` then ``add`` in one call: same decisions, same bytes."""
     fused, reference = AggregateBuilder(), AggregateBuilder()
     for record in records:
-        key, data, ehk = record.partition_key, record.data, record.explicit_hash_key
-        fits = not reference.count or reference.size_if_added(key, len(data), ehk) <= limit
+        key, data, ehk, tags = record
+        encoded = core.encode_tags(tags)
+        fits = not reference.count or reference.size_if_added(key, len(data), ehk, tags) <= limit
         before = (fused.count, fused.size, fused.encode() if fused.count else b"")
-        count = fused.try_add(key, data, ehk, limit)
+        count = fused.try_add(key, data, ehk, limit, encoded)
         if fits:
-            reference.add(key, data, ehk)
+            reference.add(key, data, ehk, tags)
             assert count == reference.count
         else:
             assert count == 0
             assert (fused.count, fused.size, fused.encode()) == before  # unchanged
             fused.clear()
             reference.clear()
-            assert fused.try_add(key, data, ehk, limit) == 1  # an empty builder takes anything
-            reference.add(key, data, ehk)
+            # an empty builder takes anything
+            assert fused.try_add(key, data, ehk, limit, encoded) == 1
+            reference.add(key, data, ehk, tags)
         assert fused.size == reference.size == len(fused.encode())
         assert fused.encode() == reference.encode()
 
@@ -429,7 +453,11 @@ def test_decode_fields_in_any_order_with_tags_and_unknown_fields() -> None:
         ]
     )
     assert parse_with_protobuf(frame(body)).partition_key_table == ["a", "b", "c"]
-    assert decode(frame(body)) == [Record("b", b"x", "123"), Record("a", b"z"), Record("a", b"")]
+    assert decode(frame(body)) == [
+        Record("b", b"x", "123", (Tag("t", "v"),)),
+        Record("a", b"z"),
+        Record("a", b""),
+    ]
 
 
 def test_decode_skips_the_largest_field_number() -> None:
@@ -446,9 +474,19 @@ def test_decode_wrong_wire_type_for_a_known_field_is_skipped_like_protobuf() -> 
     ("record", "expected"),
     [
         pytest.param(b"\x10\x00\x08\x00\x1a\x01x", Record("a", b"x", "1"), id="ehk-first"),
-        pytest.param(b"\x08\x00\x1a\x01x\x22\x00", Record("a", b"x"), id="tag-after-data"),
-        pytest.param(b"\x08\x00\x22\x00\x1a\x01x", Record("a", b"x"), id="tag-before-data"),
-        pytest.param(b"\x08\x00\x10\x00\x22\x00\x1a\x01x", Record("a", b"x", "1"), id="ehk-tag"),
+        pytest.param(
+            b"\x08\x00\x1a\x01x\x22\x03\x0a\x01t", Record("a", b"x", None, (Tag("t"),)), id="tag"
+        ),
+        pytest.param(
+            b"\x08\x00\x22\x03\x0a\x01t\x1a\x01x",
+            Record("a", b"x", None, (Tag("t"),)),
+            id="tag-before-data",
+        ),
+        pytest.param(
+            b"\x08\x00\x10\x00\x22\x05\x0a\x00\x12\x01v\x1a\x01x",
+            Record("a", b"x", "1", (Tag("", "v"),)),
+            id="ehk-tag",
+        ),
         pytest.param(b"\x08\x80\x80\x00\x1a\x01x", Record("a", b"x"), id="3-byte-pk-index"),
         pytest.param(b"\x08\x00\x10\x80\x80\x00\x1a\x01x", Record("a", b"x", "1"), id="3-byte-ehk"),
         pytest.param(b"\x08\x00\x1a\x80\x80\x00", Record("a", b""), id="3-byte-data-length"),
@@ -475,8 +513,12 @@ def test_decode_record_length_of_three_bytes() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _parse_both(body: bytes) -> tuple[Any, Any]:
+def _parse_both(
+    body: bytes,
+) -> tuple[core._Columns | type[Exception] | None, core._Columns | type[Exception]]:
     """What the fast path and the general parser make of a body (None or the exception type)."""
+    fast: core._Columns | type[Exception] | None
+    general: core._Columns | type[Exception]
     buf = frame(body)
     end = len(buf) - core.DIGEST_SIZE
     try:
@@ -495,9 +537,12 @@ def _assert_fast_path_is_exact(body: bytes) -> None:
     fast, general = _parse_both(body)
     if fast is None or isinstance(fast, type):
         return
-    keys, datas, explicit_hash_keys = fast
     assert general is not AggregationFormatError
-    assert (keys, datas, explicit_hash_keys or [None] * len(keys)) == general
+    assert not isinstance(general, type)
+    keys, datas, explicit_hash_keys, tags = fast
+    assert tags is None
+    assert general[3] is None
+    assert (keys, datas, explicit_hash_keys or [None] * len(keys)) == general[:3]
 
 
 def test_fast_key_table_reads_ascii_keys_in_one_piece() -> None:
@@ -580,12 +625,16 @@ BIG = b"\x1a\x80\x01" + b"d" * 128  # a data field of 128 bytes: a 2-byte length
         # 1-byte record length
         pytest.param([b"\x10\x00\x08\x00\x1a\x01x"], [Record("a", b"x", "1")], id="ehk-first"),
         pytest.param([b"\x08\x00\x10\x00\x1a\x01x"], [Record("a", b"x", "1")], id="ehk"),
-        pytest.param([b"\x08\x00\x1a\x01x\x22\x00"], [Record("a", b"x")], id="tag-after-data"),
+        pytest.param(
+            [b"\x08\x00\x1a\x01x\x22\x02\x0a\x00"], [Record("a", b"x", None, (Tag(""),))], id="tag"
+        ),
         pytest.param([b"\x08\x00\x1a\x81\x00x"], [Record("a", b"x")], id="2-byte-data-length"),
         pytest.param([b"\x08\x80\x00\x10\x00\x1a\x01x"], [Record("a", b"x", "1")], id="idx2-ehk"),
         pytest.param([b"\x08\x80\x80\x00\x1a\x01x"], [Record("a", b"x")], id="3-byte-index"),
         pytest.param(
-            [b"\x08\x80\x00\x1a\x01x\x22\x00"], [Record("a", b"x")], id="idx2-tag-after-data"
+            [b"\x08\x80\x00\x1a\x01x\x22\x02\x0a\x00"],
+            [Record("a", b"x", None, (Tag(""),))],
+            id="idx2-tag-after-data",
         ),
         # 2-byte record length
         pytest.param([b"\x10\x00\x08\x00" + BIG], [Record("a", b"d" * 128, "1")], id="big-ehk-1st"),
@@ -595,12 +644,14 @@ BIG = b"\x1a\x80\x01" + b"d" * 128  # a data field of 128 bytes: a 2-byte length
         ),
         pytest.param([b"\x08\x80\x80\x00" + BIG], [Record("a", b"d" * 128)], id="big-3-byte-index"),
         pytest.param(
-            [b"\x08\x00\x1a\x7c" + b"d" * 124 + b"\x22\x00"],
-            [Record("a", b"d" * 124)],
+            [b"\x08\x00\x1a\x7c" + b"d" * 124 + b"\x22\x02\x0a\x00"],
+            [Record("a", b"d" * 124, None, (Tag(""),))],
             id="big-tag-after-1-byte-data-length",
         ),
         pytest.param(
-            [b"\x08\x00" + BIG + b"\x22\x00"], [Record("a", b"d" * 128)], id="big-tag-after-data"
+            [b"\x08\x00" + BIG + b"\x22\x02\x0a\x00"],
+            [Record("a", b"d" * 128, None, (Tag(""),))],
+            id="big-tag-after-data",
         ),
         pytest.param(
             [b"\x08\x00\x1a\x80\x81\x00" + b"d" * 128],
@@ -931,6 +982,232 @@ def test_deaggregate_records_of_a_lambda_event_or_a_single_record() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Tags: encoding, validation, malformed tags
+# --------------------------------------------------------------------------------------------
+
+
+def test_tags_in_every_accepted_form_encode_alike() -> None:
+    pairs = (Tag("env", "prod"), Tag("flag"))
+    expected = encode([Record("k", b"x", None, pairs)])
+    assert encode([("k", b"x", None, {"env": "prod", "flag": None})]) == expected
+    assert encode([("k", b"x", None, [("env", "prod"), ("flag", None)])]) == expected
+    assert encode([("k", b"x", None, (t for t in pairs))]) == expected
+    # No tags at all, in any spelling: the record is written without field 4.
+    nothing: tuple[Any, ...] = (None, (), {}, [])
+    for none in nothing:
+        assert encode([("k", b"x", None, none)]) == encode([("k", b"x")])
+    assert core.encode_tags(None) == core.encode_tags(()) == b""
+
+
+def test_tags_keep_order_and_duplicates() -> None:
+    tags = (Tag("b", "2"), Tag("a", "1"), Tag("b", "3"), Tag("b"), Tag("", ""))
+    assert decode(encode([Record("k", b"x", None, tags)]))[0].tags == tags
+    assert core.decode_tags(core.encode_tags(tags)) == tags
+
+
+@pytest.mark.parametrize(
+    ("tags", "error", "message"),
+    [
+        pytest.param("env=prod", TypeError, r"^tags must be a mapping .* not str$", id="str"),
+        pytest.param(b"x", TypeError, r"^tags must be a mapping .* not bytes$", id="bytes"),
+        pytest.param(5, TypeError, r"^tags must be a mapping .* not int$", id="int"),
+        pytest.param(
+            [("a",)], TypeError, r"^tags\[0\]: a tag is .* not tuple of length 1$", id="1"
+        ),
+        pytest.param(["ab"], TypeError, r"^tags\[0\]: a tag is .* not str$", id="pair-str"),
+        pytest.param([5], TypeError, r"^tags\[0\]: a tag is .* not int$", id="pair-int"),
+        pytest.param(
+            {1: "v"}, TypeError, r"^tags\[0\]: a tag's key must be a str, not int$", id="k"
+        ),
+        pytest.param([("k", b"v")], TypeError, r"^tags\[0\]: a tag's value must be a str", id="v"),
+        pytest.param(
+            [("a", "1"), ("\ud800", "v")], ValueError, r"^tags\[1\]: a tag's key .* UTF-8", id="sk"
+        ),
+        pytest.param({"k": "\udfff"}, ValueError, r"^tags\[0\]: a tag's value .* UTF-8", id="sv"),
+    ],
+)
+def test_bad_tags_are_rejected_naming_the_field(
+    tags: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        core.encode_tags(tags)
+    with pytest.raises(error, match=message):
+        encode([("k", b"x", None, tags)])
+    with pytest.raises(error, match=message):
+        AggregateBuilder().add("k", b"x", None, tags)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        pytest.param(b"\x08\x00\x1a\x01x\x22\x00", "has no key", id="no-key"),
+        pytest.param(b"\x08\x00\x1a\x01x\x22\x02\x12\x00", "has no key", id="value-only"),
+        pytest.param(b"\x08\x00\x1a\x01x\x22\x03\x0a\x01\xff", "key that is not valid", id="k"),
+        pytest.param(
+            b"\x08\x00\x1a\x01x\x22\x05\x0a\x00\x12\x01\xc3", "value that is not valid", id="v"
+        ),
+        pytest.param(
+            b"\x08\x00\x1a\x01x\x22\x05\x0a\x00", "runs past the end of the record", id="p"
+        ),
+        pytest.param(
+            b"\x08\x00\x1a\x01x\x22\x02\x0a\x05", "runs past the end of the tag", id="inside"
+        ),
+    ],
+)
+def test_malformed_tags_raise_aggregation_format_error(record: bytes, message: str) -> None:
+    body = b"\x0a\x01a\x1a" + bytes([len(record)]) + record
+    with pytest.raises(AggregationFormatError, match=message):
+        decode(frame(body))
+    with pytest.raises(AggregationFormatError, match=message):
+        deaggregate(boto3_record(frame(body)))
+
+
+def test_decode_tags_rejects_what_encode_tags_never_writes() -> None:
+    with pytest.raises(AggregationFormatError, match="not an encoded tag at byte 0"):
+        core.decode_tags(b"\x0a\x01k")
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    partition_keys,
+    st.integers(0, 70_000),
+    explicit_hash_keys,
+    tag_tuples,
+)
+def test_the_size_of_an_aggregate_of_one_is_exact(
+    partition_key: str, data_len: int, explicit_hash_key: str | None, tags: tuple[Tag, ...]
+) -> None:
+    """What the producer checks a lone tagged record against ``max_record_size`` with."""
+    encoded = core.encode_tags(tags)
+    blob = encode([Record(partition_key, bytes(data_len), explicit_hash_key, tags)])
+    key_size = len(partition_key.encode())
+    assert core._aggregate_of_one_size(key_size, data_len, explicit_hash_key, len(encoded)) == len(
+        blob
+    )
+    size = key_size + data_len
+    assert core.check_tags(tags, partition_key, size, explicit_hash_key, key_size + len(blob)) == (
+        encoded,
+        size + len(encoded),
+    )
+    if encoded:
+        with pytest.raises(InvalidRecordError, match="as an aggregate of one"):
+            core.check_tags(tags, partition_key, size, explicit_hash_key, key_size + len(blob) - 1)
+
+
+# --------------------------------------------------------------------------------------------
+# deaggregate(shard=...): the KCL's hash key range filter
+# --------------------------------------------------------------------------------------------
+
+HALF = 2**127
+LOWER = {
+    "ShardId": "shardId-000000000001",
+    "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(HALF - 1)},
+}
+UPPER = {
+    "ShardId": "shardId-000000000002",
+    "HashKeyRange": {"StartingHashKey": str(HALF), "EndingHashKey": str(2**128 - 1)},
+}
+
+
+def _key_in(upper: bool) -> str:
+    """A partition key whose MD5 falls in the upper (or lower) half of the key space."""
+    return next(
+        key
+        for key in (f"pk-{i}" for i in range(100))
+        if (hash_key_of(key.encode()) >= HALF) is upper
+    )
+
+
+# An aggregate sent with a stale map after shard 0 split in two halves: its explicit hash key
+# (its first record's) took it to the lower child, where the upper half's records do not
+# belong (the producer resent those to the upper child).
+STALE = [
+    Record("first", b"lower-1", str(HALF // 2)),
+    Record(_key_in(upper=True), b"upper-by-md5"),
+    Record("pinned", b"upper-by-ehk", str(HALF)),
+    Record(_key_in(upper=False), b"lower-by-md5", None, (Tag("t", "v"),)),
+    Record("edge", b"lower-edge", str(HALF - 1)),
+]
+
+
+@pytest.mark.parametrize(
+    "shard",
+    [
+        pytest.param(LOWER, id="list-shards-entry"),
+        pytest.param(LOWER["HashKeyRange"], id="hash-key-range"),
+        pytest.param(("0", str(HALF - 1)), id="str-pair"),
+        pytest.param((0, HALF - 1), id="int-pair"),
+        pytest.param([0, HALF - 1], id="list"),
+    ],
+)
+def test_the_filter_drops_exactly_the_records_outside_the_shard(shard: Any) -> None:
+    blob = encode(STALE)
+    for record in (boto3_record(blob), lambda_record(blob), lambda_record(blob)["kinesis"]):
+        kept = deaggregate(record, shard=shard)
+        assert [r.data for r in kept] == [b"lower-1", b"lower-by-md5", b"lower-edge"]
+        # Each keeps its place in the aggregate, and its tags.
+        assert [r.sub_sequence_number for r in kept] == [0, 3, 4]
+        assert kept[1].tags == (Tag("t", "v"),)
+        assert deaggregate_records([record], shard=shard) == kept
+    # Without the filter every record comes back: the upper ones twice in the stream.
+    assert len(deaggregate(boto3_record(blob))) == len(STALE)
+
+
+def test_the_filter_keeps_what_the_other_shard_drops() -> None:
+    blob = encode(STALE)
+    lower = deaggregate(boto3_record(blob), shard=LOWER)
+    upper = deaggregate(boto3_record(blob), shard=UPPER)
+    assert [r.data for r in upper] == [b"upper-by-md5", b"upper-by-ehk"]
+    assert sorted(r.sub_sequence_number for r in lower + upper) == list(range(len(STALE)))
+    whole = {"HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(2**128 - 1)}}
+    assert deaggregate(boto3_record(blob), shard=whole) == deaggregate(boto3_record(blob))
+
+
+def test_the_filter_never_drops_a_record_that_was_not_aggregated() -> None:
+    # Kinesis routed it by its own key: wherever it is, it belongs there.
+    plain = boto3_record(b"plain", PartitionKey=_key_in(upper=True))
+    assert [r.data for r in deaggregate(plain, shard=LOWER)] == [b"plain"]
+    event = {"Records": [lambda_record(b"raw"), lambda_record(encode(STALE))]}
+    assert [r.data for r in deaggregate_records(event, shard=UPPER)] == [
+        b"raw",
+        b"upper-by-md5",
+        b"upper-by-ehk",
+    ]
+
+
+def test_the_filter_rejects_an_explicit_hash_key_that_is_not_a_number() -> None:
+    blob = encode([Record("k", b"x", "12a")])
+    assert deaggregate(boto3_record(blob))[0].explicit_hash_key == "12a"  # no filter: no check
+    with pytest.raises(AggregationFormatError, match="'12a' is not a decimal integer"):
+        deaggregate(boto3_record(blob), shard=LOWER)
+
+
+@pytest.mark.parametrize(
+    ("shard", "error", "message"),
+    [
+        pytest.param({"ShardId": "x"}, ValueError, "has a 'HashKeyRange'", id="no-range"),
+        pytest.param(
+            {"HashKeyRange": {"StartingHashKey": "0"}}, ValueError, "'EndingHashKey'", id="half"
+        ),
+        pytest.param(("0", "x"), ValueError, "ending hash key must be a decimal integer", id="x"),
+        pytest.param(("-1", "5"), ValueError, "starting hash key must be a decimal", id="sign"),
+        pytest.param((0, 2**128), ValueError, r"must be in 0 … 2\*\*128-1", id="too-big"),
+        pytest.param((True, 5), ValueError, "must be a decimal integer", id="bool"),
+        pytest.param((6, 5), ValueError, "above the ending one", id="empty"),
+        pytest.param((1, 2, 3), TypeError, "not tuple", id="triple"),
+        pytest.param("shardId-0", TypeError, "not str", id="shard-id"),
+    ],
+)
+def test_a_bad_shard_is_rejected_before_any_record_is_read(
+    shard: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        deaggregate({"not": "a record"}, shard=shard)
+    with pytest.raises(error, match=message):
+        deaggregate_records([], shard=shard)
+
+
+# --------------------------------------------------------------------------------------------
 # The garbage collector is left alone
 # --------------------------------------------------------------------------------------------
 
@@ -981,6 +1258,8 @@ def _expected_aws_explicit_hash_key(record: Record, records: list[Record]) -> st
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(record_lists())
 def test_aws_deaggregator_reads_our_aggregates(records: list[Record]) -> None:
+    """Tags included: aws_kinesis_agg parses them (protobuf) and passes over them; it returns
+    no tags, so only our own deaggregator gives them back."""
     blob = encode(records)
     # deaggregate_records() only knows Lambda-shaped records; boto3-shaped ones need
     # iter_deaggregate_records(..., data_format="Boto3"). Both return the data base64-encoded.
@@ -996,23 +1275,60 @@ def test_aws_deaggregator_reads_our_aggregates(records: list[Record]) -> None:
             assert kinesis["partitionKey"] == record.partition_key
             assert kinesis["explicitHashKey"] == _expected_aws_explicit_hash_key(record, records)
             assert base64.b64decode(kinesis["data"]) == record.data
+    assert [r.tags for r in deaggregate(boto3_record(blob))] == [r.tags for r in records]
+
+
+def test_aws_protobuf_reads_the_tags_we_write() -> None:
+    records = [
+        Record("a", b"1", None, (Tag("env", "prod"), Tag("flag"), Tag("env", ""))),
+        Record("b", b"2"),
+        Record("a", b"3", "7", (Tag("é", "ü" * 200),)),
+    ]
+    message = parse_with_protobuf(encode(records))
+    read = [
+        [(t.key, t.value if t.HasField("value") else None) for t in r.tags] for r in message.records
+    ]
+    assert read == [
+        [("env", "prod"), ("flag", None), ("env", "")],
+        [],
+        [("é", "ü" * 200)],
+    ]
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(record_lists())
+@given(record_lists(tags=False))
 def test_we_read_aws_aggregates(records: list[Record]) -> None:
     aggregator = aws_aggregator.RecordAggregator()
     blobs = []
     for record in records:
-        full = aggregator.add_user_record(*record)
+        full = aggregator.add_user_record(*record[:3])
         if full is not None:
             blobs.append(full.get_contents()[2])
     blobs.append(aggregator.clear_and_get().get_contents()[2])
 
     assert [r for blob in blobs for r in decode(blob)] == records
     deaggregated = deaggregate_records([boto3_record(blob) for blob in blobs])
-    assert [(r.partition_key, r.data, r.explicit_hash_key) for r in deaggregated] == records
+    assert [
+        Record(r.partition_key, r.data, r.explicit_hash_key, r.tags) for r in deaggregated
+    ] == records
     assert all(r.aggregated for r in deaggregated)
+
+
+def test_we_read_tags_protobuf_writes() -> None:
+    message = messages_pb2.AggregatedRecord()
+    message.partition_key_table.append("k")
+    record = message.records.add()
+    record.partition_key_index = 0
+    record.data = b"x"
+    for key, value in (("a", "b"), ("c", None), ("a", "")):
+        tag = record.tags.add()
+        tag.key = key
+        if value is not None:
+            tag.value = value
+    blob = frame(message.SerializeToString())
+    expected = (Tag("a", "b"), Tag("c"), Tag("a", ""))
+    assert decode(blob) == [Record("k", b"x", None, expected)]
+    assert deaggregate(boto3_record(blob))[0].tags == expected
 
 
 def test_public_module_reexports_the_core() -> None:

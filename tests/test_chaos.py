@@ -11,6 +11,11 @@ Every mix runs on asyncio and trio under virtual time, and asserts the same inva
 * duplicates occur only for records one of whose requests outlived its timeout (the service
   stored them, the answer came too late, the producer retried: at-least-once delivery).
 
+Every random choice of a run is drawn from its test's seed: the fake's faults, the network's,
+the partition keys, and the producer's own backoff jitter (``Producer(jitter_source=...)``). Under
+the virtual clock a seed replays exactly, so a failing seed can be rerun and debugged;
+``test_a_seed_replays_exactly`` checks that it does.
+
 With ``Config(ordering="shard")`` the same mixes also assert order (``order_violations``):
 every partition key's records, and without resharding every shard's, are in the stream in
 put order, as the results' sequence numbers say and as a consumer reading like the KCL sees
@@ -20,12 +25,14 @@ fail.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import anyio
 import pytest
@@ -33,7 +40,9 @@ import pytest
 from aiokpl import Config, Outcome, Producer, RecordResult
 from aiokpl._core.aggregation import decode, is_aggregated
 from aiokpl._core.hashing import hash_key_of
+from aiokpl._kinesis import KinesisClient
 from aiokpl.testing import FakeKinesis, FaultPlan
+from conftest import virtual_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -41,6 +50,9 @@ TIMEOUT_S = 1.0
 # "request timed out after 1 s" (the sender's own limit) or botocore's "Read timeout on ...".
 TIMED_OUT = re.compile(r"timed out|read timeout", re.IGNORECASE)
 TTL_S = 30.0
+
+
+ClientT = TypeVar("ClientT", bound=KinesisClient)
 
 
 class ChaosClient:
@@ -59,6 +71,12 @@ class ChaosClient:
     async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
         return await self.fake.list_shards(**kwargs)
 
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream(**kwargs)
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream_summary(**kwargs)
+
     async def put_records(self, **kwargs: Any) -> dict[str, Any]:
         if self.rng.random() < self.reset_rate:
             self.resets += 1
@@ -72,12 +90,12 @@ class ChaosClient:
         return response
 
 
-class InFlightCheck:
+class InFlightCheck(Generic[ClientT]):
     """A client wrapper that watches, per shard the entries will land on (the open shard
     owning their hash key when the request is sent), how many requests are in flight at once
     and how many entries one request carries."""
 
-    def __init__(self, client: Any, fake: FakeKinesis) -> None:
+    def __init__(self, client: ClientT, fake: FakeKinesis) -> None:
         self.client = client
         self.fake = fake
         self.in_flight: Counter[str] = Counter()
@@ -85,7 +103,13 @@ class InFlightCheck:
         self.most_entries = 0  # entries for one shard in one request
 
     async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
-        return await self.client.list_shards(**kwargs)  # type: ignore[no-any-return]
+        return await self.client.list_shards(**kwargs)
+
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.client.describe_stream(**kwargs)
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.client.describe_stream_summary(**kwargs)
 
     async def put_records(self, **kwargs: Any) -> dict[str, Any]:
         open_shards = [shard for shard in self.fake.shards("s") if shard.is_open]
@@ -98,7 +122,7 @@ class InFlightCheck:
         self.in_flight.update(targets.keys())
         self.most_in_flight = max(self.most_in_flight, *self.in_flight.values())
         try:
-            return await self.client.put_records(**kwargs)  # type: ignore[no-any-return]
+            return await self.client.put_records(**kwargs)
         finally:
             self.in_flight.subtract(targets.keys())
 
@@ -113,19 +137,30 @@ class Run:
 
 
 async def produce(
-    client: Any | None,
+    client: KinesisClient | None,
     config: Config,
     *,
     count: int,
     size: int,
     per_tick: int,
     tick: float = 0.01,
-    during: Any = None,
+    during: Callable[[int], Awaitable[None]] | None = None,
+    seed: int = 5,
+    jitter: random.Random | None = None,
 ) -> Run:
-    """Put ``count`` records, ``per_tick`` every ``tick`` seconds, calling ``during(i)`` too."""
+    """Put ``count`` records, ``per_tick`` every ``tick`` seconds, calling ``during(i)`` too.
+
+    ``seed`` draws the partition keys and seeds the producer's jitter (unless ``jitter`` is
+    given).
+    """
     run = Run()
-    rng = random.Random(5)
-    async with Producer(config, client=client) as producer:
+    rng = random.Random(seed)
+    jitter_source = random.Random(seed) if jitter is None else jitter
+
+    def resolved(i: int, _: Outcome[RecordResult]) -> None:
+        run.resolutions.update([i])
+
+    async with Producer(config, client=client, jitter_source=jitter_source) as producer:
 
         async def watch() -> None:
             while True:
@@ -139,7 +174,7 @@ async def produce(
                 key = f"key-{rng.randrange(500)}"
                 data = b"%08d" % i + b"x" * (size - 8)
                 outcome = await producer.put_record(stream="s", partition_key=key, data=data)
-                outcome.add_done_callback(lambda _, i=i: run.resolutions.update([i]))
+                outcome.add_done_callback(functools.partial(resolved, i))
                 run.outcomes.append((key, data, outcome))
                 run.peak_records = max(run.peak_records, producer.outstanding_records)
                 run.peak_bytes = max(run.peak_bytes, producer.outstanding_bytes)
@@ -197,6 +232,7 @@ def check_invariants(
         for before, after in zip(result.attempts, result.attempts[1:], strict=False):
             assert after.started_at >= before.ended_at  # a history, in order
         if result.success and stream_exists:
+            assert result.shard_id is not None
             copies = delivered[(key, data, result.shard_id)]
             assert copies >= 1, f"{key} reported delivered to {result.shard_id} but not there"
             if copies > 1:
@@ -302,7 +338,7 @@ async def test_per_record_internal_failures_and_request_500s() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=4)
     fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=7)
-    run = await produce(fake, MANY_REQUESTS, count=3_000, size=100, per_tick=10)
+    run = await produce(fake, MANY_REQUESTS, count=3_000, size=100, per_tick=10, seed=7)
     assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
     retried = [o.result() for _, _, o in run.outcomes if len(o.result().attempts) > 1]
     codes = {a.error_code for r in retried for a in r.attempts if not a.success}
@@ -314,7 +350,7 @@ async def test_connection_resets_and_answers_slower_than_the_timeout() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=4)
     client = ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=3)
-    run = await produce(client, MANY_REQUESTS, count=3_000, size=100, per_tick=10)
+    run = await produce(client, MANY_REQUESTS, count=3_000, size=100, per_tick=10, seed=3)
     assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
     assert fake.calls("PutRecords") > 200
     assert client.resets > 0
@@ -362,20 +398,153 @@ async def test_stream_deleted_mid_run() -> None:
         assert len(outcome.result().attempts) == 1
 
 
-async def test_everything_at_once() -> None:
+async def everything_at_once(
+    seed: int, jitter: random.Random | None = None
+) -> tuple[Run, FakeKinesis, ChaosClient]:
+    """Throttling shards, per-record and request failures, resets, slow answers and a split,
+    every random choice drawn from ``seed`` (the producer's jitter from ``jitter`` if given)."""
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=3, throttle=True)
-    fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=11)
-    client = ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=12)
+    fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=seed)
+    client = ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=seed + 1)
 
     async def reshard(i: int) -> None:
         if i == 1_500:
             fake.split("s", "shardId-000000000001", 2**127)
 
-    run = await produce(client, MANY_REQUESTS, count=3_000, size=1_000, per_tick=10, during=reshard)
+    run = await produce(
+        client,
+        MANY_REQUESTS,
+        count=3_000,
+        size=1_000,
+        per_tick=10,
+        during=reshard,
+        seed=seed,
+        jitter=jitter,
+    )
+    return run, fake, client
+
+
+async def test_everything_at_once() -> None:
+    run, fake, client = await everything_at_once(seed=11)
     assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
     assert client.resets > 0
     assert client.slow > 0
+
+
+class ListingLog:
+    """FakeKinesis, noting when each shard-map refresh (a first ListShards page) was asked."""
+
+    def __init__(self, fake: FakeKinesis) -> None:
+        self.fake = fake
+        self.refreshed_at: list[float] = []
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        if "NextToken" not in kwargs:
+            self.refreshed_at.append(anyio.current_time())
+        return await self.fake.list_shards(**kwargs)
+
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream(**kwargs)
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream_summary(**kwargs)
+
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.put_records(**kwargs)
+
+
+async def test_an_on_demand_stream_resharding_every_few_seconds_under_load() -> None:
+    # 1.5 MB/s for 60 s into an on-demand stream of two throttling shards (each 1 MiB/s, so
+    # more than one shard takes), which splits its hottest shard every 3 s of load and merges
+    # its coldest pair every third time.
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2, throttle=True, on_demand=True)
+    fake.auto_reshard("s", every_seconds=3.0, merge_every=3, min_open_shards=2)
+    client = ListingLog(fake)
+    count = 36_000
+    run = await produce(client, CONFIG, count=count, size=2_500, per_tick=6)
+    # Nothing lost, nothing twice: every record succeeded and is in the stream exactly once,
+    # inside the range of the shard its result names.
+    assert not check_invariants(run, fake, CONFIG, allowed_failures=set())
+    delivered = delivered_on_range(fake, "s")
+    assert sum(delivered.values()) == count
+    assert set(delivered.values()) == {1}
+    # The stream resharded all along: a split closes one shard, a merge two, at one instant.
+    reshards = sorted({s.closed_at for s in fake.shards("s") if s.closed_at is not None})
+    assert len(reshards) >= 15
+    merges = [s for s in fake.shards("s") if s.adjacent_parent_shard_id is not None]
+    assert len(merges) >= 5
+    # Each reshard cost one map refresh, no more: the first load, then one per reshard, each
+    # before the next reshard (the map caught up with every layout the stream had).
+    refreshes = client.refreshed_at
+    assert len(refreshes) <= 1 + len(reshards)
+    lags = []
+    for reshard, following in zip(reshards, [*reshards[1:], float("inf")], strict=True):
+        caught_up = [t for t in refreshes if reshard <= t < following]
+        assert len(caught_up) == 1, (reshard, caught_up)
+        lags.append(caught_up[0] - reshard)
+    # ... within one buffered time (plus the limiter's drain) of the reshard.
+    assert max(lags) <= CONFIG.record_max_buffered_time_ms / 1000 + 0.05
+    # Wrong-shard retries are bounded: only the user records of aggregates predicted for a
+    # split parent that fell on the other child, between the split and the refresh.
+    wrong_shard = sum(
+        1
+        for _, _, outcome in run.outcomes
+        for attempt in outcome.result().attempts
+        if attempt.error_code == "Wrong Shard"
+    )
+    offered_per_second = 600  # 6 records every 10 ms
+    buffered = CONFIG.record_max_buffered_time_ms / 1000
+    assert wrong_shard <= len(reshards) * offered_per_second * buffered / 2
+
+
+# (key, data, ((started_at, ended_at, error_code, shard_id) of each attempt, ...)) per record.
+Timeline = list[tuple[str, bytes, tuple[tuple[float, float, str | None, str | None], ...]]]
+
+
+def timeline(run: Run) -> Timeline:
+    """Every record's attempts, in the order the records were put."""
+    return [
+        (
+            key,
+            data,
+            tuple(
+                (a.started_at, a.ended_at, a.error_code, a.shard_id)
+                for a in outcome.result().attempts
+            ),
+        )
+        for key, data, outcome in run.outcomes
+    ]
+
+
+def test_a_seed_replays_exactly(
+    anyio_backend: tuple[str, dict[str, Any]], seed_trio_scheduler: Callable[[int], None]
+) -> None:
+    """The same seed, from time 0 on a new virtual clock, gives the same attempts at the same
+    times with the same codes, record for record; another seed, or the same faults with other
+    jitter, does not."""
+    backend = anyio_backend[0]
+
+    def replay(seed: int, jitter: random.Random | None = None) -> Timeline:
+        async def scenario() -> Timeline:
+            run, _, client = await everything_at_once(seed, jitter)
+            assert client.resets  # every kind of fault took part
+            assert client.slow
+            return timeline(run)
+
+        name, options = virtual_backend(backend)
+        if name == "trio":
+            seed_trio_scheduler(seed)
+        return anyio.run(scenario, backend=name, backend_options=options)
+
+    first = replay(11)
+    retried = sum(len(attempts) > 1 for _, _, attempts in first)
+    assert retried > 100  # backoffs whose jitter counts
+    assert replay(11) == first
+    # Only the producer's jitter differs: the retry times do too.
+    assert replay(11, jitter=random.Random(12)) != first
+    assert replay(12) != first
 
 
 # --- ordering="shard": the same mixes, and the order checked -----------------------------------
@@ -384,7 +553,7 @@ ORDERED = CONFIG.replace(ordering="shard")
 ORDERED_MANY_REQUESTS = MANY_REQUESTS.replace(ordering="shard")
 
 
-def assert_one_at_a_time(check: InFlightCheck) -> None:
+def assert_one_at_a_time(check: InFlightCheck[Any]) -> None:
     """At most one request in flight per shard, carrying one Kinesis record for it."""
     assert check.most_in_flight == 1
     assert check.most_entries == 1

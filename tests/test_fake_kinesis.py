@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,7 +29,7 @@ def records(count: int, *, size: int = 1, prefix: str = "k") -> list[dict[str, A
     return [{"PartitionKey": f"{prefix}{i}", "Data": b"x" * size} for i in range(count)]
 
 
-async def fails(awaitable: Any, code: str, *, http_status: int = 400) -> ClientError:
+async def fails(awaitable: Awaitable[object], code: str, *, http_status: int = 400) -> ClientError:
     with pytest.raises(ClientError) as info:
         await awaitable
     assert error_of(info.value)[0] == code, error_of(info.value)
@@ -1289,3 +1289,196 @@ def test_setup_outside_an_event_loop() -> None:
 
 def _ids(shards: Sequence[FakeShard]) -> list[str]:
     return [s.shard_id for s in shards]
+
+
+# -- stream ARNs, regions and accounts ---------------------------------------------------------
+
+OTHER_ACCOUNT = "210987654321"
+
+
+async def test_every_call_that_names_a_stream_takes_its_arn_as_its_name() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", 2)
+    arn = fake.stream_arn("s")
+    by_name = await fake.put_records(StreamName="s", Records=records(3))
+    by_arn = await fake.put_records(StreamARN=arn, Records=records(3))
+    assert [r["ShardId"] for r in by_arn["Records"]] == [r["ShardId"] for r in by_name["Records"]]
+    one = await fake.put_record(StreamARN=arn, PartitionKey="k0", Data=b"x")
+    assert one["ShardId"] == by_name["Records"][0]["ShardId"]
+    assert await all_shards(fake, StreamARN=arn) == await all_shards(fake, StreamName="s")
+    summary = await fake.describe_stream_summary(StreamARN=arn)
+    assert summary["StreamDescriptionSummary"]["StreamName"] == "s"
+    described = await fake.describe_stream(StreamARN=arn)
+    assert described["StreamDescription"]["StreamARN"] == arn
+    iterator = (
+        await fake.get_shard_iterator(
+            StreamARN=arn, ShardId="shardId-000000000000", ShardIteratorType="TRIM_HORIZON"
+        )
+    )["ShardIterator"]
+    assert (await fake.get_records(ShardIterator=iterator, StreamARN=arn))["Records"]
+    await fake.split_shard(
+        StreamARN=arn, ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**125)
+    )
+    await fake.merge_shards(
+        StreamARN=arn,
+        ShardToMerge="shardId-000000000002",
+        AdjacentShardToMerge="shardId-000000000003",
+    )
+    # The setup and read-back helpers take the ARN too.
+    assert len(fake.stored_records(arn)) == 7
+    assert [s.shard_id for s in fake.shards(arn)] == [s.shard_id for s in fake.shards("s")]
+    await fake.delete_stream(StreamARN=arn)
+    await fails(fake.describe_stream_summary(StreamName="s"), "ResourceNotFoundException")
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:nope",
+        "arn:aws:kinesis:us-east-1:12345:stream/s",  # an 11-digit account
+        "arn:aws:sqs:us-east-1:123456789012:stream/s",
+        "arn:aws:kinesis:us-east-1:123456789012:table/s",
+        "arn:aws:kinesis:us-east-1:123456789012:stream/",
+        "arn:gcp:kinesis:us-east-1:123456789012:stream/s",
+    ],
+)
+async def test_a_stream_arn_outside_the_service_pattern_is_a_validation_error(arn: str) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    error = await fails(fake.put_records(StreamARN=arn, Records=records(1)), "ValidationException")
+    assert "arn:aws.*:kinesis:.*:\\d{12}:stream/\\S+" in error_of(error)[1]
+    await fails(fake.list_shards(StreamARN=arn), "ValidationException")
+    assert fake.stored_records("s") == []
+
+
+async def test_an_arn_of_another_region_is_not_found_and_of_another_account_denied() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    elsewhere = "arn:aws:kinesis:eu-west-1:123456789012:stream/s"
+    error = await fails(
+        fake.put_records(StreamARN=elsewhere, Records=records(1)), "ResourceNotFoundException"
+    )
+    assert error_of(error)[1] == "Stream s under account 123456789012 not found."
+    foreign = f"arn:aws:kinesis:us-east-1:{OTHER_ACCOUNT}:stream/s"
+    error = await fails(
+        fake.put_records(StreamARN=foreign, Records=records(1)), "AccessDeniedException"
+    )
+    assert error_of(error)[1] == (
+        "User: arn:aws:iam::123456789012:user/fake is not authorized to perform: "
+        f"kinesis:PutRecords on resource: {foreign} because no resource-based policy allows "
+        "the kinesis:PutRecords action"
+    )
+    await fails(fake.list_shards(StreamARN=foreign), "AccessDeniedException")
+    assert fake.stored_records("s") == []
+
+
+async def test_region_and_account_make_the_arns_and_the_messages() -> None:
+    fake = FakeKinesis(region="cn-north-1", account_id=OTHER_ACCOUNT)
+    assert (fake.region, fake.account_id) == ("cn-north-1", OTHER_ACCOUNT)
+    fake.add_stream("s")
+    arn = fake.stream_arn("s")
+    assert arn == f"arn:aws-cn:kinesis:cn-north-1:{OTHER_ACCOUNT}:stream/s"
+    summary = (await fake.describe_stream_summary(StreamARN=arn))["StreamDescriptionSummary"]
+    assert summary["StreamARN"] == arn
+    await fake.put_records(StreamARN=arn, Records=records(2))
+    error = await fails(fake.describe_stream_summary(StreamName="t"), "ResourceNotFoundException")
+    assert error_of(error)[1] == f"Stream t under account {OTHER_ACCOUNT} not found."
+    # Same region and account, another partition: not this endpoint's stream.
+    await fails(
+        fake.list_shards(StreamARN=f"arn:aws:kinesis:cn-north-1:{OTHER_ACCOUNT}:stream/s"),
+        "ResourceNotFoundException",
+    )
+    with pytest.raises(ValueError, match="no stream named"):
+        fake.shards("arn:aws:kinesis:us-east-1:123456789012:stream/s")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"account_id": "1234"}, "account_id must be 12 digits"),
+        ({"region": "mars"}, "region must be a region name"),
+    ],
+)
+def test_region_and_account_are_checked(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        FakeKinesis(**changes)
+
+
+# -- on-demand streams ---------------------------------------------------------------------------
+
+
+async def test_an_on_demand_stream_says_so() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("od", 2, on_demand=True)
+    fake.add_stream("pr", 2)
+    for name, mode in (("od", "ON_DEMAND"), ("pr", "PROVISIONED")):
+        summary = (await fake.describe_stream_summary(StreamName=name))["StreamDescriptionSummary"]
+        assert summary["StreamModeDetails"] == {"StreamMode": mode}
+        described = (await fake.describe_stream(StreamName=name))["StreamDescription"]
+        assert described["StreamModeDetails"] == {"StreamMode": mode}
+
+
+def open_ranges(fake: FakeKinesis, stream: str) -> list[tuple[int, int]]:
+    return sorted(
+        (s.starting_hash_key, s.ending_hash_key) for s in fake.shards(stream) if s.is_open
+    )
+
+
+async def test_auto_reshard_splits_the_hottest_and_merges_the_coldest_under_load() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", 2, on_demand=True)
+    fake.auto_reshard("s", every_seconds=2.0, merge_every=3)
+    half = 2**127
+    low, high = [
+        {"PartitionKey": "k", "Data": b"x", "ExplicitHashKey": str(key)} for key in (5, half + 5)
+    ]
+    # Before the interval: nothing happens, however hot.
+    await fake.put_records(StreamName="s", Records=[low] * 10)
+    await anyio.sleep(1.9)
+    await fake.put_records(StreamName="s", Records=[low])
+    assert len(fake.shards("s")) == 2
+    # After it, the next put splits the shard that stored the most since: the low one.
+    await anyio.sleep(0.1)
+    await fake.put_records(StreamName="s", Records=[high])
+    assert open_ranges(fake, "s") == [(0, half // 2 - 1), (half // 2, half - 1), (half, 2**128 - 1)]
+    split = shard_of(fake, "s", "shardId-000000000000")
+    assert split.closed_at == pytest.approx(2.0)
+    assert shard_of(fake, "s", "shardId-000000000002").created_at == pytest.approx(2.0)
+    # The second reshard, before the put that finds it due stores anything, splits the
+    # shard that stored the most since the first: the high one, which stored one record.
+    await anyio.sleep(2.0)
+    await fake.put_records(StreamName="s", Records=[high] * 3)
+    assert len(open_ranges(fake, "s")) == 4
+    assert shard_of(fake, "s", "shardId-000000000001").closed_at == pytest.approx(4.0)
+    # The third merges the coldest adjacent pair: the two low children, which stored nothing.
+    await anyio.sleep(2.0)
+    await fake.put_records(StreamName="s", Records=[high])
+    merged = [s for s in fake.shards("s") if s.adjacent_parent_shard_id is not None]
+    assert [(m.parent_shard_id, m.adjacent_parent_shard_id) for m in merged] == [
+        ("shardId-000000000002", "shardId-000000000003")
+    ]
+    assert open_ranges(fake, "s")[0] == (0, half - 1)
+    # Nothing stored was lost on the way.
+    assert len(fake.stored_records("s")) == 16
+
+
+async def test_auto_reshard_stays_within_its_bounds() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", 1)
+    fake.auto_reshard("s", every_seconds=1.0, merge_every=0, max_open_shards=3)
+    counts = []
+    for _ in range(6):
+        await anyio.sleep(1.0)
+        await fake.put_record(StreamName="s", PartitionKey="k", Data=b"x")
+        counts.append(len(open_ranges(fake, "s")))
+    # A put reshards only after load: the first stores, the next ones split up to three
+    # shards, then merge back instead of splitting beyond.
+    assert counts == [1, 2, 3, 2, 3, 2]
+    with pytest.raises(ValueError, match="every_seconds"):
+        fake.auto_reshard("s", every_seconds=0)
+    with pytest.raises(ValueError, match="merge_every"):
+        fake.auto_reshard("s", merge_every=-1)
+    with pytest.raises(ValueError, match="min_open_shards"):
+        fake.auto_reshard("s", min_open_shards=4, max_open_shards=3)
+    with pytest.raises(ValueError, match="no stream named"):
+        fake.auto_reshard("t")

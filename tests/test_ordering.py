@@ -21,7 +21,7 @@ from aiokpl import Config, Producer, RecordResult
 from aiokpl._core.aggregation import decode, is_aggregated
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.ordering import overlaps, regroup
-from aiokpl._core.records import KinesisRecord
+from aiokpl._core.records import KinesisRecord, UserRecordLike
 from aiokpl._core.shards import ShardRange
 from aiokpl._pipeline.limiter import OrderedLimiter, OrderedShardLimiter
 from aiokpl._pipeline.scheduler import Scheduler
@@ -63,7 +63,7 @@ def test_ranges_overlap_when_they_share_a_key_and_an_unknown_range_overlaps_all(
 
 
 def test_regroup_resends_nothing_all_one_or_some_of_a_kinesis_record() -> None:
-    records = [user_record(b"%d" % i, LOW + i) for i in range(3)]
+    records: list[UserRecordLike] = [user_record(b"%d" % i, LOW + i) for i in range(3)]
     sent = KinesisRecord(records, b"blob", "a", str(LOW), "shard-a", 0.1, 30.0, 1)
     assert regroup(sent, []) is None
 
@@ -93,7 +93,7 @@ def test_regroup_resends_nothing_all_one_or_some_of_a_kinesis_record() -> None:
 
 def test_regroup_routes_a_new_aggregate_by_its_first_records_hash_key() -> None:
     # Without explicit hash keys: the first record's MD5 hash key, as the aggregator does.
-    records = [user_record(b"%d" % i) for i in range(3)]
+    records: list[UserRecordLike] = [user_record(b"%d" % i) for i in range(3)]
     sent = KinesisRecord(records, b"blob", "a", "1", "shard-a", 0.1, 30.0, 1)
     some = regroup(sent, records[1:])
     assert some is not None

@@ -35,7 +35,7 @@ EPS = 1e-6
 
 def user_records(fake: FakeKinesis, stream: str) -> list[tuple[str, str, bytes]]:
     """(shard, partition key, data) of every user record stored, deaggregated."""
-    found = []
+    found: list[tuple[str, str, bytes]] = []
     for stored in fake.stored_records(stream):
         if is_aggregated(stored.data):
             found.extend((stored.shard_id, r.partition_key, r.data) for r in decode(stored.data))
@@ -374,6 +374,9 @@ async def test_put_after_exit_raises() -> None:
         await producer.put_record(stream="s", partition_key="k", data=b"d")
     with pytest.raises(ProducerClosedError):
         producer.put_record_nowait(stream="s", partition_key="k", data=b"d")
+    # aiokpl 0.2.0 raised a plain RuntimeError here: code catching that keeps working.
+    with pytest.raises(RuntimeError, match="closed"):
+        await producer.put_record(stream="s", partition_key="k", data=b"d")
 
 
 async def test_put_before_enter_is_an_error() -> None:

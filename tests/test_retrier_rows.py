@@ -69,7 +69,7 @@ async def put(
 
 def user_records(fake: FakeKinesis, shard_id: str | None = None) -> list[tuple[str, str, bytes]]:
     """(sequence number, shard, data) of every user record stored in stream "s", deaggregated."""
-    found: list[Any] = []
+    found: list[tuple[str, str, bytes]] = []
     for stored in fake.stored_records("s", shard_id):
         if is_aggregated(stored.data):
             found.extend(

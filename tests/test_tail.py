@@ -1,4 +1,4 @@
-"""``aiokpl._tail.tail_stream`` against the in-process fake, under virtual time.
+"""``aiokpl._cli.reader.tail_stream`` against the in-process fake, under virtual time.
 
 Every read goes through :class:`aiokpl.testing.FakeKinesis`, whose shards close and list their
 children as the service's do, so the reader's resharding rules, its pacing (exact virtual
@@ -16,8 +16,8 @@ import anyio
 import pytest
 
 from aiokpl import Config, Producer
+from aiokpl._cli.reader import MIN_READ_INTERVAL, StartPosition, TailError, tail_stream
 from aiokpl._kinesis import client_error
-from aiokpl._tail import MIN_READ_INTERVAL, StartPosition, TailError, tail_stream
 from aiokpl.aggregation import MAGIC, DeaggregatedRecord
 from aiokpl.testing import FakeKinesis
 
@@ -375,7 +375,8 @@ async def test_shards_are_listed_page_by_page() -> None:
             async def paged(**arguments: Any) -> dict[str, Any]:
                 if "NextToken" not in arguments:
                     arguments["MaxResults"] = 2
-                return await call(**arguments)
+                response: dict[str, Any] = await call(**arguments)
+                return response
 
             return paged
 

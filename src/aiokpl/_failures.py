@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ._core.aggregation import decode_tags
 from ._core.results import FailedRecord, RecordResult
 
 if TYPE_CHECKING:
@@ -91,7 +92,11 @@ class FailureHandler:
                 None,
                 record.attempts,
                 FailedRecord(
-                    record.stream, record.partition_key, record.data, record.explicit_hash_key
+                    record.stream,
+                    record.partition_key,
+                    record.data,
+                    record.explicit_hash_key,
+                    decode_tags(record.encoded_tags) if record.encoded_tags else (),
                 ),
             )
         record._finish()

@@ -11,18 +11,37 @@ Everything the pipeline needs from the SDK passes through here:
   fakes behave like the SDK;
 * :func:`create_client`, which opens the producer's own aiobotocore client with SDK retries
   off (the retrier owns retries) and the HTTP backend that suits the running event loop;
-  :func:`create_cloudwatch_client` opens a CloudWatch client the same way, for the metrics.
+  :func:`create_cloudwatch_client` opens a CloudWatch client the same way, for the metrics;
+* :func:`stream_argument`, which names a stream in a request as the service wants it:
+  ``StreamARN`` for a stream ARN, ``StreamName`` for a name;
+* :class:`RegionalClients`, the producer's own clients: the client of its region, opened at
+  start, and, when ``Config.region`` is unset, one more per region of the stream ARNs it is
+  given, each opened on first use. botocore sends a request to the client's region whatever
+  region its ``StreamARN`` names, so a stream in another region needs a client of its own.
+
+Regions (:func:`check_region`): a stream named by name is in the producer's region. A stream
+named by ARN is in the ARN's region: when ``Config.region`` is set (or a client with a region
+was given), an ARN of another region is refused at the put that names it, as a mistake to
+report at once rather than a ``ResourceNotFoundException`` on every record; when it is unset,
+the ARN's region wins over the environment's or profile's (the ARN is the more specific
+statement) and its own client serves it. The KPL has one region per producer
+(``KinesisProducerConfiguration.setRegion``, else the EC2 instance's region) and sends both
+``StreamName`` and ``StreamARN``; we send the ARN alone, which the service resolves the same
+way, and which a name could contradict.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import anyio
 import botocore.exceptions
 
-from ._core.errors import ConfigError
+from ._backend import current_backend
+from ._core.errors import ConfigError, InvalidRecordError
+from ._core.hashing import StreamArn
 
 if TYPE_CHECKING:
     from ._core.config import Config
@@ -30,25 +49,86 @@ if TYPE_CHECKING:
 __all__ = (
     "KinesisClient",
     "KinesisReader",
+    "RegionalClients",
+    "arn_argument",
+    "check_region",
     "client_error",
     "create_client",
     "create_cloudwatch_client",
     "error_of",
+    "fixed_region",
+    "stream_argument",
 )
 
 
 class KinesisClient(Protocol):
     """The Kinesis client methods the producer calls (keyword arguments as in botocore).
 
-    ``describe_stream`` is called only when ``list_shards`` fails (see
-    ``aiokpl._pipeline.shard_map``); a client without it works while ``list_shards`` does.
+    ``describe_stream`` is called only when ``list_shards`` fails, and
+    ``describe_stream_summary`` once per stream to learn its capacity mode (see
+    ``aiokpl._pipeline.shard_map``); a client without them works while ``list_shards`` does.
     """
 
     async def list_shards(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
 
     async def describe_stream(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
 
+    async def describe_stream_summary(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
     async def put_records(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+
+def stream_argument(stream: str) -> dict[str, str]:
+    """How a request names ``stream``: ``{"StreamARN": stream}`` for an ARN, else by name."""
+    if stream.startswith("arn:"):
+        return {"StreamARN": stream}
+    return {"StreamName": stream}
+
+
+def arn_argument(stream: str) -> dict[str, str]:
+    """``{"StreamARN": stream}`` for a stream ARN, else nothing: for ``GetRecords``.
+
+    ``GetRecords`` names its stream by the shard iterator alone, but takes a ``StreamARN`` too
+    (no ``StreamName``); moto 5.2 needs it to read an iterator it issued for a ``StreamARN``.
+    """
+    return {"StreamARN": stream} if stream.startswith("arn:") else {}
+
+
+def _region_of(client: object) -> str | None:
+    """The region of a client: an aiobotocore client's, a fake's, or ``None`` if unknown."""
+    meta = getattr(client, "meta", None)
+    region = getattr(meta, "region_name", None) if meta is not None else None
+    if region is None:
+        region = getattr(client, "region", None)
+    return region if isinstance(region, str) else None
+
+
+def fixed_region(config: Config, client: object) -> str | None:
+    """The one region a producer can write to, or ``None`` if it serves any ARN's region.
+
+    ``Config.region`` when set; else, for a client the producer was given (not one it opened:
+    those are :class:`RegionalClients`), that client's region when it has one.
+    """
+    if config.region is not None:
+        return config.region
+    if isinstance(client, RegionalClients):
+        return None
+    return _region_of(client)
+
+
+def check_region(arn: StreamArn, stream: str, region: str | None) -> None:
+    """Refuse a stream ARN in another region than ``region``, the producer's fixed region.
+
+    Raises:
+        InvalidRecordError: ``region`` is set and the ARN names another region.
+    """
+    if region is not None and arn.region != region:
+        raise InvalidRecordError(
+            f"stream {stream!r} is in region {arn.region!r}, but this producer writes to "
+            f"{region!r} (Config.region, or its client's region): a producer with a region "
+            "writes to that region only. Use one producer per region, or leave Config.region "
+            "unset: each stream ARN is then written to in its own region"
+        )
 
 
 class KinesisReader(Protocol):
@@ -110,18 +190,6 @@ def client_error(
     return botocore.exceptions.ClientError(response, operation)
 
 
-def _uses_trio() -> bool:
-    # trio always installs sniffio; without it, the loop can only be asyncio.
-    try:
-        import sniffio
-    except ImportError:  # pragma: no cover - depends on the environment
-        return False
-    try:
-        return sniffio.current_async_library() == "trio"
-    except sniffio.AsyncLibraryNotFoundError:
-        return False
-
-
 def create_cloudwatch_client(
     config: Config, *, endpoint_url: str | None = None
 ) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -151,7 +219,7 @@ async def create_client(config: Config, service: str = "kinesis") -> AsyncIterat
 
     backend = config.http_backend
     if backend == "auto":
-        backend = "httpx" if _uses_trio() else "aiohttp"
+        backend = "httpx" if current_backend() == "trio" else "aiohttp"
     options: dict[str, Any] = {
         "connect_timeout": config.connect_timeout_ms / 1000,
         "read_timeout": config.request_timeout_ms / 1000,
@@ -199,3 +267,121 @@ async def create_client(config: Config, service: str = "kinesis") -> AsyncIterat
         yield client
     finally:
         await client_context.__aexit__(None, None, None)
+
+
+ClientOpener = Callable[["Config"], contextlib.AbstractAsyncContextManager[Any]]
+
+
+class _LazyClient:
+    """A client of one region, opened by its first call (and closed with the others)."""
+
+    def __init__(self, owner: RegionalClients, region: str) -> None:
+        self.region = region
+        self._owner = owner
+        self._client: Any = None
+
+    async def _get(self) -> Any:
+        client = self._client
+        if client is None:
+            async with self._owner._lock:
+                if self._client is None:
+                    self._client = await self._owner._open(self.region)
+            client = self._client
+        return client
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        response: dict[str, Any] = await (await self._get()).list_shards(**kwargs)
+        return response
+
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        response: dict[str, Any] = await (await self._get()).describe_stream(**kwargs)
+        return response
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        client = await self._get()
+        response: dict[str, Any] = await client.describe_stream_summary(**kwargs)
+        return response
+
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        response: dict[str, Any] = await (await self._get()).put_records(**kwargs)
+        return response
+
+
+class RegionalClients:
+    """The producer's own Kinesis clients, one per region, behind the client interface.
+
+    The client of the producer's region (``Config.region``, else botocore's: environment,
+    profile) is opened on entry, with the error of :func:`create_client` if there is none. A
+    stream ARN of another region (allowed only when ``Config.region`` is unset: see
+    :func:`check_region`) gets a client of its region, with the same settings, opened by the
+    first call that needs it (shielded: a cancelled caller cannot leave it half open) and
+    closed on exit with the rest. Calls go to the client of the region of their ``StreamARN``;
+    the others (``StreamName``, or a ``NextToken`` alone) to the producer's region, so a
+    stream's shard map pages through its own client (:meth:`client_for`).
+
+    Args:
+        config: the producer's settings; a region's client gets ``config`` with that region.
+        open_client: opens one client from a ``Config`` (:func:`create_client`).
+    """
+
+    def __init__(self, config: Config, open_client: ClientOpener) -> None:
+        self._config = config
+        self._open_client = open_client
+        self._stack = contextlib.AsyncExitStack()
+        self._lock = anyio.Lock()
+        self._home: Any = None
+        self.region: str | None = None
+        self._regions: dict[str, _LazyClient] = {}
+
+    async def __aenter__(self) -> RegionalClients:
+        try:
+            self._home = await self._stack.enter_async_context(self._open_client(self._config))
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        self.region = _region_of(self._home) or self._config.region
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._stack.aclose()
+
+    async def _open(self, region: str) -> Any:
+        with anyio.CancelScope(shield=True):
+            return await self._stack.enter_async_context(
+                self._open_client(self._config.replace(region=region))
+            )
+
+    def client_for(self, stream: str) -> Any:
+        """The client that serves ``stream`` (a name, or a checked stream ARN)."""
+        if not stream.startswith("arn:"):
+            return self._home
+        region = stream.split(":", 4)[3]  # checked at put: arn:partition:kinesis:region:…
+        if region == self.region:
+            return self._home
+        client = self._regions.get(region)
+        if client is None:
+            # One per region ever named (a few dozen at most), not per stream.
+            client = self._regions[region] = _LazyClient(self, region)
+        return client
+
+    def _route(self, kwargs: dict[str, Any]) -> Any:
+        arn = kwargs.get("StreamARN")
+        return self._home if arn is None else self.client_for(arn)
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        response: dict[str, Any] = await self._route(kwargs).list_shards(**kwargs)
+        return response
+
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        response: dict[str, Any] = await self._route(kwargs).describe_stream(**kwargs)
+        return response
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        client = self._route(kwargs)
+        response: dict[str, Any] = await client.describe_stream_summary(**kwargs)
+        return response
+
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        response: dict[str, Any] = await self._route(kwargs).put_records(**kwargs)
+        return response

@@ -14,17 +14,19 @@ Invariants:
   exits: delivered, failed by Kinesis, expired, or cancelled;
 * records and bytes outstanding never exceed ``max_outstanding_records`` /
   ``max_outstanding_bytes``: ``put_record`` waits for room, ``put_record_nowait`` refuses;
-* a rejected put (bad input, closed producer, full buffer) changes nothing.
+* a rejected put (bad input, closed producer, full buffer) changes nothing;
+* every random draw that decides timing (the jitter of the retriers', shard maps' and
+  coordinator's waits) comes from the producer's one generator, ``jitter_source``, never the
+  process-wide one: with it seeded, a seeded fake and a virtual clock, a run replays exactly.
+  (A coordination ``producer_id`` left to chance is a ``uuid4``: a name, not a timing.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import sys
+import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +35,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from ._coordination import Coordination, _ProducerCoordinator
+from ._backend import current_clock
+from ._coordination.coordinator import Coordination, _ProducerCoordinator
+from ._core.aggregation import Tags, check_tags
 from ._core.config import Config
 from ._core.errors import (
     BufferFullError,
@@ -42,15 +46,15 @@ from ._core.errors import (
     InvalidRecordTypeError,
     ProducerClosedError,
 )
-from ._core.hashing import check_stream_name, check_user_record
+from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
 from ._core.records import KinesisRecord
 from ._core.results import Attempt, RecordResult
 from ._core.retry_policy import RetryPolicy
 from ._core.shards import ShardTable
 from ._failures import FailureHandler
-from ._kinesis import KinesisClient, create_client
-from ._metrics import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
+from ._kinesis import KinesisClient, RegionalClients, check_region, create_client, fixed_region
+from ._metrics.recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
 from ._outcome import Outcome
 from ._pipeline.aggregator import Aggregator
 from ._pipeline.collector import Collector, OrderedCollector
@@ -59,7 +63,7 @@ from ._pipeline.retrier import Retrier
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
 from ._pipeline.shard_map import ShardMap
-from ._record import UserRecord
+from ._record import TaggedRecord, UserRecord
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -71,28 +75,6 @@ __all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
 logger = logging.getLogger("aiokpl")
 
 
-def _clock_of_running_loop() -> Callable[[], float]:
-    """The clock ``anyio.current_time()`` reads, looked up once.
-
-    anyio finds the running backend on every call, which costs about a microsecond: too much
-    for every record. The function returned gives the very times it would (the asyncio loop's
-    ``time``, or the trio run's clock), so fake clocks still control the producer. Where that
-    is plain ``time.monotonic`` (asyncio's stock loops), it is returned itself: 35 ns less per
-    call than through the loop's method; trio's clock object, 85 ns less than
-    ``trio.current_time``.
-    """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        trio = sys.modules.get("trio")
-        if trio is None:
-            return anyio.current_time
-        return cast("Callable[[], float]", trio.lowlevel.current_clock().current_time)
-    if getattr(loop.time, "__func__", None) is asyncio.BaseEventLoop.time:
-        return time.monotonic  # noqa: TID251 - what BaseEventLoop.time returns, uncalled
-    return loop.time
-
-
 # Seconds: a record's arrival is the time of the first put of the millisecond it was put
 # in (at most 1 ms early), so its deadline and expiry err early, never late.
 _STAMP_RESOLUTION = 0.001
@@ -100,21 +82,23 @@ _thread_id = threading.get_ident
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
 
 
-def _fields_of(record: Any) -> tuple[Any, Any, Any]:
-    """``(partition_key, data, explicit_hash_key)`` of one item given to ``put_records``."""
+_RECORD_SHAPES = (
+    "a record is a (partition_key, data), (partition_key, data, explicit_hash_key) or "
+    "(partition_key, data, explicit_hash_key, tags) sequence"
+)
+
+
+def _fields_of(record: Any) -> tuple[Any, Any, Any, Any]:
+    """``(partition_key, data, explicit_hash_key, tags)`` of one item given to ``put_records``."""
     if isinstance(record, str | bytes | bytearray | memoryview) or not isinstance(record, Sequence):
-        raise InvalidRecordTypeError(
-            "a record is a (partition_key, data) or (partition_key, data, explicit_hash_key) "
-            f"sequence, not {type(record).__name__}"
-        )
+        raise InvalidRecordTypeError(f"{_RECORD_SHAPES}, not {type(record).__name__}")
     if len(record) == 2:
-        return record[0], record[1], None
+        return record[0], record[1], None, None
     if len(record) == 3:
-        return record[0], record[1], record[2]
-    raise InvalidRecordTypeError(
-        "a record is a (partition_key, data) or (partition_key, data, explicit_hash_key) "
-        f"sequence, not one of length {len(record)}"
-    )
+        return record[0], record[1], record[2], None
+    if len(record) == 4:
+        return record[0], record[1], record[2], record[3]
+    raise InvalidRecordTypeError(f"{_RECORD_SHAPES}, not one of length {len(record)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +106,7 @@ class StreamStatistics:
     """A snapshot of one stream's pipeline.
 
     Attributes:
-        stream: the stream name.
+        stream: the stream as it was put to: its name, or its ARN.
         shard_map_state: ``"INVALID"``, ``"UPDATING"`` or ``"READY"``.
         open_shards: shards in the current map (0 before it loads).
         shard_map_refreshes: completed loads of the map.
@@ -147,6 +131,10 @@ class StreamStatistics:
             could not be used for the map in force; ``None`` when ``ListShards`` loaded it.
         waiting_for_shard_map: user records held until the stream's first map load ends
             (records put before it are aggregated with it; none wait past their deadline).
+        capacity_mode: ``"PROVISIONED"`` or ``"ON_DEMAND"``, as ``DescribeStreamSummary``
+            says (asked once the first map has loaded, again every 10 minutes at most); ``None``
+            until it answers, or when it cannot be asked (the IAM policy lacks
+            ``kinesis:DescribeStreamSummary``). Nothing else depends on it.
     """
 
     stream: str
@@ -165,6 +153,7 @@ class StreamStatistics:
     shard_map_source: str | None = None
     shard_map_last_error: tuple[str, str, str] | None = None
     waiting_for_shard_map: int = 0
+    capacity_mode: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,9 +244,10 @@ class _Stream:
         self.stream = stream
         self.shard_map = ShardMap(
             stream,
-            producer._client,
+            producer._client_for(stream),
             producer._task_group,
             request_timeout=config.request_timeout_ms / 1000,
+            random_value=producer._jitter.random,
         )
         scheduler = producer._scheduler
         clock = producer._clock
@@ -325,6 +315,7 @@ class _Stream:
                 aggregation_enabled=config.aggregation_enabled,
                 retry_delay=buffered / 2,
             ),
+            random_value=producer._jitter.random,
             metrics=producer._metrics,
             resend=lambda records: sender.submit(self.retrier, records),
         )
@@ -343,7 +334,7 @@ class _Stream:
         self.limiter.prune(table)
         put = self.aggregator.put
         for kinesis_record in self.limiter.take_unmapped():
-            for record in kinesis_record.records:
+            for record in cast("list[UserRecord]", kinesis_record.records):
                 put(record, record.hash_key)
 
     def idle_since_last_look(self) -> bool:
@@ -404,6 +395,7 @@ class _Stream:
             shard_map_source=self.shard_map.source,
             shard_map_last_error=self.shard_map.last_error,
             waiting_for_shard_map=self.aggregator.held_records,
+            capacity_mode=self.shard_map.capacity_mode,
         )
 
 
@@ -439,11 +431,17 @@ class Producer:
         metrics_sinks: where to send the metrics every ``config.metrics_upload_interval_ms``
             (e.g. :class:`aiokpl.CloudWatchSink`); needs ``config.metrics_level`` other than
             ``"none"``. The producer opens and closes them.
+        jitter_source: for tests: the generator of every random draw that decides the
+            producer's timing (the jitter of retry, shard-map refresh and coordination waits).
+            ``None`` (the default) gives each producer a new unseeded ``random.Random``; a test
+            that passes ``random.Random(seed)``, with a seeded fake under a virtual clock,
+            replays the same retry schedule on every run.
 
     Raises:
         ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``.
-        TypeError: ``config`` is not a ``Config``, a sink is not a ``MetricsSink``, or
-            ``coordination`` is not a ``Coordination``.
+        TypeError: ``config`` is not a ``Config``, a sink is not a ``MetricsSink``,
+            ``coordination`` is not a ``Coordination``, or ``jitter_source`` is not a
+            ``random.Random``.
     """
 
     def __init__(
@@ -453,9 +451,17 @@ class Producer:
         client: KinesisClient | None = None,
         coordination: Coordination | None = None,
         metrics_sinks: Iterable[MetricsSink] = (),
+        jitter_source: random.Random | None = None,
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
+        if jitter_source is not None and not isinstance(jitter_source, random.Random):
+            raise TypeError(
+                f"jitter_source must be a random.Random, not {type(jitter_source).__name__}"
+            )
+        # One generator for all of this producer's jitter: the global one is shared with the
+        # rest of the process, so a schedule drawn from it could never be replayed.
+        self._jitter = random.Random() if jitter_source is None else jitter_source
         if coordination is not None and not isinstance(coordination, Coordination):
             raise TypeError(
                 "coordination must be an aiokpl.coordination.Coordination, "
@@ -480,6 +486,7 @@ class Producer:
         self._given_client = client
         self._client: Any = client
         self._client_cm: AbstractAsyncContextManager[Any] | None = None
+        self._region: str | None = None  # the only region it writes to; None: any ARN's
         self._task_group: TaskGroup | None = None
         self._scheduler = Scheduler()
         self._clock: Callable[[], float] = anyio.current_time
@@ -518,9 +525,10 @@ class Producer:
             raise RuntimeError("a Producer can be entered only once; create a new one")
         self._started = True
         if self._client is None:
-            self._client_cm = create_client(self.config)
+            self._client_cm = RegionalClients(self.config, create_client)
             self._client = await self._client_cm.__aenter__()
-        self._clock = _clock_of_running_loop()
+        self._region = fixed_region(self.config, self._client)
+        self._clock = current_clock()
         self._thread = _thread_id()
         if self._sinks:
             await self._open_sinks()
@@ -539,7 +547,9 @@ class Producer:
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
         self._scheduler.call_at(self._clock() + IDLE_SWEEP_SECONDS, _IdleSweep(self))
         if self._coordination is not None:
-            self._coordinator = _ProducerCoordinator(self._coordination, self.config, self._clock)
+            self._coordinator = _ProducerCoordinator(
+                self._coordination, self.config, self._clock, self._jitter
+            )
             task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
         if self._metrics is not None:
             self._start_metrics(task_group)
@@ -678,6 +688,9 @@ class Producer:
         if self._task_group is None:
             raise RuntimeError("the producer is not started: use it with `async with`")
         check_stream_name(stream)
+        arn = parse_stream_arn(stream)
+        if arn is not None:
+            check_region(arn, stream, self._region)
 
     async def _wait_for_room(self, size: int, count: int = 1) -> None:
         """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
@@ -723,6 +736,11 @@ class Producer:
         if self._closed:
             raise ProducerClosedError("the producer closed while this put waited")
 
+    def _client_for(self, stream: str) -> Any:
+        """The client that serves ``stream``: its region's, when the producer opened them."""
+        client = self._client
+        return client.client_for(stream) if isinstance(client, RegionalClients) else client
+
     def _pipeline_of(self, stream: str) -> _Stream:
         """The stream's pipeline, started on its first record."""
         pipeline = self._streams.get(stream)
@@ -736,8 +754,25 @@ class Producer:
             and self._outstanding_bytes + size <= self._max_bytes
         )
 
+    def _check_tags(self, tags: Tags, key: str, size: int, ehk: str | None) -> tuple[bytes, int]:
+        """Validate a put's ``tags`` (not ``None``): their encoding, and the record's size."""
+        encoded, size = check_tags(tags, key, size, ehk, self._max_record_size)
+        if encoded and not self.config.aggregation_enabled:
+            raise InvalidRecordError(
+                "tags need aggregation (Config.aggregation_enabled is False): a record sent "
+                "raw has no place for them"
+            )
+        return encoded, size
+
     def _enqueue(
-        self, stream: str, key: str, size: int, payload: bytes, hash_key: int, ehk: str | None
+        self,
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        hash_key: int,
+        ehk: str | None,
+        tags: bytes = b"",
     ) -> Outcome[RecordResult]:
         # Once per record: the dictionary lookup inline, the call only for a new stream.
         pipeline = self._streams.get(stream) or self._pipeline_of(stream)
@@ -749,9 +784,14 @@ class Producer:
             stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
         arrival, deadline, expires_at = stamps
         self._seq += 1
-        record = UserRecord(
-            stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch
-        )
+        if tags:
+            record: UserRecord = TaggedRecord(
+                stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch, tags
+            )
+        else:
+            record = UserRecord(
+                stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch
+            )
         self._outstanding[record] = None
         self._outstanding_bytes += size
         pipeline.aggregator.put(record, hash_key)
@@ -764,6 +804,7 @@ class Producer:
         partition_key: str,
         data: bytes | bytearray | memoryview,
         explicit_hash_key: str | int | None = None,
+        tags: Tags | None = None,
     ) -> Outcome[RecordResult]:
         """Put one record; wait only if the producer is at its outstanding bounds.
 
@@ -778,6 +819,14 @@ class Producer:
             data: the payload; ``len(data)`` + the key's UTF-8 length must fit
                 ``Config.max_record_size``.
             explicit_hash_key: a decimal hash key (0 … 2**128 - 1) choosing the shard.
+            tags: the record's tags (the aggregation format's ``Record.tags``): a mapping of
+                ``str`` keys to ``str`` or ``None`` values, or
+                :class:`~aiokpl.aggregation.Tag` objects / ``(key, value)`` pairs (kept in
+                order, a key may repeat). Consumers read them back with
+                :func:`aiokpl.aggregation.deaggregate`. They travel inside an aggregate: a
+                record that goes alone is sent as an aggregate of one; they need
+                ``Config.aggregation_enabled``, and their encoded bytes count toward
+                ``max_record_size``.
 
         Returns:
             An :class:`Outcome` resolving to the record's :class:`~aiokpl.RecordResult`.
@@ -793,6 +842,9 @@ class Producer:
         key, size, payload, hash_key, ehk = check_user_record(
             partition_key, data, explicit_hash_key, self._max_record_size
         )
+        encoded_tags = b""
+        if tags is not None:
+            encoded_tags, size = self._check_tags(tags, key, size, ehk)
         self._puts += 1
         if not self._puts & _YIELD_EVERY_MASK:
             # A tight loop of puts must let the stages run (sends, deadlines, the shard map);
@@ -805,7 +857,7 @@ class Producer:
             or self._outstanding_bytes + size > self._max_bytes
         ):
             await self._wait_for_room(size)
-        return self._enqueue(stream, key, size, payload, hash_key, ehk)
+        return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
 
     def put_record_nowait(
         self,
@@ -814,6 +866,7 @@ class Producer:
         partition_key: str,
         data: bytes | bytearray | memoryview,
         explicit_hash_key: str | int | None = None,
+        tags: Tags | None = None,
     ) -> Outcome[RecordResult]:
         """Like :meth:`put_record`, but never waits.
 
@@ -830,13 +883,16 @@ class Producer:
         key, size, payload, hash_key, ehk = check_user_record(
             partition_key, data, explicit_hash_key, self._max_record_size
         )
+        encoded_tags = b""
+        if tags is not None:
+            encoded_tags, size = self._check_tags(tags, key, size, ehk)
         if not self._has_room(size):
             raise BufferFullError(
                 f"the producer holds {len(self._outstanding)} records / "
                 f"{self._outstanding_bytes} bytes (max_outstanding_records="
                 f"{self._max_records}, max_outstanding_bytes={self._max_bytes})"
             )
-        return self._enqueue(stream, key, size, payload, hash_key, ehk)
+        return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
 
     async def put_records(
         self,
@@ -854,9 +910,10 @@ class Producer:
 
         Args:
             stream: the stream name.
-            records: ``(partition_key, data)`` or ``(partition_key, data, explicit_hash_key)``
-                sequences (tuples, or anything of length 2 or 3), with the meaning and limits
-                of :meth:`put_record`'s arguments.
+            records: ``(partition_key, data)``, ``(partition_key, data, explicit_hash_key)``
+                or ``(partition_key, data, explicit_hash_key, tags)`` sequences (tuples, or
+                anything of length 2 to 4), with the meaning and limits of
+                :meth:`put_record`'s arguments.
 
         Returns:
             One :class:`Outcome` per record, in the order given.
@@ -878,7 +935,7 @@ class Producer:
             self._pipeline_of(stream)
             await anyio.lowlevel.checkpoint()
             self._check_still_open()
-        accepted, size = self._accept_many(stream, records)
+        accepted, size, tagged = self._accept_many(stream, records)
         count = len(accepted)
         if count > self._max_records or size > self._max_bytes:
             raise InvalidRecordError(
@@ -889,32 +946,46 @@ class Producer:
         await anyio.lowlevel.checkpoint()
         self._check_still_open()
         await self._wait_for_room(size, count)
-        return self._enqueue_many(stream, accepted, size)
+        return self._enqueue_many(stream, accepted, size, tagged)
 
     def _accept_many(
         self, stream: str, records: Iterable[Sequence[Any]]
-    ) -> tuple[list[tuple[str, int, bytes, int, str | None]], int]:
-        """Validate a group of puts; returns them as ``check_user_record`` does, and their size."""
+    ) -> tuple[list[tuple[str, int, bytes, int, str | None]], int, dict[int, bytes] | None]:
+        """Validate a group of puts; returns them as ``check_user_record`` does, their size,
+        and the encoded tags of those that have some, by index (``None`` if none has)."""
         self._accept_stream(stream)
         check = check_user_record
         limit = self._max_record_size
         accepted = []
+        tagged: dict[int, bytes] | None = None
         size = 0
         index = 0
         try:
-            for index, record in enumerate(records):  # noqa: B007 (named in the error)
+            for index, record in enumerate(records):
                 if type(record) is tuple and len(record) == 2:
                     item = check(record[0], record[1], None, limit)
                 else:
-                    item = check(*_fields_of(record), limit)
+                    key, data, ehk, tags = _fields_of(record)
+                    item = check(key, data, ehk, limit)
+                    if tags is not None:
+                        encoded, record_size = self._check_tags(tags, item[0], item[1], item[4])
+                        if encoded:
+                            item = (item[0], record_size, item[2], item[3], item[4])
+                            if tagged is None:
+                                tagged = {}
+                            tagged[index] = encoded
                 size += item[1]
                 accepted.append(item)
         except (InvalidRecordError, InvalidRecordTypeError) as exc:
             raise type(exc)(f"records[{index}]: {exc}") from None
-        return accepted, size
+        return accepted, size, tagged
 
     def _enqueue_many(
-        self, stream: str, accepted: list[tuple[str, int, bytes, int, str | None]], size: int
+        self,
+        stream: str,
+        accepted: list[tuple[str, int, bytes, int, str | None]],
+        size: int,
+        tagged: dict[int, bytes] | None = None,
     ) -> list[Outcome[RecordResult]]:
         pipeline = self._pipeline_of(stream)
         # One set of timestamps for the group: its records share these float objects.
@@ -927,10 +998,25 @@ class Producer:
         self._seq += len(accepted)
         self._outstanding_bytes += size
         outcomes: list[Outcome[RecordResult]] = []
-        for key, record_size, payload, hash_key, ehk in accepted:
-            record = UserRecord(
-                stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
-            )
+        if tagged is None:
+            for key, record_size, payload, hash_key, ehk in accepted:
+                record = UserRecord(
+                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
+                )
+                outstanding[record] = None
+                put(record, hash_key)
+                outcomes.append(record)
+            return outcomes
+        for index, (key, record_size, payload, hash_key, ehk) in enumerate(accepted):
+            tags = tagged.get(index)
+            if tags is None:
+                record = UserRecord(
+                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
+                )
+            else:
+                record = TaggedRecord(
+                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch, tags
+                )
             outstanding[record] = None
             put(record, hash_key)
             outcomes.append(record)
@@ -944,6 +1030,7 @@ class Producer:
         payload: bytes,
         hash_key: int,
         ehk: str | None,
+        tags: bytes = b"",
         *,
         force: bool = False,
     ) -> Outcome[RecordResult] | None:
@@ -953,7 +1040,7 @@ class Producer:
         """
         if not force and not self._has_room(size):
             return None
-        return self._enqueue(stream, key, size, payload, hash_key, ehk)
+        return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
 
     # --- results --------------------------------------------------------------------------
     def _finish(self, records: list[UserRecord], success: bool) -> None:

@@ -4,15 +4,21 @@ The pipeline tracks each record with one object, and that object is what ``put_r
 returns: an :class:`~aiokpl.Outcome` subclass. Two objects per record (a record and a separate
 future) cost twice the allocations and twice the garbage collector's attention for nothing.
 
+The pure core does not import this class: it reads and changes records through the protocol
+``UserRecordLike`` (``_core/records.py``), which this class satisfies.
+
 Invariants:
 
 * the record's hash key is not kept: it is computed at ``put`` for the shard prediction and
   again (cheaply) on the rare paths that need it later, so a record carries no 128-bit integer;
 * ``deadline <= expires_at`` always: a record is never scheduled past its TTL;
 * once resolved, a record drops its data: an outcome kept by the caller does not keep the
-  payload alive. Its result is built from plain values on first use.
+  payload alive. Its result is built from plain values on first use;
+* a record with tags is a :class:`TaggedRecord`, whose one extra slot holds them encoded
+  (the aggregate's ``Record.tags`` fields, validated and encoded once at put): a record without
+  tags is as small as before tags existed and reads ``encoded_tags`` (``b""``) from its class.
 
-Mirrors ``UserRecord`` in the KPL (``aws/kinesis/core/user_record.h``).
+Mirrors ``UserRecord`` in the KPL (``aws/kinesis/core/user_record.h``), which has no tags.
 """
 
 from __future__ import annotations
@@ -22,13 +28,16 @@ from ._core.records import Delivered, result_of
 from ._core.results import Attempt, RecordResult
 from ._outcome import Outcome
 
-__all__ = ("UserRecord",)
+__all__ = ("TaggedRecord", "UserRecord")
 
 _RELEASED = b""
 
 
 class UserRecord(Outcome[RecordResult]):
     """One record in the pipeline, and the caller's handle on its result."""
+
+    # Overridden by TaggedRecord's slot: a record without tags carries nothing for them.
+    encoded_tags: bytes = b""
 
     __slots__ = (
         "attempts",
@@ -119,3 +128,42 @@ class UserRecord(Outcome[RecordResult]):
             f"<Outcome pending: stream={self.stream!r} size={self.size} "
             f"shard={self.predicted_shard!r} attempts={len(self.attempts)}>"
         )
+
+
+class TaggedRecord(UserRecord):
+    """A :class:`UserRecord` with tags: ``encoded_tags`` holds them as the aggregate's
+    ``Record.tags`` fields (never empty)."""
+
+    __slots__ = ("encoded_tags",)
+
+    def __init__(
+        self,
+        stream: str,
+        partition_key: str,
+        data: bytes,
+        explicit_hash_key: str | None,
+        size: int,
+        arrival: float,
+        deadline: float,
+        expires_at: float,
+        epoch: int,
+        encoded_tags: bytes,
+    ) -> None:
+        super().__init__(
+            stream,
+            partition_key,
+            data,
+            explicit_hash_key,
+            size,
+            arrival,
+            deadline,
+            expires_at,
+            epoch,
+        )
+        self.encoded_tags = encoded_tags
+
+
+# What a caller holds is an Outcome: errors and reprs name that public type ("'Outcome' object
+# has no attribute 'is_set'"), never these classes.
+UserRecord.__name__ = UserRecord.__qualname__ = "Outcome"
+TaggedRecord.__name__ = TaggedRecord.__qualname__ = "Outcome"

@@ -32,7 +32,6 @@ the counts, the flush waiters and the wake-up flag.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import logging
 import sys
@@ -49,11 +48,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from anyio.from_thread import BlockingPortal
 
+from ._backend import BACKENDS, current_clock, threadsafe_scheduler
+from ._core.aggregation import Tags, check_tags, decode_tags
 from ._core.config import Config
-from ._core.errors import BufferFullError, ProducerClosedError
+from ._core.errors import BufferFullError, InvalidRecordError, ProducerClosedError
 from ._core.hashing import check_stream_name, check_user_record
 from ._core.results import Attempt, FailedRecord, RecordResult
-from ._producer import Producer, ProducerStatistics, _clock_of_running_loop
+from ._producer import Producer, ProducerStatistics
 
 if TYPE_CHECKING:
     from ._kinesis import KinesisClient
@@ -63,11 +64,11 @@ __all__ = ("SyncProducer",)
 
 logger = logging.getLogger("aiokpl")
 
-_BACKENDS = ("asyncio", "trio")
 _CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 records
 
 # future, stream, partition key, size (key UTF-8 + data), data, hash key, explicit hash key, seq
-_Item = tuple["_RecordFuture", str, str, int, bytes, int, "str | None", int]
+# future, stream, partition key, size, data, hash key, explicit hash key, encoded tags, seq
+_Item = tuple["_RecordFuture", str, str, int, bytes, int, "str | None", bytes, int]
 
 # SyncProducers not closed yet; closed at interpreter exit (see _close_forgotten).
 _open_producers: weakref.WeakSet[SyncProducer] = weakref.WeakSet()
@@ -202,6 +203,11 @@ class _RecordFuture(Future[RecordResult]):
         self._condition.notify_all()
 
 
+# What a caller sees is a concurrent.futures.Future: errors and reprs name that public type
+# ("'Future' object has no attribute 'wait'", "<Future at 0x... state=running>"), never this class.
+_RecordFuture.__name__ = _RecordFuture.__qualname__ = "Future"
+
+
 class _FlushWaiter:
     __slots__ = ("event", "horizon", "remaining")
 
@@ -209,16 +215,6 @@ class _FlushWaiter:
         self.horizon = horizon
         self.remaining = remaining
         self.event = threading.Event()
-
-
-def _threadsafe_scheduler() -> Callable[[Callable[[], object]], object]:
-    """The running loop's cheapest way to run a function soon, callable from another thread."""
-    try:
-        return asyncio.get_running_loop().call_soon_threadsafe
-    except RuntimeError:
-        import trio
-
-        return trio.lowlevel.current_trio_token().run_sync_soon
 
 
 class SyncProducer:
@@ -258,7 +254,7 @@ class SyncProducer:
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
-        if backend not in _BACKENDS:
+        if backend not in BACKENDS:
             raise ValueError(f"backend must be 'asyncio' or 'trio'; got {backend!r}")
         self.config = config
         self.backend = backend
@@ -321,10 +317,10 @@ class SyncProducer:
 
     async def _serve(self, client: KinesisClient | None, started: Future[None]) -> None:
         self._loop_thread = threading.get_ident()
-        self._call_soon = _threadsafe_scheduler()
+        self._call_soon = threadsafe_scheduler()
         # Read in callbacks run by _call_soon, outside any task, where anyio cannot tell
         # which loop runs them.
-        self._clock = _clock_of_running_loop()
+        self._clock = current_clock()
         self._wakeup = anyio.Event()
         try:
             with anyio.CancelScope() as scope:  # close(timeout=…) sets its deadline
@@ -362,14 +358,15 @@ class SyncProducer:
                 closing = self._closing  # once set, nothing more is queued
             while queue:
                 # Peek, and pop only once in the pipeline: a cancellation leaves it queued.
-                future, stream, key, size, payload, hash_key, ehk, seq = queue[0]
-                outcome = producer._put_validated(stream, key, size, payload, hash_key, ehk)
+                future, stream, key, size, payload, hash_key, ehk, tags, seq = queue[0]
+                outcome = producer._put_validated(stream, key, size, payload, hash_key, ehk, tags)
                 if outcome is None:  # no room: only while failure callbacks hold records
                     outcome = await producer.put_record(
                         stream=stream,
                         partition_key=key,
                         data=payload,
                         explicit_hash_key=ehk,
+                        tags=decode_tags(tags) if tags else None,
                     )
                 queue.popleft()
                 outcome.add_done_callback(partial(_settle_outcome, self, future, size, seq))
@@ -392,8 +389,10 @@ class SyncProducer:
         with self._lock:
             self._closing = True
         while queue:
-            future, stream, key, size, payload, hash_key, ehk, seq = queue[0]
-            outcome = producer._put_validated(stream, key, size, payload, hash_key, ehk, force=True)
+            future, stream, key, size, payload, hash_key, ehk, tags, seq = queue[0]
+            outcome = producer._put_validated(
+                stream, key, size, payload, hash_key, ehk, tags, force=True
+            )
             assert outcome is not None
             queue.popleft()  # only now: if that raised, _fail_the_rest still has it
             outcome.add_done_callback(partial(_settle_outcome, self, future, size, seq))
@@ -402,13 +401,13 @@ class SyncProducer:
         """Fail whatever never reached the pipeline (only if the loop itself failed)."""
         now = self._clock()
         while self._queue:
-            future, stream, key, size, payload, _, ehk, seq = self._queue.popleft()
+            future, stream, key, size, payload, _, ehk, tags, seq = self._queue.popleft()
             attempt = Attempt(
                 now, now, 0.0, False, "Internal", "the SyncProducer's event loop stopped"
             )
             record = None
             if self.config.return_record_on_failure:
-                record = FailedRecord(stream, key, payload, ehk)
+                record = FailedRecord(stream, key, payload, ehk, decode_tags(tags) if tags else ())
             self._settle(
                 future,
                 _Resolved(RecordResult(False, None, None, (attempt,), record)),
@@ -465,6 +464,7 @@ class SyncProducer:
         partition_key: str,
         data: bytes | bytearray | memoryview,
         explicit_hash_key: str | int | None = None,
+        tags: Tags | None = None,
         timeout: float | None = None,
     ) -> Future[RecordResult]:
         """Put one record; block the calling thread only while the producer is full.
@@ -476,6 +476,7 @@ class SyncProducer:
             data: the payload; ``len(data)`` + the key's UTF-8 length must fit
                 ``Config.max_record_size``.
             explicit_hash_key: a decimal hash key (0 … 2**128 - 1) choosing the shard.
+            tags: the record's tags, as for :meth:`aiokpl.Producer.put_record`.
             timeout: the most seconds to wait for room; ``None`` waits as long as needed.
 
         Returns:
@@ -496,6 +497,14 @@ class SyncProducer:
         key, size, payload, hash_key, ehk = check_user_record(
             partition_key, data, explicit_hash_key, self._max_record_size
         )
+        encoded_tags = b""
+        if tags is not None:
+            encoded_tags, size = check_tags(tags, key, size, ehk, self._max_record_size)
+            if encoded_tags and not self.config.aggregation_enabled:
+                raise InvalidRecordError(
+                    "tags need aggregation (Config.aggregation_enabled is False): a record "
+                    "sent raw has no place for them"
+                )
         future = _RecordFuture()
         with self._lock:
             if not self._has_room(size):
@@ -505,7 +514,9 @@ class SyncProducer:
             self._seq += 1
             self._pending_records += 1
             self._pending_bytes += size
-            self._queue.append((future, stream, key, size, payload, hash_key, ehk, self._seq))
+            self._queue.append(
+                (future, stream, key, size, payload, hash_key, ehk, encoded_tags, self._seq)
+            )
             self._wake_locked()
         return future
 

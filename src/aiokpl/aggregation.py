@@ -7,9 +7,12 @@ module is that format, for consumers and for tests:
 
 * ``deaggregate`` / ``deaggregate_records``: split the records a consumer receives
   (from ``get_records``, or a Lambda Kinesis event) into user records, passing records that
-  are not aggregates through unchanged;
+  are not aggregates through unchanged; with ``shard=``, dropping the user records outside
+  that shard's hash key range, as the KCL does;
 * ``decode`` / ``is_aggregated``: the same on raw bytes, strictly;
-* ``encode`` and ``AggregateBuilder``: build aggregates yourself.
+* ``encode`` and ``AggregateBuilder``: build aggregates yourself;
+* ``Tag``: a user record's tag (the format's ``Record.tags``), as ``put_record(tags=...)``
+  writes and ``deaggregate`` returns them.
 
 Example:
     ```python
@@ -30,6 +33,8 @@ from ._core.aggregation import MAGIC as MAGIC
 from ._core.aggregation import AggregateBuilder as AggregateBuilder
 from ._core.aggregation import DeaggregatedRecord as DeaggregatedRecord
 from ._core.aggregation import Record as Record
+from ._core.aggregation import Tag as Tag
+from ._core.aggregation import Tags as Tags
 from ._core.aggregation import deaggregate as deaggregate
 from ._core.aggregation import deaggregate_records as deaggregate_records
 from ._core.aggregation import decode as decode
@@ -44,6 +49,8 @@ __all__ = (
     "AggregationFormatError",
     "DeaggregatedRecord",
     "Record",
+    "Tag",
+    "Tags",
     "deaggregate",
     "deaggregate_records",
     "decode",

@@ -4,10 +4,10 @@ Each producer publishes its admitted per-shard rates to a shared store; one summ
 them up; each producer moves its per-shard ceilings toward its share of the shard's capacity.
 """
 
-from ._coordination import Coordination as Coordination
-from ._coordination import CoordinationStore as CoordinationStore
-from ._coordination import DynamoDBStore as DynamoDBStore
-from ._coordination import S3Store as S3Store
-from ._coordination import run_summarizer as run_summarizer
+from ._coordination.coordinator import Coordination as Coordination
+from ._coordination.coordinator import run_summarizer as run_summarizer
+from ._coordination.stores import CoordinationStore as CoordinationStore
+from ._coordination.stores import DynamoDBStore as DynamoDBStore
+from ._coordination.stores import S3Store as S3Store
 
 __all__ = ("Coordination", "CoordinationStore", "DynamoDBStore", "S3Store", "run_summarizer")

@@ -20,19 +20,36 @@ Invariants:
 
 * Sizes are exact: ``AggregateBuilder.size`` is ``len(builder.encode())`` and
   ``AggregateBuilder.size_if_added`` is the size after the next ``AggregateBuilder.add``,
-  to the byte, in O(1).
+  to the byte, in O(1) (tags included: a record's tags are encoded once, when it is put).
 * Keys are deduplicated: each distinct partition key (and explicit hash key) appears once in
   its table, in order of first appearance; records refer to it by index. A record without an
   explicit hash key omits field 2.
-* Fields are written in field-number order (tables, then records), as protobuf serializers do;
-  the decoder accepts any order, skips tags and unknown fields by wire type, and raises
-  ``aiokpl.AggregationFormatError`` for anything it cannot read (it never guesses).
+* Fields are written in field-number order (tables, then records; in a record its indexes,
+  its data, then its tags), as protobuf serializers do; the decoder accepts any order, skips
+  unknown fields by wire type, and raises ``aiokpl.AggregationFormatError`` for anything it
+  cannot read (it never guesses).
+* Tags (``Record.tags``, field 4) are kept in the order given, duplicates included, as the
+  format allows; a record without tags writes none and decodes to ``()``. Records without tags
+  cost what they cost before tags were supported: one falsy check when added, one constant
+  column when decoded.
 
 Mirrors ``KinesisRecord`` in the KPL (``aws/kinesis/core/kinesis_record.cc``) and its
 ``aggregation-format.md``. Differences: the KPL estimates an aggregate's size and checks it when
 serialising; we keep the exact size incrementally (varint-length arithmetic), so the aggregator
 knows before adding a record whether it fits. The protobuf encoding is written by hand: no
-protobuf dependency, and a faster encoder and decoder for this one schema.
+protobuf dependency, and a faster encoder and decoder for this one schema. The KPL defines
+tags in its format (``aws/kinesis/protobuf/messages.proto``) but never writes them: its
+``PutRecord`` IPC message and its Java ``addUserRecord`` have no tags, and its
+``KinesisRecord::after_add`` sets only keys and data. We write them (and read them back), so
+that a record's tags travel with it inside an aggregate.
+
+Consumer side, ``deaggregate(..., shard=...)`` drops the user records whose hash key lies
+outside the shard they were read from, as the KCL's ``AggregatorUtil.deaggregate`` does (the
+copies an aggregate sent with a stale shard map leaves on the wrong shard). Where we differ:
+the KCL drops the *whole* aggregate as soon as one of its user records is out of range; we
+drop exactly the out-of-range ones. A producer that resends only those (ours, and the KPL's
+``retrier.cc`` ``succeed_if_correct_shard``) reports the others delivered, with that shard's
+sequence number: dropping them would lose them.
 """
 
 from __future__ import annotations
@@ -46,7 +63,8 @@ from itertools import repeat
 from struct import Struct
 from typing import Any, NamedTuple, NoReturn, cast
 
-from .errors import AggregationFormatError
+from .errors import AggregationFormatError, InvalidRecordError, InvalidRecordTypeError
+from .hashing import MAX_HASH_KEY, hash_key_of
 
 __all__ = (
     "DIGEST_SIZE",
@@ -55,10 +73,16 @@ __all__ = (
     "AggregateBuilder",
     "DeaggregatedRecord",
     "Record",
+    "Tag",
+    "Tags",
+    "check_tags",
     "deaggregate",
     "deaggregate_records",
     "decode",
+    "decode_tags",
     "encode",
+    "encode_tags",
+    "hash_key_range",
     "is_aggregated",
 )
 
@@ -74,21 +98,46 @@ FRAMING_OVERHEAD = 20
 _MAGIC_SIZE = len(MAGIC)
 
 
+class Tag(NamedTuple):
+    """One tag of a user record: the format's ``message Tag { key; optional value; }``.
+
+    A plain ``(key, value)`` pair is accepted wherever a ``Tag`` is; records read back carry
+    ``Tag`` objects.
+
+    Attributes:
+        key: the tag's key.
+        value: the tag's value, or ``None`` for a tag that has none (not the same as ``""``:
+            the format tells them apart).
+    """
+
+    key: str
+    value: str | None = None
+
+
+Tags = Mapping[str, str | None] | Iterable[Tag | tuple[str, str | None]]
+"""What ``tags=`` accepts: a mapping of key to value, or ``Tag`` objects / ``(key, value)``
+pairs (which keep their order and may repeat a key, as the format allows)."""
+
+
 class Record(NamedTuple):
     """A user record, as it goes into ``encode`` and comes out of ``decode``.
 
-    A plain ``(partition_key, data)`` or ``(partition_key, data, explicit_hash_key)`` tuple is
-    accepted wherever a ``Record`` is.
+    A plain ``(partition_key, data)``, ``(partition_key, data, explicit_hash_key)`` or
+    ``(partition_key, data, explicit_hash_key, tags)`` tuple is accepted wherever a ``Record``
+    is.
 
     Attributes:
         partition_key: the record's partition key.
         data: the record's payload.
         explicit_hash_key: the record's explicit hash key (a decimal string), or ``None``.
+        tags: the record's tags, in order; ``()`` for none. ``encode`` also takes any
+            :data:`Tags` form here (a mapping, or ``(key, value)`` pairs).
     """
 
     partition_key: str
     data: bytes
     explicit_hash_key: str | None = None
+    tags: tuple[Tag, ...] = ()
 
 
 class DeaggregatedRecord(NamedTuple):
@@ -107,6 +156,8 @@ class DeaggregatedRecord(NamedTuple):
         aggregated: whether the record came out of a KPL aggregate.
         approximate_arrival_timestamp: the Kinesis record's arrival time, passed through as
             given (a ``datetime`` from boto3, a float of epoch seconds from Lambda), or ``None``.
+        tags: the user record's tags (``Tag`` objects, in order); ``()`` if it had none, and
+            always for a record that was not aggregated.
     """
 
     partition_key: str
@@ -116,6 +167,7 @@ class DeaggregatedRecord(NamedTuple):
     sub_sequence_number: int
     aggregated: bool
     approximate_arrival_timestamp: Any
+    tags: tuple[Tag, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,6 +212,132 @@ def _encoded_len(key: str | bytes) -> int:
 
 def _tag3_len(value: int) -> bytes:
     return _TAG3_LEN[value] if value < _CACHE else b"\x1a" + _varint_slow(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Tags: validated and encoded once (the Record's field 4 entries), when the record is put.
+# --------------------------------------------------------------------------------------------
+
+
+def _tag_text(value: object, what: str, index: int) -> bytes:
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise InvalidRecordTypeError(
+                f"tags[{index}]: a tag's {what} must be a str, not {type(value).__name__}"
+            )
+        value = str(value)
+    try:
+        return value.encode()
+    except UnicodeEncodeError:
+        raise InvalidRecordError(
+            f"tags[{index}]: a tag's {what} must be encodable as UTF-8 (it contains a lone "
+            "surrogate)"
+        ) from None
+
+
+def encode_tags(tags: Tags | None) -> bytes:
+    """Validate a record's tags and encode them as its ``Record.tags`` fields (field 4).
+
+    Args:
+        tags: a mapping of key to value, or an iterable of ``Tag`` objects / ``(key, value)``
+            pairs; keys are ``str``, values ``str`` or ``None``. ``None`` means no tags.
+
+    Returns:
+        The encoded fields, in the order given; ``b""`` for no tags.
+
+    Raises:
+        InvalidRecordTypeError: ``tags`` is not a mapping or an iterable of pairs, or a key or
+            value has the wrong type (a ``TypeError``).
+        InvalidRecordError: a key or value is not encodable as UTF-8 (a ``ValueError``).
+    """
+    if tags is None:
+        return b""
+    if isinstance(tags, Mapping):
+        pairs: Iterable[Any] = tags.items()
+    elif isinstance(tags, str | bytes | bytearray | memoryview) or not isinstance(tags, Iterable):
+        raise InvalidRecordTypeError(
+            "tags must be a mapping of str to str or None, or an iterable of (key, value) "
+            f"pairs, not {type(tags).__name__}"
+        )
+    else:
+        pairs = tags
+    out = []
+    for index, pair in enumerate(pairs):
+        text = isinstance(pair, str | bytes)
+        if text or not isinstance(pair, Sequence) or len(pair) != 2:
+            shape = "" if text or not isinstance(pair, Sequence) else f" of length {len(pair)}"
+            raise InvalidRecordTypeError(
+                f"tags[{index}]: a tag is a Tag or a (key, value) pair, not "
+                f"{type(pair).__name__}{shape}"
+            )
+        key, value = pair
+        encoded = _tag_text(key, "key", index)
+        message = b"\n" + _varint(len(encoded)) + encoded
+        if value is not None:
+            encoded = _tag_text(value, "value", index)
+            message += b"\x12" + _varint(len(encoded)) + encoded
+        out.append(b'"' + _varint(len(message)) + message)
+    return b"".join(out)
+
+
+def check_tags(
+    tags: Tags,
+    partition_key: str,
+    size: int,
+    explicit_hash_key: str | None,
+    max_record_size: int,
+) -> tuple[bytes, int]:
+    """Validate and encode the tags of a record the producer is about to accept.
+
+    A record with tags may end up alone in its Kinesis record, which is then an aggregate of
+    one (a raw record has no place for tags): that aggregate plus the partition key must fit
+    ``max_record_size``, as Kinesis counts it.
+
+    Args:
+        tags: the ``tags=`` argument (not ``None``).
+        partition_key: the record's partition key, validated.
+        size: its partition key's UTF-8 length plus its data's, validated.
+        explicit_hash_key: its explicit hash key as a decimal string, or ``None``.
+        max_record_size: ``Config.max_record_size``.
+
+    Returns:
+        The encoded tags (``b""`` for none: the record is then an ordinary one) and the
+        record's size counting them (``size`` plus their encoded length).
+
+    Raises:
+        InvalidRecordTypeError: ``tags`` or a key or value has the wrong type.
+        InvalidRecordError: a key or value is not UTF-8, or the record as an aggregate of one
+            is over ``max_record_size``.
+    """
+    encoded = encode_tags(tags)
+    if not encoded:
+        return encoded, size
+    key_size = len(partition_key.encode())
+    alone = key_size + _aggregate_of_one_size(
+        key_size, size - key_size, explicit_hash_key, len(encoded)
+    )
+    if alone > max_record_size:
+        raise InvalidRecordError(
+            f"data plus partition_key plus tags is {alone} bytes sent alone (as an aggregate "
+            f"of one, the only way tags travel), over max_record_size ({max_record_size})"
+        )
+    return encoded, size + len(encoded)
+
+
+def _aggregate_of_one_size(
+    key_size: int, data_size: int, explicit_hash_key: str | None, tags_size: int
+) -> int:
+    """The exact size of an aggregate holding one record, framing included."""
+
+    def field(n: int) -> int:  # tag, length, value
+        return 1 + _varint_len(n) + n
+
+    inner = 2 + field(data_size) + tags_size  # partition_key_index 0, data, tags
+    body = field(key_size)  # the partition key table
+    if explicit_hash_key is not None:
+        body += field(len(explicit_hash_key))  # the explicit hash key table
+        inner += 2  # explicit_hash_key_index 0
+    return FRAMING_OVERHEAD + body + field(inner)
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,10 +411,11 @@ class AggregateBuilder:
         partition_key: str | bytes,
         data_len: int,
         explicit_hash_key: str | bytes | None = None,
+        tags: Tags | None = None,
     ) -> int:
         """The exact size the aggregate would have after adding one more record, in O(1).
 
-        That is ``size`` after ``add(partition_key, data, explicit_hash_key)`` with
+        That is ``size`` after ``add(partition_key, data, explicit_hash_key, tags)`` with
         ``len(data) == data_len``, framing included.
 
         Args:
@@ -244,9 +423,15 @@ class AggregateBuilder:
             data_len: the length of the record's data in bytes.
             explicit_hash_key: the record's explicit hash key (a decimal ``str``, or its ASCII
                 encoding), or ``None``.
+            tags: the record's tags (any :data:`Tags` form), or ``None``.
 
         Returns:
             The aggregate's size in bytes if the record were added.
+
+        Raises:
+            InvalidRecordTypeError: ``tags`` is not a :data:`Tags` form, or a key or value is
+                not a ``str`` (``None`` for a value).
+            InvalidRecordError: a tag is not encodable as UTF-8.
         """
         size = self._body_size + FRAMING_OVERHEAD
         field = self._pk_fields.get(partition_key)
@@ -267,6 +452,8 @@ class AggregateBuilder:
             else:
                 inner += len(field)
         inner += 1 + (1 if data_len < 0x80 else _varint_len(data_len)) + data_len
+        if tags is not None:
+            inner += len(encode_tags(tags))
         return size + 1 + (1 if inner < 0x80 else _varint_len(inner)) + inner
 
     def add(
@@ -274,11 +461,13 @@ class AggregateBuilder:
         partition_key: str | bytes,
         data: bytes,
         explicit_hash_key: str | bytes | None = None,
+        tags: Tags | None = None,
     ) -> None:
         """Add one user record.
 
-        The builder keeps a reference to ``data`` (no copy): do not mutate it until the
-        aggregate is encoded.
+        The builder keeps a reference to ``data`` (no copy) for a record without tags: do not
+        mutate it until the aggregate is encoded. A record's tags follow its data on the wire,
+        so a tagged record's data is copied once, joined with its encoded tags.
 
         Args:
             partition_key: the record's partition key (``str``, or its UTF-8 encoding).
@@ -286,8 +475,20 @@ class AggregateBuilder:
                 size in bytes (a ``bytearray``, a 1-D memoryview of bytes).
             explicit_hash_key: the record's explicit hash key (a decimal ``str``, or its ASCII
                 encoding), or ``None``.
+            tags: the record's tags (any :data:`Tags` form), or ``None``.
+
+        Raises:
+            InvalidRecordTypeError: ``tags`` is not a :data:`Tags` form, or a key or value is
+                not a ``str`` (``None`` for a value).
+            InvalidRecordError: a tag is not encodable as UTF-8.
         """
-        self.try_add(partition_key, data, explicit_hash_key, _NO_LIMIT)
+        self.try_add(
+            partition_key,
+            data,
+            explicit_hash_key,
+            _NO_LIMIT,
+            b"" if tags is None else encode_tags(tags),
+        )
 
     def try_add(
         self,
@@ -295,6 +496,7 @@ class AggregateBuilder:
         data: bytes,
         explicit_hash_key: str | bytes | None,
         max_size: float,
+        encoded_tags: bytes = b"",
     ) -> int:
         """Add one user record if the aggregate then stays within ``max_size`` bytes.
 
@@ -307,6 +509,9 @@ class AggregateBuilder:
             data: as for :meth:`add`.
             explicit_hash_key: as for :meth:`add`.
             max_size: the largest aggregate allowed, framing included.
+            encoded_tags: the record's tags already encoded as ``Record.tags`` fields (the
+                producer validates and encodes them once, at put); ``b""`` for none. To add a
+                record with tags in any :data:`Tags` form, use :meth:`add`.
 
         Returns:
             The number of records the builder now holds, or 0 if the record would not fit
@@ -337,6 +542,9 @@ class AggregateBuilder:
             field += ehk_field
         n = len(data)
         field += _TAG3_LEN[n] if n < _CACHE else _tag3_len(n)
+        if encoded_tags:  # they follow the data: one copy, for tagged records only
+            data = b"".join((data, encoded_tags))
+            n = len(data)
         inner = len(field) + n
         header = (_TAG3_LEN[inner] if inner < _CACHE else _tag3_len(inner)) + field
         added += len(header) + n
@@ -384,32 +592,39 @@ def encode(records: Iterable[Record | tuple[Any, ...]]) -> bytes:
 
     Args:
         records: ``Record`` objects, or ``(partition_key, data)`` /
-            ``(partition_key, data, explicit_hash_key)`` tuples. ``data`` may be any
+            ``(partition_key, data, explicit_hash_key)`` /
+            ``(partition_key, data, explicit_hash_key, tags)`` tuples. ``data`` may be any
             bytes-like object (it is copied if it is not ``bytes``); the explicit hash key
-            may be ``None``.
+            may be ``None``; ``tags`` is any :data:`Tags` form, or ``None``.
 
     Returns:
         The aggregated record (magic, protobuf body, MD5 digest).
 
     Raises:
-        ValueError: if ``records`` is empty, a record has neither 2 nor 3 items, or an
-            explicit hash key is not ASCII (``UnicodeEncodeError``).
-        TypeError: if a partition key or explicit hash key is not a ``str``, or data is not
-            bytes-like.
+        ValueError: if ``records`` is empty, a record has fewer than 2 or more than 4 items,
+            an explicit hash key is not ASCII (``UnicodeEncodeError``), or a tag is not
+            encodable as UTF-8.
+        TypeError: if a partition key or explicit hash key is not a ``str``, data is not
+            bytes-like, or ``tags`` is malformed.
     """
     builder = AggregateBuilder()
-    add = builder.add
+    try_add = builder.try_add
     for record in cast("Iterable[Sequence[Any]]", records):
         n = len(record)
-        if n == 3:
+        tags = b""
+        if n == 4:
+            partition_key, data, explicit_hash_key, given = record
+            if given:
+                tags = encode_tags(given)
+        elif n == 3:
             partition_key, data, explicit_hash_key = record
         elif n == 2:
             partition_key, data = record
             explicit_hash_key = None
         else:
             raise ValueError(
-                "a record is (partition_key, data) or (partition_key, data, explicit_hash_key), "
-                f"not a sequence of length {n}"
+                "a record is (partition_key, data), (partition_key, data, explicit_hash_key) "
+                f"or (partition_key, data, explicit_hash_key, tags), not a sequence of length {n}"
             )
         if type(partition_key) is not str:
             raise TypeError(f"partition key must be str, not {type(partition_key).__name__}")
@@ -418,9 +633,9 @@ def encode(records: Iterable[Record | tuple[Any, ...]]) -> bytes:
                 raise TypeError(f"data must be bytes-like, not {type(data).__name__}")
             data = bytes(data)
         if explicit_hash_key is None:
-            add(partition_key, data)
+            try_add(partition_key, data, None, _NO_LIMIT, tags)
         elif type(explicit_hash_key) is str:
-            add(partition_key, data, explicit_hash_key.encode("ascii"))
+            try_add(partition_key, data, explicit_hash_key.encode("ascii"), _NO_LIMIT, tags)
         else:
             raise TypeError(
                 f"explicit hash key must be str or None, not {type(explicit_hash_key).__name__}"
@@ -503,14 +718,81 @@ def _of_record(record_start: int) -> str:
     return "" if record_start < 0 else f" of the record at byte {record_start}"
 
 
-def _parse_record(buf: bytes, pos: int, stop: int, start: int) -> tuple[int, int, bytes]:
+def _parse_tag(buf: bytes, pos: int, stop: int, start: int) -> Tag:
+    """Parse the ``Tag`` in ``buf[pos:stop]``, of the record at byte ``start``."""
+    key = value = None
+    tag_start = pos
+    while pos < stop:
+        field_start = pos
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _read_tag(buf, pos)
+        if tag == 0x0A or tag == 0x12:  # key, value
+            length, pos = _read_varint(buf, pos)
+            end = pos + length
+            if end > stop:
+                raise AggregationFormatError(
+                    f"malformed aggregate body: a field of the tag at byte {tag_start} of the "
+                    f"record at byte {start} runs past the end of the tag"
+                )
+            try:
+                text = buf[pos:end].decode()
+            except UnicodeDecodeError:
+                raise AggregationFormatError(
+                    f"malformed aggregate body: the tag at byte {tag_start} of the record at "
+                    f"byte {start} has a {'key' if tag == 0x0A else 'value'} that is not valid "
+                    "UTF-8"
+                ) from None
+            if tag == 0x0A:
+                key = text
+            else:
+                value = text
+            pos = end
+        else:
+            pos = _skip_field(buf, pos, stop, tag, field_start, start)
+    if pos != stop:
+        raise AggregationFormatError(
+            f"malformed aggregate body: a field of the tag at byte {tag_start} of the record at "
+            f"byte {start} runs past the end of the tag"
+        )
+    if key is None:
+        raise AggregationFormatError(
+            f"malformed aggregate body: the tag at byte {tag_start} of the record at byte "
+            f"{start} has no key (a required field)"
+        )
+    return Tag(key, value)
+
+
+def decode_tags(encoded: bytes) -> tuple[Tag, ...]:
+    """The tags :func:`encode_tags` encoded, back as ``Tag`` objects.
+
+    Raises:
+        AggregationFormatError: ``encoded`` is not a run of ``Record.tags`` fields.
+    """
+    tags: tuple[Tag, ...] = ()
+    pos, stop = 0, len(encoded)
+    while pos < stop:
+        if encoded[pos] != 0x22:
+            raise AggregationFormatError(f"not an encoded tag at byte {pos}")
+        length, pos = _read_varint(encoded, pos + 1)
+        tags += (_parse_tag(encoded, pos, pos + length, 0),)
+        pos += length
+    return tags
+
+
+def _parse_record(
+    buf: bytes, pos: int, stop: int, start: int
+) -> tuple[int, int, bytes, tuple[Tag, ...]]:
     """Parse the ``Record`` in ``buf[pos:stop]`` (any field order, tags, unknown fields).
 
     Returns:
-        Its partition key index, explicit hash key index (-1 if absent) and data.
+        Its partition key index, explicit hash key index (-1 if absent), data and tags.
     """
     pk_index = ehk_index = -1
     data: bytes | None = None
+    tags: tuple[Tag, ...] = ()
     while pos < stop:
         field_start = pos
         tag = buf[pos]
@@ -532,7 +814,17 @@ def _parse_record(buf: bytes, pos: int, stop: int, start: int) -> tuple[int, int
             pos = data_end
         elif tag == 0x10:  # explicit_hash_key_index
             ehk_index, pos = _read_varint(buf, pos)
-        else:  # tags, unknown fields
+        elif tag == 0x22:  # tags
+            length, pos = _read_varint(buf, pos)
+            tag_end = pos + length
+            if tag_end > stop:
+                raise AggregationFormatError(
+                    f"malformed aggregate body: a tag of the record at byte {start} runs past "
+                    "the end of the record"
+                )
+            tags += (_parse_tag(buf, pos, tag_end, start),)
+            pos = tag_end
+        else:  # unknown fields
             pos = _skip_field(buf, pos, stop, tag, field_start, start)
     if pos != stop:
         raise AggregationFormatError(
@@ -548,10 +840,12 @@ def _parse_record(buf: bytes, pos: int, stop: int, start: int) -> tuple[int, int
         raise AggregationFormatError(
             f"malformed aggregate body: record at byte {start} has no data (a required field)"
         )
-    return pk_index, ehk_index, data
+    return pk_index, ehk_index, data, tags
 
 
-_Columns = tuple[list[str], list[bytes], list[str | None] | None]
+# The records' partition keys, data, explicit hash keys and tags, as parallel lists; the last
+# two are None when no record has one (the common case costs no list).
+_Columns = tuple[list[str], list[bytes], list[str | None] | None, list[tuple[Tag, ...]] | None]
 
 
 def _parse(buf: bytes, pos: int, end: int) -> _Columns:
@@ -657,7 +951,7 @@ def _parse_canonical(buf: bytes, pos: int, end: int) -> _Columns | None:
             add_data(buf[start:stop])
         pos = stop
     else:
-        return (keys, datas, None) if pos == end else None
+        return (keys, datas, None, None) if pos == end else None
     return _parse_records(buf, pos, end, partition_keys, explicit_hash_keys, keys, datas)
 
 
@@ -784,11 +1078,11 @@ def _parse_records(
     if pos != end:
         return None
     if not with_ehk:
-        return keys, datas, None
+        return keys, datas, None, None
     ehk_column: list[str | None] = [None] * len(datas)
     for i, explicit_hash_key in with_ehk:
         ehk_column[i] = explicit_hash_key
-    return keys, datas, ehk_column
+    return keys, datas, ehk_column, None
 
 
 def _parse_general(buf: bytes, pos: int, end: int) -> _Columns:
@@ -806,6 +1100,7 @@ def _parse_general(buf: bytes, pos: int, end: int) -> _Columns:
     pk_indexes: list[int] = []
     ehk_indexes: list[int] = []
     datas: list[bytes] = []
+    tags: list[tuple[Tag, ...]] = []
     try:
         while pos < end:
             start = pos
@@ -822,10 +1117,11 @@ def _parse_general(buf: bytes, pos: int, end: int) -> _Columns:
                         f"malformed aggregate body: record at byte {start} runs past the end "
                         "of the body"
                     )
-                pk_index, ehk_index, data = _parse_record(buf, pos, stop, start)
+                pk_index, ehk_index, data, record_tags = _parse_record(buf, pos, stop, start)
                 pk_indexes.append(pk_index)
                 ehk_indexes.append(ehk_index)
                 datas.append(data)
+                tags.append(record_tags)
                 pos = stop
             elif tag == 0x0A or tag == 0x12:  # partition_key_table, explicit_hash_key_table
                 length, pos = _read_varint(buf, pos)
@@ -856,6 +1152,7 @@ def _parse_general(buf: bytes, pos: int, end: int) -> _Columns:
         list(map(partition_keys.__getitem__, pk_indexes)),
         datas,
         list(map(explicit_hash_keys.__getitem__, ehk_indexes)),
+        tags if any(tags) else None,
     )
 
 
@@ -940,9 +1237,9 @@ def decode(blob: bytes | bytearray | memoryview) -> list[Record]:
     if type(blob) is not bytes:
         blob = bytes(blob)
     _check_framing(blob)
-    keys, datas, explicit_hash_keys = _parse(blob, _MAGIC_SIZE, len(blob) - DIGEST_SIZE)
+    keys, datas, explicit_hash_keys, tags = _parse(blob, _MAGIC_SIZE, len(blob) - DIGEST_SIZE)
     ehks = repeat(None) if explicit_hash_keys is None else explicit_hash_keys
-    rows = zip(keys, datas, ehks, strict=False)
+    rows = zip(keys, datas, ehks, repeat(()) if tags is None else tags, strict=False)
     return list(map(_tuple_new, repeat(Record), rows))
 
 
@@ -982,7 +1279,59 @@ def _require(record: Mapping[str, Any], key: str, what: str) -> Any:
         raise ValueError(f"{what} has no {key!r} key") from None
 
 
-def deaggregate(record: Mapping[str, Any]) -> list[DeaggregatedRecord]:
+ShardLike = Mapping[str, Any] | tuple[int | str, int | str]
+"""What ``shard=`` accepts: a shard entry of a ``ListShards`` / ``DescribeStream`` response
+(a mapping with ``HashKeyRange``), a ``HashKeyRange`` mapping itself, or a ``(starting,
+ending)`` pair of hash keys (``int`` or decimal ``str``), both inclusive."""
+
+
+def _hash_key(value: object, what: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.isdecimal() and value.isascii():
+        number = int(value)
+    else:
+        raise ValueError(f"shard: the {what} hash key must be a decimal integer, got {value!r}")
+    if not 0 <= number <= MAX_HASH_KEY:
+        raise ValueError(f"shard: the {what} hash key must be in 0 … 2**128-1, got {number}")
+    return number
+
+
+def hash_key_range(shard: ShardLike) -> tuple[int, int]:
+    """The inclusive ``(starting, ending)`` hash keys of ``shard``, as ``deaggregate`` reads it.
+
+    Raises:
+        ValueError: a key is missing, not a decimal hash key, or the range is empty.
+        TypeError: ``shard`` is neither a mapping nor a pair.
+    """
+    if isinstance(shard, Mapping):
+        key_range = shard.get("HashKeyRange", shard)
+        try:
+            starting = key_range["StartingHashKey"]
+            ending = key_range["EndingHashKey"]
+        except (KeyError, TypeError):
+            raise ValueError(
+                "shard: a shard entry (ListShards, DescribeStream) has a 'HashKeyRange' with "
+                "'StartingHashKey' and 'EndingHashKey'; got a mapping with keys "
+                f"{sorted(map(str, shard))}"
+            ) from None
+    elif isinstance(shard, tuple | list) and len(shard) == 2:
+        starting, ending = shard
+    else:
+        raise TypeError(
+            "shard must be a shard entry of ListShards or DescribeStream (a mapping with "
+            f"'HashKeyRange') or a (starting, ending) pair, not {type(shard).__name__}"
+        )
+    start = _hash_key(starting, "starting")
+    end = _hash_key(ending, "ending")
+    if start > end:
+        raise ValueError(f"shard: the starting hash key {start} is above the ending one {end}")
+    return start, end
+
+
+def deaggregate(
+    record: Mapping[str, Any], *, shard: ShardLike | None = None
+) -> list[DeaggregatedRecord]:
     """Split one Kinesis record, as a consumer receives it, into its user records.
 
     Accepts three shapes of record:
@@ -1004,22 +1353,61 @@ def deaggregate(record: Mapping[str, Any]) -> list[DeaggregatedRecord]:
         record: the Kinesis record, in one of the shapes above. Only the keys named above are
             read; ``SequenceNumber`` and ``ApproximateArrivalTimestamp`` (and their Lambda
             spellings) may be absent.
+        shard: the shard the record was read from, to drop the user records of an aggregate
+            whose hash key (explicit, or the MD5 of the partition key) lies outside its range,
+            as the KCL does: the stale copies an aggregate sent with an outdated shard map
+            leaves behind around a reshard, whose producer resent them to the right shard.
+            A ``ListShards`` / ``DescribeStream`` shard entry, its ``HashKeyRange``, or a
+            ``(starting, ending)`` pair (inclusive). A record that was not aggregated is
+            never dropped (Kinesis routed it itself). ``None`` (the default) keeps every
+            user record.
 
     Each user record comes with the Kinesis record's sequence number and arrival time, and its
-    own sub-sequence number.
+    own sub-sequence number (its index in the aggregate, also when others were dropped).
 
     Returns:
         The user records, in order.
 
     Raises:
         ValueError: if the record is none of these shapes (the message names the missing key),
-            or a Lambda record's data is not valid base64.
-        AggregationFormatError: if the data is framed as an aggregate but its body is malformed.
+            a Lambda record's data is not valid base64, or ``shard`` has no valid hash key
+            range.
+        TypeError: if ``shard`` is neither a mapping nor a pair.
+        AggregationFormatError: if the data is framed as an aggregate but its body is malformed
+            (with ``shard``, also if an explicit hash key in it is not a decimal integer).
     """
-    return list(_deaggregate(record))
+    key_range = None if shard is None else hash_key_range(shard)
+    return list(_deaggregate(record, key_range))
 
 
-def _deaggregate(record: Mapping[str, Any]) -> Iterable[DeaggregatedRecord]:
+def _in_range(
+    records: Iterable[DeaggregatedRecord], key_range: tuple[int, int]
+) -> list[DeaggregatedRecord]:
+    """The records whose hash key lies in ``key_range`` (inclusive)."""
+    start, end = key_range
+    by_partition_key: dict[str, int] = {}
+    kept = []
+    for user_record in records:
+        ehk = user_record.explicit_hash_key
+        if ehk is None:
+            key = user_record.partition_key
+            hash_key = by_partition_key.get(key)
+            if hash_key is None:
+                hash_key = by_partition_key[key] = hash_key_of(key.encode())
+        elif ehk.isdecimal() and ehk.isascii():
+            hash_key = int(ehk)
+        else:
+            raise AggregationFormatError(
+                f"malformed aggregate body: explicit hash key {ehk[:50]!r} is not a decimal integer"
+            )
+        if start <= hash_key <= end:
+            kept.append(user_record)
+    return kept
+
+
+def _deaggregate(
+    record: Mapping[str, Any], key_range: tuple[int, int] | None = None
+) -> Iterable[DeaggregatedRecord]:
     """``deaggregate``, its records as an iterator (``deaggregate_records`` extends its list)."""
     if "Data" in record:
         data = record["Data"]
@@ -1054,7 +1442,7 @@ def _deaggregate(record: Mapping[str, Any]) -> Iterable[DeaggregatedRecord]:
         and hashlib.md5(memoryview(data)[_MAGIC_SIZE:end], usedforsecurity=False).digest()
         == data[end:]
     ):
-        partition_keys, datas, explicit_hash_keys = _parse(data, _MAGIC_SIZE, end)
+        partition_keys, datas, explicit_hash_keys, tags = _parse(data, _MAGIC_SIZE, end)
         # zip stops at the first column's end: the others may be longer, or endless.
         rows = zip(
             partition_keys,
@@ -1064,13 +1452,17 @@ def _deaggregate(record: Mapping[str, Any]) -> Iterable[DeaggregatedRecord]:
             _sub_sequence_numbers_for(len(datas)),
             repeat(True),
             repeat(timestamp),
+            repeat(()) if tags is None else tags,
         )
-        return map(_tuple_new, repeat(DeaggregatedRecord), rows)
+        user_records = map(_tuple_new, repeat(DeaggregatedRecord), rows)
+        return user_records if key_range is None else _in_range(user_records, key_range)
     return [DeaggregatedRecord(partition_key, data, None, sequence_number, 0, False, timestamp)]
 
 
 def deaggregate_records(
     records: Iterable[Mapping[str, Any]] | Mapping[str, Any],
+    *,
+    shard: ShardLike | None = None,
 ) -> list[DeaggregatedRecord]:
     """Split many Kinesis records into their user records, as ``deaggregate`` does each.
 
@@ -1078,22 +1470,27 @@ def deaggregate_records(
         records: Kinesis records in any of the shapes ``deaggregate`` accepts (the
             ``Records`` of a ``get_records`` response, say); or a whole Lambda event (a mapping
             with a ``"Records"`` key); or a single record.
+        shard: the shard they were all read from, as for ``deaggregate``; ``None`` keeps
+            every user record. (A Lambda event may mix shards: pass ``shard`` only for records
+            of one shard.)
 
     Returns:
         Every user record, in order, flattened into one list.
 
     Raises:
         ValueError: as ``deaggregate``.
+        TypeError: as ``deaggregate``.
         AggregationFormatError: as ``deaggregate``.
     """
+    key_range = None if shard is None else hash_key_range(shard)
     items: Iterable[Mapping[str, Any]]
     if isinstance(records, Mapping):
         if "Records" not in records:
-            return deaggregate(records)
+            return list(_deaggregate(records, key_range))
         items = records["Records"]
     else:
         items = records
     out: list[DeaggregatedRecord] = []
     for record in items:
-        out += _deaggregate(record)
+        out += _deaggregate(record, key_range)
     return out

@@ -173,7 +173,7 @@ class Config:
     # --- Failed records ------------------------------------------------------------------
     return_record_on_failure: bool = False
     """Attach the record itself (a :class:`~aiokpl.FailedRecord`: stream, partition key,
-    data, explicit hash key) to every failed :class:`~aiokpl.RecordResult`, as
+    data, explicit hash key, tags) to every failed :class:`~aiokpl.RecordResult`, as
     ``result.record`` (KPL ``ReturnUserRecordOnFailure``). Off by default: a failed result
     then holds no payload."""
 

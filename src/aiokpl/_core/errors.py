@@ -7,20 +7,14 @@ One base class, :class:`AiokplError`, and subclasses that say whose fault a prob
 * *your input is wrong* (checked locally, before anything is sent): :class:`InvalidRecordError`,
   :class:`InvalidRecordTypeError`, :class:`ConfigError`; they are also ``ValueError`` /
   ``TypeError`` so code that catches the built-in kinds keeps working;
-* *Kinesis (or the network) rejected it*: :class:`RecordFailedError`, raised only when you ask
-  for it with :meth:`RecordResult.raise_for_failure`;
+* *Kinesis (or the network) rejected it*: ``RecordFailedError``, raised only when you ask for
+  it with ``RecordResult.raise_for_failure``; it lives beside the result it carries, in
+  ``results.py`` (so this module imports nothing, and ``results`` imports this one);
 * *bytes that are not a KPL aggregate*: :class:`AggregationFormatError`.
 
 Record failures are data, not exceptions: the producer never raises because a record failed;
 its :class:`~aiokpl.RecordResult` says so.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .results import RecordResult
 
 __all__ = (
     "AggregationFormatError",
@@ -30,7 +24,6 @@ __all__ = (
     "InvalidRecordError",
     "InvalidRecordTypeError",
     "ProducerClosedError",
-    "RecordFailedError",
 )
 
 
@@ -42,11 +35,13 @@ class AiokplError(Exception):
     """
 
 
-class ProducerClosedError(AiokplError):
+class ProducerClosedError(AiokplError, RuntimeError):
     """Raised by ``put_record`` once the producer has been closed (its ``async with`` exited).
 
     The producer cannot be restarted: create a new one. Records put before the close are not
-    affected; each of their outcomes resolves normally.
+    affected; each of their outcomes resolves normally. It is a ``RuntimeError`` too (using a
+    closed object is a state error), so code written for aiokpl 0.2.0, which raised a plain
+    ``RuntimeError``, keeps catching it.
     """
 
 
@@ -91,19 +86,3 @@ class AggregationFormatError(AiokplError, ValueError):
     malformed. :func:`aiokpl.aggregation.deaggregate` does not raise it for a missing prefix or
     a bad digest: like AWS's deaggregators, it passes such a blob through as one record.
     """
-
-
-class RecordFailedError(AiokplError):
-    """Raised by :meth:`RecordResult.raise_for_failure` for a record that was not delivered.
-
-    Attributes:
-        result: the failed :class:`~aiokpl.RecordResult`, with every attempt.
-    """
-
-    def __init__(self, result: RecordResult) -> None:
-        self.result = result
-        attempts = len(result.attempts)
-        super().__init__(
-            f"record failed with {result.error_code}: {result.error_message} "
-            f"(after {attempts} attempt{'s' if attempts != 1 else ''})"
-        )

@@ -11,6 +11,10 @@ Invariants:
 * ``check_user_record`` either returns values the service accepts, or raises an error that
   names the field and the limit; it never half-accepts. Data is returned as immutable ``bytes``
   so a caller mutating its ``bytearray`` later cannot change a record already accepted.
+* a stream is a name or a stream ARN; ``check_stream_name`` accepts an ARN only when every
+  part is well formed (partition, ``kinesis``, region, 12-digit account, ``stream/<name>``),
+  stricter than the service's own pattern (``arn:aws.*:kinesis:.*:\\d{12}:stream/\\S+``), so a
+  typo fails at the put that made it, never as a remote error on every record.
 
 Mirrors ``UserRecord`` in the KPL (``aws/kinesis/core/user_record.cc``), which computes the
 hash key the same way. Differences: the KPL validates in its Java wrapper; we validate here,
@@ -21,18 +25,21 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import InvalidRecordError, InvalidRecordTypeError
 
 __all__ = (
     "MAX_HASH_KEY",
     "MAX_PARTITION_KEY_LENGTH",
+    "StreamArn",
     "check_explicit_hash_key",
     "check_stream_name",
     "check_user_record",
     "hash_key_of",
+    "parse_stream_arn",
     "partition_key_length",
+    "stream_name_of",
 )
 
 MAX_HASH_KEY = 2**128 - 1
@@ -54,6 +61,13 @@ _from_bytes = int.from_bytes
 # The service's own pattern: no sign, no leading zeros, at most 39 digits.
 _EXPLICIT_HASH_KEY = re.compile(r"0|[1-9][0-9]{0,38}")
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]+")
+# The parts of a stream ARN, each as the service and botocore's endpoint rules accept it: the
+# partition ``aws``, ``aws-cn``, ``aws-us-gov``, ``aws-iso``, ``aws-iso-b`` …, a region such
+# as ``us-east-1`` or ``cn-north-1``, a 12-digit account id.
+_ARN_PARTITION = re.compile(r"aws(-[a-z]+)*")
+_ARN_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]{1,2}")
+_ARN_ACCOUNT = re.compile(r"[0-9]{12}")
+_ARN_FORM = "arn:<partition>:kinesis:<region>:<12-digit account id>:stream/<stream name>"
 
 
 def hash_key_of(partition_key: bytes) -> int:
@@ -95,20 +109,87 @@ def check_explicit_hash_key(value: object) -> int:
     return number
 
 
+class StreamArn(NamedTuple):
+    """The parts of a Kinesis stream ARN (``arn:aws:kinesis:us-east-1:123456789012:stream/s``).
+
+    Attributes:
+        partition: ``"aws"``, ``"aws-cn"``, ``"aws-us-gov"`` …
+        region: the stream's region, e.g. ``"us-east-1"``.
+        account: the 12-digit id of the account that owns the stream.
+        name: the stream name.
+    """
+
+    partition: str
+    region: str
+    account: str
+    name: str
+
+
+def parse_stream_arn(stream: str) -> StreamArn | None:
+    """The parts of ``stream`` if it is a stream ARN; ``None`` if it is a stream name.
+
+    Anything that starts with ``arn:`` is taken for an ARN (a stream name cannot hold a colon).
+
+    Raises:
+        InvalidRecordError: ``stream`` starts with ``arn:`` but is not a well-formed Kinesis
+            stream ARN; the message says which part is wrong and shows the form.
+    """
+    if not stream.startswith("arn:"):
+        return None
+    parts = stream.split(":", 5)
+    if len(parts) != 6:
+        reason = "it does not have six ':'-separated parts"
+    else:
+        _, partition, service, region, account, resource = parts
+        kind, _, name = resource.partition("/")
+        if _ARN_PARTITION.fullmatch(partition) is None:
+            reason = f"the partition {partition!r} is not aws, aws-cn, aws-us-gov, …"
+        elif service != "kinesis":
+            reason = f"it names the service {service!r}, not 'kinesis'"
+        elif _ARN_REGION.fullmatch(region) is None:
+            reason = f"the region {region!r} is not a region such as 'us-east-1'"
+        elif _ARN_ACCOUNT.fullmatch(account) is None:
+            reason = f"the account id {account!r} is not 12 digits"
+        elif kind != "stream":
+            reason = f"the resource {resource[:50]!r} is not 'stream/<stream name>'"
+        elif not 1 <= len(name) <= MAX_STREAM_NAME_LENGTH or not _STREAM_NAME.fullmatch(name):
+            reason = (
+                f"the stream name {name[: MAX_STREAM_NAME_LENGTH + 2]!r} is not 1 … "
+                f"{MAX_STREAM_NAME_LENGTH} characters of a-z, A-Z, 0-9, '_', '.', '-'"
+            )
+        else:
+            return StreamArn(partition, region, account, name)
+    raise InvalidRecordError(
+        f"stream {stream[:200]!r} is not a valid stream ARN: {reason}; a stream ARN is {_ARN_FORM}"
+    )
+
+
 def check_stream_name(stream: object) -> str:
-    """Check a stream name: 1 … 128 characters of ``a-z A-Z 0-9 _ . -``.
+    """Check a stream name (1 … 128 characters of ``a-z A-Z 0-9 _ . -``) or a stream ARN.
 
     Raises:
         InvalidRecordTypeError: ``stream`` is not a ``str``.
-        InvalidRecordError: it is empty, too long or has other characters.
+        InvalidRecordError: it is empty, too long or has other characters; or it starts with
+            ``arn:`` and is not a well-formed Kinesis stream ARN (see :func:`parse_stream_arn`).
     """
     if not isinstance(stream, str):
         raise InvalidRecordTypeError(f"stream must be a str, not {type(stream).__name__}")
+    if stream.startswith("arn:"):
+        parse_stream_arn(stream)
+        return stream
     if not 1 <= len(stream) <= MAX_STREAM_NAME_LENGTH or _STREAM_NAME.fullmatch(stream) is None:
         raise InvalidRecordError(
             f"stream must be 1 … {MAX_STREAM_NAME_LENGTH} characters of a-z, A-Z, 0-9, "
-            f"'_', '.', '-'; got {stream[: MAX_STREAM_NAME_LENGTH + 2]!r}"
+            f"'_', '.', '-', or a stream ARN ({_ARN_FORM}); "
+            f"got {stream[: MAX_STREAM_NAME_LENGTH + 2]!r}"
         )
+    return stream
+
+
+def stream_name_of(stream: str) -> str:
+    """The stream name of a checked stream name or ARN (the ARN's last part)."""
+    if stream.startswith("arn:"):
+        return stream.rpartition("/")[2]
     return stream
 
 

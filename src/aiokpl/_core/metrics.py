@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from .hashing import stream_name_of
+
 __all__ = (
     "GRANULARITIES",
     "LEVELS",
@@ -191,7 +193,8 @@ class MetricStatistics:
         if self.error_code is not None:
             dims.append(("ErrorCode", self.error_code))
         if self.stream is not None:
-            dims.append(("StreamName", self.stream))
+            # A stream put to by ARN: its name, as in Kinesis's own CloudWatch metrics.
+            dims.append(("StreamName", stream_name_of(self.stream)))
         if self.shard_id is not None:
             dims.append(("ShardId", self.shard_id))
         return tuple(dims)

@@ -65,10 +65,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .aggregation import AggregateBuilder
-from .records import AGGREGATE_PARTITION_KEY, KinesisRecord
+from .records import AGGREGATE_PARTITION_KEY, KinesisRecord, UserRecordLike
 
 if TYPE_CHECKING:
-    from .._record import UserRecord
     from .shards import ShardRange
 
 __all__ = ("overlaps", "regroup")
@@ -85,7 +84,7 @@ def overlaps(first: ShardRange | None, second: ShardRange | None) -> bool:
     )
 
 
-def regroup(sent: KinesisRecord, retry: Sequence[UserRecord]) -> KinesisRecord | None:
+def regroup(sent: KinesisRecord, retry: Sequence[UserRecordLike]) -> KinesisRecord | None:
     """The Kinesis record that resends ``retry``, the user records of ``sent`` to retry.
 
     ``retry`` holds user records of ``sent`` in its order (a retried record's data is back,
@@ -95,8 +94,8 @@ def regroup(sent: KinesisRecord, retry: Sequence[UserRecord]) -> KinesisRecord |
     * none to retry: ``None``;
     * all of them: ``sent`` itself, its blob unchanged (*mutating*: its deadline and expiry
       become the earliest of theirs, the retry deadline set by the retry policy);
-    * one: that record alone, raw;
-    * some: a new aggregate of those, in their order (it fits, as ``sent`` did).
+    * one: that record alone, raw (with tags, an aggregate of one: ``KinesisRecord.single``);
+    * some: a new aggregate of those, in their order, tags kept (it fits, as ``sent`` did).
     """
     if not retry:
         return None
@@ -113,7 +112,13 @@ def regroup(sent: KinesisRecord, retry: Sequence[UserRecord]) -> KinesisRecord |
         return single
     builder = AggregateBuilder()
     for record in retry:
-        builder.add(record.partition_key, record.data, record.explicit_hash_key)
+        builder.try_add(
+            record.partition_key,
+            record.data,
+            record.explicit_hash_key,
+            float("inf"),
+            record.encoded_tags,
+        )
     ehk = first.explicit_hash_key
     return KinesisRecord(
         list(retry),

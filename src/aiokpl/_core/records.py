@@ -1,6 +1,7 @@
 """Kinesis records (what goes on the wire), and how a user record's result is built.
 
-A user record (``aiokpl._record.UserRecord``) is what the caller put: validated, hashed and
+A user record (:class:`UserRecordLike` here; ``aiokpl._record.UserRecord`` in the pipeline)
+is what the caller put: validated, hashed and
 timestamped once; it keeps its identity through every retry, so its attempt history and arrival
 time survive. A :class:`KinesisRecord` is what goes on the wire: one user record sent as it is,
 or an aggregate of several bound for the same predicted shard.
@@ -10,7 +11,11 @@ Invariants:
 * a Kinesis record's ``deadline``/``expires_at`` are the earliest of its user records';
 * a Kinesis record holding one user record is sent raw with that record's partition key and
   its hash key as explicit hash key; an aggregate uses partition key ``"a"`` and the hash key
-  of its first user record (KPL ``kinesis_record.cc``).
+  of its first user record (KPL ``kinesis_record.cc``);
+* except a lone user record with tags: a raw Kinesis record has no place for them, so it goes
+  as an aggregate of one (with its own partition key and hash key, so it is routed exactly as
+  the raw record would be), which every KPL-aware deaggregator reads. The KPL never meets the
+  case: it has no tags.
 
 Mirrors ``KinesisRecord`` in the KPL. A plain slotted class, not a dataclass: it is allocated on
 the hot path.
@@ -18,15 +23,19 @@ the hot path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .aggregation import decode
+from .aggregation import AggregateBuilder, decode
 from .results import Attempt, RecordResult
 
-if TYPE_CHECKING:
-    from .._record import UserRecord
-
-__all__ = ("AGGREGATE_PARTITION_KEY", "IN_AGGREGATE", "Delivered", "KinesisRecord", "result_of")
+__all__ = (
+    "AGGREGATE_PARTITION_KEY",
+    "IN_AGGREGATE",
+    "Delivered",
+    "KinesisRecord",
+    "UserRecordLike",
+    "result_of",
+)
 
 IN_AGGREGATE = bytes(bytearray(b"<in an aggregate>"))
 """Stands for a user record's data while the encoded aggregate holds the only copy. A private
@@ -38,6 +47,44 @@ record of one Kinesis record shares the same tuple."""
 
 AGGREGATE_PARTITION_KEY = "a"
 """Partition key of every aggregate: the explicit hash key does the routing."""
+
+
+class UserRecordLike(Protocol):
+    """What the core reads and changes on a user record.
+
+    The pipeline's record is ``aiokpl._record.UserRecord``, which also is the caller's
+    ``Outcome``; the core knows only these members, so it imports nothing of the shell. The
+    core *mutates* records through them: :meth:`KinesisRecord.seal` and
+    :meth:`KinesisRecord.restore_data` set ``deadline`` and ``data``; the retry policy adds
+    attempts, moves deadlines and sets ``delivered``.
+    """
+
+    partition_key: str
+    data: bytes
+    explicit_hash_key: str | None
+    size: int
+    predicted_shard: str | None
+    deadline: float
+    expires_at: float
+    last_end: float
+    attempts: tuple[Attempt, ...]
+    delivered: Delivered | None
+
+    @property
+    def hash_key(self) -> int:
+        """The record's 128-bit hash key."""
+        ...
+
+    @property
+    def encoded_tags(self) -> bytes:
+        """The record's tags encoded as the aggregate's ``Record.tags`` fields; ``b""``."""
+        ...
+
+    def add_attempt(self, attempt: Attempt) -> None:
+        """Record one more failed attempt (it also sets ``last_end``)."""
+
+    def set_deadline(self, deadline: float) -> None:
+        """Move the deadline, never past ``expires_at``."""
 
 
 class KinesisRecord:
@@ -56,7 +103,7 @@ class KinesisRecord:
 
     def __init__(
         self,
-        records: list[UserRecord],
+        records: list[UserRecordLike],
         data: bytes,
         partition_key: str,
         explicit_hash_key: str,
@@ -76,13 +123,28 @@ class KinesisRecord:
         self.size = partition_key_size + len(data)
 
     @classmethod
-    def single(cls, record: UserRecord, hash_key: int) -> KinesisRecord:
+    def single(cls, record: UserRecordLike, hash_key: int) -> KinesisRecord:
         """A Kinesis record carrying one user record as it is (no aggregation framing).
 
         ``hash_key`` is the record's hash key (it travels as the explicit hash key).
         """
         ehk = record.explicit_hash_key
         data = record.data
+        tags = record.encoded_tags
+        if tags:  # an aggregate of one: a raw record has no place for tags
+            builder = AggregateBuilder()
+            builder.try_add(record.partition_key, data, ehk, float("inf"), tags)
+            blob = builder.encode()
+            return cls(
+                [record],
+                blob,
+                record.partition_key,
+                ehk if ehk is not None else str(hash_key),
+                record.predicted_shard,
+                record.deadline,
+                record.expires_at,
+                record.size - len(data) - len(tags),
+            )
         return cls(
             [record],
             data,

@@ -3,7 +3,9 @@
 Every trip of a record through the sender ends in one :class:`Attempt`; the record's single
 :class:`RecordResult` carries all of them, so a caller can tell a record that failed once from
 one that spent thirty seconds throttled. Both are frozen and slotted: they cross task
-boundaries and may be kept for a long time.
+boundaries and may be kept for a long time. :class:`RecordFailedError`, what
+:meth:`RecordResult.raise_for_failure` raises, is here too: it carries the result, so it sits
+beside it (``errors.py`` imports nothing, this module imports its base class).
 
 Mirrors ``Attempt`` and the result the KPL hands back to its Java wrapper
 (``aws/kinesis/core/attempt.h``, ``user_record.cc``).
@@ -12,10 +14,14 @@ Mirrors ``Attempt`` and the result the KPL hands back to its Java wrapper
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .errors import RecordFailedError
+from .errors import AiokplError
 
-__all__ = ("Attempt", "FailedRecord", "RecordResult")
+if TYPE_CHECKING:
+    from .aggregation import Tag
+
+__all__ = ("Attempt", "FailedRecord", "RecordFailedError", "RecordResult")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,18 +78,22 @@ class FailedRecord:
         data: its payload, as ``bytes``.
         explicit_hash_key: the explicit hash key as a decimal string, or ``None`` if the record
             was routed by its partition key.
+        tags: its tags (:class:`~aiokpl.aggregation.Tag` objects, in order; ``()`` for none),
+            ready to be put again with ``tags=record.tags``.
     """
 
     stream: str
     partition_key: str
     data: bytes
     explicit_hash_key: str | None = None
+    tags: tuple[Tag, ...] = ()
 
     def __repr__(self) -> str:
         # The payload may be large or sensitive: show its size, not its bytes.
+        tags = f", tags={self.tags!r}" if self.tags else ""
         return (
             f"FailedRecord(stream={self.stream!r}, partition_key={self.partition_key!r}, "
-            f"data=<{len(self.data)} bytes>, explicit_hash_key={self.explicit_hash_key!r})"
+            f"data=<{len(self.data)} bytes>, explicit_hash_key={self.explicit_hash_key!r}{tags})"
         )
 
 
@@ -142,3 +152,19 @@ class RecordResult:
         """
         if not self.success:
             raise RecordFailedError(self)
+
+
+class RecordFailedError(AiokplError):
+    """Raised by :meth:`RecordResult.raise_for_failure` for a record that was not delivered.
+
+    Attributes:
+        result: the failed :class:`~aiokpl.RecordResult`, with every attempt.
+    """
+
+    def __init__(self, result: RecordResult) -> None:
+        self.result = result
+        attempts = len(result.attempts)
+        super().__init__(
+            f"record failed with {result.error_code}: {result.error_message} "
+            f"(after {attempts} attempt{'s' if attempts != 1 else ''})"
+        )

@@ -46,14 +46,11 @@ once, with their code.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .records import KinesisRecord
+from .records import KinesisRecord, UserRecordLike
 from .results import Attempt
 from .shards import ShardRange
-
-if TYPE_CHECKING:
-    from .._record import UserRecord
 
 __all__ = (
     "FAIL_FAST",
@@ -158,9 +155,9 @@ class Decisions:
     )
 
     def __init__(self) -> None:
-        self.succeeded: list[UserRecord] = []
-        self.failed: list[UserRecord] = []
-        self.retry: list[UserRecord] = []
+        self.succeeded: list[UserRecordLike] = []
+        self.failed: list[UserRecordLike] = []
+        self.retry: list[UserRecordLike] = []
         self.invalidate: list[tuple[float, str | None]] = []
         self.throttled_shards: set[str | None] = set()
         self.undecided: list[tuple[KinesisRecord, str, str]] = []
@@ -170,7 +167,7 @@ class Decisions:
 
 def _fail_or_retry(
     decisions: Decisions,
-    record: UserRecord,
+    record: UserRecordLike,
     code: str,
     message: str,
     started: float,
@@ -205,7 +202,7 @@ def _fail_or_retry(
         decisions.retry.append(record)
 
 
-def _expired_token_attempts(record: UserRecord) -> int:
+def _expired_token_attempts(record: UserRecordLike) -> int:
     return sum(1 for attempt in record.attempts if attempt.error_code == EXPIRED_TOKEN)
 
 
@@ -379,7 +376,7 @@ def place(
             )
 
 
-def expire(kinesis_record: KinesisRecord, now: float, where: str) -> list[UserRecord]:
+def expire(kinesis_record: KinesisRecord, now: float, where: str) -> list[UserRecordLike]:
     """Fail every user record of ``kinesis_record`` with ``"Expired"``, at ``now``."""
     records = kinesis_record.records
     message = f"record_ttl_ms elapsed while waiting in the {where}"

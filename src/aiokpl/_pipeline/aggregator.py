@@ -13,8 +13,8 @@ limiter, when
 A record with aggregation disabled becomes a Kinesis record of its own at once, and so does a
 record with no predicted shard once the stream's first map load attempt has ended without a map
 (failed; the next attempts run in the background). A lone record larger than
-``aggregation_max_size`` is sent alone, raw. The KPL's equivalent is ``aggregator.h`` with
-``reducer.h``.
+``aggregation_max_size`` is sent alone, raw (with tags, as an aggregate of one: see
+``KinesisRecord.single``). The KPL's equivalent is ``aggregator.h`` with ``reducer.h``.
 
 **Start-up hold** (better than the KPL, which sends everything put before its first map
 unpredicted: unaggregated and not rate limited, a throttling storm when a producer starts with
@@ -43,10 +43,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Container
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .._core.aggregation import AggregateBuilder
-from .._core.records import AGGREGATE_PARTITION_KEY, KinesisRecord
+from .._core.records import AGGREGATE_PARTITION_KEY, KinesisRecord, UserRecordLike
 
 if TYPE_CHECKING:
     from .._record import UserRecord
@@ -237,12 +237,13 @@ class Aggregator:
         ehk = record.explicit_hash_key
         key = record.partition_key
         data = record.data
+        tags = record.encoded_tags
         max_size = self._max_size
-        count = batch.builder.try_add(key, data, ehk, max_size)
+        count = batch.builder.try_add(key, data, ehk, max_size, tags)
         if not count:  # it would not fit: this batch is done, the record starts the next
             self.close_batch(batch)
             batch = self._batches[shard] = _Batch(self, shard, hash_key)
-            count = batch.builder.try_add(key, data, ehk, max_size)
+            count = batch.builder.try_add(key, data, ehk, max_size, tags)
         batch.records.append(record)
         if record.expires_at < batch.expires_at:
             batch.expires_at = record.expires_at
@@ -296,7 +297,7 @@ class Aggregator:
         blob = batch.builder.encode()
         batch.builder.clear()
         kinesis_record = KinesisRecord(
-            records,
+            cast("list[UserRecordLike]", records),
             blob,
             AGGREGATE_PARTITION_KEY,
             ehk if ehk is not None else str(batch.first_hash_key),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._core.backoff import Backoff
 from .._core.ordering import regroup
@@ -39,7 +39,7 @@ from .limiter import OrderedLimiter
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._metrics import MetricsRecorder
+    from .._metrics.recorder import MetricsRecorder
     from .aggregator import Aggregator
     from .limiter import Limiter
     from .scheduler import Scheduler
@@ -164,14 +164,16 @@ class Retrier:
             self._lanes.settle(kinesis_record, regroup(kinesis_record, decisions.retry))
 
     def _apply(self, decisions: Decisions, counted: int = 0) -> None:
-        if decisions.succeeded:
-            if self._metrics is not None and len(decisions.succeeded) > counted:
+        # The core's decisions hold the very records the pipeline gave it: UserRecords.
+        succeeded = cast("list[UserRecord]", decisions.succeeded)
+        if succeeded:
+            if self._metrics is not None and len(succeeded) > counted:
                 # Those that landed on another shard than predicted (rare); before they are
                 # resolved, as a resolved record has let go of its data.
-                self._metrics.delivered_elsewhere(self.stream, decisions.succeeded, self._clock())
-            self._finish(decisions.succeeded, True)
+                self._metrics.delivered_elsewhere(self.stream, succeeded, self._clock())
+            self._finish(succeeded, True)
         if decisions.failed:
-            self._finish(decisions.failed, False)
+            self._finish(cast("list[UserRecord]", decisions.failed), False)
         for group in decisions.resend:
             self._resend(group)
         if decisions.retry:
@@ -179,7 +181,7 @@ class Retrier:
             if self._lanes is not None:
                 return  # back to the heads of their lanes: see _settle
             put = self._aggregator.put
-            for record in decisions.retry:
+            for record in cast("list[UserRecord]", decisions.retry):
                 put(record, record.hash_key)
 
     def _settle(self, sent: Sequence[KinesisRecord], decisions: Decisions) -> None:
@@ -205,7 +207,7 @@ class Retrier:
     def expire(self, record: KinesisRecord, where: str) -> None:
         """Fail every user record of ``record`` as ``"Expired"`` (from the limiter or sender)."""
         now = self._clock()
-        expired = expire(record, now, where)
+        expired = cast("list[UserRecord]", expire(record, now, where))
         self.expired += len(expired)
         if self._metrics is not None:
             self._metrics.expired_unsent(expired, now)

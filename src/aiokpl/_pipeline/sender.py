@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from .._core.records import KinesisRecord
-from .._kinesis import error_of
+from .._kinesis import error_of, stream_argument
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -363,7 +363,7 @@ class Sender:
         with anyio.move_on_after(self._request_timeout):
             try:
                 answer = await self._client.put_records(
-                    StreamName=destination.stream, Records=entries
+                    **stream_argument(destination.stream), Records=entries
                 )
             except Exception as exc:
                 answer = error_of(exc)

@@ -31,6 +31,26 @@ too); the retries it causes then log at debug level.
 
 Better than the KPL: while a refresh is running, predictions keep using the previous table, so
 aggregation and rate limiting continue (the KPL predicts nothing until the refresh completes).
+
+The stream is named as the producer was given it: a name goes as ``StreamName``, a stream ARN as
+``StreamARN`` (the pages after the first carry ``NextToken`` alone either way).
+
+Capacity mode: once a table is installed, ``DescribeStreamSummary`` is asked, in a task of its
+own, for the stream's ``StreamModeDetails.StreamMode`` (``PROVISIONED`` or ``ON_DEMAND``), kept
+in ``capacity_mode``. It never delays a prediction and nothing depends on it: it is shown in
+the statistics. An answer is kept for 10 minutes, then asked again at the next install (a
+stream may switch modes, twice a day at most); a failure is asked again at the next install,
+a denial (the policy lacks ``kinesis:DescribeStreamSummary``) or a client without the method
+after 10 minutes, and the mode stays unknown (``None``) meanwhile. The KPL's newest pipeline
+asks ``DescribeStreamSummary`` too, for the stream's id and record-distribution strategy.
+
+On-demand streams reshard on their own, often. That costs what any reshard costs here, nothing
+more: records predicted for a closed parent still land (the service routes them to the child
+that owns their keys), the first answer naming a shard the map does not know starts one
+refresh (later ones share it), and only the user records of an aggregate that fall outside the
+child it landed on are retried (``"Wrong Shard"``), with the refreshed map. Per-shard rate
+limits stay as configured: each shard of an on-demand stream has the same 1 MiB/s and 1000
+records/s as a provisioned one, and new children get fresh per-shard state.
 """
 
 from __future__ import annotations
@@ -45,7 +65,7 @@ import anyio
 
 from .._core.backoff import Backoff
 from .._core.shards import ShardRange, ShardTable
-from .._kinesis import error_of
+from .._kinesis import error_of, stream_argument
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -63,8 +83,12 @@ DESCRIBE_PAGE_SIZE = 100
 # After ListShards was denied, refreshes use DescribeStream alone for this long.
 LIST_SHARDS_RETRY_AFTER = 600.0
 
+# A capacity mode learnt from DescribeStreamSummary is asked again after this long.
+SUMMARY_MAX_AGE = 600.0
+
 LIST_SHARDS = "ListShards"
 DESCRIBE_STREAM = "DescribeStream"
+DESCRIBE_STREAM_SUMMARY = "DescribeStreamSummary"
 _DENIED = "AccessDeniedException"
 _MISSING = "ResourceNotFoundException"
 # A stream in another state (CREATING, DELETING) has no shards to write to.
@@ -105,6 +129,8 @@ class ShardMap:
             the last attempt failed, or, when the table came from ``DescribeStream``, why
             ``ListShards`` could not be used; ``None`` after a load with ``ListShards``.
         first_attempt_pending: the first load attempt has not ended yet.
+        capacity_mode: ``"PROVISIONED"`` or ``"ON_DEMAND"`` as ``DescribeStreamSummary`` last
+            said, ``None`` until it has answered (or if it cannot be asked).
     """
 
     def __init__(
@@ -144,6 +170,9 @@ class ShardMap:
         self._list_shards_denial: tuple[str, str] | None = None
         self._list_shards_denied_until = -float("inf")
         self._warned: frozenset[str] = frozenset()
+        self.capacity_mode: str | None = None
+        self._summary_scope: anyio.CancelScope | None = None  # while one is asked
+        self._summary_after = -float("inf")  # not asked again before this time
 
     # --- queries (synchronous, hot path) ------------------------------------------------
     def predict(self, hash_key: int) -> str | None:
@@ -209,6 +238,9 @@ class ShardMap:
         """Stop refreshing for good (the producer released this stream's idle pipeline)."""
         if self._scope is not None:
             self._scope.cancel()
+        if self._summary_scope is not None:
+            self._summary_scope.cancel()
+        self._summary_after = float("inf")
         self._after_refresh = []
         self.on_install = None
 
@@ -367,6 +399,48 @@ class ShardMap:
         if self.on_install is not None:
             self.on_install(table)
         self._run_after_refresh()
+        if now >= self._summary_after and self._summary_scope is None:
+            self._summary_scope = anyio.CancelScope()
+            self._task_group.start_soon(
+                self._ask_capacity_mode, name=f"aiokpl stream summary {self.stream}"
+            )
+
+    async def _ask_capacity_mode(self) -> None:
+        """Learn the stream's capacity mode with ``DescribeStreamSummary`` (once a while)."""
+        scope = self._summary_scope
+        assert scope is not None
+        response: object = None
+        try:
+            with scope, anyio.fail_after(self._request_timeout):
+                response = await self._client.describe_stream_summary(
+                    **stream_argument(self.stream)
+                )
+        except Exception as exc:
+            code, message = error_of(exc)
+            if code == _DENIED or isinstance(exc, AttributeError):
+                # Not allowed (or not a method of this client): try again much later.
+                self._summary_after = anyio.current_time() + SUMMARY_MAX_AGE
+            logger.debug(
+                "DescribeStreamSummary failed for stream %r (%s: %s); its capacity mode stays "
+                "unknown",
+                self.stream,
+                code,
+                message,
+            )
+            return
+        finally:
+            if self._summary_scope is scope:
+                self._summary_scope = None
+        if scope.cancel_called:
+            return  # closed meanwhile
+        summary = response.get("StreamDescriptionSummary") if isinstance(response, dict) else None
+        details = summary.get("StreamModeDetails") if isinstance(summary, dict) else None
+        mode = details.get("StreamMode") if isinstance(details, dict) else None
+        if isinstance(mode, str):
+            if mode != self.capacity_mode:
+                logger.info("stream %r is in %s capacity mode", self.stream, mode)
+            self.capacity_mode = mode
+            self._summary_after = anyio.current_time() + SUMMARY_MAX_AGE
 
     def _run_after_refresh(self) -> None:
         callbacks, self._after_refresh = self._after_refresh, []
@@ -376,7 +450,9 @@ class ShardMap:
     async def _list_open_shards(self) -> list[dict[str, Any]]:
         with anyio.fail_after(self._request_timeout):
             response = await self._client.list_shards(
-                StreamName=self.stream, ShardFilter={"Type": "AT_LATEST"}, MaxResults=PAGE_SIZE
+                **stream_argument(self.stream),
+                ShardFilter={"Type": "AT_LATEST"},
+                MaxResults=PAGE_SIZE,
             )
         shards: list[dict[str, Any]] = list(response.get("Shards") or [])
         token = response.get("NextToken")
@@ -390,7 +466,7 @@ class ShardMap:
 
     async def _describe_open_shards(self) -> list[dict[str, Any]]:
         shards: list[dict[str, Any]] = []
-        arguments: dict[str, Any] = {"StreamName": self.stream, "Limit": DESCRIBE_PAGE_SIZE}
+        arguments: dict[str, Any] = {**stream_argument(self.stream), "Limit": DESCRIBE_PAGE_SIZE}
         while True:
             with anyio.fail_after(self._request_timeout):
                 response = await self._client.describe_stream(**arguments)

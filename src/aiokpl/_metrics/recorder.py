@@ -32,23 +32,23 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import anyio
 
-from ._core.metrics import (
+from .._core.metrics import (
     MetricsTable,
     MetricStatistics,
     WindowedStatistic,
     cloudwatch_batches,
     cloudwatch_datum,
 )
-from ._kinesis import create_cloudwatch_client, error_of
+from .._kinesis import create_cloudwatch_client, error_of
 
 if TYPE_CHECKING:
-    from ._core.config import Config
-    from ._core.records import KinesisRecord
-    from ._record import UserRecord
+    from .._core.config import Config
+    from .._core.records import KinesisRecord
+    from .._record import UserRecord
 
 __all__ = ("CloudWatchSink", "MetricsRecorder", "MetricsSink", "Uploader")
 
@@ -165,7 +165,8 @@ class MetricsRecorder:
                     users_here = delivered.get(key)
                     # The Kinesis record's own list when it is the shard's only one (the
                     # common case), never changed in place: no copy.
-                    delivered[key] = kr.records if users_here is None else users_here + kr.records
+                    in_kr = cast("list[UserRecord]", kr.records)
+                    delivered[key] = in_kr if users_here is None else users_here + in_kr
             else:
                 tally[2].append(1)
                 error_code = entry.get("ErrorCode") if isinstance(entry, dict) else None

@@ -1,42 +1,42 @@
-"""The ``aiokpl`` command line: the parser, the table of subcommands, and ``demo``.
+"""``aiokpl demo``: the project's main job, runnable with nothing but this machine.
 
-Each subcommand lives in a module with an ``add_parser(commands, parents)`` function that
-registers it (with ``set_defaults(handler=...)``, a function from the parsed arguments to the
-exit status); :data:`SUBCOMMANDS` lists them in ``--help`` order. ``parents`` carries the global
-options (``--region``, ``--endpoint-url``, ``--profile``, ``--no-verify-ssl``, ``--backend``;
-see :mod:`aiokpl._cli_options`), which a subcommand that talks to Kinesis passes on to its
-``add_parser``. Adding a subcommand is one import and one line in the table.
-
-``aiokpl demo`` is the project's main job, runnable with nothing but this machine: it starts a
-local Kinesis (moto's server) on 127.0.0.1, creates a stream, produces records through the
-real pipeline and aiobotocore over HTTP, reads every record back, deaggregates it, and checks
-that each landed exactly once, intact, on the shard its result names.
+It starts a local Kinesis (moto's server, :mod:`aiokpl.testing._servers`) on 127.0.0.1, creates
+a stream, produces records through the real pipeline and aiobotocore over HTTP, reads every
+record back, deaggregates it, and checks that each landed exactly once, intact, on the shard its
+result names. Ctrl-C or SIGTERM stops it with one line and exit status 130; the local server is
+stopped either way.
 """
-
-from __future__ import annotations
 
 import argparse
 import os
 import random
+import signal
 import sys
+import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
-from . import _cli_put, _cli_tail, _coordinate_cli, aggregation
-from ._cli_options import EXIT_USAGE, add_backend_option, add_global_options, global_options_parent
-from ._core.config import Config
-from ._core.hashing import hash_key_of
-from ._core.results import RecordResult
-from ._kinesis import create_client
-from ._local_kinesis import DUMMY_CREDENTIALS, LocalServerError, moto_server
-from ._producer import Producer
-from .testing import read_stream
+from .. import aggregation
+from .._core.config import Config
+from .._core.hashing import hash_key_of
+from .._core.results import RecordResult
+from .._kinesis import create_client
+from .._producer import Producer
+from ..testing import read_stream
+from ..testing._servers import DUMMY_CREDENTIALS, LocalServerError, moto_server
+from .options import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    add_backend_option,
+    made_of,
+)
 
-__all__ = ("main",)
+__all__ = ("DemoReport", "add_parser", "run_demo")
 
 
 @dataclass
@@ -219,7 +219,7 @@ def _demo(args: argparse.Namespace) -> int:
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         del os.environ[name]  # the demo never reaches for real credentials
     try:
-        with moto_server() as endpoint:
+        with _sigterm_interrupts() as received, moto_server() as endpoint:
             print(f"local Kinesis (moto) at {endpoint}", file=sys.stderr)
             report = anyio.run(
                 lambda: run_demo(
@@ -230,8 +230,41 @@ def _demo(args: argparse.Namespace) -> int:
     except LocalServerError as exc:
         print(f"aiokpl demo: {exc}", file=sys.stderr)
         return 2
+    except BaseException as exc:
+        # Ctrl-C anywhere (in either event loop, or while the server starts or stops) arrives
+        # as KeyboardInterrupt, possibly inside exception groups: one line, no traceback.
+        if not made_of(exc, KeyboardInterrupt):
+            raise
+        end = "\n" if sys.stderr.isatty() else ""  # after the progress bar's line
+        name = "SIGTERM" if received else "Ctrl-C"
+        print(f"{end}aiokpl demo: interrupted ({name}); local server stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
     _print_report(report, args.backend)
     return 0 if report.ok else 1
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[list[int]]:
+    """While entered, SIGTERM interrupts as Ctrl-C does; yields the SIGTERMs received.
+
+    Without it, SIGTERM would end the process at once and leave moto's server running. The
+    handler sends this process SIGINT, so that whichever SIGINT handler is in force (Python's,
+    asyncio's runner, trio's, which delivers it only where that is safe) does the interrupting.
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received  # handlers can be set only in the main thread
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _positive(text: str) -> int:
@@ -241,7 +274,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _add_demo_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
+def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     demo = commands.add_parser(
         "demo", help="produce to a local Kinesis and verify every record (no AWS account)"
     )
@@ -265,41 +298,3 @@ def _add_demo_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> N
     )
     add_backend_option(demo, top_level=False)
     demo.set_defaults(handler=_demo)
-
-
-AddParser = Callable[[Any, list[argparse.ArgumentParser]], None]
-
-SUBCOMMANDS: list[AddParser] = [
-    _add_demo_parser,
-    _cli_put.add_parser,
-    _cli_tail.add_parser,
-    _coordinate_cli.add_parser,
-]
-"""The ``add_parser(commands, parents)`` function of every subcommand, in ``--help`` order."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``aiokpl`` argument parser, with every subcommand of :data:`SUBCOMMANDS`."""
-    parser = argparse.ArgumentParser(prog="aiokpl", description="aiokpl command line")
-    add_global_options(parser, top_level=True)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    parents = [global_options_parent()]
-    for add_parser in SUBCOMMANDS:
-        add_parser(commands, parents)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    parser = build_parser()
-    args, extras = parser.parse_known_args(argv)
-    # argparse fills a ``nargs="*"`` positional at its first chance, so in
-    # ``aiokpl put STREAM --json a.txt`` the file would be left over. A subcommand that sets
-    # ``intermixed`` to such an attribute gets the leftover positionals appended to it.
-    intermixed = getattr(args, "intermixed", None)
-    if extras and intermixed and all(e == "-" or not e.startswith("-") for e in extras):
-        getattr(args, intermixed).extend(extras)
-    elif extras:
-        parser.error(f"unrecognized arguments: {' '.join(extras)}")
-    handler: Any = args.handler
-    return int(handler(args))

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from ._core.aggregation import DeaggregatedRecord, deaggregate
-from ._core.backoff import Backoff
-from ._core.errors import AggregationFormatError
-from ._core.retry_policy import FAIL_FAST
-from ._kinesis import KinesisReader, error_of
+from .._core.aggregation import DeaggregatedRecord, deaggregate
+from .._core.backoff import Backoff
+from .._core.errors import AggregationFormatError
+from .._core.retry_policy import FAIL_FAST
+from .._kinesis import KinesisReader, arn_argument, error_of, stream_argument
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -221,7 +221,7 @@ class _StreamReader:
 
     async def _list_shards(self, *, retry: bool = True) -> None:
         shards: dict[str, dict[str, Any]] = {}
-        arguments: dict[str, Any] = {"StreamName": self._stream}
+        arguments: dict[str, Any] = stream_argument(self._stream)
         while True:
             page = await self._call(
                 "ListShards", self._client.list_shards, retry=retry, **arguments
@@ -261,7 +261,7 @@ class _StreamReader:
         self, shard_id: str, after_sequence_number: str | None, from_start: bool
     ) -> tuple[str, str]:
         """A new iterator for ``shard_id`` and its type."""
-        arguments: dict[str, Any] = {"StreamName": self._stream, "ShardId": shard_id}
+        arguments: dict[str, Any] = {**stream_argument(self._stream), "ShardId": shard_id}
         if after_sequence_number is not None:
             arguments["ShardIteratorType"] = "AFTER_SEQUENCE_NUMBER"
             arguments["StartingSequenceNumber"] = after_sequence_number
@@ -294,13 +294,10 @@ class _StreamReader:
         iterator, iterator_type = await self._iterator(shard_id, None, from_start)
         self._on_shard_started(shard_id, iterator_type)
         while iterator is not None:
+            arguments: dict[str, Any] = {"ShardIterator": iterator, "Limit": self._limit}
+            arguments.update(arn_argument(self._stream))
             try:
-                page = await self._call(
-                    "GetRecords",
-                    self._client.get_records,
-                    ShardIterator=iterator,
-                    Limit=self._limit,
-                )
+                page = await self._call("GetRecords", self._client.get_records, **arguments)
             except TailError as error:
                 if error.code != _EXPIRED_ITERATOR:
                     raise

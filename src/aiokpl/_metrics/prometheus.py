@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._core.metrics import METRICS, MetricStatistics
-from ._metrics import RunningTotals, snake_case
+from .._core.metrics import METRICS, MetricStatistics
+from .recorder import RunningTotals, snake_case
 
 if TYPE_CHECKING:
-    from ._core.config import Config
+    from .._core.config import Config
 
 __all__ = ("PrometheusSink",)
 

@@ -1,6 +1,6 @@
 """``aiokpl tail STREAM``: print a stream's user records as JSON lines, following new ones.
 
-The reading itself is :func:`aiokpl._tail.tail_stream`; this module parses the options, turns
+The reading itself is :func:`aiokpl._cli.reader.tail_stream`; this module parses the options, turns
 each user record into one JSON line on stdout (flushed after every page, so a pipe sees records
 as they arrive), stops after ``--count`` records, and turns Ctrl-C and a closed pipe into a
 quiet exit 0.
@@ -18,7 +18,11 @@ from typing import Any, TextIO
 
 import anyio
 
-from ._cli_options import (
+from .._core.aggregation import DeaggregatedRecord
+from .._core.config import Config
+from .._core.errors import ConfigError
+from .._kinesis import create_client
+from .options import (
     EXIT_OK,
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
@@ -26,12 +30,9 @@ from ._cli_options import (
     made_of,
     positive_float,
     positive_int,
+    usage_message,
 )
-from ._core.aggregation import DeaggregatedRecord
-from ._core.config import Config
-from ._core.errors import ConfigError
-from ._kinesis import create_client
-from ._tail import StartPosition, TailError, tail_stream
+from .reader import StartPosition, TailError, tail_stream
 
 __all__ = ("add_parser", "format_record", "parse_timestamp")
 
@@ -162,7 +163,7 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="print a stream's records as JSON lines",
         description=DESCRIPTION,
     )
-    tail.add_argument("stream", metavar="STREAM", help="the stream to read")
+    tail.add_argument("stream", metavar="STREAM", help="the stream to read: its name or its ARN")
     start = tail.add_mutually_exclusive_group()
     start.add_argument(
         "--trim-horizon",
@@ -226,7 +227,11 @@ def run_tail_command(
     """Run ``aiokpl tail`` as ``args`` say; returns the exit status."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"aiokpl tail: {exc}", file=stderr)
+        return EXIT_USAGE
     try:
         return anyio.run(_tail_main, config, args, stdout, stderr, backend=args.backend)
     except BaseException as exc:
@@ -268,7 +273,7 @@ async def _tail_main(
                     on_shard_started=lambda shard, kind: note(f"reading {shard} from {kind}"),
                 )
     except ConfigError as exc:
-        print(f"aiokpl tail: {exc}", file=stderr)
+        print(f"aiokpl tail: {usage_message(exc)}", file=stderr)
         return EXIT_USAGE
     except TailError as exc:
         print(f"aiokpl tail: cannot read {args.stream!r}: {exc}", file=stderr)

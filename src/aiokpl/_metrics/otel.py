@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._core.metrics import METRICS, MetricStatistics
-from ._metrics import RunningTotals, snake_case
+from .._core.metrics import METRICS, MetricStatistics
+from .recorder import RunningTotals, snake_case
 
 if TYPE_CHECKING:
-    from ._core.config import Config
+    from .._core.config import Config
 
 __all__ = ("OpenTelemetrySink",)
 
@@ -56,7 +56,7 @@ class OpenTelemetrySink:
             raise ImportError(
                 "OpenTelemetrySink needs opentelemetry-api: pip install 'aiokpl[otel]'"
             ) from exc
-        from ._version import __version__
+        from .._version import __version__
 
         provider = self._provider or metrics.get_meter_provider()
         meter = provider.get_meter("aiokpl", __version__)

@@ -9,15 +9,24 @@ the command line and never overwrites one given before the subcommand.
 
 Credentials are never taken on the command line: the default chain (environment variables,
 ``--profile``, container or instance roles) supplies them.
+
+Errors meant for a program are reworded for a command line user here: the producer's "no
+region" error names ``Config(region=...)``, the command line's names ``--region``
+(:func:`usage_message`), and ``--backend trio`` without trio installed is a usage error naming
+the extra to install (:func:`backend_problem`), not anyio's ``LookupError``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 from typing import Any
 
-from ._core.config import Config
+from .._core.config import Config
+from .._core.errors import ConfigError
+from .._core.hashing import parse_stream_arn
+from .._kinesis import check_region
 
 __all__ = (
     "EXIT_FAILED",
@@ -26,11 +35,13 @@ __all__ = (
     "EXIT_SERVICE_ERROR",
     "EXIT_USAGE",
     "add_global_options",
+    "backend_problem",
     "config_from_args",
     "global_options_parent",
     "made_of",
     "positive_float",
     "positive_int",
+    "usage_message",
 )
 
 EXIT_OK = 0
@@ -42,7 +53,7 @@ EXIT_USAGE = 2
 EXIT_SERVICE_ERROR = 3
 """Kinesis refused the command: stream not found, access denied, endpoint unreachable."""
 EXIT_INTERRUPTED = 130
-"""``put`` was interrupted (Ctrl-C); records read so far were resolved and reported."""
+"""``put`` or ``demo`` was interrupted (Ctrl-C, SIGTERM); what was read so far was reported."""
 
 BACKENDS = ("asyncio", "trio")
 
@@ -91,6 +102,31 @@ def add_backend_option(parser: Any, *, top_level: bool) -> None:
     )
 
 
+def backend_problem(backend: str) -> str | None:
+    """Why ``--backend backend`` cannot run here (the ``trio`` extra is missing), or None.
+
+    trio needs the trio package and aiobotocore's httpx backend (httpx2, or the older httpx).
+    """
+    if backend != "trio":
+        return None
+    missing_trio = importlib.util.find_spec("trio") is None
+    missing_httpx = all(importlib.util.find_spec(name) is None for name in ("httpx2", "httpx"))
+    if missing_trio or missing_httpx:
+        return "--backend trio needs the trio extra: pip install 'aiokpl[trio]'"
+    return None
+
+
+def usage_message(exc: ConfigError) -> str:
+    """``exc``'s message, in the command line's words (``--region``, not ``Config(region=)``)."""
+    message = str(exc)
+    if message.startswith("no AWS region"):
+        return (
+            "no AWS region: pass --region (e.g. --region us-east-1), or set the "
+            "AWS_DEFAULT_REGION variable or a region in your AWS profile (--profile)"
+        )
+    return message
+
+
 def global_options_parent() -> argparse.ArgumentParser:
     """A parent parser giving a subcommand the global options (see ``add_parser(parents=)``)."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -101,11 +137,22 @@ def global_options_parent() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace, **changes: Any) -> Config:
     """The producer or client configuration the global options describe, plus ``changes``.
 
+    A command's ``STREAM`` given as a stream ARN sets the region when ``--region`` does not.
+
     Raises:
         ConfigError: a value in ``changes`` is out of range.
+        InvalidRecordError: ``STREAM`` is a malformed stream ARN, or one of another region
+            than ``--region``.
     """
+    region = args.region
+    stream = getattr(args, "stream", None)
+    if isinstance(stream, str):
+        arn = parse_stream_arn(stream)
+        if arn is not None:
+            check_region(arn, stream, region)
+            region = arn.region
     return Config(
-        region=args.region,
+        region=region,
         endpoint_url=args.endpoint_url,
         profile_name=args.profile,
         verify_ssl=args.verify_ssl,
