@@ -18,14 +18,14 @@ import anyio
 import pytest
 
 from aiokpl import Config, Producer, RecordResult
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.aggregation import Tag, decode, encode_tags, is_aggregated
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.ordering import overlaps, regroup
 from aiokpl._core.records import KinesisRecord, UserRecordLike
 from aiokpl._core.shards import ShardRange
 from aiokpl._pipeline.limiter import OrderedLimiter, OrderedShardLimiter
 from aiokpl._pipeline.scheduler import Scheduler
-from aiokpl._record import UserRecord
+from aiokpl._record import TaggedRecord, UserRecord
 from aiokpl.testing import FakeKinesis
 
 HALF = 2**127
@@ -98,6 +98,26 @@ def test_regroup_routes_a_new_aggregate_by_its_first_records_hash_key() -> None:
     some = regroup(sent, records[1:])
     assert some is not None
     assert some.explicit_hash_key == str(records[1].hash_key)
+
+
+def test_regroup_keeps_each_records_tags() -> None:
+    tags = encode_tags({"source": "a"})
+    tagged = [
+        TaggedRecord("s", "k", b"%d" % i, None, 2 + len(tags), 0.0, 0.1, 30.0, 0, tags)
+        for i in range(3)
+    ]
+    records: list[UserRecordLike] = list(tagged)
+    sent = KinesisRecord(records, b"blob", "a", "1", "shard-a", 0.1, 30.0, 1)
+    some = regroup(sent, records[1:])
+    assert some is not None
+    assert [(r.data, r.tags) for r in decode(some.data)] == [
+        (b"1", (Tag("source", "a"),)),
+        (b"2", (Tag("source", "a"),)),
+    ]
+    one = regroup(sent, records[2:])
+    assert one is not None
+    assert is_aggregated(one.data)  # an aggregate of one: a raw record cannot carry tags
+    assert [r.tags for r in decode(one.data)] == [(Tag("source", "a"),)]
 
 
 # --- the lanes ------------------------------------------------------------------------------------
