@@ -38,7 +38,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, Outcome, Producer, RecordResult
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._kinesis import KinesisClient
 from aiokpl.testing import FakeKinesis, FaultPlan

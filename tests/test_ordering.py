@@ -18,11 +18,13 @@ import anyio
 import pytest
 
 from aiokpl import Config, Producer, RecordResult
-from aiokpl._core.aggregation import Tag, decode, encode_tags, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
+from aiokpl._core.encoder import encode_tags
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.ordering import overlaps, regroup
 from aiokpl._core.records import KinesisRecord, UserRecordLike
 from aiokpl._core.shards import ShardRange
+from aiokpl._core.wire import Tag
 from aiokpl._pipeline.limiter import OrderedLimiter, OrderedShardLimiter
 from aiokpl._pipeline.scheduler import Scheduler
 from aiokpl._record import TaggedRecord, UserRecord

@@ -21,7 +21,7 @@ from aiokpl import (
     ProducerClosedError,
     RecordResult,
 )
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._outcome import Outcome
 from aiokpl._producer import Producer

@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, Producer, RecordResult
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl._core.retry_policy import FAIL_FAST, NARROWED
 from aiokpl.testing import FakeKinesis
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from aiokpl import RecordResult
-from aiokpl._core.aggregation import AggregateBuilder
+from aiokpl._core.encoder import AggregateBuilder
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.records import IN_AGGREGATE, KinesisRecord
 from aiokpl._core.retry_policy import (

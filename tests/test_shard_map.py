@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, Producer, RecordResult
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,7 @@ import sniffio
 import trio
 
 from aiokpl import Config, Outcome, Producer, RecordResult
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio

@@ -18,8 +18,9 @@ from aiokpl import (
     RecordResult,
     SyncProducer,
 )
-from aiokpl._core.aggregation import MAGIC, encode_tags
+from aiokpl._core.encoder import encode_tags
 from aiokpl._core.hashing import MAX_HASH_KEY
+from aiokpl._core.wire import MAGIC
 from aiokpl._producer import Producer
 from aiokpl.aggregation import DeaggregatedRecord, Tag, deaggregate, is_aggregated
 from aiokpl.testing import FakeKinesis, read_stream

@@ -37,8 +37,8 @@ import anyio
 
 from ._backend import current_clock
 from ._coordination.coordinator import Coordination, _ProducerCoordinator
-from ._core.aggregation import Tags, check_tags
 from ._core.config import Config
+from ._core.encoder import check_tags
 from ._core.errors import (
     BufferFullError,
     ConfigError,
@@ -52,6 +52,7 @@ from ._core.records import KinesisRecord
 from ._core.results import Attempt, RecordResult
 from ._core.retry_policy import RetryPolicy
 from ._core.shards import ShardTable
+from ._core.wire import Tags
 from ._failures import FailureHandler
 from ._kinesis import KinesisClient, RegionalClients, check_region, create_client, fixed_region
 from ._metrics.recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader

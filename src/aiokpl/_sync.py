@@ -49,11 +49,13 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 from ._backend import BACKENDS, current_clock, threadsafe_scheduler
-from ._core.aggregation import Tags, check_tags, decode_tags
 from ._core.config import Config
+from ._core.decoder import decode_tags
+from ._core.encoder import check_tags
 from ._core.errors import BufferFullError, InvalidRecordError, ProducerClosedError
 from ._core.hashing import check_stream_name, check_user_record
 from ._core.results import Attempt, FailedRecord, RecordResult
+from ._core.wire import Tags
 from ._producer import Producer, ProducerStatistics
 
 if TYPE_CHECKING:

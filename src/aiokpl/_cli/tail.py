@@ -18,9 +18,9 @@ from typing import Any, TextIO
 
 import anyio
 
-from .._core.aggregation import DeaggregatedRecord
 from .._core.config import Config
 from .._core.errors import ConfigError
+from .._core.wire import DeaggregatedRecord
 from .._kinesis import create_client
 from .options import (
     EXIT_OK,

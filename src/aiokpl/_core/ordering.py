@@ -64,7 +64,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .aggregation import AggregateBuilder
+from .encoder import AggregateBuilder
 from .records import AGGREGATE_PARTITION_KEY, KinesisRecord, UserRecordLike
 
 if TYPE_CHECKING:
