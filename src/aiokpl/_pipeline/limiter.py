@@ -568,6 +568,16 @@ class OrderedLimiter(Limiter):
             self._ceilings.pop(shard, None)
             self._update_holds(now)
 
+    def put(self, record: KinesisRecord) -> None:
+        shard = record.predicted_shard
+        lane = self.shards.get(shard) if shard is not None else None
+        if lane is None:
+            lane = self._limiter_of(shard)
+        lane.queue.append(record)
+        # Through _drain_lane, as every change of a lane: it keeps the set of waiting lanes,
+        # the drain schedule and the holds up to date.
+        self._drain_lane(shard, lane, self._clock())
+
     def drain(self, now: float, *, force: bool = False) -> None:
         for shard in list(self._waiting):
             self._drain_lane(shard, self._limiter_of(shard), now, force=force)
