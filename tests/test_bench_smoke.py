@@ -26,6 +26,7 @@ SMOKED = (
     "isolation",
     "startup",
     "overload",
+    "ordering",
 )
 
 
@@ -62,3 +63,28 @@ def test_isolation_scenario_runs_on_the_virtual_clock(monkeypatch: pytest.Monkey
     assert details["delivery"]["unresolved"] == details["delivery"]["lost"] == 0
     assert details["failing_stream_results"] == {"Expired": details["records_put_per_stream"]}
     assert set(details["percentiles_seconds"]) == {"p50", "p90", "p99", "p99.9", "max"}
+
+
+def test_ordering_scenario_compares_both_modes_on_the_same_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench import ordering
+
+    monkeypatch.setattr(ordering, "QUICK_SECONDS", 1.5)
+    monkeypatch.setattr(ordering, "QUICK_CPU_RECORDS", 2_000)
+    result = ordering.run(quick=True)
+    assert [row.scenario for row in result.rows] == [
+        "ordering/latency",
+        "ordering/goodput",
+        "ordering/latency/raw",
+        "ordering/cpu",
+    ]
+    details = result.details
+    for part in ("half_capacity", "twice_capacity", "half_capacity_aggregation_off"):
+        assert set(details[part]) == {"aggregate", "shard"}
+        for mode, figures in details[part].items():
+            assert figures["ordering"] == mode
+            assert figures["delivery"]["lost"] == figures["delivery"]["unresolved"] == 0
+    assert details["half_capacity"]["shard"]["delivery"]["failed_by_code"] == {}
+    assert set(details["cpu_records_per_second"]) == {"aggregate", "shard"}

@@ -13,8 +13,14 @@ Every mix runs on asyncio and trio under virtual time, and asserts the same inva
 
 Every random choice of a run is drawn from its test's seed: the fake's faults, the network's,
 the partition keys, and the producer's own backoff jitter (``Producer(jitter_source=...)``). Under
-the virtual clock a seed replays exactly, so a failing seed can be rerun and debugged; the last
-test checks that it does.
+the virtual clock a seed replays exactly, so a failing seed can be rerun and debugged;
+``test_a_seed_replays_exactly`` checks that it does.
+
+With ``Config(ordering="shard")`` the same mixes also assert order (``order_violations``):
+every partition key's records, and without resharding every shard's, are in the stream in
+put order, as the results' sequence numbers say and as a consumer reading like the KCL sees
+them. The same check finds reordering in the default mode under the same faults, so it can
+fail.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from __future__ import annotations
 import functools
 import random
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import pairwise
+from typing import Any, Generic, TypeVar
 
 import anyio
 import pytest
@@ -43,6 +50,9 @@ TIMEOUT_S = 1.0
 # "request timed out after 1 s" (the sender's own limit) or botocore's "Read timeout on ...".
 TIMED_OUT = re.compile(r"timed out|read timeout", re.IGNORECASE)
 TTL_S = 30.0
+
+
+ClientT = TypeVar("ClientT", bound=KinesisClient)
 
 
 class ChaosClient:
@@ -78,6 +88,43 @@ class ChaosClient:
             self.slow += 1
             await anyio.sleep(TIMEOUT_S * 2)
         return response
+
+
+class InFlightCheck(Generic[ClientT]):
+    """A client wrapper that watches, per shard the entries will land on (the open shard
+    owning their hash key when the request is sent), how many requests are in flight at once
+    and how many entries one request carries."""
+
+    def __init__(self, client: ClientT, fake: FakeKinesis) -> None:
+        self.client = client
+        self.fake = fake
+        self.in_flight: Counter[str] = Counter()
+        self.most_in_flight = 0  # requests for one shard at once
+        self.most_entries = 0  # entries for one shard in one request
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.client.list_shards(**kwargs)
+
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.client.describe_stream(**kwargs)
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.client.describe_stream_summary(**kwargs)
+
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        open_shards = [shard for shard in self.fake.shards("s") if shard.is_open]
+        targets: Counter[str] = Counter()
+        for entry in kwargs["Records"]:
+            ehk = entry.get("ExplicitHashKey")
+            hash_key = int(ehk) if ehk is not None else hash_key_of(entry["PartitionKey"].encode())
+            targets.update(shard.shard_id for shard in open_shards if hash_key in shard)
+        self.most_entries = max(self.most_entries, *targets.values())
+        self.in_flight.update(targets.keys())
+        self.most_in_flight = max(self.most_in_flight, *self.in_flight.values())
+        try:
+            return await self.client.put_records(**kwargs)
+        finally:
+            self.in_flight.subtract(targets.keys())
 
 
 @dataclass
@@ -210,6 +257,60 @@ def check_invariants(
                 # A failure is a failure: not in the stream, unless an answer was lost.
                 assert not any(k == key and d == data for k, d, _ in delivered), result
     return failures
+
+
+def order_violations(run: Run, fake: FakeKinesis, *, per_shard: bool) -> list[str]:
+    """Where the stream's order differs from put order; empty when it does not.
+
+    Checked per partition key, and with ``per_shard`` per shard too (not across resharding:
+    records of two merged parents, or of siblings, have no order between them). Two views:
+
+    * the results: a key's (a shard's) delivered records, in put order, have non-decreasing
+      sequence numbers (equal ones share an aggregate, whose records are in put order);
+    * a consumer's, reading like the KCL: each shard in sequence order, a parent before its
+      children (the fake numbers every shard from one counter, so this is sequence order),
+      skipping copies outside their shard's hash-key range and keeping the first copy of each
+      record (a duplicate after a timeout is the same record again): a key's (a shard's)
+      records come in put order.
+    """
+    violations: list[str] = []
+    by_key: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
+    by_shard: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
+    for index, (key, _, outcome) in enumerate(run.outcomes):
+        result = outcome.result()
+        if result.success:
+            assert result.sequence_number is not None
+            assert result.shard_id is not None
+            by_key[key].append((index, int(result.sequence_number)))
+            by_shard[result.shard_id].append((index, int(result.sequence_number)))
+    groups = [*by_key.items(), *(by_shard.items() if per_shard else ())]
+    for name, delivered in groups:
+        for (before, first), (after, second) in pairwise(delivered):
+            if second < first:
+                violations.append(f"{name}: result of #{after} numbered before #{before}'s")
+    shards = {shard.shard_id: shard for shard in fake.shards("s")}
+    seen: set[int] = set()
+    read_by_key: defaultdict[str, list[int]] = defaultdict(list)
+    read_by_shard: defaultdict[str, list[int]] = defaultdict(list)
+    for stored in fake.stored_records("s"):
+        users = (
+            [(r.partition_key, r.data) for r in decode(stored.data)]
+            if is_aggregated(stored.data)
+            else [(stored.partition_key, stored.data)]
+        )
+        for key, data in users:
+            index = int(data[:8])
+            if hash_key_of(key.encode()) not in shards[stored.shard_id] or index in seen:
+                continue
+            seen.add(index)
+            read_by_key[key].append(index)
+            read_by_shard[stored.shard_id].append(index)
+    reads = [*read_by_key.items(), *(read_by_shard.items() if per_shard else ())]
+    for name, indexes in reads:
+        for before, after in pairwise(indexes):
+            if after < before:
+                violations.append(f"{name}: a consumer reads #{after} after #{before}")
+    return violations
 
 
 CONFIG = Config(
@@ -444,3 +545,150 @@ def test_a_seed_replays_exactly(
     # Only the producer's jitter differs: the retry times do too.
     assert replay(11, jitter=random.Random(12)) != first
     assert replay(12) != first
+
+
+# --- ordering="shard": the same mixes, and the order checked -----------------------------------
+
+ORDERED = CONFIG.replace(ordering="shard")
+ORDERED_MANY_REQUESTS = MANY_REQUESTS.replace(ordering="shard")
+
+
+def assert_one_at_a_time(check: InFlightCheck[Any]) -> None:
+    """At most one request in flight per shard, carrying one Kinesis record for it."""
+    assert check.most_in_flight == 1
+    assert check.most_entries == 1
+
+
+async def test_the_order_checks_find_reordering_in_the_default_mode() -> None:
+    # The default mode under record failures and throttling: retried records land after later
+    # ones, and requests overlap. The checks must see it, or the tests below could not fail.
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2, throttle=True)
+    fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=7)
+    check = InFlightCheck(fake, fake)
+    run = await produce(check, MANY_REQUESTS, count=3_000, size=1_000, per_tick=10)
+    assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
+    violations = order_violations(run, fake, per_shard=True)
+    assert any("numbered before" in v for v in violations), violations[:5]
+    assert any("a consumer reads" in v for v in violations), violations[:5]
+    assert check.most_in_flight > 1
+    assert check.most_entries > 1
+
+
+async def test_ordered_throttling_and_record_failures() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2, throttle=True)
+    fake.faults = FaultPlan(record_failure_rate=0.05, seed=7)
+    # 3 MB/s offered to 2 shards of 1 MiB/s, and a producer limit above the shards' own, so
+    # that the shards throttle (another writer would do the same).
+    config = ORDERED_MANY_REQUESTS.replace(rate_limit_bytes_per_sec_per_shard=3 * 1024 * 1024)
+    check = InFlightCheck(fake, fake)
+    run = await produce(check, config, count=3_000, size=3_000, per_tick=10)
+    assert not check_invariants(run, fake, config, allowed_failures=set())
+    assert not order_violations(run, fake, per_shard=True)
+    assert_one_at_a_time(check)
+    retried = [o.result() for _, _, o in run.outcomes if len(o.result().attempts) > 1]
+    codes = Counter(a.error_code for r in retried for a in r.attempts if not a.success)
+    assert set(codes) == {"InternalFailure", "ProvisionedThroughputExceededException"}, codes
+
+
+async def test_ordered_record_failures_and_request_500s() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=4)
+    fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=7)
+    check = InFlightCheck(fake, fake)
+    run = await produce(check, ORDERED_MANY_REQUESTS, count=3_000, size=100, per_tick=10)
+    assert not check_invariants(run, fake, ORDERED_MANY_REQUESTS, allowed_failures=set())
+    assert not order_violations(run, fake, per_shard=True)
+    assert_one_at_a_time(check)
+    assert len([o for _, _, o in run.outcomes if len(o.result().attempts) > 1]) > 50
+
+
+async def test_ordered_raw_records_offered_twice_the_capacity() -> None:
+    # Without aggregation: one user record per shard per request.
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2, throttle=True)
+    fake.faults = FaultPlan(record_failure_rate=0.05, seed=8)
+    # 4 MB/s offered, limited above the shards' 1 MiB/s so that they throttle.
+    config = ORDERED.replace(
+        aggregation_enabled=False, rate_limit_bytes_per_sec_per_shard=3 * 1024 * 1024
+    )
+    check = InFlightCheck(fake, fake)
+    run = await produce(check, config, count=2_000, size=4_000, per_tick=10)
+    assert not check_invariants(run, fake, config, allowed_failures=set())
+    assert not order_violations(run, fake, per_shard=True)
+    assert_one_at_a_time(check)
+    attempts = [a for _, _, o in run.outcomes for a in o.result().attempts]
+    assert any(a.error_code == "ProvisionedThroughputExceededException" for a in attempts)
+
+
+async def test_ordered_connection_resets_and_answers_slower_than_the_timeout() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=4)
+    check = InFlightCheck(ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=3), fake)
+    run = await produce(check, ORDERED_MANY_REQUESTS, count=3_000, size=100, per_tick=10)
+    assert not check_invariants(run, fake, ORDERED_MANY_REQUESTS, allowed_failures=set())
+    assert not order_violations(run, fake, per_shard=True)
+    assert_one_at_a_time(check)
+    assert check.client.resets > 0
+    assert check.client.slow > 0
+    # Timed-out requests had been stored: their records, resent, are stored twice, in order.
+    duplicated = [
+        o.result()
+        for _, _, o in run.outcomes
+        if any("timed out" in (a.error_message or "") for a in o.result().attempts)
+    ]
+    assert duplicated
+    assert len(fake.stored_records("s")) > len(
+        {o.result().sequence_number for *_, o in run.outcomes}
+    )
+
+
+async def test_ordered_splits_and_merges_while_producing() -> None:
+    # Splits and merges while lanes have backlogs (throttled shards, failing records, small
+    # aggregates): a parent's records must all come before its children's, per key.
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2, throttle=True)
+    fake.faults = FaultPlan(record_failure_rate=0.1, seed=9)
+    half = 2**127
+
+    async def reshard(i: int) -> None:
+        if i == 600:
+            fake.split("s", "shardId-000000000000", half // 2)  # children 2 and 3
+        if i == 1_200:
+            fake.split("s", "shardId-000000000001", half + half // 2)  # 4 and 5
+        if i == 1_800:
+            fake.merge("s", "shardId-000000000002", "shardId-000000000003")  # 6
+        if i == 2_400:
+            fake.split("s", "shardId-000000000006", half // 4)  # 7 and 8
+
+    config = ORDERED.replace(
+        rate_limit_bytes_per_sec_per_shard=3 * 1024 * 1024, aggregation_max_size=4_000
+    )
+    run = await produce(fake, config, count=3_000, size=1_000, per_tick=10, during=reshard)
+    assert not check_invariants(run, fake, config, allowed_failures=set())
+    # Not per shard, nor one request per shard: until the producer hears of a merge, the
+    # lanes of both parents send, and the service puts their records in the one child. Their
+    # keys differ, and each key's order holds.
+    assert not order_violations(run, fake, per_shard=False)
+    shards_used = {o.result().shard_id for _, _, o in run.outcomes}
+    assert {f"shardId-00000000000{i}" for i in (4, 5, 7, 8)} <= shards_used
+
+
+async def test_ordered_everything_at_once() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=3, throttle=True)
+    fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=11)
+    check = InFlightCheck(ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=12), fake)
+
+    async def reshard(i: int) -> None:
+        if i == 1_500:
+            fake.split("s", "shardId-000000000001", 2**127)
+
+    config = ORDERED_MANY_REQUESTS
+    run = await produce(check, config, count=3_000, size=1_000, per_tick=10, during=reshard)
+    assert not check_invariants(run, fake, config, allowed_failures=set())
+    assert not order_violations(run, fake, per_shard=False)
+    assert_one_at_a_time(check)
+    assert check.client.resets > 0
+    assert check.client.slow > 0

@@ -34,6 +34,7 @@ def test_defaults_match_the_spec() -> None:
     assert config.max_connections == 24
     assert config.http_backend == "auto"
     assert config.verify_ssl is True
+    assert config.ordering == "aggregate"
 
 
 @pytest.mark.parametrize(
@@ -78,6 +79,8 @@ def test_defaults_match_the_spec() -> None:
             "http_backend must be one of 'auto', 'aiohttp', 'httpx'; got 'curl'",
         ),
         ("region", "", "region must not be empty"),
+        ("ordering", "strict", "ordering must be one of 'aggregate', 'shard'; got 'strict'"),
+        ("ordering", None, "ordering must be one of 'aggregate', 'shard'; got None"),
     ],
 )
 def test_out_of_range_values_name_the_field_and_range(
@@ -103,6 +106,11 @@ def test_out_of_range_values_name_the_field_and_range(
 def test_wrong_types(field: str, value: object, message: str) -> None:
     with pytest.raises(TypeError, match=message):
         Config(**{field: value})  # type: ignore[arg-type]
+
+
+def test_strict_ordering_per_shard_is_opt_in() -> None:
+    assert Config(ordering="shard").ordering == "shard"
+    assert repr(Config(ordering="shard")) == "Config(ordering='shard')"
 
 
 def test_int_rates_are_accepted() -> None:

@@ -58,8 +58,8 @@ from ._kinesis import KinesisClient, RegionalClients, check_region, create_clien
 from ._metrics.recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
 from ._outcome import Outcome
 from ._pipeline.aggregator import Aggregator
-from ._pipeline.collector import Collector
-from ._pipeline.limiter import Limiter
+from ._pipeline.collector import Collector, OrderedCollector
+from ._pipeline.limiter import Limiter, OrderedLimiter
 from ._pipeline.retrier import Retrier
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
@@ -256,7 +256,8 @@ class _Stream:
         assert sender is not None
         buffered = config.record_max_buffered_time_ms / 1000
         grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
-        self.collector = Collector(
+        ordered = config.ordering == "shard"
+        self.collector = (OrderedCollector if ordered else Collector)(
             scheduler,
             # The retrier is the sender's destination: it owns the stream's backoff and verdicts.
             lambda records: sender.submit(self.retrier, records),
@@ -269,17 +270,25 @@ class _Stream:
         coordinator = producer._coordinator
         if coordinator is not None:
             admit = coordinator.meter(stream, admit)
-        self.limiter = Limiter(
-            scheduler,
-            admit,
-            self._expire_in_limiter,
-            clock,
-            records_per_second=config.rate_limit_records_per_sec_per_shard,
-            bytes_per_second=config.rate_limit_bytes_per_sec_per_shard,
-            drain_interval=config.drain_interval_ms / 1000,
+        limits: dict[str, Any] = {
+            "records_per_second": config.rate_limit_records_per_sec_per_shard,
+            "bytes_per_second": config.rate_limit_bytes_per_sec_per_shard,
+            "drain_interval": config.drain_interval_ms / 1000,
             # What a record needs to live on at admission to reach the wire in time: the
             # collector's grace, plus one drain interval of slack for the event loop.
-            send_margin=grace + config.drain_interval_ms / 1000,
+            "send_margin": grace + config.drain_interval_ms / 1000,
+        }
+        self.limiter = (
+            OrderedLimiter(
+                scheduler,
+                admit,
+                self._expire_in_limiter,
+                clock,
+                hash_range=self.shard_map.hash_range,
+                **limits,
+            )
+            if ordered
+            else Limiter(scheduler, admit, self._expire_in_limiter, clock, **limits)
         )
         self.aggregator = Aggregator(
             self.shard_map,
@@ -320,6 +329,9 @@ class _Stream:
         """A new shard map: per-shard state of shards gone from it is dropped, and records
         still waiting at the stream-level limit (sent before any map) go back to the
         aggregator, to be aggregated and limited per shard like the rest."""
+        if isinstance(self.limiter, OrderedLimiter):
+            # Records predicted with the old map go to their lanes before those retire.
+            self.aggregator.close_batches_outside(table)
         self.limiter.prune(table)
         put = self.aggregator.put
         for kinesis_record in self.limiter.take_unmapped():

@@ -31,6 +31,7 @@ _HTTP_BACKENDS = ("auto", "aiohttp", "httpx")
 _CHOICES = {
     "metrics_level": ("none", "summary", "detailed"),
     "metrics_granularity": ("global", "stream", "shard"),
+    "ordering": ("aggregate", "shard"),
 }
 
 
@@ -126,6 +127,16 @@ class Config:
     fail_if_throttled: bool = False
     """Fail a throttled record at once instead of retrying it until its TTL
     (KPL ``FailIfThrottled``)."""
+
+    # --- Ordering ------------------------------------------------------------------------
+    ordering: Literal["aggregate", "shard"] = "aggregate"
+    """Which put order the stream keeps. ``"aggregate"``: user records keep their put order
+    within one aggregate, as in the KPL; across aggregates and requests, retries and
+    concurrent requests may reorder them. ``"shard"``: every shard's records (so every
+    partition key's) are stored in put order, retries and resharding included: at most one
+    request in flight per shard, carrying one Kinesis record for it, and a failed record is
+    resent before any later one. It costs throughput per shard (one round trip per aggregate);
+    see the guarantees page."""
 
     # --- Back-pressure and limits --------------------------------------------------------
     max_outstanding_records: int = 100_000

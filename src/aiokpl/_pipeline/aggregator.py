@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, cast
 
 from .._core.encoder import AggregateBuilder
@@ -308,6 +308,16 @@ class Aggregator:
         )
         kinesis_record.seal(self._release_data)
         self._emit(kinesis_record)
+
+    def close_batches_outside(self, shards: Container[str]) -> None:
+        """Close now the open batches of shards not in ``shards`` (a new map dropped them).
+
+        With ``ordering="shard"``: their records were predicted with the old map, so they
+        must reach their shard's lane before that lane retires and the lanes of the new
+        shards open; see ``OrderedLimiter``.
+        """
+        for batch in [batch for shard, batch in self._batches.items() if shard not in shards]:
+            self.close_batch(batch)
 
     def flush(self) -> None:
         """Close every open batch now (``Producer.flush`` and shutdown).

@@ -12,6 +12,11 @@ One open request per stream. It is sent when
 With aggregation on, a record entering the collector gets a short grace, its deadline pushed
 to at least now + min(50 ms, 20% of ``record_max_buffered_time``), so it can share a request
 with its neighbours (KPL ``pipeline.h``, ``collector_put``). Never past its expiry.
+
+With ``ordering="shard"`` (:class:`OrderedCollector`) a record that comes in already past its
+deadline gets no grace: it waited for its shard's previous request to be answered, and every
+moment it waits here is a moment its shard sends nothing. The records that one answer frees
+are admitted together, so they still share the next request.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from .._core.records import KinesisRecord
 if TYPE_CHECKING:
     from .scheduler import Scheduler
 
-__all__ = ("Collector",)
+__all__ = ("Collector", "OrderedCollector")
 
 SHARD_FLUSH_BYTES = 256 * 1024
 
@@ -114,3 +119,17 @@ class Collector:
         self._emit(records)
 
     flush = send_current
+
+
+class OrderedCollector(Collector):
+    """The collector of one stream with ``ordering="shard"``: no grace for late records."""
+
+    def put(self, record: KinesisRecord) -> None:
+        if record.deadline <= self._clock():
+            grace, self._grace = self._grace, 0.0
+            try:
+                super().put(record)
+            finally:
+                self._grace = grace
+        else:
+            super().put(record)

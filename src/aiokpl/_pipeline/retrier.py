@@ -12,6 +12,14 @@ created by a split or merge since the map loaded) is not retried whole. Its verd
 the refresh that this news starts; then the records the new shard holds are delivered and only
 the others are retried, predicted with the new map. The KPL retries them all, which writes
 duplicates of the records that had landed correctly.
+
+With ``ordering="shard"`` (``_core/ordering.py``) retried records do not go back to the
+aggregator: each answered Kinesis record is *settled* with its lane in the
+:class:`~aiokpl._pipeline.limiter.OrderedLimiter`, and what of it is retried goes back to the
+head of that lane, as one Kinesis record (``regroup``), before any later record. A Kinesis
+record stays in flight, its lane closed to later records, while it is resent as part of a
+narrowed request or while its verdict waits for a refreshed map; one that expires before it
+is sent is settled as it fails.
 """
 
 from __future__ import annotations
@@ -22,11 +30,15 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from .._core.backoff import Backoff
+from .._core.ordering import regroup
 from .._core.records import KinesisRecord
 from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, expire, place
 from .._record import UserRecord
+from .limiter import OrderedLimiter
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .._metrics.recorder import MetricsRecorder
     from .aggregator import Aggregator
     from .limiter import Limiter
@@ -84,6 +96,8 @@ class Retrier:
         # Sends a group of Kinesis records as a request of its own (the sender's submit).
         self._resend = resend
         self._backoff = Backoff(0.1, 2.0, 5.0, jitter=0.5)
+        # With ordering="shard": the lanes that answered records are settled with.
+        self._lanes = limiter if isinstance(limiter, OrderedLimiter) else None
         self.resume_at = -float("inf")
         self.retries = 0
         self.expired = 0
@@ -121,6 +135,8 @@ class Retrier:
             self._shard_map.after_refresh(verdict.decide)
             self._scheduler.call_at(kinesis_record.expires_at, verdict)
         self._apply(decisions, counted)
+        if self._lanes is not None:
+            self._settle(records, decisions)
 
     def _place(
         self,
@@ -144,6 +160,8 @@ class Retrier:
             self._policy,
         )
         self._apply(decisions)
+        if self._lanes is not None:
+            self._lanes.settle(kinesis_record, regroup(kinesis_record, decisions.retry))
 
     def _apply(self, decisions: Decisions, counted: int = 0) -> None:
         # The core's decisions hold the very records the pipeline gave it: UserRecords.
@@ -160,9 +178,31 @@ class Retrier:
             self._resend(group)
         if decisions.retry:
             self.retries += len(decisions.retry)
+            if self._lanes is not None:
+                return  # back to the heads of their lanes: see _settle
             put = self._aggregator.put
             for record in cast("list[UserRecord]", decisions.retry):
                 put(record, record.hash_key)
+
+    def _settle(self, sent: Sequence[KinesisRecord], decisions: Decisions) -> None:
+        """Settle each Kinesis record of an answered request with its lane, its retried
+        records going back to the lane's head; not those resent, nor those whose verdict
+        waits for the map (they are still in flight)."""
+        lanes = self._lanes
+        assert lanes is not None
+        pending: set[int] = set()
+        for group in decisions.resend:
+            pending.update(map(id, group))
+        pending.update(id(kinesis_record) for kinesis_record, _, _ in decisions.undecided)
+        retried = {id(record) for record in decisions.retry}
+        for kinesis_record in sent:
+            if id(kinesis_record) in pending:
+                continue
+            again = None
+            if retried:
+                retry = [record for record in kinesis_record.records if id(record) in retried]
+                again = regroup(kinesis_record, retry)
+            lanes.settle(kinesis_record, again)
 
     def expire(self, record: KinesisRecord, where: str) -> None:
         """Fail every user record of ``record`` as ``"Expired"`` (from the limiter or sender)."""
@@ -185,4 +225,6 @@ class Retrier:
                 # It took the shard's tokens in the limiter but never reached the wire.
                 self._limiter.refund(record)
                 self.expire(record, "sender queue")
+                if self._lanes is not None:
+                    self._lanes.settle(record, None)
         return live
