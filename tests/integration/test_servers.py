@@ -32,6 +32,7 @@ def test_kinesalite_is_looked_for_where_make_installs_it(monkeypatch: pytest.Mon
     assert kinesalite_dir() == checkout / ".cache" / "kinesalite"
     assert (kinesalite_dir().parents[1] / "Makefile").is_file()
 
+
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 COUNT = 2000
