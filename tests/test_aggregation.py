@@ -1341,3 +1341,51 @@ def test_public_module_reexports_the_core() -> None:
     assert aggregation.encode is encoder.encode
     assert aggregation.AggregationFormatError.__module__ == "aiokpl._core.errors"
     assert wire.FRAMING_OVERHEAD == len(wire.MAGIC) + wire.DIGEST_SIZE == 20
+
+
+# --- decoder corners, pinned by hand (Hypothesis reaches them only by chance) -----------------
+
+
+def _one_record_body(record_fields: bytes) -> bytes:
+    """An ``AggregatedRecord`` body: the partition key table ``["k"]`` and one record."""
+    return b"\x0a\x01k" + b"\x1a" + bytes([len(record_fields)]) + record_fields
+
+
+def test_a_tag_with_an_unknown_field_and_a_long_field_tag_decodes() -> None:
+    # Tag: an unknown varint field 3 (skipped), then the key written with a two-byte field tag
+    # (0x8A 0x00: field 1, wire type 2, not the shortest form but a valid varint).
+    tag = b"\x18\x07" + b"\x8a\x00\x02ab"
+    fields = b"\x08\x00" + b"\x1a\x01d" + b"\x22" + bytes([len(tag)]) + tag
+    (record,) = decode(frame(_one_record_body(fields)))
+    assert record.tags == (Tag("ab", None),)
+    assert record.data == b"d"
+
+
+def test_a_field_tag_read_across_the_end_of_a_tag_is_malformed() -> None:
+    # The tag's last byte starts a multi-byte field tag whose rest lies outside the tag.
+    tag = b"\x0a\x01k" + b"\x98"
+    fields = b"\x08\x00" + b"\x1a\x01d" + b"\x22" + bytes([len(tag)]) + tag + b"\x01"
+    with pytest.raises(AggregationFormatError, match="runs past the end"):
+        decode(frame(_one_record_body(fields)))
+
+
+def test_a_last_record_running_into_the_digest_is_malformed_on_both_paths() -> None:
+    # A first record with an explicit hash key (the fast loop hands over to the records loop),
+    # then one that says 9 bytes and its data 5, but the body ends 2 bytes before: the fast
+    # path gives up, and the general parser refuses it.
+    first = b"\x1a\x07" + b"\x08\x00\x10\x00\x1a\x01d"
+    body = b"\x0a\x01k" + b"\x12\x011" + first + b"\x1a\x09" + b"\x08\x00" + b"\x1a\x05abc"
+    buf = frame(body)
+    assert decoder._parse_canonical(buf, len(MAGIC), len(buf) - wire.DIGEST_SIZE) is None
+    with pytest.raises(AggregationFormatError):
+        decode(buf)
+
+
+def test_a_str_subclass_is_taken_as_a_tag_key_and_value() -> None:
+    class Name(str):
+        pass
+
+    blob = encode([Record("k", b"d", None, (Tag(Name("key"), Name("value")),))])
+    (record,) = decode(blob)
+    assert record.tags == (Tag("key", "value"),)
+    assert type(record.tags[0].key) is str

@@ -146,11 +146,8 @@ def _parse_tag(buf: bytes, pos: int, stop: int, start: int) -> Tag:
             pos = end
         else:
             pos = _skip_field(buf, pos, stop, tag, field_start, start)
-    if pos != stop:
-        raise AggregationFormatError(
-            f"malformed aggregate body: a field of the tag at byte {tag_start} of the record at "
-            f"byte {start} runs past the end of the tag"
-        )
+    # Here pos == stop: a key or value past the tag raised above, and _skip_field raises for a
+    # field past its limit (a field tag read across the end leads to one of the two).
     if key is None:
         raise AggregationFormatError(
             f"malformed aggregate body: the tag at byte {tag_start} of the record at byte "
