@@ -24,9 +24,8 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -43,21 +42,15 @@ from ._core.errors import (
 )
 from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
-from ._core.records import KinesisRecord
 from ._core.results import Attempt, RecordResult
-from ._core.retry_policy import RetryPolicy
-from ._core.shards import ShardTable
+from ._core.statistics import ProducerStatistics, StreamStatistics
 from ._failures import FailureHandler
 from ._kinesis import KinesisClient, RegionalClients, check_region, create_client, fixed_region
 from ._metrics.recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
 from ._outcome import Outcome
-from ._pipeline.aggregator import Aggregator
-from ._pipeline.collector import Collector
-from ._pipeline.limiter import Limiter
-from ._pipeline.retrier import Retrier
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
-from ._pipeline.shard_map import ShardMap
+from ._pipeline.stream import _Stream
 from ._record import TaggedRecord, UserRecord
 
 if TYPE_CHECKING:
@@ -96,103 +89,6 @@ def _fields_of(record: Any) -> tuple[Any, Any, Any, Any]:
     raise InvalidRecordTypeError(f"{_RECORD_SHAPES}, not one of length {len(record)}")
 
 
-@dataclass(frozen=True, slots=True)
-class StreamStatistics:
-    """A snapshot of one stream's pipeline.
-
-    Attributes:
-        stream: the stream as it was put to: its name, or its ARN.
-        shard_map_state: ``"INVALID"``, ``"UPDATING"`` or ``"READY"``.
-        open_shards: shards in the current map (0 before it loads).
-        shard_map_refreshes: completed loads of the map.
-        aggregating: user records waiting in open aggregates.
-        rate_limited: Kinesis records queued in the limiter, all shards.
-        queued_by_shard: Kinesis records queued in the limiter, by shard (non-empty only).
-        rates_by_shard: current (records/s, bytes/s) of each shard limited so far.
-        ceilings_by_shard: the (records/s, bytes/s) each shard's rate recovers to after
-            throttling: the configured rates, or what coordination set.
-        collecting: Kinesis records in the open ``PutRecords`` request.
-        retries: user-record retries so far.
-        expired_unsent: user records that expired queued (in the rate limiter or waiting for
-            a connection), never sent: what the stream could not take in time. They took no
-            share of the rate limit.
-        unmapped_rate: (records/s, bytes/s) of the stream-level limit that records without
-            a predicted shard share (no shard map), or ``None`` if there were none.
-        shard_map_source: the API that loaded the current map, ``"ListShards"`` or
-            ``"DescribeStream"`` (used when ``ListShards`` fails, e.g. when the IAM policy
-            lacks ``kinesis:ListShards``); ``None`` before a map loads.
-        shard_map_last_error: ``(operation, error_code, error_message)`` of the failure that
-            explains the map's state: why the last load attempt failed, or why ``ListShards``
-            could not be used for the map in force; ``None`` when ``ListShards`` loaded it.
-        waiting_for_shard_map: user records held until the stream's first map load ends
-            (records put before it are aggregated with it; none wait past their deadline).
-        capacity_mode: ``"PROVISIONED"`` or ``"ON_DEMAND"``, as ``DescribeStreamSummary``
-            says (asked once the first map has loaded, again every 10 minutes at most); ``None``
-            until it answers, or when it cannot be asked (the IAM policy lacks
-            ``kinesis:DescribeStreamSummary``). Nothing else depends on it.
-    """
-
-    stream: str
-    shard_map_state: str
-    open_shards: int
-    shard_map_refreshes: int
-    aggregating: int
-    rate_limited: int
-    queued_by_shard: dict[str, int]
-    rates_by_shard: dict[str, tuple[float, float]]
-    collecting: int
-    retries: int
-    ceilings_by_shard: dict[str, tuple[float, float]] = field(default_factory=dict)
-    expired_unsent: int = 0
-    unmapped_rate: tuple[float, float] | None = None
-    shard_map_source: str | None = None
-    shard_map_last_error: tuple[str, str, str] | None = None
-    waiting_for_shard_map: int = 0
-    capacity_mode: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerStatistics:
-    """A snapshot of the producer.
-
-    Attributes:
-        outstanding_records: records between ``put_record`` and their result.
-        outstanding_bytes: their partition key plus data bytes.
-        records_put: records accepted by ``put_record`` so far.
-        records_succeeded: records delivered.
-        records_failed: records that failed (any code, ``"Expired"`` included).
-        requests_sent: ``PutRecords`` calls answered or failed so far.
-        requests_failed: of those, calls that failed as a whole.
-        requests_in_flight: calls under way now.
-        requests_queued: requests waiting for a free connection.
-        streams: per-stream snapshots.
-        failure_callbacks_pending: async ``Config.on_record_failure`` calls queued or running.
-        failure_callback_errors: exceptions ``Config.on_record_failure`` raised so far.
-        records_expired_unsent: of ``records_failed``, records that expired queued in the
-            producer, never sent (every stream's ``expired_unsent``).
-        requests_backing_off: requests held back, without a connection, while their stream
-            backs off after request-level failures (or waits for the answer to the one
-            request it sends first when its backoff ends).
-    """
-
-    outstanding_records: int
-    outstanding_bytes: int
-    records_put: int
-    records_succeeded: int
-    records_failed: int
-    requests_sent: int
-    requests_failed: int
-    requests_in_flight: int
-    requests_queued: int
-    streams: tuple[StreamStatistics, ...]
-    failure_callbacks_pending: int = 0
-    failure_callback_errors: int = 0
-    records_expired_unsent: int = 0
-    requests_backing_off: int = 0
-
-
-# Seconds between two warnings that a stream is offered more than it takes.
-OVERLOAD_LOG_INTERVAL = 60.0
 # A stream's pipeline with no record outstanding, and none put through it between two looks
 # this far apart, is released (its shard map, limiter state and connection lane): state does
 # not grow with every stream name ever used. A later put builds it again.
@@ -209,175 +105,6 @@ class _IdleSweep:
 
     def on_due(self, now: float) -> None:
         self.producer._release_idle_streams(now)
-
-
-class _Stream:
-    """The pipeline of one stream: its shard map, aggregator, limiter, collector and retrier."""
-
-    __slots__ = (
-        "_clock",
-        "_last_seen_out",
-        "_overload_logged_at",
-        "_overload_since_log",
-        "_ttl_ms",
-        "aggregator",
-        "collector",
-        "limiter",
-        "retrier",
-        "shard_map",
-        "stream",
-    )
-
-    def __init__(self, producer: Producer, stream: str) -> None:
-        config = producer.config
-        self._clock = producer._clock
-        self._ttl_ms = config.record_ttl_ms
-        self._overload_logged_at = -math.inf
-        self._overload_since_log = 0
-        self._last_seen_out = -1  # the aggregator's output count at the last idle sweep
-        assert producer._task_group is not None
-        self.stream = stream
-        self.shard_map = ShardMap(
-            stream,
-            producer._client_for(stream),
-            producer._task_group,
-            request_timeout=config.request_timeout_ms / 1000,
-        )
-        scheduler = producer._scheduler
-        clock = producer._clock
-        sender = producer._sender
-        assert sender is not None
-        buffered = config.record_max_buffered_time_ms / 1000
-        grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
-        self.collector = Collector(
-            scheduler,
-            # The retrier is the sender's destination: it owns the stream's backoff and verdicts.
-            lambda records: sender.submit(self.retrier, records),
-            clock,
-            max_count=config.collection_max_count,
-            max_size=config.collection_max_size,
-            grace=grace,
-        )
-        admit: Callable[[KinesisRecord], None] = self.collector.put
-        coordinator = producer._coordinator
-        if coordinator is not None:
-            admit = coordinator.meter(stream, admit)
-        self.limiter = Limiter(
-            scheduler,
-            admit,
-            self._expire_in_limiter,
-            clock,
-            records_per_second=config.rate_limit_records_per_sec_per_shard,
-            bytes_per_second=config.rate_limit_bytes_per_sec_per_shard,
-            drain_interval=config.drain_interval_ms / 1000,
-            # What a record needs to live on at admission to reach the wire in time: the
-            # collector's grace, plus one drain interval of slack for the event loop.
-            send_margin=grace + config.drain_interval_ms / 1000,
-        )
-        self.aggregator = Aggregator(
-            self.shard_map,
-            scheduler,
-            self.limiter.put,
-            enabled=config.aggregation_enabled,
-            max_size=config.aggregation_max_size,
-            max_count=config.aggregation_max_count,
-            # A failed record's result carries its data: then records keep it in flight.
-            release_data=not config.return_record_on_failure,
-            # Held records are released early by the collector's grace: sent at their deadline.
-            release_lead=grace,
-            flush_stream=lambda: self.flush(clock()),
-        )
-        self.retrier = Retrier(
-            stream,
-            self.shard_map,
-            self.aggregator,
-            self.limiter,
-            scheduler,
-            producer._finish,
-            clock,
-            RetryPolicy(
-                fail_if_throttled=config.fail_if_throttled,
-                aggregation_enabled=config.aggregation_enabled,
-                retry_delay=buffered / 2,
-            ),
-            metrics=producer._metrics,
-            resend=lambda records: sender.submit(self.retrier, records),
-        )
-        if coordinator is not None:
-            coordinator.attach(stream, self.limiter)
-        self.shard_map.on_install = self._map_installed
-        self.shard_map.start()
-
-    def _map_installed(self, table: ShardTable) -> None:
-        """A new shard map: per-shard state of shards gone from it is dropped, and records
-        still waiting at the stream-level limit (sent before any map) go back to the
-        aggregator, to be aggregated and limited per shard like the rest."""
-        self.limiter.prune(table)
-        put = self.aggregator.put
-        for kinesis_record in self.limiter.take_unmapped():
-            for record in cast("list[UserRecord]", kinesis_record.records):
-                put(record, record.hash_key)
-
-    def idle_since_last_look(self) -> bool:
-        """Whether nothing went through the pipeline since the last call (records put, or
-        retried, each make the aggregator emit)."""
-        out = self.aggregator.kinesis_records_out
-        idle = out == self._last_seen_out
-        self._last_seen_out = out
-        return idle
-
-    def close(self) -> None:
-        """Release the pipeline: it holds no record, and its shard map stops refreshing."""
-        self.shard_map.close()
-
-    def _expire_in_limiter(self, record: KinesisRecord) -> None:
-        self.retrier.expire(record, "rate limiter")
-        shard_limiter = self.limiter.limiter_of(record)
-        if shard_limiter is None or not shard_limiter.starved:
-            return  # it came back too close to its TTL to be sent: no sign of overload
-        # The stream is offered more than its shards take: say so, once a minute at most.
-        self._overload_since_log += len(record.records)
-        now = self._clock()
-        if now - self._overload_logged_at >= OVERLOAD_LOG_INTERVAL:
-            logger.warning(
-                "stream %r is offered more than its shards take: %d records expired waiting "
-                "in the rate limiter (record_ttl_ms=%d) since %s; send less, add shards, or "
-                "lower max_outstanding_records so that put_record waits instead",
-                self.stream,
-                self._overload_since_log,
-                self._ttl_ms,
-                "the last warning" if self._overload_logged_at > -math.inf else "it started",
-            )
-            self._overload_logged_at = now
-            self._overload_since_log = 0
-
-    def flush(self, now: float) -> None:
-        self.aggregator.flush()
-        self.limiter.drain(now, force=True)
-        self.collector.flush()
-
-    def statistics(self) -> StreamStatistics:
-        table = self.shard_map.table
-        limiter = self.limiter
-        return StreamStatistics(
-            stream=self.stream,
-            shard_map_state=self.shard_map.state.value,
-            open_shards=len(table) if table is not None else 0,
-            shard_map_refreshes=self.shard_map.refreshes,
-            aggregating=self.aggregator.buffered_records,
-            rate_limited=limiter.queued,
-            queued_by_shard={s: len(sl.queue) for s, sl in limiter.shards.items() if sl.queue},
-            rates_by_shard={s: sl.rates for s, sl in limiter.shards.items()},
-            collecting=self.collector.buffered_records,
-            retries=self.retrier.retries,
-            ceilings_by_shard={s: sl.ceiling for s, sl in limiter.shards.items()},
-            expired_unsent=self.retrier.expired,
-            unmapped_rate=limiter.unmapped.rates if limiter.unmapped is not None else None,
-            shard_map_source=self.shard_map.source,
-            shard_map_last_error=self.shard_map.last_error,
-            waiting_for_shard_map=self.aggregator.held_records,
-            capacity_mode=self.shard_map.capacity_mode,
-        )
 
 
 class _FlushWaiter:

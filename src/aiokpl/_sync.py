@@ -54,7 +54,8 @@ from ._core.config import Config
 from ._core.errors import BufferFullError, InvalidRecordError, ProducerClosedError
 from ._core.hashing import check_stream_name, check_user_record
 from ._core.results import Attempt, FailedRecord, RecordResult
-from ._producer import Producer, ProducerStatistics
+from ._core.statistics import ProducerStatistics
+from ._producer import Producer
 
 if TYPE_CHECKING:
     from ._kinesis import KinesisClient
