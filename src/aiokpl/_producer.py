@@ -43,14 +43,14 @@ from ._core.errors import (
 from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
 from ._core.results import Attempt, RecordResult
-from ._core.statistics import ProducerStatistics, StreamStatistics
+from ._core.statistics import ProducerStatistics, SenderStatistics, StreamStatistics
 from ._failures import FailureHandler
 from ._kinesis import KinesisClient, RegionalClients, check_region, create_client, fixed_region
 from ._metrics.recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
 from ._outcome import Outcome
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
-from ._pipeline.stream import _Stream
+from ._pipeline.stream import StreamPipeline
 from ._record import TaggedRecord, UserRecord
 
 if TYPE_CHECKING:
@@ -93,6 +93,12 @@ def _fields_of(record: Any) -> tuple[Any, Any, Any, Any]:
 # this far apart, is released (its shard map, limiter state and connection lane): state does
 # not grow with every stream name ever used. A later put builds it again.
 IDLE_SWEEP_SECONDS = 60.0
+
+
+# What a producer not started yet reports of its requests.
+_NO_REQUESTS = SenderStatistics(
+    requests_sent=0, requests_failed=0, in_flight=0, queued=0, backing_off=0
+)
 
 
 class _IdleSweep:
@@ -185,7 +191,7 @@ class Producer:
         self._scheduler = Scheduler()
         self._clock: Callable[[], float] = anyio.current_time
         self._sender: Sender | None = None
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, StreamPipeline] = {}
         self._thread: int | None = None  # the event loop's thread, from __aenter__ on
         self._released_expired_unsent = 0  # of the pipelines released while idle
         self._started = False
@@ -433,11 +439,24 @@ class Producer:
         client = self._client
         return client.client_for(stream) if isinstance(client, RegionalClients) else client
 
-    def _pipeline_of(self, stream: str) -> _Stream:
+    def _pipeline_of(self, stream: str) -> StreamPipeline:
         """The stream's pipeline, started on its first record."""
         pipeline = self._streams.get(stream)
         if pipeline is None:
-            pipeline = self._streams[stream] = _Stream(self, stream)
+            assert self._task_group is not None
+            assert self._sender is not None
+            pipeline = self._streams[stream] = StreamPipeline(
+                stream,
+                self.config,
+                client=self._client_for(stream),
+                task_group=self._task_group,
+                scheduler=self._scheduler,
+                clock=self._clock,
+                sender=self._sender,
+                finish=self._finish,
+                metrics=self._metrics,
+                coordinator=self._coordinator,
+            )
         return pipeline
 
     def _has_room(self, size: int, count: int = 1) -> bool:
@@ -873,23 +892,24 @@ class Producer:
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the producer's counters and of every stream's pipeline."""
-        sender = self._sender
+        sender = self._sender.statistics() if self._sender is not None else _NO_REQUESTS
+        streams = tuple(p.statistics() for p in self._streams.values())
         return ProducerStatistics(
             outstanding_records=len(self._outstanding),
             outstanding_bytes=self._outstanding_bytes,
             records_put=self._seq,
             records_succeeded=self._succeeded,
             records_failed=self._failed,
-            requests_sent=sender.requests_sent if sender else 0,
-            requests_failed=sender.requests_failed if sender else 0,
-            requests_in_flight=sender.in_flight if sender else 0,
-            requests_queued=sender.queued if sender else 0,
-            streams=tuple(p.statistics() for p in self._streams.values()),
+            requests_sent=sender.requests_sent,
+            requests_failed=sender.requests_failed,
+            requests_in_flight=sender.in_flight,
+            requests_queued=sender.queued,
+            streams=streams,
             failure_callbacks_pending=self._failures.pending,
             failure_callback_errors=self._failures.callback_errors,
             records_expired_unsent=self._released_expired_unsent
-            + sum(p.retrier.expired for p in self._streams.values()),
-            requests_backing_off=sender.backing_off if sender else 0,
+            + sum(s.expired_unsent for s in streams),
+            requests_backing_off=sender.backing_off,
         )
 
     def __repr__(self) -> str:

@@ -109,3 +109,62 @@ class ProducerStatistics:
     failure_callback_errors: int = 0
     records_expired_unsent: int = 0
     requests_backing_off: int = 0
+
+
+# --- the stages' own snapshots: each stage's fields only; the stream composes them ----------
+@dataclass(frozen=True, slots=True)
+class ShardMapStatistics:
+    """A stream's shard map; fields as in :class:`StreamStatistics`."""
+
+    state: str
+    open_shards: int
+    refreshes: int
+    source: str | None
+    last_error: tuple[str, str, str] | None
+    capacity_mode: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AggregatorStatistics:
+    """A stream's aggregator: records in open aggregates, and held for the first map."""
+
+    aggregating: int
+    waiting_for_shard_map: int
+
+
+@dataclass(frozen=True, slots=True)
+class LimiterStatistics:
+    """A stream's rate limiter; fields as in :class:`StreamStatistics` (``queued`` is its
+    ``rate_limited``)."""
+
+    queued: int
+    queued_by_shard: dict[str, int]
+    rates_by_shard: dict[str, tuple[float, float]]
+    ceilings_by_shard: dict[str, tuple[float, float]]
+    unmapped_rate: tuple[float, float] | None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorStatistics:
+    """A stream's collector: Kinesis records in the open ``PutRecords`` request."""
+
+    collecting: int
+
+
+@dataclass(frozen=True, slots=True)
+class RetrierStatistics:
+    """A stream's retrier: user-record retries, and records expired before they were sent."""
+
+    retries: int
+    expired_unsent: int
+
+
+@dataclass(frozen=True, slots=True)
+class SenderStatistics:
+    """The producer's sender; fields as the ``requests_*`` of :class:`ProducerStatistics`."""
+
+    requests_sent: int
+    requests_failed: int
+    in_flight: int
+    queued: int
+    backing_off: int

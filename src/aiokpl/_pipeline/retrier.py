@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .._core.backoff import Backoff
 from .._core.records import KinesisRecord
 from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, expire, place
+from .._core.statistics import RetrierStatistics
 from .._record import UserRecord
 
 if TYPE_CHECKING:
@@ -186,3 +187,7 @@ class Retrier:
                 self._limiter.refund(record)
                 self.expire(record, "sender queue")
         return live
+
+    def statistics(self) -> RetrierStatistics:
+        """A snapshot: user-record retries, and records expired before they were sent."""
+        return RetrierStatistics(retries=self.retries, expired_unsent=self.expired)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
+from .._core.config import Config
 from .._core.records import KinesisRecord
 from .._core.retry_policy import RetryPolicy
 from .._core.shards import ShardTable
@@ -25,7 +26,15 @@ from .limiter import Limiter
 from .retrier import Retrier
 from .shard_map import ShardMap
 
-__all__ = ("OVERLOAD_LOG_INTERVAL", "_Stream")
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from .._coordination.coordinator import _ProducerCoordinator
+    from .._metrics.recorder import MetricsRecorder
+    from .scheduler import Scheduler
+    from .sender import Sender
+
+__all__ = ("OVERLOAD_LOG_INTERVAL", "StreamPipeline")
 
 logger = logging.getLogger("aiokpl")
 
@@ -33,8 +42,21 @@ logger = logging.getLogger("aiokpl")
 OVERLOAD_LOG_INTERVAL = 60.0
 
 
-class _Stream:
-    """The pipeline of one stream: its shard map, aggregator, limiter, collector and retrier."""
+class StreamPipeline:
+    """The pipeline of one stream: its shard map, aggregator, limiter, collector and retrier.
+
+    Args:
+        stream: the stream as it is put to: its name, or its ARN.
+        config: the producer's settings.
+        client: the Kinesis client that serves the stream.
+        task_group: where the shard map's refreshes run.
+        scheduler: the producer's scheduler (every deadline).
+        clock: the producer's clock.
+        sender: the producer's sender (connections are shared by all streams).
+        finish: resolves records (the producer's ledger).
+        metrics: the producer's metrics recorder, if any.
+        coordinator: the producer's coordinator, if any: it meters and sets the limits.
+    """
 
     __slots__ = (
         "_clock",
@@ -50,25 +72,32 @@ class _Stream:
         "stream",
     )
 
-    def __init__(self, producer: Any, stream: str) -> None:
-        config = producer.config
-        self._clock = producer._clock
+    def __init__(
+        self,
+        stream: str,
+        config: Config,
+        *,
+        client: Any,
+        task_group: TaskGroup,
+        scheduler: Scheduler,
+        clock: Callable[[], float],
+        sender: Sender,
+        finish: Callable[[list[UserRecord], bool], None],
+        metrics: MetricsRecorder | None,
+        coordinator: _ProducerCoordinator | None,
+    ) -> None:
+        self._clock = clock
         self._ttl_ms = config.record_ttl_ms
         self._overload_logged_at = -math.inf
         self._overload_since_log = 0
         self._last_seen_out = -1  # the aggregator's output count at the last idle sweep
-        assert producer._task_group is not None
         self.stream = stream
         self.shard_map = ShardMap(
             stream,
-            producer._client_for(stream),
-            producer._task_group,
+            client,
+            task_group,
             request_timeout=config.request_timeout_ms / 1000,
         )
-        scheduler = producer._scheduler
-        clock = producer._clock
-        sender = producer._sender
-        assert sender is not None
         buffered = config.record_max_buffered_time_ms / 1000
         grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
         self.collector = Collector(
@@ -81,7 +110,6 @@ class _Stream:
             grace=grace,
         )
         admit: Callable[[KinesisRecord], None] = self.collector.put
-        coordinator = producer._coordinator
         if coordinator is not None:
             admit = coordinator.meter(stream, admit)
         self.limiter = Limiter(
@@ -115,14 +143,14 @@ class _Stream:
             self.aggregator,
             self.limiter,
             scheduler,
-            producer._finish,
+            finish,
             clock,
             RetryPolicy(
                 fail_if_throttled=config.fail_if_throttled,
                 aggregation_enabled=config.aggregation_enabled,
                 retry_delay=buffered / 2,
             ),
-            metrics=producer._metrics,
+            metrics=metrics,
             resend=lambda records: sender.submit(self.retrier, records),
         )
         if coordinator is not None:
@@ -174,29 +202,34 @@ class _Stream:
             self._overload_since_log = 0
 
     def flush(self, now: float) -> None:
+        """Send everything buffered now: open aggregates, the rate limiter's queues (at once,
+        whatever their tokens) and the open request."""
         self.aggregator.flush()
         self.limiter.drain(now, force=True)
         self.collector.flush()
 
     def statistics(self) -> StreamStatistics:
-        table = self.shard_map.table
-        limiter = self.limiter
+        """The stream's snapshot, composed of its stages' own."""
+        shard_map = self.shard_map.statistics()
+        aggregator = self.aggregator.statistics()
+        limiter = self.limiter.statistics()
+        retrier = self.retrier.statistics()
         return StreamStatistics(
             stream=self.stream,
-            shard_map_state=self.shard_map.state.value,
-            open_shards=len(table) if table is not None else 0,
-            shard_map_refreshes=self.shard_map.refreshes,
-            aggregating=self.aggregator.buffered_records,
+            shard_map_state=shard_map.state,
+            open_shards=shard_map.open_shards,
+            shard_map_refreshes=shard_map.refreshes,
+            aggregating=aggregator.aggregating,
             rate_limited=limiter.queued,
-            queued_by_shard={s: len(sl.queue) for s, sl in limiter.shards.items() if sl.queue},
-            rates_by_shard={s: sl.rates for s, sl in limiter.shards.items()},
-            collecting=self.collector.buffered_records,
-            retries=self.retrier.retries,
-            ceilings_by_shard={s: sl.ceiling for s, sl in limiter.shards.items()},
-            expired_unsent=self.retrier.expired,
-            unmapped_rate=limiter.unmapped.rates if limiter.unmapped is not None else None,
-            shard_map_source=self.shard_map.source,
-            shard_map_last_error=self.shard_map.last_error,
-            waiting_for_shard_map=self.aggregator.held_records,
-            capacity_mode=self.shard_map.capacity_mode,
+            queued_by_shard=limiter.queued_by_shard,
+            rates_by_shard=limiter.rates_by_shard,
+            collecting=self.collector.statistics().collecting,
+            retries=retrier.retries,
+            ceilings_by_shard=limiter.ceilings_by_shard,
+            expired_unsent=retrier.expired_unsent,
+            unmapped_rate=limiter.unmapped_rate,
+            shard_map_source=shard_map.source,
+            shard_map_last_error=shard_map.last_error,
+            waiting_for_shard_map=aggregator.waiting_for_shard_map,
+            capacity_mode=shard_map.capacity_mode,
         )
