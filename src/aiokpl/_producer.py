@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -42,20 +42,19 @@ from ._core.errors import (
 )
 from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
-from ._core.results import Attempt, RecordResult
+from ._core.results import RecordResult
 from ._core.statistics import ProducerStatistics, SenderStatistics, StreamStatistics
-from ._failures import FailureHandler
 from ._kinesis import KinesisClient, RegionalClients, check_region, create_client, fixed_region
-from ._metrics.recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
+from ._metrics.recorder import MetricsRecorder, MetricsSink
+from ._metrics.runner import MetricsRunner
 from ._outcome import Outcome
+from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
 from ._pipeline.stream import StreamPipeline
 from ._record import TaggedRecord, UserRecord
 
 if TYPE_CHECKING:
-    from contextlib import AbstractAsyncContextManager
-
     from anyio.abc import TaskGroup
 
 __all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
@@ -101,6 +100,18 @@ _NO_REQUESTS = SenderStatistics(
 )
 
 
+async def _shielded(close: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    """Run ``close(*args)`` shielded from cancellation (an exit that must finish)."""
+    with anyio.CancelScope(shield=True):
+        await close(*args)
+
+
+async def _close_task_group(task_group: TaskGroup) -> None:
+    """Cancel ``task_group`` and wait for its tasks (given no exception: it has its own)."""
+    task_group.cancel_scope.cancel()
+    await task_group.__aexit__(None, None, None)
+
+
 class _IdleSweep:
     """The scheduler entry that looks for idle stream pipelines, every IDLE_SWEEP_SECONDS."""
 
@@ -111,16 +122,6 @@ class _IdleSweep:
 
     def on_due(self, now: float) -> None:
         self.producer._release_idle_streams(now)
-
-
-class _FlushWaiter:
-    __slots__ = ("event", "horizon", "remaining", "stream")
-
-    def __init__(self, horizon: int, stream: str | None, remaining: int) -> None:
-        self.horizon = horizon
-        self.stream = stream
-        self.remaining = remaining
-        self.event = anyio.Event()
 
 
 class Producer:
@@ -181,11 +182,10 @@ class Producer:
             raise ConfigError(
                 "metrics_sinks need Config.metrics_level 'summary' or 'detailed'; it is 'none'"
             )
-        self._uploader: Uploader | None = None
         self.config = config
         self._given_client = client
         self._client: Any = client
-        self._client_cm: AbstractAsyncContextManager[Any] | None = None
+        self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit
         self._region: str | None = None  # the only region it writes to; None: any ARN's
         self._task_group: TaskGroup | None = None
         self._scheduler = Scheduler()
@@ -196,19 +196,14 @@ class Producer:
         self._released_expired_unsent = 0  # of the pipelines released while idle
         self._started = False
         self._closed = False
-        self._outstanding: dict[UserRecord, None] = {}
-        self._outstanding_bytes = 0
+        self._ledger = ledger = ResultLedger(config, self._metrics, self._clock)
+        # The ledger's dict, shared: the put paths read and write it without a lookup more.
+        self._outstanding = ledger.outstanding
+        self._failures = ledger.failures
+        self._finish = ledger.finish
+        self._exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
         self._seq = 0
-        # Flush generation: a record remembers the one current when it was put, and a flush
-        # starts the next, so "put before this flush" is `record.epoch <= horizon`. Records put
-        # between two flushes share one int object: nothing per record.
-        self._epoch = 0
         self._puts = 0
-        self._succeeded = 0
-        self._failed = 0
-        self._room: anyio.Event | None = None
-        self._flush_waiters: list[_FlushWaiter] = []
-        self._failures = FailureHandler(config, self._release_held)
         buffered = config.record_max_buffered_time_ms / 1000
         ttl = config.record_ttl_ms / 1000
         self._buffered = buffered
@@ -224,16 +219,35 @@ class Producer:
         if self._started:
             raise RuntimeError("a Producer can be entered only once; create a new one")
         self._started = True
+        # Each part is pushed as it starts: a failure at any step unwinds exactly those.
+        stack = AsyncExitStack()
+        try:
+            await self._start(stack)
+        except BaseException:
+            self._closed = True
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def _start(self, stack: AsyncExitStack) -> None:
         if self._client is None:
-            self._client_cm = RegionalClients(self.config, create_client)
-            self._client = await self._client_cm.__aenter__()
+            clients = RegionalClients(self.config, create_client)
+            self._client = await clients.__aenter__()
+            stack.push_async_callback(_shielded, clients.__aexit__, None, None, None)
         self._region = fixed_region(self.config, self._client)
-        self._clock = current_clock()
+        self._clock = self._ledger.clock = current_clock()
         self._thread = _thread_id()
-        if self._sinks:
-            await self._open_sinks()
+        runner = None
+        if self._metrics is not None:
+            runner = MetricsRunner(
+                self._metrics, self._sinks, self.config, self._clock, self._outstanding_by_stream
+            )
+            await stack.enter_async_context(runner)  # opens the sinks; the last upload at exit
+        stack.push_async_callback(self._settle_outstanding)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
+        stack.push_async_callback(_close_task_group, task_group)
         self._task_group = task_group
         self._failures.task_group = task_group
         self._sender = Sender(
@@ -249,67 +263,11 @@ class Producer:
         if self._coordination is not None:
             self._coordinator = _ProducerCoordinator(self._coordination, self.config, self._clock)
             task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
-        if self._metrics is not None:
-            self._start_metrics(task_group)
-        return self
-
-    async def _open_sinks(self) -> None:
-        opened = []
-        try:
-            for sink in self._sinks:
-                await sink.open(self.config)
-                opened.append(sink)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                for sink in opened:
-                    await sink.aclose()
-                if self._client_cm is not None:
-                    await self._client_cm.__aexit__(None, None, None)
-            raise
-
-    def _start_metrics(self, task_group: TaskGroup) -> None:
-        metrics = self._metrics
-        assert metrics is not None
-        if metrics.table.level == "detailed":
-            task_group.start_soon(self._sample_metrics, name="aiokpl metrics sampler")
-        if self._sinks:
-            self._uploader = Uploader(
-                metrics.table,
-                self._sinks,
-                self.config.metrics_upload_interval_ms / 1000,
-                self._clock,
-                lambda now: metrics.sample(self._outstanding_by_stream(), now, pending=False),
-            )
-            task_group.start_soon(self._uploader.run, name="aiokpl metrics upload")
+        if runner is not None:
+            runner.start(task_group)
 
     def _outstanding_by_stream(self) -> dict[str, int]:
-        # What the metrics sample instead of counting puts (so put_record does no metrics
-        # work): with one stream, a length; with several, one pass over the outstanding.
-        streams = self._streams
-        if len(streams) == 1:
-            return dict.fromkeys(streams, len(self._outstanding))
-        counts = dict.fromkeys(streams, 0)
-        counts.update(Counter(record.stream for record in self._outstanding))
-        return counts
-
-    async def _sample_metrics(self) -> None:
-        metrics = self._metrics
-        assert metrics is not None
-        while True:
-            await anyio.sleep(SAMPLE_INTERVAL)
-            metrics.sample(self._outstanding_by_stream(), self._clock(), pending=True)
-
-    async def _close_metrics(self) -> None:
-        # The last upload (failures included) and the sinks' release: shielded and bounded.
-        with anyio.CancelScope(shield=True) as scope:
-            scope.deadline = anyio.current_time() + self.config.request_timeout_ms / 1000
-            assert self._uploader is not None  # started with the sinks
-            await self._uploader.upload(final=True)
-            for sink in self._sinks:
-                try:
-                    await sink.aclose()
-                except Exception as exc:
-                    logger.warning("closing metrics sink %s failed: %r", type(sink).__name__, exc)
+        return self._ledger.outstanding_by_stream(self._streams)
 
     async def __aexit__(
         self,
@@ -318,59 +276,35 @@ class Producer:
         traceback: TracebackType | None,
     ) -> bool | None:
         self._closed = True
-        task_group = self._task_group
-        assert task_group is not None
-        code, message = "Expired", "record_ttl_ms elapsed before the producer closed"
+        stack = self._stack
+        assert stack is not None
+        cancelled = anyio.get_cancelled_exc_class()
         try:
-            if exc_type is None or not issubclass(exc_type, anyio.get_cancelled_exc_class()):
+            if exc_type is None or not issubclass(exc_type, cancelled):
                 # Every record gets its chance: at most its TTL plus one request.
                 limit = self._ttl + self.config.request_timeout_ms / 1000 + 1.0
                 with anyio.move_on_after(limit):
                     await self.flush()  # no put can come in now: this waits for all
-        except anyio.get_cancelled_exc_class():
-            code, message = "Cancelled", "the producer was cancelled before delivery"
+        except cancelled:
+            self._exit_code = ("Cancelled", "the producer was cancelled before delivery")
             raise
         finally:
-            if exc_type is not None and issubclass(exc_type, anyio.get_cancelled_exc_class()):
-                code, message = "Cancelled", "the producer was cancelled before delivery"
-            # The task group waits for its (now cancelled) tasks whatever happens outside.
-            task_group.cancel_scope.cancel()
-            try:
-                await task_group.__aexit__(None, None, None)
-            finally:
-                self._failures.task_group = None
-                self._fail_outstanding(code, message)
-                self._scheduler.clear()
-                await self._failures.drain(self.config.request_timeout_ms / 1000)
-                if self._sinks:
-                    await self._close_metrics()
-                if self._client_cm is not None:
-                    with anyio.CancelScope(shield=True):
-                        await self._client_cm.__aexit__(None, None, None)
+            if exc_type is not None and issubclass(exc_type, cancelled):
+                self._exit_code = ("Cancelled", "the producer was cancelled before delivery")
+            # Unwinds what __aenter__ started, last first: the task group is cancelled and
+            # waited for, outstanding records fail with the exit code and their failure
+            # callbacks drain, the metrics make their last upload, the owned client closes.
+            await stack.aclose()
         return None
 
-    def _fail_outstanding(self, code: str, message: str) -> None:
-        now = self._clock()
-        # Records already failed and held for their on_record_failure keep their result.
-        records = [record for record in self._outstanding if not record._done]
+    async def _settle_outstanding(self) -> None:
+        """At exit, once the task group has ended: fail what is outstanding, drain callbacks."""
+        self._failures.task_group = None
+        code, message = self._exit_code
         sender = self._sender
-        in_flight = {
-            user
-            for kinesis_record in (sender.unanswered() if sender is not None else ())
-            for user in kinesis_record.records
-        }
-        unknown = (
-            f"{message}; its request was sent and no answer was read, so it may be in the stream"
-        )
-        for record in records:
-            if record in in_flight:
-                attempt = Attempt(
-                    now, now, now - record.last_end, False, code, unknown, outcome_unknown=True
-                )
-            else:
-                attempt = Attempt(now, now, now - record.last_end, False, code, message)
-            record.add_attempt(attempt)
-        self._finish(records, False)
+        self._ledger.fail_outstanding(code, message, sender.unanswered() if sender else ())
+        self._scheduler.clear()
+        await self._failures.drain(self.config.request_timeout_ms / 1000)
 
     # --- putting --------------------------------------------------------------------------
     def _accept_stream(self, stream: str) -> None:
@@ -393,15 +327,13 @@ class Producer:
     async def _wait_for_room(self, size: int, count: int = 1) -> None:
         """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
         while not self._has_room(size, count):
-            if self._room is None:
-                self._room = anyio.Event()
-            await self._room.wait()
+            await self._ledger.wait_for_room()
             self._check_still_open()
 
     def _release_idle_streams(self, now: float) -> None:
         """Release the pipelines of streams idle since the last sweep; schedule the next."""
         streams = self._streams
-        busy = {record.stream for record in self._outstanding}
+        busy = self._ledger.streams_busy()
         for name, pipeline in list(streams.items()):
             # idle_since_last_look runs for every stream: each look records what it saw.
             if pipeline.idle_since_last_look() and name not in busy:
@@ -462,7 +394,7 @@ class Producer:
     def _has_room(self, size: int, count: int = 1) -> bool:
         return (
             len(self._outstanding) + count <= self._max_records
-            and self._outstanding_bytes + size <= self._max_bytes
+            and self._ledger.outstanding_bytes + size <= self._max_bytes
         )
 
     def _check_tags(self, tags: Tags, key: str, size: int, ehk: str | None) -> tuple[bytes, int]:
@@ -495,16 +427,17 @@ class Producer:
             stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
         arrival, deadline, expires_at = stamps
         self._seq += 1
+        ledger = self._ledger
         if tags:
             record: UserRecord = TaggedRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch, tags
+                stream, key, payload, ehk, size, arrival, deadline, expires_at, ledger.epoch, tags
             )
         else:
             record = UserRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch
+                stream, key, payload, ehk, size, arrival, deadline, expires_at, ledger.epoch
             )
         self._outstanding[record] = None
-        self._outstanding_bytes += size
+        ledger.outstanding_bytes += size
         pipeline.aggregator.put(record, hash_key)
         return record
 
@@ -565,7 +498,7 @@ class Producer:
         # Not self._has_room(size), inlined: is there room for one more record?
         if (
             len(self._outstanding) >= self._max_records
-            or self._outstanding_bytes + size > self._max_bytes
+            or self._ledger.outstanding_bytes + size > self._max_bytes
         ):
             await self._wait_for_room(size)
         return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
@@ -600,7 +533,7 @@ class Producer:
         if not self._has_room(size):
             raise BufferFullError(
                 f"the producer holds {len(self._outstanding)} records / "
-                f"{self._outstanding_bytes} bytes (max_outstanding_records="
+                f"{self._ledger.outstanding_bytes} bytes (max_outstanding_records="
                 f"{self._max_records}, max_outstanding_bytes={self._max_bytes})"
             )
         return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
@@ -703,11 +636,11 @@ class Producer:
         now = self._clock()
         deadline = now + self._buffered
         expires_at = now + self._ttl
-        epoch = self._epoch
+        epoch = self._ledger.epoch
         outstanding = self._outstanding
         put = pipeline.aggregator.put
         self._seq += len(accepted)
-        self._outstanding_bytes += size
+        self._ledger.outstanding_bytes += size
         outcomes: list[Outcome[RecordResult]] = []
         if tagged is None:
             for key, record_size, payload, hash_key, ehk in accepted:
@@ -753,69 +686,6 @@ class Producer:
             return None
         return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
 
-    # --- results --------------------------------------------------------------------------
-    def _finish(self, records: list[UserRecord], success: bool) -> None:
-        """Resolve ``records`` (delivered, or failed with their last attempt's code).
-
-        Called once per request's worth of records, not once per record: this loop is half of
-        the per-record cost of delivery. A record already resolved is skipped. A failed record
-        goes through the failure handler (``on_record_failure``); while an async callback runs
-        for it, it stays outstanding (see :mod:`aiokpl._failures`) until ``_release_held``.
-        """
-        if not success and self._metrics is not None:
-            # Failures are rare: counted record by record, those not finished yet only (a
-            # record held for its on_record_failure is done already).
-            fresh = [r for r in records if r in self._outstanding and not r._done]
-            self._metrics.failed(fresh, self._clock())
-        outstanding = self._outstanding
-        pop = outstanding.pop
-        waiters = self._flush_waiters
-        failures = self._failures
-        finished = 0
-        for record in records:
-            if pop(record, False) is False:
-                continue  # already finished
-            if record._done:
-                # Failed before, and held for its on_record_failure: still held.
-                outstanding[record] = None
-                continue
-            finished += 1
-            # Before resolving: a done-callback that puts again must see the room it frees.
-            self._outstanding_bytes -= record.size
-            if success:
-                record._finish()
-            elif failures.resolve(record):
-                outstanding[record] = None  # held until its async callback returns
-                self._outstanding_bytes += record.size
-                continue
-            if waiters:
-                self._flush_progress(record)
-        if success:
-            self._succeeded += finished
-        else:
-            self._failed += finished
-        if self._room is not None:
-            self._room.set()
-            self._room = None
-
-    def _release_held(self, record: UserRecord) -> None:
-        """A held failed record's callback has returned: it stops being outstanding."""
-        del self._outstanding[record]
-        self._outstanding_bytes -= record.size
-        if self._flush_waiters:
-            self._flush_progress(record)
-        if self._room is not None:
-            self._room.set()
-            self._room = None
-
-    def _flush_progress(self, record: UserRecord) -> None:
-        for waiter in list(self._flush_waiters):
-            if record.epoch <= waiter.horizon and waiter.stream in (None, record.stream):
-                waiter.remaining -= 1
-                if waiter.remaining <= 0:
-                    waiter.event.set()
-                    self._flush_waiters.remove(waiter)
-
     # --- flushing -------------------------------------------------------------------------
     def _flush_now(self, stream: str | None) -> None:
         now = self._clock()
@@ -833,20 +703,7 @@ class Producer:
         """
         self._check_thread()
         self._flush_now(stream)
-        remaining = sum(
-            1 for record in self._outstanding if stream is None or record.stream == stream
-        )
-        if not remaining:
-            await anyio.lowlevel.checkpoint()
-            return
-        waiter = _FlushWaiter(self._epoch, stream, remaining)
-        self._epoch += 1
-        self._flush_waiters.append(waiter)
-        try:
-            await waiter.event.wait()
-        finally:
-            if waiter in self._flush_waiters:
-                self._flush_waiters.remove(waiter)
+        await self._ledger.wait_flushed(stream)
 
     # --- introspection --------------------------------------------------------------------
     @property
@@ -857,7 +714,7 @@ class Producer:
     @property
     def outstanding_bytes(self) -> int:
         """Partition key plus data bytes of the outstanding records."""
-        return self._outstanding_bytes
+        return self._ledger.outstanding_bytes
 
     def metrics(
         self, name: str | None = None, window_s: int | None = None
@@ -896,10 +753,10 @@ class Producer:
         streams = tuple(p.statistics() for p in self._streams.values())
         return ProducerStatistics(
             outstanding_records=len(self._outstanding),
-            outstanding_bytes=self._outstanding_bytes,
+            outstanding_bytes=self._ledger.outstanding_bytes,
             records_put=self._seq,
-            records_succeeded=self._succeeded,
-            records_failed=self._failed,
+            records_succeeded=self._ledger.succeeded,
+            records_failed=self._ledger.failed,
             requests_sent=sender.requests_sent,
             requests_failed=sender.requests_failed,
             requests_in_flight=sender.in_flight,
@@ -917,5 +774,5 @@ class Producer:
         return (
             f"<Producer {state} streams={len(self._streams)} "
             f"outstanding_records={len(self._outstanding)} "
-            f"outstanding_bytes={self._outstanding_bytes}>"
+            f"outstanding_bytes={self._ledger.outstanding_bytes}>"
         )
