@@ -24,8 +24,9 @@ import math
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -57,7 +58,7 @@ from ._record import TaggedRecord, UserRecord
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-__all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
+__all__ = ("Producer", "ProducerPort", "ProducerStatistics", "StreamStatistics")
 
 logger = logging.getLogger("aiokpl")
 
@@ -776,3 +777,42 @@ class Producer:
             f"outstanding_records={len(self._outstanding)} "
             f"outstanding_bytes={self._ledger.outstanding_bytes}>"
         )
+
+
+class _PutValidated(Protocol):
+    def __call__(
+        self,
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        hash_key: int,
+        ehk: str | None,
+        tags: bytes = b"",
+        *,
+        force: bool = False,
+    ) -> Outcome[RecordResult] | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerPort:
+    """What :class:`aiokpl.SyncProducer` needs of a running producer beyond its public API.
+
+    The bound methods themselves, not wrappers: the sync pump calls ``put_validated`` once
+    per record, and a port adds no call to that.
+
+    Attributes:
+        put_validated: put a record validated elsewhere (in the caller's thread); ``None``
+            when there is no room, unless ``force``.
+        flush_now: send everything buffered (of a stream, or all) without waiting.
+        region: the one region the producer writes to; ``None`` if any ARN's.
+    """
+
+    put_validated: _PutValidated
+    flush_now: Callable[[str | None], None]
+    region: str | None
+
+    @classmethod
+    def of(cls, producer: Producer) -> ProducerPort:
+        """The port of ``producer``, entered (its region is known once it started)."""
+        return cls(producer._put_validated, producer._flush_now, producer._region)
