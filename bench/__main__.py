@@ -73,12 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         "--http",
         action="store_true",
         help="run saturation, latency and isolation over the loopback HTTP server "
-        "(aiokpl._loopback)",
+        "(aiokpl.testing._loopback)",
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 if any target is missed")
     arguments = parser.parse_args(argv)
     if arguments.http and not _load.loopback_available():
-        parser.error("--http needs aiokpl._loopback, which is not available")
+        parser.error("--http needs aiokpl.testing._loopback, which is not available")
 
     names = [name for name in SCENARIOS if not arguments.only or name in arguments.only]
     meta = {

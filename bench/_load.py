@@ -3,7 +3,7 @@
 The server is an in-process :class:`~aiokpl.testing.FakeKinesis` with ``throttle=True``: every
 shard has exact token buckets of 1000 records/s and 1 MiB/s (partition key plus data), holding
 one second of each, on the event loop's real clock. With ``--http`` the same fake is served
-over HTTP by ``aiokpl._loopback.LoopbackKinesis`` in a thread of its own, and the producer uses
+over HTTP by ``aiokpl.testing.LoopbackKinesis`` in a thread of its own, and the producer uses
 its real aiobotocore client against it.
 
 The load is offered at a fixed rate of user records, paced on the real clock: every couple of
@@ -42,11 +42,11 @@ THROTTLED = "ProvisionedThroughputExceededException"
 
 
 def loopback_available() -> bool:
-    """Whether ``aiokpl._loopback`` exists and imports (it serves ``--http``)."""
-    if importlib.util.find_spec("aiokpl._loopback") is None:
+    """Whether ``aiokpl.testing._loopback`` exists and imports (it serves ``--http``)."""
+    if importlib.util.find_spec("aiokpl.testing._loopback") is None:
         return False
     try:
-        import aiokpl._loopback  # noqa: F401
+        import aiokpl.testing._loopback  # noqa: F401
     except Exception:
         return False
     return True
@@ -114,7 +114,7 @@ async def producer_on(fake: FakeKinesis, config: Config, http: bool) -> AsyncIte
         async with Producer(config, client=fake) as producer:
             yield producer
         return
-    from aiokpl._loopback import LoopbackKinesis
+    from aiokpl.testing import LoopbackKinesis
 
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     with LoopbackKinesis(fake).running_in_thread() as server:

@@ -59,7 +59,7 @@ def _saved_sys_path() -> Iterator[None]:
 
 def _import_aws() -> tuple[Any, Any]:
     with _saved_sys_path():
-        from aws_kinesis_agg import aggregator, deaggregator  # type: ignore[import-untyped]
+        from aws_kinesis_agg import aggregator, deaggregator
     return aggregator, deaggregator
 
 

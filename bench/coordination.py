@@ -68,13 +68,17 @@ def _counting_fake() -> Any:
             self.stored: Counter[int] = Counter()
             self.throttled: Counter[int] = Counter()
 
-        def _put_records(
+        async def put_records(
             self,
+            *,
             Records: Sequence[Mapping[str, Any]],
-            StreamName: str | None,
-            StreamARN: str | None,
+            StreamName: str | None = None,
+            StreamARN: str | None = None,
         ) -> dict[str, Any]:
-            response = super()._put_records(Records, StreamName, StreamARN)
+            # Counted as the call returns, in the same step as the fake served it.
+            response = await super().put_records(
+                Records=Records, StreamName=StreamName, StreamARN=StreamARN
+            )
             second = int(time.monotonic())
             for entry in response["Records"]:
                 if "SequenceNumber" in entry:
@@ -460,9 +464,9 @@ class Experiment:
 def run(*, quick: bool = False, store: str = "dynamodb", shard_rate: float = 500.0) -> Experiment:
     """Run both phases; servers and processes are stopped before this returns."""
     from aiokpl._kinesis import create_client
-    from aiokpl._local_kinesis import moto_server
     from aiokpl.coordination import DynamoDBStore
     from aiokpl.testing import LoopbackKinesis
+    from aiokpl.testing._servers import moto_server
 
     if quick:
         without_duration, without_window = 8.0, (3.0, 8.0)

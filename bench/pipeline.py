@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 
 from aiokpl import Config, Producer
-from aiokpl._core.aggregation import AggregateBuilder
+from aiokpl._core.encoder import AggregateBuilder
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._core.shards import ShardTable
 from aiokpl.aggregation import deaggregate_records

@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import async_solipsism
@@ -43,14 +45,26 @@ class _ExactClock:
             self._now = target if target > self._now else math.nextafter(self._now, math.inf)
 
 
-def virtual_asyncio_loop() -> Any:
+def virtual_asyncio_loop() -> asyncio.AbstractEventLoop:
     """An async_solipsism event loop (no real I/O; time jumps when idle) on an exact clock."""
     loop = async_solipsism.EventLoop()
     clock = _ExactClock()
     loop._selector.clock = clock
     loop._EventLoop__clock = clock
     loop._clock_resolution = clock.resolution
-    return loop
+    event_loop: asyncio.AbstractEventLoop = loop  # async_solipsism has no type information
+    return event_loop
+
+
+def virtual_backend(name: str) -> tuple[str, dict[str, Any]]:
+    """``(backend, backend_options)`` for ``anyio.run``: ``name`` under a new virtual clock at 0.
+
+    What the ``anyio_backend`` fixture gives a test; a test that runs a scenario several times
+    (each from time 0, as ``tests/test_chaos.py`` replays a seed) calls it for each run.
+    """
+    if name == "trio":
+        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
+    return ("asyncio", {"loop_factory": virtual_asyncio_loop})
 
 
 @pytest.fixture(
@@ -60,13 +74,29 @@ def virtual_asyncio_loop() -> Any:
     ]
 )
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    if request.param == "trio":
-        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-    return ("asyncio", {"loop_factory": virtual_asyncio_loop})
+    return virtual_backend(request.param)
+
+
+@pytest.fixture
+def seed_trio_scheduler(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """A function that seeds trio's scheduler, so the next trio run orders tasks as every
+    other run given the same seed.
+
+    Two runs of one program under ``MockClock`` differ only in the order trio runs the tasks
+    that become runnable together: on purpose, to shake out ordering assumptions, it reverses
+    half its batches (drawing from a generator of its own), and tasks whose deadlines tie wake
+    in the order of their memory addresses. This does what Hypothesis does for trio tests
+    (and does as soon as it is imported): sort each batch by task creation, then shuffle it
+    with that generator, here seeded. Private to trio; asyncio's virtual loop needs none of it.
+    """
+    monkeypatch.setattr(trio._core._run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)
+    return trio._core._run._r.seed
 
 
 @pytest.fixture(autouse=True)
-def _no_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: Any) -> None:
+def _no_aws_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     for name in list(os.environ):
         if name.startswith("AWS_"):
             monkeypatch.delenv(name)

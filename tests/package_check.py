@@ -48,7 +48,7 @@ DEVELOPMENT_EXTRAS = frozenset({"dev", "develop", "development", "test", "tests"
 
 REQUIRED_URLS = ("Homepage", "Source", "Issues", "Documentation")
 
-SUBCOMMANDS = ("demo", "put", "tail", "coordinate")
+SUBCOMMANDS = ("demo", "local", "put", "tail", "coordinate")
 
 
 def tree_version(root: Path = ROOT) -> str:
@@ -119,7 +119,7 @@ def metadata_problems(
     extras = set(metadata.get_all("Provides-Extra") or [])
     for extra in sorted(extras & DEVELOPMENT_EXTRAS):
         problems.append(f"the extra {extra!r} publishes development tools (use a dependency group)")
-    for extra in ("trio", "demo"):
+    for extra in ("trio", "local", "demo"):
         if extra not in extras:
             problems.append(f"the extra {extra!r} is missing")
 
@@ -151,7 +151,8 @@ def metadata_problems(
 
     if metadata.get("Description-Content-Type") != "text/markdown":
         problems.append("the description is not declared as Markdown")
-    if not metadata.get_payload().lstrip().startswith("# aiokpl"):
+    description = metadata.get_payload()
+    if not (isinstance(description, str) and description.lstrip().startswith("# aiokpl")):
         problems.append("the description is not the README")
     if metadata.get("License-Expression") != "Apache-2.0":
         problems.append(f"License-Expression is {metadata.get('License-Expression')!r}")

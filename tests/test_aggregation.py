@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiokpl import InvalidRecordError, aggregation
-from aiokpl._core import aggregation as core
+from aiokpl._core import deaggregation, decoder, encoder, wire
 from aiokpl._core.hashing import hash_key_of
 from aiokpl.aggregation import (
     FRAMING_OVERHEAD,
@@ -41,7 +41,7 @@ def _import_aws_kinesis_agg() -> tuple[ModuleType, ModuleType, ModuleType]:
     # a top-level module); undo that once they are loaded.
     saved = sys.path[:]
     try:
-        from aws_kinesis_agg import (  # type: ignore[import-untyped]
+        from aws_kinesis_agg import (
             aggregator,
             deaggregator,
             messages_pb2,
@@ -374,7 +374,7 @@ def test_try_add_agrees_with_size_if_added(records: list[Record], limit: int) ->
     fused, reference = AggregateBuilder(), AggregateBuilder()
     for record in records:
         key, data, ehk, tags = record
-        encoded = core.encode_tags(tags)
+        encoded = encoder.encode_tags(tags)
         fits = not reference.count or reference.size_if_added(key, len(data), ehk, tags) <= limit
         before = (fused.count, fused.size, fused.encode() if fused.count else b"")
         count = fused.try_add(key, data, ehk, limit, encoded)
@@ -513,18 +513,20 @@ def test_decode_record_length_of_three_bytes() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _parse_both(body: bytes) -> tuple[Any, Any]:
+def _parse_both(
+    body: bytes,
+) -> tuple[decoder._Columns | type[Exception] | None, decoder._Columns | type[Exception]]:
     """What the fast path and the general parser make of a body (None or the exception type)."""
+    fast: decoder._Columns | type[Exception] | None
+    general: decoder._Columns | type[Exception]
     buf = frame(body)
-    end = len(buf) - core.DIGEST_SIZE
-    fast: Any
-    general: Any
+    end = len(buf) - wire.DIGEST_SIZE
     try:
-        fast = core._parse_canonical(buf, len(MAGIC), end)
+        fast = decoder._parse_canonical(buf, len(MAGIC), end)
     except (IndexError, UnicodeDecodeError, AggregationFormatError) as exc:
         fast = type(exc)
     try:
-        general = core._parse_general(buf, len(MAGIC), end)
+        general = decoder._parse_general(buf, len(MAGIC), end)
     except AggregationFormatError:
         general = AggregationFormatError
     return fast, general
@@ -536,6 +538,7 @@ def _assert_fast_path_is_exact(body: bytes) -> None:
     if fast is None or isinstance(fast, type):
         return
     assert general is not AggregationFormatError
+    assert not isinstance(general, type)
     keys, datas, explicit_hash_keys, tags = fast
     assert tags is None
     assert general[3] is None
@@ -547,7 +550,7 @@ def test_fast_key_table_reads_ascii_keys_in_one_piece() -> None:
     keys = ["a", "0123456789", "tab\tand\x12", "x" * 127]
     records = [Record(key, b"%d" % i) for i, key in enumerate(keys)]
     blob = encode(records)
-    table = core._fast_key_table(blob, len(MAGIC), len(blob) - core.DIGEST_SIZE)
+    table = decoder._fast_key_table(blob, len(MAGIC), len(blob) - wire.DIGEST_SIZE)
     assert table is not None
     assert table[0] == keys
     assert blob[table[1]] == 0x1A  # the first record
@@ -569,7 +572,7 @@ def test_fast_key_table_leaves_other_tables_to_the_entry_by_entry_reader(
     records: list[Record],
 ) -> None:
     blob = encode(records)
-    assert core._fast_key_table(blob, len(MAGIC), len(blob) - core.DIGEST_SIZE) is None
+    assert decoder._fast_key_table(blob, len(MAGIC), len(blob) - wire.DIGEST_SIZE) is None
     assert decode(blob) == records
 
 
@@ -592,7 +595,7 @@ def test_fast_key_table_leaves_other_layouts_to_the_entry_by_entry_reader(
     body: bytes, expected: list[Record]
 ) -> None:
     buf = frame(body)
-    assert core._fast_key_table(buf, len(MAGIC), len(buf) - core.DIGEST_SIZE) is None
+    assert decoder._fast_key_table(buf, len(MAGIC), len(buf) - wire.DIGEST_SIZE) is None
     assert decode(buf) == expected
 
 
@@ -604,8 +607,8 @@ def test_fast_record_loop_reads_every_canonical_record_shape(
     def fail(*args: Any) -> Any:
         raise AssertionError("left the fast loop")
 
-    monkeypatch.setattr(core, "_parse_records", fail)
-    monkeypatch.setattr(core, "_parse_general", fail)
+    monkeypatch.setattr(decoder, "_parse_records", fail)
+    monkeypatch.setattr(decoder, "_parse_general", fail)
     sizes = [0, 1, 100, 122, 123, 124, 125, 126, 127, 128, 129, 200, 16000]
     keys = [f"key-{i}" for i in range(200)]  # indexes of 1 byte, then 2
     records = [Record(key, bytes([i % 256]) * size) for i, key in enumerate(keys) for size in sizes]
@@ -656,7 +659,7 @@ BIG = b"\x1a\x80\x01" + b"d" * 128  # a data field of 128 bytes: a 2-byte length
             id="big-3-byte-data-length",
         ),
         pytest.param(
-            [b"\x08\x00\x1a" + core._varint(20000) + bytes(20000)],
+            [b"\x08\x00\x1a" + wire._varint(20000) + bytes(20000)],
             [Record("a", bytes(20000))],
             id="3-byte-record-length",
         ),
@@ -671,7 +674,7 @@ BIG = b"\x1a\x80\x01" + b"d" * 128  # a data field of 128 bytes: a 2-byte length
 def test_fast_record_loop_leaves_other_records_to_the_slower_ones(
     records: list[bytes], expected: list[Record]
 ) -> None:
-    body = b"\x0a\x01a\x12\x011" + b"".join(b"\x1a" + core._varint(len(r)) + r for r in records)
+    body = b"\x0a\x01a\x12\x011" + b"".join(b"\x1a" + wire._varint(len(r)) + r for r in records)
     _assert_fast_path_is_exact(body)
     assert decode(frame(body)) == expected
 
@@ -717,22 +720,22 @@ def test_fast_path_is_exact_on_random_bodies(body: bytes) -> None:
 def test_sub_sequence_numbers_are_shared_between_aggregates(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(core, "_sub_sequence_numbers", ())
+    monkeypatch.setattr(deaggregation, "_sub_sequence_numbers", ())
     blob = encode([Record("k", b"x")] * 1500)
     first = deaggregate(boto3_record(blob))
     assert [r.sub_sequence_number for r in first] == list(range(1500))
-    numbers = core._sub_sequence_numbers
+    numbers = deaggregation._sub_sequence_numbers
     assert len(numbers) >= 1500
     again = deaggregate(boto3_record(blob))
     assert all(
         a.sub_sequence_number is b.sub_sequence_number for a, b in zip(first, again, strict=True)
     )
-    assert core._sub_sequence_numbers is numbers  # long enough: not replaced
+    assert deaggregation._sub_sequence_numbers is numbers  # long enough: not replaced
     # Past the limit the numbers are made for the aggregate, not kept.
-    monkeypatch.setattr(core, "_SHARED_SUB_SEQUENCE_NUMBERS", 1000)
-    monkeypatch.setattr(core, "_sub_sequence_numbers", ())
+    monkeypatch.setattr(deaggregation, "_SHARED_SUB_SEQUENCE_NUMBERS", 1000)
+    monkeypatch.setattr(deaggregation, "_sub_sequence_numbers", ())
     assert [r.sub_sequence_number for r in deaggregate(boto3_record(blob))] == list(range(1500))
-    assert core._sub_sequence_numbers == ()
+    assert deaggregation._sub_sequence_numbers == ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -993,13 +996,13 @@ def test_tags_in_every_accepted_form_encode_alike() -> None:
     nothing: tuple[Any, ...] = (None, (), {}, [])
     for none in nothing:
         assert encode([("k", b"x", None, none)]) == encode([("k", b"x")])
-    assert core.encode_tags(None) == core.encode_tags(()) == b""
+    assert encoder.encode_tags(None) == encoder.encode_tags(()) == b""
 
 
 def test_tags_keep_order_and_duplicates() -> None:
     tags = (Tag("b", "2"), Tag("a", "1"), Tag("b", "3"), Tag("b"), Tag("", ""))
     assert decode(encode([Record("k", b"x", None, tags)]))[0].tags == tags
-    assert core.decode_tags(core.encode_tags(tags)) == tags
+    assert decoder.decode_tags(encoder.encode_tags(tags)) == tags
 
 
 @pytest.mark.parametrize(
@@ -1027,7 +1030,7 @@ def test_bad_tags_are_rejected_naming_the_field(
     tags: Any, error: type[Exception], message: str
 ) -> None:
     with pytest.raises(error, match=message):
-        core.encode_tags(tags)
+        encoder.encode_tags(tags)
     with pytest.raises(error, match=message):
         encode([("k", b"x", None, tags)])
     with pytest.raises(error, match=message):
@@ -1061,7 +1064,7 @@ def test_malformed_tags_raise_aggregation_format_error(record: bytes, message: s
 
 def test_decode_tags_rejects_what_encode_tags_never_writes() -> None:
     with pytest.raises(AggregationFormatError, match="not an encoded tag at byte 0"):
-        core.decode_tags(b"\x0a\x01k")
+        decoder.decode_tags(b"\x0a\x01k")
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1075,20 +1078,24 @@ def test_the_size_of_an_aggregate_of_one_is_exact(
     partition_key: str, data_len: int, explicit_hash_key: str | None, tags: tuple[Tag, ...]
 ) -> None:
     """What the producer checks a lone tagged record against ``max_record_size`` with."""
-    encoded = core.encode_tags(tags)
+    encoded = encoder.encode_tags(tags)
     blob = encode([Record(partition_key, bytes(data_len), explicit_hash_key, tags)])
     key_size = len(partition_key.encode())
-    assert core._aggregate_of_one_size(key_size, data_len, explicit_hash_key, len(encoded)) == len(
-        blob
-    )
+    assert encoder._aggregate_of_one_size(
+        key_size, data_len, explicit_hash_key, len(encoded)
+    ) == len(blob)
     size = key_size + data_len
-    assert core.check_tags(tags, partition_key, size, explicit_hash_key, key_size + len(blob)) == (
+    assert encoder.check_tags(
+        tags, partition_key, size, explicit_hash_key, key_size + len(blob)
+    ) == (
         encoded,
         size + len(encoded),
     )
     if encoded:
         with pytest.raises(InvalidRecordError, match="as an aggregate of one"):
-            core.check_tags(tags, partition_key, size, explicit_hash_key, key_size + len(blob) - 1)
+            encoder.check_tags(
+                tags, partition_key, size, explicit_hash_key, key_size + len(blob) - 1
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1331,6 +1338,6 @@ def test_we_read_tags_protobuf_writes() -> None:
 def test_public_module_reexports_the_core() -> None:
     for name in aggregation.__all__:
         assert hasattr(aggregation, name)
-    assert aggregation.encode is core.encode
+    assert aggregation.encode is encoder.encode
     assert aggregation.AggregationFormatError.__module__ == "aiokpl._core.errors"
-    assert core.FRAMING_OVERHEAD == len(core.MAGIC) + core.DIGEST_SIZE == 20
+    assert wire.FRAMING_OVERHEAD == len(wire.MAGIC) + wire.DIGEST_SIZE == 20

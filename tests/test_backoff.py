@@ -54,7 +54,8 @@ def test_adaptive_rate_cuts_and_recovers() -> None:
         1000.0, decrease=0.5, first_decrease=0.5, recovery_per_second=0.1, floor=0.05, cooldown=0.5
     )
     assert rate.rate(0.0) == 1000.0
-    assert not rate.recovering
+    # bool(): mypy would otherwise keep the property narrowed to False across cut().
+    assert not bool(rate.recovering)
     assert rate.cut(10.0)
     assert rate.recovering
     assert rate.rate(10.0) == 500.0

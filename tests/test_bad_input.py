@@ -178,6 +178,12 @@ class Malformed:
     async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
         return await self.fake.list_shards(**kwargs)
 
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream(**kwargs)
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream_summary(**kwargs)
+
     async def put_records(self, **kwargs: Any) -> Any:
         if self.answers:
             answer = self.answers.pop(0)

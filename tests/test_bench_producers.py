@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from bench.coordination import PhaseResult
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _phase(name: str, stored: list[int], throttled: list[int], **extra: Any) -> Any:
+def _phase(name: str, stored: list[int], throttled: list[int], **extra: Any) -> PhaseResult:
     from bench.coordination import PhaseResult
 
     window = (2.0, 4.0)

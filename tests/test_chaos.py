@@ -10,13 +10,20 @@ Every mix runs on asyncio and trio under virtual time, and asserts the same inva
 * the producer exits within the TTL (plus one request);
 * duplicates occur only for records one of whose requests outlived its timeout (the service
   stored them, the answer came too late, the producer retried: at-least-once delivery).
+
+Every random choice of a run is drawn from its test's seed: the fake's faults, the network's,
+the partition keys, and the producer's own backoff jitter (``Producer(jitter_source=...)``). Under
+the virtual clock a seed replays exactly, so a failing seed can be rerun and debugged; the last
+test checks that it does.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +31,11 @@ import anyio
 import pytest
 
 from aiokpl import Config, Outcome, Producer, RecordResult
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl._core.hashing import hash_key_of
+from aiokpl._kinesis import KinesisClient
 from aiokpl.testing import FakeKinesis, FaultPlan
+from conftest import virtual_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -52,6 +61,12 @@ class ChaosClient:
     async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
         return await self.fake.list_shards(**kwargs)
 
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream(**kwargs)
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream_summary(**kwargs)
+
     async def put_records(self, **kwargs: Any) -> dict[str, Any]:
         if self.rng.random() < self.reset_rate:
             self.resets += 1
@@ -75,19 +90,30 @@ class Run:
 
 
 async def produce(
-    client: Any | None,
+    client: KinesisClient | None,
     config: Config,
     *,
     count: int,
     size: int,
     per_tick: int,
     tick: float = 0.01,
-    during: Any = None,
+    during: Callable[[int], Awaitable[None]] | None = None,
+    seed: int = 5,
+    jitter: random.Random | None = None,
 ) -> Run:
-    """Put ``count`` records, ``per_tick`` every ``tick`` seconds, calling ``during(i)`` too."""
+    """Put ``count`` records, ``per_tick`` every ``tick`` seconds, calling ``during(i)`` too.
+
+    ``seed`` draws the partition keys and seeds the producer's jitter (unless ``jitter`` is
+    given).
+    """
     run = Run()
-    rng = random.Random(5)
-    async with Producer(config, client=client) as producer:
+    rng = random.Random(seed)
+    jitter_source = random.Random(seed) if jitter is None else jitter
+
+    def resolved(i: int, _: Outcome[RecordResult]) -> None:
+        run.resolutions.update([i])
+
+    async with Producer(config, client=client, jitter_source=jitter_source) as producer:
 
         async def watch() -> None:
             while True:
@@ -101,7 +127,7 @@ async def produce(
                 key = f"key-{rng.randrange(500)}"
                 data = b"%08d" % i + b"x" * (size - 8)
                 outcome = await producer.put_record(stream="s", partition_key=key, data=data)
-                outcome.add_done_callback(lambda _, i=i: run.resolutions.update([i]))
+                outcome.add_done_callback(functools.partial(resolved, i))
                 run.outcomes.append((key, data, outcome))
                 run.peak_records = max(run.peak_records, producer.outstanding_records)
                 run.peak_bytes = max(run.peak_bytes, producer.outstanding_bytes)
@@ -159,6 +185,7 @@ def check_invariants(
         for before, after in zip(result.attempts, result.attempts[1:], strict=False):
             assert after.started_at >= before.ended_at  # a history, in order
         if result.success and stream_exists:
+            assert result.shard_id is not None
             copies = delivered[(key, data, result.shard_id)]
             assert copies >= 1, f"{key} reported delivered to {result.shard_id} but not there"
             if copies > 1:
@@ -210,7 +237,7 @@ async def test_per_record_internal_failures_and_request_500s() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=4)
     fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=7)
-    run = await produce(fake, MANY_REQUESTS, count=3_000, size=100, per_tick=10)
+    run = await produce(fake, MANY_REQUESTS, count=3_000, size=100, per_tick=10, seed=7)
     assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
     retried = [o.result() for _, _, o in run.outcomes if len(o.result().attempts) > 1]
     codes = {a.error_code for r in retried for a in r.attempts if not a.success}
@@ -222,7 +249,7 @@ async def test_connection_resets_and_answers_slower_than_the_timeout() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=4)
     client = ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=3)
-    run = await produce(client, MANY_REQUESTS, count=3_000, size=100, per_tick=10)
+    run = await produce(client, MANY_REQUESTS, count=3_000, size=100, per_tick=10, seed=3)
     assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
     assert fake.calls("PutRecords") > 200
     assert client.resets > 0
@@ -270,17 +297,35 @@ async def test_stream_deleted_mid_run() -> None:
         assert len(outcome.result().attempts) == 1
 
 
-async def test_everything_at_once() -> None:
+async def everything_at_once(
+    seed: int, jitter: random.Random | None = None
+) -> tuple[Run, FakeKinesis, ChaosClient]:
+    """Throttling shards, per-record and request failures, resets, slow answers and a split,
+    every random choice drawn from ``seed`` (the producer's jitter from ``jitter`` if given)."""
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=3, throttle=True)
-    fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=11)
-    client = ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=12)
+    fake.faults = FaultPlan(record_failure_rate=0.05, request_failure_rate=0.05, seed=seed)
+    client = ChaosClient(fake, reset_rate=0.02, slow_rate=0.02, seed=seed + 1)
 
     async def reshard(i: int) -> None:
         if i == 1_500:
             fake.split("s", "shardId-000000000001", 2**127)
 
-    run = await produce(client, MANY_REQUESTS, count=3_000, size=1_000, per_tick=10, during=reshard)
+    run = await produce(
+        client,
+        MANY_REQUESTS,
+        count=3_000,
+        size=1_000,
+        per_tick=10,
+        during=reshard,
+        seed=seed,
+        jitter=jitter,
+    )
+    return run, fake, client
+
+
+async def test_everything_at_once() -> None:
+    run, fake, client = await everything_at_once(seed=11)
     assert not check_invariants(run, fake, MANY_REQUESTS, allowed_failures=set())
     assert client.resets > 0
     assert client.slow > 0
@@ -297,6 +342,9 @@ class ListingLog:
         if "NextToken" not in kwargs:
             self.refreshed_at.append(anyio.current_time())
         return await self.fake.list_shards(**kwargs)
+
+    async def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.fake.describe_stream(**kwargs)
 
     async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
         return await self.fake.describe_stream_summary(**kwargs)
@@ -348,3 +396,51 @@ async def test_an_on_demand_stream_resharding_every_few_seconds_under_load() -> 
     offered_per_second = 600  # 6 records every 10 ms
     buffered = CONFIG.record_max_buffered_time_ms / 1000
     assert wrong_shard <= len(reshards) * offered_per_second * buffered / 2
+
+
+# (key, data, ((started_at, ended_at, error_code, shard_id) of each attempt, ...)) per record.
+Timeline = list[tuple[str, bytes, tuple[tuple[float, float, str | None, str | None], ...]]]
+
+
+def timeline(run: Run) -> Timeline:
+    """Every record's attempts, in the order the records were put."""
+    return [
+        (
+            key,
+            data,
+            tuple(
+                (a.started_at, a.ended_at, a.error_code, a.shard_id)
+                for a in outcome.result().attempts
+            ),
+        )
+        for key, data, outcome in run.outcomes
+    ]
+
+
+def test_a_seed_replays_exactly(
+    anyio_backend: tuple[str, dict[str, Any]], seed_trio_scheduler: Callable[[int], None]
+) -> None:
+    """The same seed, from time 0 on a new virtual clock, gives the same attempts at the same
+    times with the same codes, record for record; another seed, or the same faults with other
+    jitter, does not."""
+    backend = anyio_backend[0]
+
+    def replay(seed: int, jitter: random.Random | None = None) -> Timeline:
+        async def scenario() -> Timeline:
+            run, _, client = await everything_at_once(seed, jitter)
+            assert client.resets  # every kind of fault took part
+            assert client.slow
+            return timeline(run)
+
+        name, options = virtual_backend(backend)
+        if name == "trio":
+            seed_trio_scheduler(seed)
+        return anyio.run(scenario, backend=name, backend_options=options)
+
+    first = replay(11)
+    retried = sum(len(attempts) > 1 for _, _, attempts in first)
+    assert retried > 100  # backoffs whose jitter counts
+    assert replay(11) == first
+    # Only the producer's jitter differs: the retry times do too.
+    assert replay(11, jitter=random.Random(12)) != first
+    assert replay(12) != first

@@ -52,7 +52,7 @@ async def test_http_faults_throttling_and_record_failures() -> None:
             collection_max_count=10,
         )
         # No client given: the producer opens its own aiobotocore client (aiohttp or httpx).
-        run = await produce(None, config, count=2_000, size=200, per_tick=50, tick=0.01)
+        run = await produce(None, config, count=2_000, size=200, per_tick=50, tick=0.01, seed=21)
         statistics = server.statistics()
     assert not check_invariants(run, fake, config, allowed_failures=set())
     # Every kind of fault happened.

@@ -26,17 +26,21 @@ from aiokpl._cli.lines import (
     Template,
     random_partition_key,
 )
+from aiokpl._cli.local import DEFAULT_PORT, stream_spec, usage_lines
 from aiokpl._cli.options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    backend_problem,
     config_from_args,
     made_of,
+    usage_message,
 )
 from aiokpl._cli.put import DeadLetters, PutReport, encode_data, progress_line
 from aiokpl._cli.reader import StartPosition
 from aiokpl._cli.tail import format_record, parse_timestamp
+from aiokpl._core.errors import ConfigError
 from aiokpl.aggregation import DeaggregatedRecord
 
 if sys.version_info < (3, 11):
@@ -103,8 +107,9 @@ def test_defaults_without_options() -> None:
 
 def test_subcommands_are_a_table_of_add_parser_functions() -> None:
     def add_echo(
-        commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]
-    ) -> None:  # type: ignore[type-arg]
+        commands: argparse._SubParsersAction[argparse.ArgumentParser],
+        parents: list[argparse.ArgumentParser],
+    ) -> None:
         echo = commands.add_parser("echo", parents=parents)
         echo.add_argument("word")
         echo.set_defaults(handler=lambda args: len(args.word) + (args.region == "x"))
@@ -392,6 +397,10 @@ def test_report_formatting() -> None:
         "dead_letter_file": "events.dead-letter.jsonl",
         "dead_letter_error": None,
         "interrupted": False,
+        "stopped_by": None,
+        "not_put": 0,
+        "resume_source": None,
+        "resume_line": None,
         "exit_status": 1,
     }
 
@@ -414,7 +423,7 @@ def test_report_of_a_clean_run_and_of_an_interrupted_one() -> None:
     report.interrupted = True
     assert report.exit_status() == EXIT_INTERRUPTED
     assert report.format().splitlines()[-1] == (
-        "interrupted  stopped by Ctrl-C before the end of the input"
+        "interrupted  stopped by Ctrl-C; all input was read"
     )
     report.interrupted = False
     report.dead_letter_error = "x: disk full"
@@ -444,7 +453,7 @@ def test_dead_letters_file_is_created_on_the_first_entry(tmp_path: Path) -> None
     dead_letters = DeadLetters(str(path), report)
     dead_letters.close()
     assert not path.exists()
-    assert report.dead_letter_path is None
+    assert (report.dead_letters, report.dead_letter_path) == (0, None)
     dead_letters.write(
         source="in.txt",
         line=3,
@@ -602,3 +611,167 @@ def test_interrupts_are_recognised_inside_exception_groups() -> None:
     assert not made_of(mixed, KeyboardInterrupt)
     assert not made_of(ValueError(), KeyboardInterrupt)
     assert made_of(ExceptionGroup("g", [BrokenPipeError()]), BrokenPipeError)
+
+
+# --------------------------------------------------------------------------------------------
+# Usage errors in the command line's words
+# --------------------------------------------------------------------------------------------
+
+
+def test_put_without_a_stream_asks_only_for_the_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["put"])
+    assert exited.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == "aiokpl put: error: the following arguments are required: STREAM"
+    assert "STREAM [FILE ...]" in err
+
+
+@pytest.mark.parametrize(
+    "command", [["put", "s", "/dev/null"], ["tail", "s"], ["coordinate", "--dynamodb", "table"]]
+)
+def test_without_region_the_message_names_the_option_not_config(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(command) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"aiokpl {command[0]}: no AWS region: pass --region (e.g. --region us-east-1)" in err
+    assert "AWS_DEFAULT_REGION" in err
+    assert "Config(" not in err
+
+
+@pytest.mark.parametrize("missing", ["trio", "httpx_both"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--backend", "trio", "tail", "s"],
+        ["put", "s", "--backend", "trio"],
+        ["demo", "--backend", "trio"],
+    ],
+)
+def test_backend_trio_without_trio_is_a_usage_error_naming_the_extra(
+    argv: list[str],
+    missing: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A None entry in sys.modules makes the module unimportable (find_spec answers None).
+    for name in ["httpx2", "httpx"] if missing == "httpx_both" else ["trio"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].endswith(
+        "error: --backend trio needs the trio extra: pip install 'aiokpl[trio]'"
+    )
+
+
+def test_backend_problem_is_none_when_the_backend_can_run() -> None:
+    assert backend_problem("asyncio") is None
+    assert backend_problem("trio") is None  # the development environment has the trio extra
+
+
+def test_usage_message_leaves_other_config_errors_alone() -> None:
+    assert usage_message(ConfigError("record_ttl_ms must be ≥ 100")) == (
+        "record_ttl_ms must be ≥ 100"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# local
+# --------------------------------------------------------------------------------------------
+
+
+def test_local_options() -> None:
+    args = build_parser().parse_args(["local"])
+    assert (args.port, args.host, args.streams, args.region) == (
+        DEFAULT_PORT,
+        "127.0.0.1",
+        None,
+        None,
+    )
+    args = build_parser().parse_args(
+        ["local", "--stream", "a", "--stream", "b.c-d_e:4", "--port", "0", "--region", "eu-west-1"]
+    )
+    assert (args.streams, args.port, args.region) == ([("a", 1), ("b.c-d_e", 4)], 0, "eu-west-1")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "invalid stream name ''"),
+        ("a b", "invalid stream name 'a b'"),
+        ("x" * 129, "invalid stream name"),
+        ("a:", "not a shard count: ''"),
+        ("a:two", "not a shard count: 'two'"),
+        ("a:0", "at least 1 shard, got 0"),
+    ],
+)
+def test_local_stream_specs_are_checked(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        stream_spec(text)
+
+
+def test_local_without_moto_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "moto", None)
+    assert main(["local"]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "aiokpl local: moto's server is not installed: pip install 'aiokpl[local]'\n"
+    )
+    assert main(["demo"]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "aiokpl demo: moto's server is not installed: pip install 'aiokpl[local]'\n"
+    )
+
+
+def test_local_refuses_a_stream_named_twice(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["local", "--stream", "a:2", "--stream", "a"]) == EXIT_USAGE
+    assert "a stream is named twice" in capsys.readouterr().err
+
+
+def test_local_instructions_name_the_endpoint_region_and_dummy_credentials() -> None:
+    lines = usage_lines("http://127.0.0.1:4567", "eu-west-1", [("events", 2)])
+    assert lines[0] == "local Kinesis (moto) at http://127.0.0.1:4567, region eu-west-1"
+    assert lines[1] == "streams: events (2 shards)"
+    text = "\n".join(lines)
+    assert (
+        "export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing "
+        "AWS_DEFAULT_REGION=eu-west-1"
+    ) in text
+    assert "aiokpl --endpoint-url http://127.0.0.1:4567 put events FILE" in text
+    assert "aws --endpoint-url http://127.0.0.1:4567 kinesis list-streams" in text
+    assert 'Config(endpoint_url="http://127.0.0.1:4567", region="eu-west-1",' in text
+    assert "STREAM FILE" in "\n".join(usage_lines("http://h:1", "us-east-1", []))
+
+
+def test_report_of_a_run_stopped_while_a_line_waited() -> None:
+    report = PutReport(
+        stream="my events",
+        lines=16,
+        delivered=14,
+        failed=Counter({"InvalidJson": 1}),
+        interrupted=True,
+        stopped_by="SIGTERM",
+        not_put=1,
+        resume_source="in.jsonl",
+        resume_line=16,
+        unread_inputs=("b.jsonl", "c d.jsonl"),
+    )
+    assert report.format().splitlines()[-4:] == [
+        "     failed  1 (InvalidJson 1)",
+        "    not put  1 (stopped while waiting to put it)",
+        "interrupted  stopped by SIGTERM before the end of the input",
+        "resume from  line 16 of in.jsonl: tail -n +16 in.jsonl | aiokpl put 'my events' "
+        "(same options) - b.jsonl 'c d.jsonl'",
+    ]
+    document = report.as_json()
+    assert (document["stopped_by"], document["not_put"]) == ("SIGTERM", 1)
+    assert (document["resume_source"], document["resume_line"]) == ("in.jsonl", 16)
+    assert report.exit_status() == EXIT_INTERRUPTED
+    report.resume_source, report.unread_inputs = "-", ()
+    assert report.resume_hint() == (
+        "line 16 of standard input: tail -n +16 INPUT | aiokpl put 'my events' (same options)"
+    )

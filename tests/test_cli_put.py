@@ -9,10 +9,12 @@ from __future__ import annotations
 import base64
 import io
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from aiokpl import Config, Producer
@@ -237,3 +239,74 @@ async def test_abandoned_records_are_dead_lettered_as_cancelled(tmp_path: Path) 
     entries = dead_letters(tmp_path)
     assert sorted(e["data"] for e in entries) == ["a", "b", "c"]
     assert {(e["error_code"], e["attempts"]) for e in entries} == {("Cancelled", 1)}
+
+
+@pytest.mark.parametrize(
+    ("signum", "name"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")]
+)
+async def test_a_run_stopped_while_a_line_waits_for_the_rate_limit_accounts_for_it(
+    tmp_path: Path, signum: int, name: str
+) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    lines = [f"{i}".encode() for i in range(1, 31)]
+    run, stderr = make_run(tmp_path, lines, rate_limit=10.0)
+
+    async def stop_at(instant: float) -> None:
+        await anyio.sleep_until(instant)
+        run.stop(signum)
+
+    async with (
+        Producer(Config(region="us-east-1"), client=fake) as producer,
+        anyio.create_task_group() as group,
+    ):
+        # Lines 1-10 go at once (the burst), 11-15 at 0.1 … 0.5 s; line 16 waits until 0.6 s.
+        group.start_soon(stop_at, 0.55)
+        await run.run(producer)
+    run._dead_letters.close()
+    report = run.report
+    assert (report.lines, report.delivered, report.failed_total, report.not_put) == (16, 15, 0, 1)
+    assert report.lines == report.blank + report.delivered + report.failed_total + report.not_put
+    assert (report.resume_source, report.resume_line, report.unread_inputs) == ("in.jsonl", 16, ())
+    assert sorted(data for _, data in stored(fake)) == sorted(lines[:15])
+    assert dead_letters(tmp_path) == []
+    assert stderr.getvalue() == (
+        f"aiokpl put: interrupted ({name}); finishing the records already read "
+        "(interrupt again to abandon them)\n"
+    )
+    assert report.format().splitlines()[-3:] == [
+        "    not put  1 (stopped while waiting to put it)",
+        f"interrupted  stopped by {name} before the end of the input",
+        "resume from  line 16 of in.jsonl: tail -n +16 in.jsonl | aiokpl put s (same options)",
+    ]
+
+
+async def test_a_run_stopped_between_reads_resumes_at_the_next_input(tmp_path: Path) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    report = PutReport(stream="s")
+
+    class StopsWhenRead(io.BytesIO):
+        """The second input: the signal arrives as it is first read."""
+
+        def read1(self, size: int | None = -1, /) -> bytes:
+            run.stop(signal.SIGINT)
+            return super().read1(size)
+
+    run = PutRun(
+        stream="s",
+        inputs=[
+            Input("one", io.BytesIO(b"a\nb")),
+            Input("two", StopsWhenRead(b"c\n")),
+            Input("3", io.BytesIO()),
+        ],
+        parser=LineParser(),
+        dead_letters=DeadLetters(str(tmp_path / "dl.jsonl"), report),
+        report=report,
+        stderr=io.StringIO(),
+    )
+    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+        await run.run(producer)
+    assert (report.lines, report.delivered, report.not_put) == (2, 2, 0)
+    assert (report.resume_source, report.resume_line) == ("two", 1)
+    assert report.unread_inputs == ("3",)

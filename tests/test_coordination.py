@@ -5,6 +5,7 @@ and its failure handling, against an in-memory store under the virtual clock (as
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any
 
 import anyio
@@ -500,3 +501,33 @@ async def test_reports_and_summaries_carry_the_services_wall_time() -> None:
     # No answer before the summarizer's query: the summary bears the time that query gave.
     summary = decode_summary(client.items["summary"]["body"]["B"])
     assert summary.wall_time == pytest.approx(EPOCH)
+
+
+@pytest.mark.anyio
+async def test_the_report_interval_jitter_comes_from_the_producers_jitter_source() -> None:
+    class TimedStore(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.published_at: list[float] = []
+
+        async def publish(self, producer_id: str, data: bytes) -> None:
+            self.published_at.append(anyio.current_time())
+            await super().publish(producer_id, data)
+
+    class LowestDraws(random.Random):
+        def random(self) -> float:
+            return 0.0  # uniform(0.9, 1.1) is then 0.9: each wait 90% of the interval
+
+    store = TimedStore()
+    fake = FakeKinesis()
+    fake.add_stream("events")
+    async with Producer(
+        producer_config(),
+        client=fake,
+        coordination=coordination(store),
+        jitter_source=LowestDraws(),
+    ):
+        await anyio.sleep(5.0)
+    gaps = [b - a for a, b in zip(store.published_at, store.published_at[1:], strict=False)]
+    assert len(gaps) == 5
+    assert gaps == pytest.approx([0.9] * 5, abs=1e-9)

@@ -133,7 +133,9 @@ class Recorder:
         return record_async
 
 
-def assert_called_once_per_failure(recorder: Recorder, outcomes: list[Outcome[RecordResult]]):
+def assert_called_once_per_failure(
+    recorder: Recorder, outcomes: list[Outcome[RecordResult]]
+) -> list[RecordResult]:
     failed = [outcome.result() for outcome in outcomes if not outcome.result().success]
     assert failed, "the scenario must fail some records"
     assert len(recorder.results) == len(failed)

@@ -70,7 +70,7 @@ def test_every_subcommand_has_a_section_a_usage_and_a_row(hooks: ModuleType) -> 
     page = PAGE.read_text(encoding="utf-8")
     rendered = hooks.on_page_markdown(page)
     commands = [name for name in hooks.cli_parsers() if name != "aiokpl"]
-    assert commands == ["demo", "put", "tail", "coordinate"]
+    assert commands == ["demo", "local", "put", "tail", "coordinate"]
     for name in commands:
         assert f"\n## `aiokpl {name}`\n" in page, name
         assert f"<!-- cli-usage: {name} -->" in page, name

@@ -49,6 +49,7 @@ from typing import Any
 import anyio
 import pytest
 
+import aiokpl._kinesis
 import aiokpl._producer
 from aiokpl import Config
 from aiokpl.testing import FakeKinesis
@@ -219,13 +220,14 @@ class Example:
 
 def _compile(block: Block) -> types.CodeType:
     # Blank lines in front so that line numbers in tracebacks are the page's.
-    return compile(
+    code: types.CodeType = compile(
         "\n" * block.line + block.source,
         block.origin.filename,
         "exec",
         flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
         dont_inherit=True,
     )
+    return code
 
 
 def _is_async(block: Block) -> bool:
@@ -319,11 +321,11 @@ class AnyStreamKinesis(FakeKinesis):
         except ValueError:
             self.add_stream(name, shard_count=4)
 
-    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
         self._ensure(kwargs.get("StreamName"))
         return await super().list_shards(**kwargs)
 
-    async def put_records(self, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
         self._ensure(kwargs.get("StreamName"))
         return await super().put_records(**kwargs)
 
@@ -331,7 +333,7 @@ class AnyStreamKinesis(FakeKinesis):
 @pytest.fixture(autouse=True)
 def _fake_default_client(monkeypatch: pytest.MonkeyPatch) -> None:
     """Producers that would open an aiobotocore client to AWS get a fake instead."""
-    real = aiokpl._producer.create_client
+    real = aiokpl._kinesis.create_client
 
     @contextlib.asynccontextmanager
     async def create_client(config: Config) -> AsyncIterator[Any]:

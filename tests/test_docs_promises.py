@@ -142,7 +142,7 @@ def index_installs(text: str) -> list[str]:
 
 
 def test_no_page_installs_aiokpl_from_the_index_by_name() -> None:
-    found = []
+    found: list[str] = []
     for page in pages():
         for number, line in lines_of(page):
             relative = page.relative_to(ROOT).as_posix()

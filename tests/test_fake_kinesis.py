@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,7 +29,7 @@ def records(count: int, *, size: int = 1, prefix: str = "k") -> list[dict[str, A
     return [{"PartitionKey": f"{prefix}{i}", "Data": b"x" * size} for i in range(count)]
 
 
-async def fails(awaitable: Any, code: str, *, http_status: int = 400) -> ClientError:
+async def fails(awaitable: Awaitable[object], code: str, *, http_status: int = 400) -> ClientError:
     with pytest.raises(ClientError) as info:
         await awaitable
     assert error_of(info.value)[0] == code, error_of(info.value)

@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, Producer, RecordResult
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl._outcome import Outcome
 from aiokpl.testing import FakeKinesis, FaultPlan
 

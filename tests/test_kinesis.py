@@ -6,6 +6,7 @@ event loops rather than the virtual-time ones.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,7 +111,7 @@ async def test_no_region_is_a_clear_error_at_start() -> None:
 
 
 @pytest.mark.anyio
-async def test_profile_name_is_used(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_profile_name_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config_file = tmp_path / "config"
     config_file.write_text("[profile staging]\nregion = ap-southeast-2\n")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config_file))

@@ -21,9 +21,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aiokpl import Config, Producer, RecordResult
 from aiokpl._kinesis import create_client, error_of
-from aiokpl._loopback import HttpFaultPlan, LoopbackKinesis
 from aiokpl.aggregation import deaggregate
-from aiokpl.testing import FakeKinesis, StoredRecord
+from aiokpl.testing import FakeKinesis, HttpFaultPlan, LoopbackKinesis, StoredRecord
 
 _streams = itertools.count()
 

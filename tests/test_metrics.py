@@ -14,7 +14,7 @@ import pytest
 from aiokpl import CloudWatchSink, Config, ConfigError, MetricsSink, MetricStatistics, Producer
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._core.metrics import METRICS, MetricsTable
-from aiokpl._core.records import KinesisRecord
+from aiokpl._core.records import KinesisRecord, UserRecordLike
 from aiokpl._metrics.recorder import MetricsRecorder
 from aiokpl._record import UserRecord
 from aiokpl.testing import FakeKinesis
@@ -556,7 +556,7 @@ def test_one_pass_finds_the_extremes_wherever_they_sit_in_a_request() -> None:
     # after a shard-map refresh joins a batch behind later arrivals): the earliest may come
     # last, the largest first.
     ends_and_data = [(0.2, b"x" * 30), (0.3, b"y" * 5), (0.1, b"z" * 10)]
-    records = [
+    records: list[UserRecordLike] = [
         UserRecord("s", "k", data, None, 1 + len(data), end, end + 0.1, end + 30, 0)
         for end, data in ends_and_data
     ]

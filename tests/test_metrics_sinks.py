@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import builtins
 import importlib.util
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -25,13 +26,17 @@ from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio
 
+T = TypeVar("T")
+
 HAVE_OTEL = importlib.util.find_spec("opentelemetry.sdk") is not None
 HAVE_PROMETHEUS = importlib.util.find_spec("prometheus_client") is not None
 
 CONFIG = Config(region="us-east-1", metrics_level="summary", metrics_upload_interval_ms=1_000)
 
 
-async def produce(sink: Any, records: int, scrape: Any = None) -> Any:
+async def produce(
+    sink: MetricsSink, records: int, scrape: Callable[[], T] | None = None
+) -> T | None:
     """Put ``records`` over several upload intervals; return ``scrape()`` from just before
     the producer exits (the last upload happens on exit)."""
     fake = FakeKinesis()
@@ -47,7 +52,7 @@ async def produce(sink: Any, records: int, scrape: Any = None) -> Any:
 @pytest.mark.skipif(not HAVE_OTEL, reason="opentelemetry-sdk is not installed (aiokpl[otel])")
 async def test_opentelemetry_instruments_report_the_totals() -> None:
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
     reader = InMemoryMetricReader()
     sink = OpenTelemetrySink(meter_provider=MeterProvider(metric_readers=[reader]), prefix="kpl")
@@ -63,7 +68,9 @@ async def test_opentelemetry_instruments_report_the_totals() -> None:
             for metric in scope.metrics:
                 units[metric.name] = metric.unit or ""
                 for point in metric.data.data_points:
-                    points[(metric.name, tuple(sorted(point.attributes.items())))] = point.value
+                    assert isinstance(point, NumberDataPoint)  # sums and gauges only
+                    attributes = tuple(sorted((point.attributes or {}).items()))
+                    points[(metric.name, attributes)] = point.value
     assert points[("kpl.user_records_put.count", ())] == 7
     assert points[("kpl.user_records_put.sum", (("stream", "s"),))] == 7
     assert points[("kpl.user_records_put.min", ())] == 1
@@ -90,7 +97,9 @@ async def test_prometheus_scrape_shows_summaries_and_gauges() -> None:
     registry = CollectorRegistry()
     sink = PrometheusSink(registry=registry)
     assert isinstance(sink, MetricsSink)
-    text = (await produce(sink, 5, lambda: generate_latest(registry))).decode()
+    scraped = await produce(sink, 5, lambda: generate_latest(registry))
+    assert scraped is not None
+    text = scraped.decode()
     assert 'aiokpl_user_records_put_count{error_code="",shard_id="",stream=""} 5.0' in text
     assert 'aiokpl_user_records_put_sum{error_code="",shard_id="",stream="s"} 5.0' in text
     assert "# TYPE aiokpl_user_records_put summary" in text
@@ -127,7 +136,10 @@ async def test_prometheus_scrape_while_running() -> None:
     ],
 )
 async def test_a_missing_extra_is_named_when_the_sink_opens(
-    monkeypatch: pytest.MonkeyPatch, sink: Any, missing: str, message: str
+    monkeypatch: pytest.MonkeyPatch,
+    sink: type[OpenTelemetrySink | PrometheusSink],
+    missing: str,
+    message: str,
 ) -> None:
     real_import = builtins.__import__
 

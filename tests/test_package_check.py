@@ -12,6 +12,7 @@ import re
 import sys
 import tarfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -42,9 +43,13 @@ def check() -> ModuleType:
     return module
 
 
-def metadata_text(version: str = VERSION, **changes: str | None) -> str:
+# Metadata fields to replace (or, with None, drop), keyed by name with "_" for "-".
+Changes = Mapping[str, str | list[str] | None]
+
+
+def metadata_text(version: str = VERSION, changes: Changes | None = None) -> str:
     """Core metadata as hatchling writes it; ``changes`` replace (or, with None, drop) lines."""
-    fields = {
+    fields: dict[str, str | list[str]] = {
         "Metadata-Version": "2.4",
         "Name": "aiokpl",
         "Version": version,
@@ -66,12 +71,13 @@ def metadata_text(version: str = VERSION, **changes: str | None) -> str:
             "anyio<5,>=4.11",
             "sortedcontainers>=2.4",
             "moto[server]>=5.1; extra == 'demo'",
+            "moto[server]>=5.1; extra == 'local'",
             "trio>=0.27; extra == 'trio'",
         ],
-        "Provides-Extra": ["demo", "trio"],
+        "Provides-Extra": ["demo", "local", "trio"],
         "Description-Content-Type": "text/markdown",
     }
-    for name, value in changes.items():
+    for name, value in (changes or {}).items():
         key = name.replace("_", "-")
         if value is None:
             del fields[key]
@@ -123,8 +129,8 @@ def make_sdist(directory: Path, metadata: str, *, version: str = VERSION) -> Pat
     return path
 
 
-def problems(check: ModuleType, **changes: str | None) -> list[str]:
-    metadata = check._parse(metadata_text(**changes))
+def problems(check: ModuleType, changes: Changes | None = None) -> list[str]:
+    metadata = check._parse(metadata_text(changes=changes))
     result: list[str] = check.metadata_problems(metadata, version=VERSION, repository=REPOSITORY)
     return result
 
@@ -150,8 +156,9 @@ def test_good_metadata_passes(check: ModuleType, tmp_path: Path) -> None:
     [
         ({"Version": "0.1.0.dev0"}, "the tree says"),
         ({"Name": "aiokpl2"}, "Name is"),
-        ({"Provides_Extra": ["demo", "trio", "dev"]}, "'dev' publishes development tools"),
+        ({"Provides_Extra": ["demo", "local", "trio", "dev"]}, "'dev' publishes development tools"),
         ({"Provides_Extra": ["trio"]}, "'demo' is missing"),
+        ({"Provides_Extra": ["demo", "trio"]}, "'local' is missing"),
         (
             {"Requires_Dist": ["anyio", "aiobotocore", "sortedcontainers", "boto3"]},
             "not SPEC §1's",
@@ -189,7 +196,7 @@ def test_good_metadata_passes(check: ModuleType, tmp_path: Path) -> None:
 def test_each_broken_promise_is_reported(
     check: ModuleType, changes: dict[str, str | list[str] | None], expected: str
 ) -> None:
-    found = problems(check, **changes)  # type: ignore[arg-type]
+    found = problems(check, changes)
     assert any(expected in problem for problem in found), found
 
 

@@ -21,7 +21,7 @@ from aiokpl import (
     ProducerClosedError,
     RecordResult,
 )
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._outcome import Outcome
 from aiokpl._producer import Producer
@@ -35,7 +35,7 @@ EPS = 1e-6
 
 def user_records(fake: FakeKinesis, stream: str) -> list[tuple[str, str, bytes]]:
     """(shard, partition key, data) of every user record stored, deaggregated."""
-    found = []
+    found: list[tuple[str, str, bytes]] = []
     for stored in fake.stored_records(stream):
         if is_aggregated(stored.data):
             found.extend((stored.shard_id, r.partition_key, r.data) for r in decode(stored.data))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -290,3 +291,39 @@ async def test_a_put_from_another_thread_is_refused_naming_sync_producer(foreign
         assert "aiokpl.SyncProducer" in str(error)
     assert result.success
     assert producer.statistics().records_put == 1
+
+
+class FixedDraws(random.Random):
+    """A generator whose every uniform draw is ``value``; counts the draws."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.value = value
+        self.draws = 0
+
+    def random(self) -> float:
+        self.draws += 1
+        return self.value
+
+
+async def test_backoff_jitter_is_drawn_from_the_jitter_source() -> None:
+    waits: dict[float, float] = {}
+    for value in (0.0, 0.5):
+        fake = FakeKinesis()
+        fake.add_stream("s")
+        fake.fail_requests(1)  # an InternalFailure answer: the stream backs off, with jitter
+        source = FixedDraws(value)
+        config = CONFIG.replace(aggregation_enabled=False)
+        async with Producer(config, client=fake, jitter_source=source) as producer:
+            outcome = await producer.put_record(stream="s", partition_key="k", data=b"d")
+            first, second = (await outcome).attempts
+        assert (first.error_code, second.success) == ("InternalFailure", True)
+        assert source.draws == 1
+        waits[value] = second.started_at - first.ended_at
+    # The first backoff is 100 ms, of which up to half is jitter: a draw of 0.5 takes 25 ms off.
+    assert waits[0.0] - waits[0.5] == pytest.approx(0.025, abs=1e-9)
+
+
+def test_the_jitter_source_must_be_a_random_generator() -> None:
+    with pytest.raises(TypeError, match=r"^jitter_source must be a random\.Random, not function"):
+        Producer(CONFIG, jitter_source=lambda: 0.5)  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ CONFIG = Config(region="us-east-1")
 async def test_a_group_lands_intact_in_order_with_one_outcome_each() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=4)
+    group: list[tuple[str, bytes] | tuple[str, bytes, str]]
     group = [(f"key-{i % 7}", b"%d" % i) for i in range(1000)]
     group[3] = ("pinned", b"3", str(MAX_HASH_KEY))  # a 3-item record: explicit hash key
     async with Producer(CONFIG, client=fake) as producer:
@@ -47,7 +48,7 @@ async def test_one_bad_record_rejects_the_group_and_names_it() -> None:
         with pytest.raises(
             InvalidRecordTypeError, match=r"^records\[0\]: a record is a .* not str"
         ):
-            await producer.put_records(stream="s", records=["ab"])  # type: ignore[list-item]
+            await producer.put_records(stream="s", records=["ab"])
         with pytest.raises(InvalidRecordTypeError, match="not one of length 5"):
             await producer.put_records(stream="s", records=[["a", b"1", None, None, "x"]])
         with pytest.raises(InvalidRecordError, match="stream must be"):

@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, Producer, RecordResult
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl._core.retry_policy import FAIL_FAST, NARROWED
 from aiokpl.testing import FakeKinesis
 
@@ -69,7 +69,7 @@ async def put(
 
 def user_records(fake: FakeKinesis, shard_id: str | None = None) -> list[tuple[str, str, bytes]]:
     """(sequence number, shard, data) of every user record stored in stream "s", deaggregated."""
-    found: list[Any] = []
+    found: list[tuple[str, str, bytes]] = []
     for stored in fake.stored_records("s", shard_id):
         if is_aggregated(stored.data):
             found.extend(

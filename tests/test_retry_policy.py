@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from aiokpl import RecordResult
-from aiokpl._core.aggregation import AggregateBuilder
+from aiokpl._core.encoder import AggregateBuilder
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.records import IN_AGGREGATE, KinesisRecord
 from aiokpl._core.retry_policy import (
@@ -59,7 +59,9 @@ def result_of(record: UserRecord) -> RecordResult:
     return record.result()
 
 
-def run(sent: list[KinesisRecord], result: Any, now: float = 1.0, policy: RetryPolicy = POLICY):
+def run(
+    sent: list[KinesisRecord], result: Any, now: float = 1.0, policy: RetryPolicy = POLICY
+) -> Decisions:
     return classify(sent, result, 0.5, 0.75, now, policy, RANGES.get)
 
 
@@ -123,7 +125,7 @@ def test_unknown_actual_shard_defers_the_verdict_of_an_aggregate() -> None:
     # Nothing decided yet: which records shard 99 holds is known only after a refresh.
     assert decisions.undecided == [(sent, "shardId-000000000099", "49590")]
     assert decisions.succeeded == decisions.retry == decisions.failed == []
-    assert a.attempts == b.attempts == ()
+    assert (a.attempts, b.attempts) == ((), ())
     assert decisions.invalidate == [(0.5, "shardId-000000000000")]
     # After the refresh: the range holds a but not b.
     later = Decisions()

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, Producer, RecordResult
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio
@@ -62,7 +62,7 @@ async def warm_up(producer: Producer, stream: str) -> None:
 
 def user_records(fake: FakeKinesis, stream: str = "s") -> list[tuple[str, bytes]]:
     """(shard, data) of every user record stored, deaggregated."""
-    found: list[Any] = []
+    found: list[tuple[str, bytes]] = []
     for stored in fake.stored_records(stream):
         if is_aggregated(stored.data):
             found.extend((stored.shard_id, r.data) for r in decode(stored.data))

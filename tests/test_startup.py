@@ -15,8 +15,8 @@ import pytest
 import sniffio
 import trio
 
-from aiokpl import Config, Producer, RecordResult
-from aiokpl._core.aggregation import decode, is_aggregated
+from aiokpl import Config, Outcome, Producer, RecordResult
+from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio
@@ -59,7 +59,7 @@ def waiting(producer: Producer) -> int:
     return producer.statistics().streams[0].waiting_for_shard_map
 
 
-async def put_many(producer: Producer, stream: str, count: int) -> list[Any]:
+async def put_many(producer: Producer, stream: str, count: int) -> list[Outcome[RecordResult]]:
     return [
         await producer.put_record(
             stream=stream, partition_key=f"key-{i % 4096}", data=b"%08d" % i + b"x" * 92

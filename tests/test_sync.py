@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Literal
 
 import anyio
 import pytest
@@ -39,10 +40,11 @@ from aiokpl.testing import FakeKinesis, read_stream
 
 CONFIG = Config(region="us-east-1")
 WAIT = 30.0  # bound on every wait for the background thread (seconds); never reached
+Backend = Literal["asyncio", "trio"]
 
 
 @pytest.fixture(params=["asyncio", "trio"])
-def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     before = set(threading.enumerate())
     yield request.param
     # Garbage: every producer a test opened is closed by then, and took its thread with it.
@@ -57,7 +59,7 @@ def stored(fake: FakeKinesis, stream: str) -> Counter[tuple[str, bytes]]:
     )
 
 
-def test_eight_threads_put_at_once(backend: str) -> None:
+def test_eight_threads_put_at_once(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=4)
     threads, per_thread = 8, 500
@@ -88,7 +90,7 @@ def test_eight_threads_put_at_once(backend: str) -> None:
     assert stored(fake, "s") == expected  # every record, exactly once
 
 
-def test_close_resolves_every_future_and_is_idempotent(backend: str) -> None:
+def test_close_resolves_every_future_and_is_idempotent(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
     fake.latency = 0.05
@@ -109,7 +111,7 @@ def test_close_resolves_every_future_and_is_idempotent(backend: str) -> None:
     producer.flush()  # nothing outstanding: returns at once
 
 
-def test_close_with_a_timeout_fails_the_rest_as_cancelled(backend: str) -> None:
+def test_close_with_a_timeout_fails_the_rest_as_cancelled(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
     fake.latency = 3600.0  # no answer before the timeout
@@ -122,7 +124,7 @@ def test_close_with_a_timeout_fails_the_rest_as_cancelled(backend: str) -> None:
     assert producer.outstanding_records == 0
 
 
-def test_flush_waits_for_the_results_of_earlier_puts(backend: str) -> None:
+def test_flush_waits_for_the_results_of_earlier_puts(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=2)
     config = CONFIG.replace(record_max_buffered_time_ms=3_600_000, record_ttl_ms=7_200_000)
@@ -137,7 +139,7 @@ def test_flush_waits_for_the_results_of_earlier_puts(backend: str) -> None:
         assert sum(stored(fake, "s").values()) == 300
 
 
-def test_flush_raises_timeout_error_and_records_go_on(backend: str) -> None:
+def test_flush_raises_timeout_error_and_records_go_on(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
     fake.latency = 3600.0
@@ -150,7 +152,7 @@ def test_flush_raises_timeout_error_and_records_go_on(backend: str) -> None:
     assert future.result().error_code == "Cancelled"
 
 
-def test_bad_input_raises_in_the_callers_thread_and_changes_nothing(backend: str) -> None:
+def test_bad_input_raises_in_the_callers_thread_and_changes_nothing(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
     with SyncProducer(CONFIG, client=fake, backend=backend) as producer:
@@ -169,20 +171,20 @@ def test_bad_input_raises_in_the_callers_thread_and_changes_nothing(backend: str
         assert future.result(WAIT).success
 
 
-def test_constructor_errors(backend: str) -> None:
+def test_constructor_errors(backend: Backend) -> None:
     with pytest.raises(TypeError, match=r"config must be an aiokpl\.Config, not dict"):
         SyncProducer({"region": "us-east-1"})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="backend must be 'asyncio' or 'trio'; got 'curio'"):
         SyncProducer(CONFIG, client=FakeKinesis(), backend="curio")  # type: ignore[arg-type]
 
 
-def test_a_failure_to_start_is_raised_by_the_constructor(backend: str) -> None:
+def test_a_failure_to_start_is_raised_by_the_constructor(backend: Backend) -> None:
     # No region anywhere (conftest clears AWS_*) and no client: the producer cannot start.
     with pytest.raises(Exception, match="region"):
         SyncProducer(Config(), backend=backend)
 
 
-def test_back_pressure_blocks_the_calling_thread(backend: str) -> None:
+def test_back_pressure_blocks_the_calling_thread(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
     fake.latency = 0.2
@@ -198,7 +200,7 @@ def test_back_pressure_blocks_the_calling_thread(backend: str) -> None:
         assert fifth.result(WAIT).success
 
 
-def test_back_pressure_timeout_and_close_while_waiting(backend: str) -> None:
+def test_back_pressure_timeout_and_close_while_waiting(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
     fake.latency = 3600.0
@@ -226,7 +228,7 @@ def test_back_pressure_timeout_and_close_while_waiting(backend: str) -> None:
     assert {future.result().error_code for future in futures} == {"Cancelled"}
 
 
-def test_calls_that_would_wait_on_the_loop_from_the_loop_raise(backend: str) -> None:
+def test_calls_that_would_wait_on_the_loop_from_the_loop_raise(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
     raised: list[BaseException] = []
@@ -256,7 +258,7 @@ def test_calls_that_would_wait_on_the_loop_from_the_loop_raise(backend: str) -> 
     assert "called from its own thread" in str(raised[2])
 
 
-def test_dead_letters_through_the_sync_producer(backend: str) -> None:
+def test_dead_letters_through_the_sync_producer(backend: Backend) -> None:
     fake = FakeKinesis()
     failed: list[RecordResult] = []
     config = CONFIG.replace(return_record_on_failure=True, on_record_failure=failed.append)
@@ -271,7 +273,7 @@ def test_dead_letters_through_the_sync_producer(backend: str) -> None:
 
 @pytest.mark.parametrize("close_timeout", [0.1, None])
 def test_records_waiting_in_the_hand_over_at_close_fail_once(
-    backend: str, close_timeout: float | None
+    backend: Backend, close_timeout: float | None
 ) -> None:
     # An async failure callback that never returns holds its records, so the producer's own
     # bound stops the pump and later records wait in the hand-over queue at close.
@@ -304,7 +306,7 @@ def test_records_waiting_in_the_hand_over_at_close_fail_once(
     assert sorted(id(r) for r in seen) == sorted(id(f.result()) for f in held + queued)
 
 
-def test_a_closed_producer_is_garbage(backend: str) -> None:
+def test_a_closed_producer_is_garbage(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
     producer = SyncProducer(CONFIG, client=fake, backend=backend)
@@ -316,7 +318,7 @@ def test_a_closed_producer_is_garbage(backend: str) -> None:
     assert ref() is None
 
 
-def test_the_examples_in_the_docs_run(backend: str) -> None:
+def test_the_examples_in_the_docs_run(backend: Backend) -> None:
     page = (Path(__file__).resolve().parent.parent / "docs" / "sync.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
     assert len(blocks) >= 3
@@ -325,7 +327,7 @@ def test_the_examples_in_the_docs_run(backend: str) -> None:
         exec(compile(code, f"docs/sync.md#{n}", "exec"), {"__name__": "__docs__"})
 
 
-def test_the_futures_behave_as_concurrent_futures(backend: str) -> None:
+def test_the_futures_behave_as_concurrent_futures(backend: Backend) -> None:
     # SyncProducer's futures create their lock only when needed: every Future method must
     # still work, before and after the result, from other threads too.
     fake = FakeKinesis()
@@ -368,7 +370,7 @@ def test_the_futures_behave_as_concurrent_futures(backend: str) -> None:
         untouched.set_result(untouched.result())
 
 
-def test_a_producer_left_open_is_closed_at_interpreter_exit(backend: str) -> None:
+def test_a_producer_left_open_is_closed_at_interpreter_exit(backend: Backend) -> None:
     # Registered before aiokpl is imported, the check runs after aiokpl's own exit hook.
     script = f"""
 import atexit
@@ -395,7 +397,7 @@ print("pending:", sum(not f.done() for f in futures), flush=True)
     assert done.stdout.splitlines() == ["pending: 50", "resolved: True"]
 
 
-def test_a_producer_closed_at_interpreter_exit_says_what_failed(backend: str) -> None:
+def test_a_producer_closed_at_interpreter_exit_says_what_failed(backend: Backend) -> None:
     script = f"""
 from aiokpl import Config, SyncProducer
 from aiokpl.testing import FakeKinesis
@@ -416,7 +418,7 @@ futures = [producer.put_record(stream="s", partition_key=str(i), data=b"d") for 
 
 
 def test_a_failing_loop_still_resolves_every_future(
-    backend: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A bug in the hand-over (simulated) stops the loop: nothing may be left pending.
     def broken(*args: object, **kwargs: object) -> None:
@@ -449,7 +451,7 @@ def test_a_failing_loop_still_resolves_every_future(
 
 
 def test_a_stream_arn_in_another_region_is_refused_at_put_as_the_async_put_does(
-    backend: str,
+    backend: Backend,
 ) -> None:
     fake = FakeKinesis()
     fake.add_stream("events")

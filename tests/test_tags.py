@@ -18,8 +18,9 @@ from aiokpl import (
     RecordResult,
     SyncProducer,
 )
-from aiokpl._core.aggregation import MAGIC, encode_tags
+from aiokpl._core.encoder import encode_tags
 from aiokpl._core.hashing import MAX_HASH_KEY
+from aiokpl._core.wire import MAGIC
 from aiokpl._producer import Producer
 from aiokpl.aggregation import DeaggregatedRecord, Tag, deaggregate, is_aggregated
 from aiokpl.testing import FakeKinesis, read_stream
@@ -120,7 +121,7 @@ async def test_a_lone_tagged_record_goes_as_an_aggregate_of_one() -> None:
 async def test_aws_kinesis_agg_reads_what_the_producer_wrote_with_tags() -> None:
     saved = sys.path[:]
     try:
-        from aws_kinesis_agg import deaggregator  # type: ignore[import-untyped]
+        from aws_kinesis_agg import deaggregator
     finally:
         sys.path[:] = saved
     fake = FakeKinesis()

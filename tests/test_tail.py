@@ -375,7 +375,8 @@ async def test_shards_are_listed_page_by_page() -> None:
             async def paged(**arguments: Any) -> dict[str, Any]:
                 if "NextToken" not in arguments:
                     arguments["MaxResults"] = 2
-                return await call(**arguments)
+                response: dict[str, Any] = await call(**arguments)
+                return response
 
             return paged
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._core.aggregation import decode_tags
+from ._core.decoder import decode_tags
 from ._core.results import FailedRecord, RecordResult
 
 if TYPE_CHECKING:

@@ -21,7 +21,11 @@ Invariants:
   exits: delivered, failed by Kinesis, expired, or cancelled;
 * records and bytes outstanding never exceed ``max_outstanding_records`` /
   ``max_outstanding_bytes``: ``put_record`` waits for room, ``put_record_nowait`` refuses;
-* a rejected put (bad input, closed producer, full buffer) changes nothing.
+* a rejected put (bad input, closed producer, full buffer) changes nothing;
+* every random draw that decides timing (the jitter of the retriers', shard maps' and
+  coordinator's waits) comes from the producer's one generator, ``jitter_source``, never the
+  process-wide one: with it seeded, a seeded fake and a virtual clock, a run replays exactly.
+  (A coordination ``producer_id`` left to chance is a ``uuid4``: a name, not a timing.)
 
 Mirrors ``aws/kinesis/core/kinesis_producer.cc`` (the producer and its per-stream pipelines);
 unlike the KPL, the producer runs in the caller's event loop, not a child process, and its
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
@@ -43,8 +48,8 @@ import anyio
 
 from ._backend import current_clock
 from ._coordination.coordinator import Coordination, _ProducerCoordinator
-from ._core.aggregation import Tags, check_tags
 from ._core.config import Config
+from ._core.encoder import check_tags
 from ._core.errors import (
     BufferFullError,
     ConfigError,
@@ -56,6 +61,7 @@ from ._core.hashing import check_stream_name, check_user_record, parse_stream_ar
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
 from ._core.results import RecordResult
 from ._core.statistics import ProducerStatistics, SenderStatistics, StreamStatistics
+from ._core.wire import Tags
 from ._kinesis import KinesisClient, RegionalClients, check_region, create_client, fixed_region
 from ._metrics.recorder import MetricsRecorder, MetricsSink
 from ._metrics.runner import MetricsRunner
@@ -158,11 +164,17 @@ class Producer:
         metrics_sinks: where to send the metrics every ``config.metrics_upload_interval_ms``
             (e.g. :class:`aiokpl.CloudWatchSink`); needs ``config.metrics_level`` other than
             ``"none"``. The producer opens and closes them.
+        jitter_source: for tests: the generator of every random draw that decides the
+            producer's timing (the jitter of retry, shard-map refresh and coordination waits).
+            ``None`` (the default) gives each producer a new unseeded ``random.Random``; a test
+            that passes ``random.Random(seed)``, with a seeded fake under a virtual clock,
+            replays the same retry schedule on every run.
 
     Raises:
         ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``.
-        TypeError: ``config`` is not a ``Config``, a sink is not a ``MetricsSink``, or
-            ``coordination`` is not a ``Coordination``.
+        TypeError: ``config`` is not a ``Config``, a sink is not a ``MetricsSink``,
+            ``coordination`` is not a ``Coordination``, or ``jitter_source`` is not a
+            ``random.Random``.
     """
 
     def __init__(
@@ -172,9 +184,17 @@ class Producer:
         client: KinesisClient | None = None,
         coordination: Coordination | None = None,
         metrics_sinks: Iterable[MetricsSink] = (),
+        jitter_source: random.Random | None = None,
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
+        if jitter_source is not None and not isinstance(jitter_source, random.Random):
+            raise TypeError(
+                f"jitter_source must be a random.Random, not {type(jitter_source).__name__}"
+            )
+        # One generator for all of this producer's jitter: the global one is shared with the
+        # rest of the process, so a schedule drawn from it could never be replayed.
+        self._jitter = random.Random() if jitter_source is None else jitter_source
         if coordination is not None and not isinstance(coordination, Coordination):
             raise TypeError(
                 "coordination must be an aiokpl.coordination.Coordination, "
@@ -274,7 +294,9 @@ class Producer:
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
         self._scheduler.call_at(self._clock() + IDLE_SWEEP_SECONDS, _IdleSweep(self))
         if self._coordination is not None:
-            self._coordinator = _ProducerCoordinator(self._coordination, self.config, self._clock)
+            self._coordinator = _ProducerCoordinator(
+                self._coordination, self.config, self._clock, self._jitter
+            )
             task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
         if runner is not None:
             runner.start(task_group)
@@ -401,6 +423,7 @@ class Producer:
                 finish=self._finish,
                 metrics=self._metrics,
                 coordinator=self._coordinator,
+                random_value=self._jitter.random,
             )
         return pipeline
 

@@ -49,12 +49,14 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 from ._backend import BACKENDS, current_clock, threadsafe_scheduler
-from ._core.aggregation import Tags, check_tags, decode_tags
 from ._core.config import Config
+from ._core.decoder import decode_tags
+from ._core.encoder import check_tags
 from ._core.errors import BufferFullError, InvalidRecordError, ProducerClosedError
 from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
 from ._core.results import Attempt, FailedRecord, RecordResult
 from ._core.statistics import ProducerStatistics
+from ._core.wire import Tags
 from ._kinesis import check_region, fixed_region
 from ._producer import Producer, ProducerPort
 

@@ -28,19 +28,19 @@ Example:
 
 from __future__ import annotations
 
-from ._core.aggregation import FRAMING_OVERHEAD as FRAMING_OVERHEAD
-from ._core.aggregation import MAGIC as MAGIC
-from ._core.aggregation import AggregateBuilder as AggregateBuilder
-from ._core.aggregation import DeaggregatedRecord as DeaggregatedRecord
-from ._core.aggregation import Record as Record
-from ._core.aggregation import Tag as Tag
-from ._core.aggregation import Tags as Tags
-from ._core.aggregation import deaggregate as deaggregate
-from ._core.aggregation import deaggregate_records as deaggregate_records
-from ._core.aggregation import decode as decode
-from ._core.aggregation import encode as encode
-from ._core.aggregation import is_aggregated as is_aggregated
+from ._core.deaggregation import deaggregate as deaggregate
+from ._core.deaggregation import deaggregate_records as deaggregate_records
+from ._core.decoder import decode as decode
+from ._core.decoder import is_aggregated as is_aggregated
+from ._core.encoder import AggregateBuilder as AggregateBuilder
+from ._core.encoder import encode as encode
 from ._core.errors import AggregationFormatError as AggregationFormatError
+from ._core.wire import FRAMING_OVERHEAD as FRAMING_OVERHEAD
+from ._core.wire import MAGIC as MAGIC
+from ._core.wire import DeaggregatedRecord as DeaggregatedRecord
+from ._core.wire import Record as Record
+from ._core.wire import Tag as Tag
+from ._core.wire import Tags as Tags
 
 __all__ = (
     "FRAMING_OVERHEAD",

@@ -3,7 +3,7 @@
 Unlike the unit tests, these run on the real event loops (asyncio and trio, no virtual clock):
 aiobotocore opens real sockets. Every server is started by a session fixture on a free port
 and stopped by it: moto's server (a Python process) and kinesalite (a Node.js process, installed
-by ``make test`` into ``.cache/kinesalite``; see ``aiokpl._local_kinesis``).
+by ``make test`` into ``.cache/kinesalite``; see ``aiokpl.testing._servers``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from aiokpl._local_kinesis import kinesalite_server, moto_server
+from aiokpl.testing._servers import kinesalite_server, moto_server
 
 SERVERS = ("moto", "kinesalite")
 
@@ -25,7 +25,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    """moto's server (behind a lock: see ``aiokpl._local_kinesis``) on a free 127.0.0.1 port."""
+    """moto's server (behind a lock: see ``aiokpl.testing._servers``) on a free 127.0.0.1 port."""
     with moto_server() as endpoint:
         yield endpoint
 

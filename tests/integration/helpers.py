@@ -12,8 +12,8 @@ import anyio
 
 from aiokpl import Config
 from aiokpl._kinesis import create_client
-from aiokpl._local_kinesis import DUMMY_CREDENTIALS
 from aiokpl.aggregation import deaggregate
+from aiokpl.testing._servers import DUMMY_CREDENTIALS
 
 # Servers live for the whole session and serve both backends: every stream name is new.
 _names = itertools.count()

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,8 @@ import pytest
 
 from aiokpl import Producer
 from aiokpl._cli import main
-from aiokpl._local_kinesis import DUMMY_CREDENTIALS, free_port
 from aiokpl.testing import read_stream
+from aiokpl.testing._servers import DUMMY_CREDENTIALS, free_port
 
 from .helpers import (
     Delivered,
@@ -101,7 +101,9 @@ def test_put_delivers_every_line_once_with_its_partition_key(
 ) -> None:
     _, endpoint = kinesis_server
     stream = new_stream(endpoint, 3)
-    documents = [{"user": {"id": f"u{i % 37}"}, "n": i, "text": "é" * (i % 5)} for i in range(2000)]
+    documents: list[dict[str, Any]] = [
+        {"user": {"id": f"u{i % 37}"}, "n": i, "text": "é" * (i % 5)} for i in range(2000)
+    ]
     source = tmp_path / "events.jsonl"
     source.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in documents))
     dead_letter = tmp_path / "dead.jsonl"
@@ -248,9 +250,16 @@ def test_put_reads_standard_input_in_a_real_process(
     assert list(tmp_path.iterdir()) == []  # no dead-letter file
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("backend", "signum", "name"),
+    [
+        ("asyncio", signal.SIGINT, "Ctrl-C"),
+        ("trio", signal.SIGINT, "Ctrl-C"),
+        ("asyncio", signal.SIGTERM, "SIGTERM"),
+    ],
+)
 def test_put_process_interrupted_reports_and_exits_130(
-    kinesis_server: tuple[str, str], backend: str, tmp_path: Path
+    kinesis_server: tuple[str, str], backend: str, signum: int, name: str, tmp_path: Path
 ) -> None:
     _, endpoint = kinesis_server
     stream = new_stream(endpoint, 1)
@@ -279,17 +288,27 @@ def test_put_process_interrupted_reports_and_exits_130(
         while len(read_back(endpoint, stream)) < 3:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=60)
+        process.send_signal(signum)
+        # stdin closes only once the signal was taken: an input that ends first leaves nothing
+        # to resume. (The process then waits for its reading thread to see the end.)
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        assert first.startswith(b"aiokpl put: interrupted"), first
+        process.stdin.close()
+        err = first + process.stderr.read()  # the buffered rest too, up to the exit
+        process.stderr.close()
+        process.wait(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
     text = err.decode()
     assert process.returncode == 130, text
-    assert "aiokpl put: interrupted; finishing the records already read" in text
+    assert f"aiokpl put: interrupted ({name}); finishing the records already read" in text
+    assert "lines read  3" in text
     assert "delivered  3 records" in text
-    assert "interrupted  stopped by Ctrl-C" in text
+    assert f"interrupted  stopped by {name} before the end of the input" in text
+    assert "resume from  line 4 of standard input: tail -n +4 INPUT | aiokpl put" in text
     assert "Traceback" not in text
     assert sorted(r.data for r in read_back(endpoint, stream)) == [b"a", b"b", b"c"]
 
@@ -466,8 +485,12 @@ async def _put_plain(endpoint: str, stream: str, prefix: str, count: int) -> Non
             await admin.put_record(StreamName=stream, PartitionKey=f"k{i}", Data=f"{prefix}{i}")
 
 
+# Starts `python -m aiokpl tail` with these arguments.
+TailProcess = Callable[..., "subprocess.Popen[bytes]"]
+
+
 @pytest.fixture
-def tail_process(kinesis_server: tuple[str, str]) -> Iterator[Any]:
+def tail_process(kinesis_server: tuple[str, str]) -> Iterator[TailProcess]:
     """Starts ``python -m aiokpl tail`` processes; kills any still running at the end."""
     started: list[subprocess.Popen[bytes]] = []
 
@@ -493,7 +516,7 @@ def tail_process(kinesis_server: tuple[str, str]) -> Iterator[Any]:
 
 def _wait_for_shards(process: subprocess.Popen[bytes], shards: int) -> list[str]:
     assert process.stderr is not None
-    notes = []
+    notes: list[str] = []
     while sum("from LATEST" in note for note in notes) < shards:
         line = process.stderr.readline().decode()
         assert line, f"tail ended early: {notes}"
@@ -502,7 +525,7 @@ def _wait_for_shards(process: subprocess.Popen[bytes], shards: int) -> list[str]
 
 
 def test_tail_process_follows_new_records(
-    kinesis_server: tuple[str, str], tail_process: Any
+    kinesis_server: tuple[str, str], tail_process: TailProcess
 ) -> None:
     _, endpoint = kinesis_server
     stream = new_stream(endpoint, 2)
@@ -514,7 +537,9 @@ def test_tail_process_follows_new_records(
     assert sorted(p["data"] for p in json_lines(out.decode())) == [f"live{i}" for i in range(4)]
 
 
-def test_tail_process_exits_0_on_ctrl_c(kinesis_server: tuple[str, str], tail_process: Any) -> None:
+def test_tail_process_exits_0_on_ctrl_c(
+    kinesis_server: tuple[str, str], tail_process: TailProcess
+) -> None:
     _, endpoint = kinesis_server
     stream = new_stream(endpoint, 1)
     process = tail_process(stream, "--endpoint-url", endpoint, "--backend", "trio")
@@ -530,7 +555,7 @@ def test_tail_process_exits_0_on_ctrl_c(kinesis_server: tuple[str, str], tail_pr
 
 
 def test_tail_process_exits_0_when_its_reader_goes_away(
-    kinesis_server: tuple[str, str], tail_process: Any
+    kinesis_server: tuple[str, str], tail_process: TailProcess
 ) -> None:
     """``aiokpl tail STREAM | head -1``: a closed pipe ends it quietly."""
     _, endpoint = kinesis_server

@@ -11,7 +11,7 @@ import pytest
 
 from aiokpl import CloudWatchSink, Producer
 from aiokpl._kinesis import create_cloudwatch_client
-from aiokpl._local_kinesis import DUMMY_CREDENTIALS
+from aiokpl.testing._servers import DUMMY_CREDENTIALS
 
 from .helpers import admin_client, config, create_stream, stream_name
 

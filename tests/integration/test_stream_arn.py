@@ -18,8 +18,8 @@ import pytest
 
 from aiokpl import Config, Producer
 from aiokpl._kinesis import create_client
-from aiokpl._local_kinesis import DUMMY_CREDENTIALS
 from aiokpl.testing import read_stream
+from aiokpl.testing._servers import DUMMY_CREDENTIALS
 
 from .helpers import admin_client, config, stream_name, user_records, wait_until_active
 

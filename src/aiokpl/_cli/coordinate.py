@@ -17,8 +17,9 @@ import anyio
 
 from .._coordination.coordinator import run_summarizer
 from .._coordination.stores import DynamoDBStore, S3Store
+from .._core.errors import ConfigError
 from .._kinesis import create_client
-from .options import config_from_args
+from .options import EXIT_USAGE, config_from_args, usage_message
 
 __all__ = ("add_parser",)
 
@@ -88,6 +89,9 @@ def _coordinate(args: argparse.Namespace) -> int:
         anyio.run(_run, args, backend=args.backend)
     except KeyboardInterrupt:
         return 0
+    except ConfigError as exc:  # no region: said in the command line's words
+        print(f"aiokpl coordinate: {usage_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:
         print(f"aiokpl coordinate: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

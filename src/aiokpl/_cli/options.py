@@ -9,15 +9,22 @@ the command line and never overwrites one given before the subcommand.
 
 Credentials are never taken on the command line: the default chain (environment variables,
 ``--profile``, container or instance roles) supplies them.
+
+Errors meant for a program are reworded for a command line user here: the producer's "no
+region" error names ``Config(region=...)``, the command line's names ``--region``
+(:func:`usage_message`), and ``--backend trio`` without trio installed is a usage error naming
+the extra to install (:func:`backend_problem`), not anyio's ``LookupError``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 from typing import Any
 
 from .._core.config import Config
+from .._core.errors import ConfigError
 from .._core.hashing import parse_stream_arn
 from .._kinesis import check_region
 
@@ -28,11 +35,13 @@ __all__ = (
     "EXIT_SERVICE_ERROR",
     "EXIT_USAGE",
     "add_global_options",
+    "backend_problem",
     "config_from_args",
     "global_options_parent",
     "made_of",
     "positive_float",
     "positive_int",
+    "usage_message",
 )
 
 EXIT_OK = 0
@@ -44,7 +53,7 @@ EXIT_USAGE = 2
 EXIT_SERVICE_ERROR = 3
 """Kinesis refused the command: stream not found, access denied, endpoint unreachable."""
 EXIT_INTERRUPTED = 130
-"""``put`` was interrupted (Ctrl-C); records read so far were resolved and reported."""
+"""``put`` or ``demo`` was interrupted (Ctrl-C, SIGTERM); what was read so far was reported."""
 
 BACKENDS = ("asyncio", "trio")
 
@@ -91,6 +100,31 @@ def add_backend_option(parser: Any, *, top_level: bool) -> None:
         default="asyncio" if top_level else argparse.SUPPRESS,
         help="event loop to run on (default: asyncio)",
     )
+
+
+def backend_problem(backend: str) -> str | None:
+    """Why ``--backend backend`` cannot run here (the ``trio`` extra is missing), or None.
+
+    trio needs the trio package and aiobotocore's httpx backend (httpx2, or the older httpx).
+    """
+    if backend != "trio":
+        return None
+    missing_trio = importlib.util.find_spec("trio") is None
+    missing_httpx = all(importlib.util.find_spec(name) is None for name in ("httpx2", "httpx"))
+    if missing_trio or missing_httpx:
+        return "--backend trio needs the trio extra: pip install 'aiokpl[trio]'"
+    return None
+
+
+def usage_message(exc: ConfigError) -> str:
+    """``exc``'s message, in the command line's words (``--region``, not ``Config(region=)``)."""
+    message = str(exc)
+    if message.startswith("no AWS region"):
+        return (
+            "no AWS region: pass --region (e.g. --region us-east-1), or set the "
+            "AWS_DEFAULT_REGION variable or a region in your AWS profile (--profile)"
+        )
+    return message
 
 
 def global_options_parent() -> argparse.ArgumentParser:

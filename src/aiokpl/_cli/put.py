@@ -7,11 +7,14 @@ lines, and each line becomes a ``put_record``, which waits whenever the producer
 ``max_outstanding_records`` / ``max_outstanding_bytes``. Memory is therefore bounded by those
 two numbers and :data:`~aiokpl._cli.lines.MAX_LINE_SIZE`, never by the size of the input.
 
-Every line ends in exactly one of these: delivered; failed by Kinesis (its result's code, e.g.
-``ProvisionedThroughputExceededException`` after the TTL); or rejected before it was sent (bad
-JSON, a missing field, a record over the limits). Failed and rejected lines are counted by code
-in the report and written, with their reason and the record, to the dead-letter file, which is
-created only when the first one happens.
+Every line read ends in exactly one of these: blank (skipped); delivered; failed by Kinesis
+(its result's code, e.g. ``ProvisionedThroughputExceededException`` after the TTL); rejected
+before it was sent (bad JSON, a missing field, a record over the limits); or, when a signal
+stops the run while the line waits to be put (for ``--rate-limit`` or for room in the
+producer), not put. Failed and rejected lines are counted by code in the report and written,
+with their reason and the record, to the dead-letter file, which is created only when the first
+one happens. So ``lines == blank + delivered + failed + not_put``, and an interrupted run's
+report says where to resume: the first line of the input not handled.
 
 Turning lines into records is the pure module :mod:`aiokpl._cli.lines`; the report here is pure
 too, and tested on its own.
@@ -23,12 +26,14 @@ import argparse
 import base64
 import json
 import os
+import shlex
 import signal
 import stat
 import sys
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import partial
 from typing import IO, Any, TextIO
@@ -64,6 +69,7 @@ from .options import (
     made_of,
     positive_float,
     positive_int,
+    usage_message,
 )
 
 __all__ = ("DeadLetters", "Input", "PutReport", "PutRun", "add_parser", "run_put_command")
@@ -99,7 +105,14 @@ class PutReport:
         dead_letters: lines written to the dead-letter file.
         dead_letter_path: that file, once created.
         dead_letter_error: why writing it failed, if it did.
-        interrupted: the run was stopped by Ctrl-C.
+        interrupted: the run was stopped by a signal (see ``stopped_by``).
+        stopped_by: what stopped it: ``"Ctrl-C"`` (SIGINT) or ``"SIGTERM"``.
+        not_put: lines read but not put because the run was stopped while they waited (for
+            ``--rate-limit``, or for room in the producer): at most one.
+        resume_source: the input holding the first line not handled, when the run was stopped
+            before the end of its input (``-`` for stdin); ``None`` otherwise.
+        resume_line: that line's number in ``resume_source``.
+        unread_inputs: the inputs after ``resume_source``, not read at all.
     """
 
     stream: str
@@ -114,6 +127,11 @@ class PutReport:
     dead_letter_path: str | None = None
     dead_letter_error: str | None = None
     interrupted: bool = False
+    stopped_by: str = "Ctrl-C"
+    not_put: int = 0
+    resume_source: str | None = None
+    resume_line: int = 0
+    unread_inputs: tuple[str, ...] = ()
 
     @property
     def failed_total(self) -> int:
@@ -148,8 +166,29 @@ class PutReport:
             "dead_letter_file": self.dead_letter_path,
             "dead_letter_error": self.dead_letter_error,
             "interrupted": self.interrupted,
+            "stopped_by": self.stopped_by if self.interrupted else None,
+            "not_put": self.not_put,
+            "resume_source": self.resume_source,
+            "resume_line": self.resume_line if self.resume_source is not None else None,
             "exit_status": self.exit_status(),
         }
+
+    def resume_hint(self) -> str | None:
+        """Where to start again after an interruption, and a command doing it; or None.
+
+        The command reads the rest of the input from its first line not handled
+        (``tail -n +N``) on stdin, then the inputs not read at all.
+        """
+        if self.resume_source is None:
+            return None
+        stdin = self.resume_source == "-"
+        where = "standard input" if stdin else self.resume_source
+        source = "INPUT" if stdin else shlex.quote(self.resume_source)
+        rest = "".join(f" {shlex.quote(name)}" for name in self.unread_inputs)
+        return (
+            f"line {self.resume_line:,} of {where}: tail -n +{self.resume_line} {source} | "
+            f"aiokpl put {shlex.quote(self.stream)} (same options){' -' + rest if rest else ''}"
+        )
 
     def format(self) -> str:
         """The human-readable report printed on stderr at the end."""
@@ -169,8 +208,16 @@ class PutReport:
             rows.append(("dead letters", f"{self.dead_letters:,} in {self.dead_letter_path}"))
         if self.dead_letter_error is not None:
             rows.append(("dead letters", f"NOT ALL WRITTEN: {self.dead_letter_error}"))
+        if self.not_put:
+            rows.append(("not put", f"{self.not_put:,} (stopped while waiting to put it)"))
         if self.interrupted:
-            rows.append(("interrupted", "stopped by Ctrl-C before the end of the input"))
+            if self.resume_source is None:
+                rows.append(("interrupted", f"stopped by {self.stopped_by}; all input was read"))
+            else:
+                rows.append(
+                    ("interrupted", f"stopped by {self.stopped_by} before the end of the input")
+                )
+                rows.append(("resume from", self.resume_hint() or ""))
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name:>{width}}  {value}" for name, value in rows)
 
@@ -326,6 +373,15 @@ class PutRun:
         self._progress = progress
         self._put = 0
         self._bad_lines_shown = 0
+        # Where reading stands: the input being read (its index; len(inputs) once all were
+        # read), the number of its first line not handled yet, and whether a line was read
+        # and is waiting to be put (for the rate limiter or for room in the producer).
+        self._reading = 0
+        self._next_line = 1
+        self._waiting = False
+        # Both made by run(): a cancel scope can be created only inside the event loop.
+        self._reading_scope: anyio.CancelScope | None = None
+        self._abandon: anyio.CancelScope | None = None
 
     async def run(self, producer: Producer, abandon: anyio.CancelScope | None = None) -> None:
         """Put every line of every input through ``producer``; return when all have a result.
@@ -336,84 +392,116 @@ class PutRun:
                 handles SIGINT and SIGTERM itself (only possible in the main thread): the first
                 stops reading and lets every record read so far finish; the second cancels
                 ``abandon``, so that the producer exits at once, failing what is left with code
-                ``"Cancelled"`` (those records are dead-lettered too).
+                ``"Cancelled"`` (those records are dead-lettered too). See :meth:`stop`.
         """
         started = anyio.current_time()
+        self._abandon = abandon
+        self._reading_scope = anyio.CancelScope()
         try:
             async with anyio.create_task_group() as task_group:
                 if self._progress:
                     task_group.start_soon(self._redraw, started)
-                with anyio.CancelScope() as reading:
+                with self._reading_scope:
                     if abandon is not None:
-                        await task_group.start(self._watch_signals, reading, abandon)
+                        await task_group.start(self._watch_signals)
                     await self._put_all(producer)
                 await producer.flush()
                 task_group.cancel_scope.cancel()
         finally:
+            self._note_where_reading_stopped()  # nothing to note when all input was read
             self.report.seconds = anyio.current_time() - started
             if self._progress:
                 self._stderr.write("\r\x1b[K")
                 self._stderr.flush()
 
+    def _note_where_reading_stopped(self) -> None:
+        """Count the line that was waiting to be put, and where to resume (once)."""
+        report = self.report
+        if self._waiting:
+            self._waiting = False
+            report.not_put += 1
+        if self._reading < len(self._inputs) and report.resume_source is None:
+            report.resume_source = self._inputs[self._reading].name
+            report.resume_line = self._next_line
+            report.unread_inputs = tuple(i.name for i in self._inputs[self._reading + 1 :])
+
     async def _put_all(self, producer: Producer) -> None:
         limiter = RateLimiter(self._rate_limit) if self._rate_limit else None
-        for source in self._inputs:
-            async for line in _lines(source.file):
-                self.report.lines += 1
-                if line.data is None:
-                    self._reject(
-                        source.name,
-                        line,
-                        BadLine(
-                            "LineTooLong",
-                            f"line of {line.size:,} bytes is over the limit of "
-                            f"{MAX_LINE_SIZE:,} bytes",
-                        ),
+        for index, source in enumerate(self._inputs):
+            self._reading, self._next_line = index, 1
+            # aclosing: a run stopped mid-input closes the generator now, not at collection.
+            async with aclosing(_lines(source.file)) as lines:
+                async for line in lines:
+                    self.report.lines += 1
+                    self._next_line = line.number + 1  # unless it waits to be put (below)
+                    if line.data is None:
+                        self._reject(
+                            source.name,
+                            line,
+                            BadLine(
+                                "LineTooLong",
+                                f"line of {line.size:,} bytes is over the limit of "
+                                f"{MAX_LINE_SIZE:,} bytes",
+                            ),
+                        )
+                        continue
+                    if not line.data.strip():
+                        self.report.blank += 1
+                        continue
+                    parsed = self._parser.parse(line.data, line.number)
+                    if isinstance(parsed, BadLine):
+                        self._reject(source.name, line, parsed)
+                        continue
+                    # Stopped during these awaits, the line is neither put nor dead-lettered.
+                    self._next_line, self._waiting = line.number, True
+                    if limiter is not None:
+                        await limiter.acquire()
+                    try:
+                        outcome = await producer.put_record(
+                            stream=self._stream,
+                            partition_key=parsed.partition_key,
+                            data=parsed.data,
+                            explicit_hash_key=parsed.explicit_hash_key,
+                        )
+                    except (InvalidRecordError, InvalidRecordTypeError) as exc:
+                        self._next_line, self._waiting = line.number + 1, False
+                        self._reject(source.name, line, BadLine("InvalidRecord", str(exc)))
+                        continue
+                    self._next_line, self._waiting = line.number + 1, False
+                    self._put += 1
+                    outcome.add_done_callback(
+                        partial(self._on_result, source.name, line.number, parsed)
                     )
-                    continue
-                if not line.data.strip():
-                    self.report.blank += 1
-                    continue
-                parsed = self._parser.parse(line.data, line.number)
-                if isinstance(parsed, BadLine):
-                    self._reject(source.name, line, parsed)
-                    continue
-                if limiter is not None:
-                    await limiter.acquire()
-                try:
-                    outcome = await producer.put_record(
-                        stream=self._stream,
-                        partition_key=parsed.partition_key,
-                        data=parsed.data,
-                        explicit_hash_key=parsed.explicit_hash_key,
-                    )
-                except (InvalidRecordError, InvalidRecordTypeError) as exc:
-                    self._reject(source.name, line, BadLine("InvalidRecord", str(exc)))
-                    continue
-                self._put += 1
-                outcome.add_done_callback(
-                    partial(self._on_result, source.name, line.number, parsed)
-                )
+        self._reading = len(self._inputs)
+
+    def stop(self, signum: int) -> None:
+        """What a signal does to the run (``signum``: SIGINT or SIGTERM).
+
+        The first stops reading: the line waiting to be put, if any, is not put, and every
+        record already put finishes. The next cancels the ``abandon`` scope given to
+        :meth:`run`, if any.
+        """
+        if self.report.interrupted:
+            if self._abandon is not None:
+                self._abandon.cancel()
+            return
+        self.report.interrupted = True
+        self.report.stopped_by = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        # Cancelled before saying so: once the line is out, a read that ends is not taken.
+        if self._reading_scope is not None:
+            self._reading_scope.cancel()
+        self._print(
+            f"aiokpl put: interrupted ({self.report.stopped_by}); finishing the records "
+            "already read (interrupt again to abandon them)"
+        )
 
     async def _watch_signals(
-        self,
-        reading: anyio.CancelScope,
-        abandon: anyio.CancelScope,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             task_status.started()
-            async for _ in signals:
-                if not self.report.interrupted:
-                    self.report.interrupted = True
-                    self._print(
-                        "aiokpl put: interrupted; finishing the records already read "
-                        "(interrupt again to abandon them)"
-                    )
-                    reading.cancel()
-                else:
-                    abandon.cancel()
+            async for signum in signals:
+                self.stop(signum)
 
     def _reject(self, source: str, line: Line, bad: BadLine) -> None:
         self.report.failed[bad.code] += 1
@@ -481,7 +569,7 @@ def _may_block(file: IO[bytes]) -> bool:
         return False
 
 
-async def _lines(file: IO[bytes]) -> AsyncIterator[Line]:
+async def _lines(file: IO[bytes]) -> AsyncGenerator[Line, None]:
     """The lines of ``file``, read a block at a time (in a worker thread if it may block)."""
     splitter = LineSplitter()
     read = getattr(file, "read1", file.read)
@@ -526,7 +614,14 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
     )
     put.add_argument("stream", metavar="STREAM", help="the stream to write to: its name or its ARN")
-    put.add_argument("files", metavar="FILE", nargs="*", help="input files ('-': stdin)")
+    # default=[]: argparse then knows FILE is optional, and says only STREAM when it is missing.
+    put.add_argument(
+        "files",
+        metavar="FILE",
+        nargs="*",
+        default=[],
+        help="input files, read in order ('-': stdin; default: stdin)",
+    )
     records = put.add_argument_group("records")
     records.add_argument(
         "--json",
@@ -712,7 +807,7 @@ async def _put_main(config: Config, stream: str, run: PutRun, stderr: TextIO) ->
                 async with Producer(config, client=client) as producer:
                     await run.run(producer, abandon if _in_main_thread() else None)
     except ConfigError as exc:
-        print(f"aiokpl put: {exc}", file=stderr)
+        print(f"aiokpl put: {usage_message(exc)}", file=stderr)
         return EXIT_USAGE
     return None
 

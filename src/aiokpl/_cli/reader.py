@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from .._core.aggregation import DeaggregatedRecord, deaggregate
 from .._core.backoff import Backoff
+from .._core.deaggregation import deaggregate
 from .._core.errors import AggregationFormatError
 from .._core.retry_policy import FAIL_FAST
+from .._core.wire import DeaggregatedRecord
 from .._kinesis import KinesisReader, arn_argument, error_of, stream_argument
 
 if TYPE_CHECKING:

@@ -18,9 +18,9 @@ from typing import Any, TextIO
 
 import anyio
 
-from .._core.aggregation import DeaggregatedRecord
 from .._core.config import Config
 from .._core.errors import ConfigError
+from .._core.wire import DeaggregatedRecord
 from .._kinesis import create_client
 from .options import (
     EXIT_OK,
@@ -30,6 +30,7 @@ from .options import (
     made_of,
     positive_float,
     positive_int,
+    usage_message,
 )
 from .reader import StartPosition, TailError, tail_stream
 
@@ -272,7 +273,7 @@ async def _tail_main(
                     on_shard_started=lambda shard, kind: note(f"reading {shard} from {kind}"),
                 )
     except ConfigError as exc:
-        print(f"aiokpl tail: {exc}", file=stderr)
+        print(f"aiokpl tail: {usage_message(exc)}", file=stderr)
         return EXIT_USAGE
     except TailError as exc:
         print(f"aiokpl tail: cannot read {args.stream!r}: {exc}", file=stderr)

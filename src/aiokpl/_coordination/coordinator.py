@@ -239,7 +239,11 @@ class _ProducerCoordinator:
     """A producer's coordination task: meters, reports, summaries, ceilings."""
 
     def __init__(
-        self, coordination: Coordination, config: Config, clock: Callable[[], float]
+        self,
+        coordination: Coordination,
+        config: Config,
+        clock: Callable[[], float],
+        jitter: random.Random | None = None,
     ) -> None:
         self.coordination = coordination
         self.producer_id = coordination.producer_id or uuid.uuid4().hex
@@ -275,7 +279,7 @@ class _ProducerCoordinator:
             {},
         )
         self._problems = _Problems("coordination")
-        self._random = random.Random()
+        self._random = random.Random() if jitter is None else jitter  # the producer's
         self.rounds = 0
 
     def meter(

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .aggregation import AggregateBuilder, decode
+from .decoder import decode
+from .encoder import AggregateBuilder
 from .results import Attempt, RecordResult
 
 __all__ = (

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .errors import AiokplError
 
 if TYPE_CHECKING:
-    from .aggregation import Tag
+    from .wire import Tag
 
 __all__ = ("Attempt", "FailedRecord", "RecordFailedError", "RecordResult")
 

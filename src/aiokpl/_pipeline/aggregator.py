@@ -45,7 +45,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from .._core.aggregation import AggregateBuilder
+from .._core.encoder import AggregateBuilder
 from .._core.records import AGGREGATE_PARTITION_KEY, KinesisRecord, UserRecordLike
 from .._core.statistics import AggregatorStatistics
 

@@ -56,6 +56,8 @@ class StreamPipeline:
         finish: resolves records (the producer's ledger).
         metrics: the producer's metrics recorder, if any.
         coordinator: the producer's coordinator, if any: it meters and sets the limits.
+        random_value: the producer's jitter generator (``jitter_source``), for the shard
+            map's and retrier's waits.
     """
 
     __slots__ = (
@@ -85,6 +87,7 @@ class StreamPipeline:
         finish: Callable[[list[UserRecord], bool], None],
         metrics: MetricsRecorder | None,
         coordinator: _ProducerCoordinator | None,
+        random_value: Callable[[], float],
     ) -> None:
         self._clock = clock
         self._ttl_ms = config.record_ttl_ms
@@ -97,6 +100,7 @@ class StreamPipeline:
             client,
             task_group,
             request_timeout=config.request_timeout_ms / 1000,
+            random_value=random_value,
         )
         buffered = config.record_max_buffered_time_ms / 1000
         grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
@@ -150,6 +154,7 @@ class StreamPipeline:
                 aggregation_enabled=config.aggregation_enabled,
                 retry_delay=buffered / 2,
             ),
+            random_value=random_value,
             metrics=metrics,
             resend=lambda records: sender.submit(self.retrier, records),
         )

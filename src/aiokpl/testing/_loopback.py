@@ -4,24 +4,14 @@
 as botocore sends it, so a real aiobotocore client (the producer's own, on asyncio and on trio)
 can be pointed at it with ``endpoint_url``. Every request is handed to a ``FakeKinesis``, so the
 model (routing, sequence numbers, pagination, validation, per-shard throttling, resharding,
-scripted and random service errors) is exactly the in-process fake's; this module only adds the
+scripted and random service errors) is exactly the in-process fake's; the server adds only the
 HTTP layer and the faults that live there: 5xx responses, connection resets, slow responses and
 malformed bodies.
 
-The protocol, as botocore 1.43 speaks it for Kinesis (checked against its service model, whose
-``protocols`` list holds only ``"json"``, and against captured requests from the aiohttp and
-httpx backends):
-
-* ``POST /`` (httpx sends the absolute form ``POST http://127.0.0.1:PORT/``) with
-  ``X-Amz-Target: Kinesis_20131202.<Operation>``, ``Content-Type: application/x-amz-json-1.1``
-  and a ``Content-Length`` body: a JSON object of the operation's parameters, where blobs
-  (``Data``) are base64 strings and timestamps are seconds since the epoch;
-* a success is ``200`` with the response JSON, blobs base64-encoded and datetimes as epoch
-  seconds, and an ``x-amzn-RequestId`` header;
-* an error is the status the fake's ``ClientError`` carries (400 for client errors) with the
-  body ``{"__type": code, "message": message}``, which botocore's JSON parser turns back into
-  exactly that code and message; the ``x-amzn-ErrorType`` header is sent too, as the service
-  does, though the JSON protocol reads only the body.
+The HTTP/1.1 framing is ``_http``'s and the Kinesis JSON protocol (what botocore sends and
+expects, and how a request becomes a call of the fake) is ``_protocol``'s; this module holds the
+server: its connections, its HTTP faults (scripted and :class:`HttpFaultPlan`), its
+:class:`LoopbackStatistics`, and the thread it may run in.
 
 Request handling, per connection (HTTP/1.1, keep-alive unless ``Connection: close`` or HTTP/1.0;
 ``Expect: 100-continue`` answered; ``Transfer-Encoding: chunked`` accepted):
@@ -53,35 +43,50 @@ test code reaches it through :meth:`LoopbackKinesis.call`.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import concurrent.futures
 import contextlib
-import inspect
 import json
 import math
 import random
-import socket
-import struct
 import threading
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ._backend import threadsafe_scheduler
-from ._kinesis import error_of
-
-if TYPE_CHECKING:
-    # Imported lazily at run time: aiokpl.testing re-exports this module's names.
-    from .testing import FakeKinesis
+from .._backend import threadsafe_scheduler
+from .._kinesis import error_of
+from ._fake import FakeKinesis
+from ._http import (
+    _MAX_HEAD_BYTES,
+    _abort,
+    _BadRequest,
+    _encode_response,
+    _parse_head,
+    _path_of,
+    _read_body,
+    _reason,
+    _Response,
+)
+from ._protocol import (
+    _CONTENT_TYPE,
+    _METHODS,
+    _check_operation,
+    _decode_params,
+    _error_response,
+    _json_response,
+    _operation_of,
+    _parameters,
+    _ServiceError,
+    _spoil,
+    _status_of,
+    _to_json,
+)
 
 __all__ = ("HttpFaultPlan", "LoopbackKinesis", "LoopbackStatistics", "MalformedKind")
 
@@ -92,39 +97,6 @@ MalformedKind = Literal["not-json", "truncated", "missing-records", "wrong-count
 
 _MALFORMED_KINDS: tuple[str, ...] = ("not-json", "truncated", "missing-records", "wrong-count")
 
-_TARGET_PREFIX = "Kinesis_20131202."
-_CONTENT_TYPE = "application/x-amz-json-1.1"
-
-# Operation name -> FakeKinesis method name.
-_METHODS: dict[str, str] = {
-    "CreateStream": "create_stream",
-    "DeleteStream": "delete_stream",
-    "DescribeStream": "describe_stream",
-    "DescribeStreamSummary": "describe_stream_summary",
-    "GetRecords": "get_records",
-    "GetShardIterator": "get_shard_iterator",
-    "ListShards": "list_shards",
-    "MergeShards": "merge_shards",
-    "PutRecord": "put_record",
-    "PutRecords": "put_records",
-    "SplitShard": "split_shard",
-    "UpdateMaxRecordSize": "update_max_record_size",
-}
-
-
-def _parameters(method: Callable[..., Any]) -> tuple[frozenset[str], tuple[str, ...]]:
-    """The keyword parameters a fake's method accepts, and those it requires."""
-    parameters = inspect.signature(method).parameters.values()
-    keyword = [p for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    return (
-        frozenset(p.name for p in keyword),
-        tuple(p.name for p in keyword if p.default is inspect.Parameter.empty),
-    )
-
-
-_MAX_HEAD_BYTES = 64 * 1024
-# A 10 MiB record (the largest a stream allows) base64-encoded, plus JSON around it.
-_MAX_BODY_BYTES = 32 * 1024 * 1024
 _UNKNOWN_OPERATION = "UnknownOperation"
 
 
@@ -255,218 +227,6 @@ class LoopbackStatistics:
         return sum(self.requests.values())
 
 
-# -- HTTP ------------------------------------------------------------------------------------
-
-
-class _BadRequest(Exception):
-    """The request cannot be parsed as HTTP/1.1: answer 400 and close."""
-
-
-@dataclass(frozen=True)
-class _Head:
-    method: str
-    target: str
-    version: str
-    headers: dict[str, str]
-
-    @property
-    def keep_alive(self) -> bool:
-        connection = self.headers.get("connection", "").lower()
-        if self.version == "HTTP/1.0":
-            return "keep-alive" in connection
-        return "close" not in connection
-
-    @property
-    def operation(self) -> str | None:
-        target = self.headers.get("x-amz-target", "")
-        if not target.startswith(_TARGET_PREFIX):
-            return None
-        return target[len(_TARGET_PREFIX) :]
-
-
-def _parse_head(raw: bytes) -> _Head:
-    """Parse a request line and headers (without the blank line that ends them)."""
-    lines = raw.decode("latin-1").replace("\r\n", "\n").split("\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise _BadRequest(f"bad request line {lines[0][:100]!r}")
-    method, target, version = parts
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, colon, value = line.partition(":")
-        if not colon or not name or name != name.strip():
-            raise _BadRequest(f"bad header line {line[:100]!r}")
-        key = name.lower()
-        value = value.strip()
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    return _Head(method, target, version, headers)
-
-
-def _path_of(target: str) -> str:
-    # httpx sends the absolute form, "http://127.0.0.1:PORT/".
-    if "://" in target:
-        rest = target.split("://", 1)[1]
-        slash = rest.find("/")
-        return "/" if slash < 0 else rest[slash:]
-    return target
-
-
-@dataclass(frozen=True)
-class _Response:
-    status: int
-    body: bytes
-    headers: tuple[tuple[str, str], ...] = ()
-    reset: bool = False
-
-
-def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Server Error" if status >= 500 else "Unknown"
-
-
-def _encode_response(response: _Response, keep_alive: bool, body: bytes | None = None) -> bytes:
-    lines = [f"HTTP/1.1 {response.status} {_reason(response.status)}"]
-    lines.extend(f"{name}: {value}" for name, value in response.headers)
-    lines.append(f"Content-Length: {len(response.body)}")
-    lines.append("Connection: " + ("keep-alive" if keep_alive else "close"))
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return head + (response.body if body is None else body)
-
-
-def _json_response(payload: Mapping[str, Any], request_id: str | None = None) -> _Response:
-    return _Response(
-        200,
-        json.dumps(payload, separators=(",", ":")).encode(),
-        (
-            ("Content-Type", _CONTENT_TYPE),
-            ("x-amzn-RequestId", request_id or str(uuid.uuid4())),
-        ),
-    )
-
-
-def _error_response(status: int, code: str, message: str) -> _Response:
-    body = json.dumps({"__type": code, "message": message}, separators=(",", ":")).encode()
-    return _Response(
-        status,
-        body,
-        (
-            ("Content-Type", _CONTENT_TYPE),
-            ("x-amzn-RequestId", str(uuid.uuid4())),
-            ("x-amzn-ErrorType", code),
-        ),
-    )
-
-
-class _ServiceError(Exception):
-    def __init__(self, code: str, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = status
-
-
-def _status_of(exc: BaseException) -> int | None:
-    """The HTTP status a botocore ``ClientError`` carries, or ``None`` for other exceptions.
-
-    Duck-typed on ``exc.response`` so that only ``_kinesis`` imports botocore.
-    """
-    response = getattr(exc, "response", None)
-    if not isinstance(response, Mapping) or not isinstance(response.get("Error"), Mapping):
-        return None
-    metadata = response.get("ResponseMetadata")
-    status = metadata.get("HTTPStatusCode") if isinstance(metadata, Mapping) else None
-    return status if isinstance(status, int) and 300 <= status <= 599 else 400
-
-
-def _check_operation(operation: str) -> None:
-    if operation not in _METHODS:
-        raise ValueError(
-            f"unknown operation {operation!r}; the loopback server serves "
-            f"{', '.join(sorted(_METHODS))}"
-        )
-
-
-def _camel(name: str) -> str:
-    return name[:1].lower() + name[1:]
-
-
-def _blob(value: object, field: str) -> bytes:
-    if not isinstance(value, str):
-        raise _ServiceError(
-            "SerializationException", f"{field}: expected a base64 string, got {value!r:.100}"
-        )
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise _ServiceError(
-            "SerializationException", f"{field}: {value[:100]!r} is not valid base64"
-        ) from None
-
-
-def _decode_params(
-    operation: str, body: bytes, signature: tuple[frozenset[str], tuple[str, ...]]
-) -> dict[str, Any]:
-    """The JSON request body as keyword arguments for the fake's method."""
-    try:
-        params = json.loads(body) if body else {}
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _ServiceError("SerializationException", f"the body is not JSON: {exc}") from None
-    if not isinstance(params, dict):
-        raise _ServiceError("SerializationException", "the body is not a JSON object")
-    accepted, required = signature
-    params = {key: value for key, value in params.items() if key in accepted}
-    for name in required:
-        if params.get(name) is None:
-            raise _ServiceError(
-                "ValidationException",
-                f"1 validation error detected: Value null at '{_camel(name)}' failed to "
-                "satisfy constraint: Member must not be null",
-            )
-    if operation == "PutRecords" and isinstance(params["Records"], list):
-        for index, entry in enumerate(params["Records"]):
-            if isinstance(entry, dict) and "Data" in entry:
-                entry["Data"] = _blob(entry["Data"], f"Records[{index}].Data")
-    elif operation == "PutRecord":
-        params["Data"] = _blob(params["Data"], "Data")
-    return params
-
-
-def _to_json(value: object) -> object:
-    if isinstance(value, Mapping):
-        return {key: _to_json(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_to_json(item) for item in value]
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return value
-
-
-def _spoil(kind: str, operation: str, response: _Response | None) -> bytes:
-    """The body of a malformed answer (``truncated`` is cut by the caller from a ``plausible`` one).
-
-    Without a response of the model's to spoil, ``PutRecords`` gets an empty result list and
-    other operations an empty object.
-    """
-    if kind == "not-json":
-        return b"<html><body>this is not JSON</body></html>"
-    payload: dict[str, Any] = {}
-    if response is not None and response.status == 200:
-        payload = json.loads(response.body)
-    elif operation == "PutRecords":
-        payload = {"FailedRecordCount": 0, "Records": [], "EncryptionType": "NONE"}
-    if kind == "missing-records":
-        payload.pop("Records", None)
-    elif kind == "wrong-count" and isinstance(payload.get("Records"), list) and payload["Records"]:
-        payload["Records"].pop()
-    return json.dumps(payload, separators=(",", ":")).encode()
-
-
 # -- the server ------------------------------------------------------------------------------
 
 
@@ -515,8 +275,6 @@ class LoopbackKinesis:
 
     def __init__(self, fake: FakeKinesis | None = None) -> None:
         if fake is None:
-            from .testing import FakeKinesis
-
             fake = FakeKinesis()
         self.fake: FakeKinesis = fake
         self._signatures: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
@@ -822,12 +580,12 @@ class LoopbackKinesis:
         """Serve one request; return whether the connection stays open."""
         try:
             head = _parse_head(await reader.receive_until(b"\r\n\r\n", _MAX_HEAD_BYTES))
-            body = await self._read_body(stream, reader, head)
+            body = await _read_body(stream, reader, head)
         except (_BadRequest, anyio.DelimiterNotFound) as exc:
             await self._send(stream, _error_response(400, "BadRequest", str(exc)), False)
             return False
         keep_alive = head.keep_alive
-        operation = head.operation
+        operation = _operation_of(head)
         if (
             head.method != "POST"
             or _path_of(head.target) != "/"
@@ -883,22 +641,6 @@ class LoopbackKinesis:
         )
         return await self._answer(stream, spoiled, keep_alive)
 
-    async def _read_body(
-        self, stream: SocketStream, reader: BufferedByteReceiveStream, head: _Head
-    ) -> bytes:
-        if head.headers.get("expect", "").lower() == "100-continue":
-            await stream.send(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if "chunked" in head.headers.get("transfer-encoding", "").lower():
-            return await _read_chunked(reader)
-        length_text = head.headers.get("content-length", "0")
-        try:
-            length = int(length_text)
-        except ValueError:
-            raise _BadRequest(f"bad Content-Length {length_text!r}") from None
-        if not 0 <= length <= _MAX_BODY_BYTES:
-            raise _BadRequest(f"Content-Length {length} is outside 0 … {_MAX_BODY_BYTES}")
-        return await reader.receive_exactly(length) if length else b""
-
     async def _answer(self, stream: SocketStream, response: _Response, keep_alive: bool) -> bool:
         if response.reset:
             self._faults["reset_connection"] += 1
@@ -940,34 +682,6 @@ class LoopbackKinesis:
         encoded = _to_json(payload)
         assert isinstance(encoded, dict)
         return _json_response(encoded, request_id if isinstance(request_id, str) else None)
-
-
-async def _read_chunked(reader: BufferedByteReceiveStream) -> bytes:
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        line = await reader.receive_until(b"\r\n", 1024)
-        try:
-            size = int(line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise _BadRequest(f"bad chunk size line {line[:100]!r}") from None
-        if size == 0:
-            while await reader.receive_until(b"\r\n", _MAX_HEAD_BYTES):
-                pass  # trailers
-            return b"".join(chunks)
-        total += size
-        if total > _MAX_BODY_BYTES:
-            raise _BadRequest(f"the body is over {_MAX_BODY_BYTES} bytes")
-        chunks.append(await reader.receive_exactly(size))
-        if await reader.receive_exactly(2) != b"\r\n":
-            raise _BadRequest("a chunk does not end with CRLF")
-
-
-def _abort(stream: SocketStream) -> None:
-    """Make the coming close a reset (RST) instead of an orderly shutdown (FIN)."""
-    with contextlib.suppress(OSError, anyio.TypedAttributeLookupError):
-        sock = stream.extra(SocketAttribute.raw_socket)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 class _ThreadRunner:

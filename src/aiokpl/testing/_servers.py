@@ -1,20 +1,25 @@
-"""Start a local Kinesis on 127.0.0.1 (moto's server or kinesalite), for the demo and the tests.
+"""Start a local Kinesis on 127.0.0.1 (moto's server or kinesalite), for ``aiokpl local``,
+the demo and the tests.
 
-moto is a development dependency, not a runtime one: this module imports nothing from it and
-starts it as a separate process, so the server never competes with the producer for the
-interpreter lock. kinesalite is an npm package that ``make test`` installs into
-``.cache/kinesalite``; it runs under Node.js, also as a separate process.
+moto is an optional dependency (the ``local`` extra, ``pip install 'aiokpl[local]'``), not a
+runtime one: this module imports it only inside :func:`make_moto_server`. The demo and the tests
+start that server as a separate process, so it never competes with the producer for the
+interpreter lock; ``aiokpl local`` (:mod:`aiokpl._cli.local`) serves it in its own process.
+kinesalite is an npm package that ``make test`` installs into ``.cache/kinesalite``; it runs
+under Node.js, also as a separate process.
 
 moto's Kinesis model is not thread-safe: a shard gives each record the largest sequence number
 so far plus one, without a lock, so concurrent ``PutRecords`` calls served by its threaded HTTP
 server can hand out the same number twice and overwrite a stored record (seen here: 7 of 3,000
-records lost with 24 connections, none with one). The launcher below therefore serves moto's
-WSGI application behind a lock: HTTP stays concurrent, the model sees one request at a time.
+records lost with 24 connections, none with one; ``docs/local-development.md`` has the figures
+for stock ``python -m moto.server``). :func:`make_moto_server` therefore serves moto's WSGI
+application behind a lock: HTTP stays concurrent, the model sees one request at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import shutil
@@ -22,17 +27,25 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+    from werkzeug.serving import BaseWSGIServer
 
 __all__ = (
     "DUMMY_CREDENTIALS",
     "KINESALITE_VERSION",
+    "MOTO_MISSING",
     "LocalServerError",
     "free_port",
     "kinesalite_dir",
     "kinesalite_server",
+    "make_moto_server",
+    "moto_installed",
     "moto_server",
 )
 
@@ -48,23 +61,69 @@ class LocalServerError(RuntimeError):
     """The local server could not be started (not installed, or it did not come up)."""
 
 
+MOTO_MISSING = "moto's server is not installed: pip install 'aiokpl[local]'"
+"""The one line a command prints when the ``local`` extra is missing."""
+
+
+def moto_installed() -> bool:
+    """Whether moto's server (the ``local`` extra) can be imported, without importing it."""
+    return all(importlib.util.find_spec(name) is not None for name in ("moto", "werkzeug", "flask"))
+
+
+def make_moto_server(host: str, port: int) -> BaseWSGIServer:
+    """moto's server, bound to ``host:port`` and ready to ``serve_forever()``.
+
+    The socket is listening when this returns (port 0: the kernel picks one; read it from the
+    server's ``server_port``). Requests are served on threads, and moto's WSGI application
+    runs behind one lock (see the module header for why).
+
+    Raises:
+        LocalServerError: moto's server is not installed.
+        OSError: the address cannot be bound (in use, not local).
+    """
+    try:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+    except ImportError as exc:
+        raise LocalServerError(MOTO_MISSING) from exc
+
+    app = DomainDispatcherApplication(create_backend_app)
+    lock = threading.Lock()
+
+    def serialized(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        with lock:
+            return list(app(environ, start_response))
+
+    # Bound here, not by werkzeug, which prints its own message and exits on a bind error.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        # werkzeug serves a duplicate of this descriptor; this one closes on leaving.
+        return make_server(
+            host,
+            int(sock.getsockname()[1]),
+            serialized,
+            threaded=True,
+            request_handler=MotoRequestHandler,
+            fd=sock.fileno(),
+        )
+
+
+# argv[1] is this file, argv[2] the port. The file is loaded by its path, not imported as
+# aiokpl.testing._servers, so the child needs no sys.path set up for aiokpl (and skips importing
+# the package and its dependencies).
 _SERIALIZED_MOTO = """
-import sys, threading
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication, MotoRequestHandler, create_backend_app,
-)
-from werkzeug.serving import make_server
-
-app = DomainDispatcherApplication(create_backend_app)
-lock = threading.Lock()
-
-def serialized(environ, start_response):
-    with lock:
-        return list(app(environ, start_response))
-
-make_server(
-    "127.0.0.1", int(sys.argv[1]), serialized, threaded=True, request_handler=MotoRequestHandler
-).serve_forever()
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("aiokpl_local_kinesis", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.make_moto_server("127.0.0.1", int(sys.argv[2])).serve_forever()
 """
 
 
@@ -113,19 +172,14 @@ def moto_server(timeout: float = 30.0) -> Iterator[str]:
     Raises:
         LocalServerError: moto is not installed or the server did not start.
     """
-    try:
-        import moto.server  # noqa: F401  (only to fail early with a clear message)
-    except ImportError as exc:
-        raise LocalServerError(
-            "moto[server] is not installed: install aiokpl's demo extra (in a checkout: "
-            "pip install '.[demo]'), or run `make demo`"
-        ) from exc
+    if not moto_installed():
+        raise LocalServerError(MOTO_MISSING)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     # moto logs every request: its output goes to a file, never to a pipe nobody reads.
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
-            [sys.executable, "-c", _SERIALIZED_MOTO, str(port)],
+            [sys.executable, "-c", _SERIALIZED_MOTO, __file__, str(port)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -1,0 +1,125 @@
+"""``aiokpl local`` as a real process: records put through it are stored, and signals stop it.
+
+Each test starts the command on a port the kernel picks (``--port 0``; the endpoint is read from
+its first line of output) and its fixture stops the process whatever the test did.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import anyio
+import pytest
+
+from aiokpl import Producer
+from aiokpl.testing import read_stream
+
+from .helpers import admin_client, config, user_records
+
+pytestmark = pytest.mark.integration
+
+_ENDPOINT = re.compile(r"^local Kinesis \(moto\) at (http://127\.0\.0\.1:\d+), region us-east-1$")
+
+StartLocal = Callable[..., tuple["subprocess.Popen[str]", str, str]]
+
+
+@pytest.fixture
+def start_local() -> Iterator[StartLocal]:
+    """Start ``python -m aiokpl local --port 0 ARGS...``.
+
+    Returns the process, its endpoint and what it printed up to its last line of instructions
+    (the rest of stdout is read by ``communicate``).
+    """
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> tuple[subprocess.Popen[str], str, str]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "aiokpl", "local", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        started.append(process)
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        found = _ENDPOINT.match(first.rstrip("\n"))
+        assert found is not None, first + process.stderr.read()  # type: ignore[union-attr]
+        banner = [first]
+        while not banner[-1].endswith("Ctrl-C stops it\n"):
+            banner.append(process.stdout.readline())
+            assert banner[-1], banner
+        return process, found.group(1), "".join(banner)
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+def _stop(process: subprocess.Popen[str], signum: int) -> tuple[str, str]:
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=30)
+    return out, err
+
+
+async def _put_and_read(endpoint: str, stream: str, count: int) -> list[tuple[str, bytes]]:
+    async with Producer(config(endpoint, record_max_buffered_time_ms=20)) as producer:
+        outcomes = [
+            await producer.put_record(
+                stream=stream, partition_key=f"key-{i % 7}", data=f"record {i}".encode()
+            )
+            for i in range(count)
+        ]
+        await producer.flush()
+    assert all(outcome.result().success for outcome in outcomes)
+    async with admin_client(endpoint) as admin:
+        return [(r.partition_key, r.data) for r in user_records(await read_stream(admin, stream))]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_records_put_through_the_producer_are_stored_and_ctrl_c_stops_it(
+    start_local: StartLocal, backend: str
+) -> None:
+    process, endpoint, out = start_local("--stream", "events:2", "--stream", "other")
+    stored = anyio.run(_put_and_read, endpoint, "events", 500, backend=backend)
+    assert sorted(stored) == sorted((f"key-{i % 7}", f"record {i}".encode()) for i in range(500))
+    rest, err = _stop(process, signal.SIGINT)
+    assert rest == ""
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == "aiokpl local: stopped (Ctrl-C); its streams are gone"
+    assert "streams: events (2 shards), other (1 shard)" in out
+    assert f"aiokpl --endpoint-url {endpoint} put events FILE" in out
+    assert "export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing" in out
+    assert f'Config(endpoint_url="{endpoint}", region="us-east-1",' in out
+
+
+def test_sigterm_stops_it_and_says_so(start_local: StartLocal) -> None:
+    process, _, out = start_local()
+    _, err = _stop(process, signal.SIGTERM)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == "aiokpl local: stopped (SIGTERM); its streams are gone"
+    assert "streams: none yet" in out
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(start_local: StartLocal) -> None:
+    _, endpoint, _ = start_local()
+    port = endpoint.rsplit(":", 1)[1]
+    finished = subprocess.run(
+        [sys.executable, "-m", "aiokpl", "local", "--port", port],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == 2
+    assert finished.stderr.startswith(f"aiokpl local: cannot listen on 127.0.0.1:{port}: ")
+    assert len(finished.stderr.splitlines()) == 1
