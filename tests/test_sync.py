@@ -448,3 +448,19 @@ def test_a_failing_loop_still_resolves_every_future(
     assert "the SyncProducer's event loop failed" in caplog.text
     with pytest.raises(ProducerClosedError):
         producer.put_record(stream="s", partition_key="k", data=b"d")
+
+
+def test_a_stream_arn_in_another_region_is_refused_at_put_as_the_async_put_does(
+    backend: Backend,
+) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("events")
+    here = "arn:aws:kinesis:us-east-1:123456789012:stream/events"
+    there = "arn:aws:kinesis:eu-west-1:123456789012:stream/events"
+    with SyncProducer(CONFIG, client=fake, backend=backend) as producer:
+        for _ in range(2):  # refused every time, not only when the stream is new
+            with pytest.raises(InvalidRecordError, match="is in region 'eu-west-1'"):
+                producer.put_record(stream=there, partition_key="k", data=b"x")
+        assert producer.outstanding_records == 0
+        future = producer.put_record(stream=here, partition_key="k", data=b"x")
+        assert future.result(timeout=WAIT).success

@@ -17,6 +17,8 @@ from ._core.results import Attempt as Attempt
 from ._core.results import FailedRecord as FailedRecord
 from ._core.results import RecordFailedError as RecordFailedError
 from ._core.results import RecordResult as RecordResult
+from ._core.statistics import ProducerStatistics as ProducerStatistics
+from ._core.statistics import StreamStatistics as StreamStatistics
 from ._core.token_bucket import TokenBucket as TokenBucket
 from ._metrics.otel import OpenTelemetrySink as OpenTelemetrySink
 from ._metrics.prometheus import PrometheusSink as PrometheusSink
@@ -24,8 +26,6 @@ from ._metrics.recorder import CloudWatchSink as CloudWatchSink
 from ._metrics.recorder import MetricsSink as MetricsSink
 from ._outcome import Outcome as Outcome
 from ._producer import Producer as Producer
-from ._producer import ProducerStatistics as ProducerStatistics
-from ._producer import StreamStatistics as StreamStatistics
 from ._rate_limiter import RateLimiter as RateLimiter
 from ._rate_limiter import RateLimiterStatistics as RateLimiterStatistics
 from ._sync import SyncProducer as SyncProducer

@@ -1,12 +1,19 @@
-"""The producer: the public entry point, owning one task group for every stage.
+"""The producer: the public entry point, its lifecycle and its put paths.
 
 Per stream, a record flows ShardMap (prediction) → Aggregator → Limiter → Collector → Sender →
-Retrier, and from the retrier either to its outcome or back to the aggregator. Everything up
-to the sender is synchronous: ``put_record`` runs the record through the aggregator (and, when
-a batch fills, further) in the caller's task, without locks, tasks or timers per record. The
-producer's own tasks are: one scheduler serving all deadlines (a stream's backoff included),
-one task per connection in use (at most ``max_connections``), and one shard-map refresh per
-stream while it runs.
+Retrier, and from the retrier either to its outcome or back to the aggregator; one stream's
+wiring is :mod:`aiokpl._pipeline.stream`, the result bookkeeping (outstanding records, room,
+flush waiters, counters) :mod:`aiokpl._pipeline.ledger`. Everything up to the sender is
+synchronous: ``put_record`` runs the record through the aggregator (and, when a batch fills,
+further) in the caller's task, without locks, tasks or timers per record. The producer's own
+tasks are: one scheduler serving all deadlines (a stream's backoff included), one task per
+connection in use (at most ``max_connections``), and one shard-map refresh per stream while it
+runs.
+
+The lifecycle is one ``AsyncExitStack``: ``__aenter__`` pushes each part as it starts (the
+owned client, the metrics runner, the result settlement, the task group), so a failure at any
+step releases exactly what was started and propagates unchanged; ``__aexit__`` flushes (for at
+most the TTL plus one request and a second) and unwinds the same stack.
 
 Invariants:
 
@@ -19,6 +26,10 @@ Invariants:
   coordinator's waits) comes from the producer's one generator, ``jitter_source``, never the
   process-wide one: with it seeded, a seeded fake and a virtual clock, a run replays exactly.
   (A coordination ``producer_id`` left to chance is a ``uuid4``: a name, not a timing.)
+
+Mirrors ``aws/kinesis/core/kinesis_producer.cc`` (the producer and its per-stream pipelines);
+unlike the KPL, the producer runs in the caller's event loop, not a child process, and its
+flush waits for the results.
 """
 
 from __future__ import annotations
@@ -27,11 +38,11 @@ import logging
 import math
 import random
 import threading
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -48,30 +59,23 @@ from ._core.errors import (
 )
 from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
-from ._core.records import KinesisRecord
-from ._core.results import Attempt, RecordResult
-from ._core.retry_policy import RetryPolicy
-from ._core.shards import ShardTable
+from ._core.results import RecordResult
+from ._core.statistics import ProducerStatistics, SenderStatistics, StreamStatistics
 from ._core.wire import Tags
-from ._failures import FailureHandler
 from ._kinesis import KinesisClient, RegionalClients, check_region, create_client, fixed_region
-from ._metrics.recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
+from ._metrics.recorder import MetricsRecorder, MetricsSink
+from ._metrics.runner import MetricsRunner
 from ._outcome import Outcome
-from ._pipeline.aggregator import Aggregator
-from ._pipeline.collector import Collector, OrderedCollector
-from ._pipeline.limiter import Limiter, OrderedLimiter
-from ._pipeline.retrier import Retrier
+from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
-from ._pipeline.shard_map import ShardMap
+from ._pipeline.stream import StreamPipeline
 from ._record import TaggedRecord, UserRecord
 
 if TYPE_CHECKING:
-    from contextlib import AbstractAsyncContextManager
-
     from anyio.abc import TaskGroup
 
-__all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
+__all__ = ("Producer", "ProducerPort", "ProducerStatistics", "StreamStatistics")
 
 logger = logging.getLogger("aiokpl")
 
@@ -102,107 +106,28 @@ def _fields_of(record: Any) -> tuple[Any, Any, Any, Any]:
     raise InvalidRecordTypeError(f"{_RECORD_SHAPES}, not one of length {len(record)}")
 
 
-@dataclass(frozen=True, slots=True)
-class StreamStatistics:
-    """A snapshot of one stream's pipeline.
-
-    Attributes:
-        stream: the stream as it was put to: its name, or its ARN.
-        shard_map_state: ``"INVALID"``, ``"UPDATING"`` or ``"READY"``.
-        open_shards: shards in the current map (0 before it loads).
-        shard_map_refreshes: completed loads of the map.
-        aggregating: user records waiting in open aggregates.
-        rate_limited: Kinesis records queued in the limiter, all shards.
-        queued_by_shard: Kinesis records queued in the limiter, by shard (non-empty only).
-        rates_by_shard: current (records/s, bytes/s) of each shard limited so far.
-        ceilings_by_shard: the (records/s, bytes/s) each shard's rate recovers to after
-            throttling: the configured rates, or what coordination set.
-        collecting: Kinesis records in the open ``PutRecords`` request.
-        retries: user-record retries so far.
-        expired_unsent: user records that expired queued (in the rate limiter or waiting for
-            a connection), never sent: what the stream could not take in time. They took no
-            share of the rate limit.
-        unmapped_rate: (records/s, bytes/s) of the stream-level limit that records without
-            a predicted shard share (no shard map), or ``None`` if there were none.
-        shard_map_source: the API that loaded the current map, ``"ListShards"`` or
-            ``"DescribeStream"`` (used when ``ListShards`` fails, e.g. when the IAM policy
-            lacks ``kinesis:ListShards``); ``None`` before a map loads.
-        shard_map_last_error: ``(operation, error_code, error_message)`` of the failure that
-            explains the map's state: why the last load attempt failed, or why ``ListShards``
-            could not be used for the map in force; ``None`` when ``ListShards`` loaded it.
-        waiting_for_shard_map: user records held until the stream's first map load ends
-            (records put before it are aggregated with it; none wait past their deadline).
-        capacity_mode: ``"PROVISIONED"`` or ``"ON_DEMAND"``, as ``DescribeStreamSummary``
-            says (asked once the first map has loaded, again every 10 minutes at most); ``None``
-            until it answers, or when it cannot be asked (the IAM policy lacks
-            ``kinesis:DescribeStreamSummary``). Nothing else depends on it.
-    """
-
-    stream: str
-    shard_map_state: str
-    open_shards: int
-    shard_map_refreshes: int
-    aggregating: int
-    rate_limited: int
-    queued_by_shard: dict[str, int]
-    rates_by_shard: dict[str, tuple[float, float]]
-    collecting: int
-    retries: int
-    ceilings_by_shard: dict[str, tuple[float, float]] = field(default_factory=dict)
-    expired_unsent: int = 0
-    unmapped_rate: tuple[float, float] | None = None
-    shard_map_source: str | None = None
-    shard_map_last_error: tuple[str, str, str] | None = None
-    waiting_for_shard_map: int = 0
-    capacity_mode: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerStatistics:
-    """A snapshot of the producer.
-
-    Attributes:
-        outstanding_records: records between ``put_record`` and their result.
-        outstanding_bytes: their partition key plus data bytes.
-        records_put: records accepted by ``put_record`` so far.
-        records_succeeded: records delivered.
-        records_failed: records that failed (any code, ``"Expired"`` included).
-        requests_sent: ``PutRecords`` calls answered or failed so far.
-        requests_failed: of those, calls that failed as a whole.
-        requests_in_flight: calls under way now.
-        requests_queued: requests waiting for a free connection.
-        streams: per-stream snapshots.
-        failure_callbacks_pending: async ``Config.on_record_failure`` calls queued or running.
-        failure_callback_errors: exceptions ``Config.on_record_failure`` raised so far.
-        records_expired_unsent: of ``records_failed``, records that expired queued in the
-            producer, never sent (every stream's ``expired_unsent``).
-        requests_backing_off: requests held back, without a connection, while their stream
-            backs off after request-level failures (or waits for the answer to the one
-            request it sends first when its backoff ends).
-    """
-
-    outstanding_records: int
-    outstanding_bytes: int
-    records_put: int
-    records_succeeded: int
-    records_failed: int
-    requests_sent: int
-    requests_failed: int
-    requests_in_flight: int
-    requests_queued: int
-    streams: tuple[StreamStatistics, ...]
-    failure_callbacks_pending: int = 0
-    failure_callback_errors: int = 0
-    records_expired_unsent: int = 0
-    requests_backing_off: int = 0
-
-
-# Seconds between two warnings that a stream is offered more than it takes.
-OVERLOAD_LOG_INTERVAL = 60.0
 # A stream's pipeline with no record outstanding, and none put through it between two looks
 # this far apart, is released (its shard map, limiter state and connection lane): state does
 # not grow with every stream name ever used. A later put builds it again.
 IDLE_SWEEP_SECONDS = 60.0
+
+
+# What a producer not started yet reports of its requests.
+_NO_REQUESTS = SenderStatistics(
+    requests_sent=0, requests_failed=0, in_flight=0, queued=0, backing_off=0
+)
+
+
+async def _shielded(close: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    """Run ``close(*args)`` shielded from cancellation (an exit that must finish)."""
+    with anyio.CancelScope(shield=True):
+        await close(*args)
+
+
+async def _close_task_group(task_group: TaskGroup) -> None:
+    """Cancel ``task_group`` and wait for its tasks (given no exception: it has its own)."""
+    task_group.cancel_scope.cancel()
+    await task_group.__aexit__(None, None, None)
 
 
 class _IdleSweep:
@@ -215,199 +140,6 @@ class _IdleSweep:
 
     def on_due(self, now: float) -> None:
         self.producer._release_idle_streams(now)
-
-
-class _Stream:
-    """The pipeline of one stream: its shard map, aggregator, limiter, collector and retrier."""
-
-    __slots__ = (
-        "_clock",
-        "_last_seen_out",
-        "_overload_logged_at",
-        "_overload_since_log",
-        "_ttl_ms",
-        "aggregator",
-        "collector",
-        "limiter",
-        "retrier",
-        "shard_map",
-        "stream",
-    )
-
-    def __init__(self, producer: Producer, stream: str) -> None:
-        config = producer.config
-        self._clock = producer._clock
-        self._ttl_ms = config.record_ttl_ms
-        self._overload_logged_at = -math.inf
-        self._overload_since_log = 0
-        self._last_seen_out = -1  # the aggregator's output count at the last idle sweep
-        assert producer._task_group is not None
-        self.stream = stream
-        self.shard_map = ShardMap(
-            stream,
-            producer._client_for(stream),
-            producer._task_group,
-            request_timeout=config.request_timeout_ms / 1000,
-            random_value=producer._jitter.random,
-        )
-        scheduler = producer._scheduler
-        clock = producer._clock
-        sender = producer._sender
-        assert sender is not None
-        buffered = config.record_max_buffered_time_ms / 1000
-        grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
-        ordered = config.ordering == "shard"
-        self.collector = (OrderedCollector if ordered else Collector)(
-            scheduler,
-            # The retrier is the sender's destination: it owns the stream's backoff and verdicts.
-            lambda records: sender.submit(self.retrier, records),
-            clock,
-            max_count=config.collection_max_count,
-            max_size=config.collection_max_size,
-            grace=grace,
-        )
-        admit: Callable[[KinesisRecord], None] = self.collector.put
-        coordinator = producer._coordinator
-        if coordinator is not None:
-            admit = coordinator.meter(stream, admit)
-        limits: dict[str, Any] = {
-            "records_per_second": config.rate_limit_records_per_sec_per_shard,
-            "bytes_per_second": config.rate_limit_bytes_per_sec_per_shard,
-            "drain_interval": config.drain_interval_ms / 1000,
-            # What a record needs to live on at admission to reach the wire in time: the
-            # collector's grace, plus one drain interval of slack for the event loop.
-            "send_margin": grace + config.drain_interval_ms / 1000,
-        }
-        self.limiter = (
-            OrderedLimiter(
-                scheduler,
-                admit,
-                self._expire_in_limiter,
-                clock,
-                hash_range=self.shard_map.hash_range,
-                **limits,
-            )
-            if ordered
-            else Limiter(scheduler, admit, self._expire_in_limiter, clock, **limits)
-        )
-        self.aggregator = Aggregator(
-            self.shard_map,
-            scheduler,
-            self.limiter.put,
-            enabled=config.aggregation_enabled,
-            max_size=config.aggregation_max_size,
-            max_count=config.aggregation_max_count,
-            # A failed record's result carries its data: then records keep it in flight.
-            release_data=not config.return_record_on_failure,
-            # Held records are released early by the collector's grace: sent at their deadline.
-            release_lead=grace,
-            flush_stream=lambda: self.flush(clock()),
-        )
-        self.retrier = Retrier(
-            stream,
-            self.shard_map,
-            self.aggregator,
-            self.limiter,
-            scheduler,
-            producer._finish,
-            clock,
-            RetryPolicy(
-                fail_if_throttled=config.fail_if_throttled,
-                aggregation_enabled=config.aggregation_enabled,
-                retry_delay=buffered / 2,
-            ),
-            random_value=producer._jitter.random,
-            metrics=producer._metrics,
-            resend=lambda records: sender.submit(self.retrier, records),
-        )
-        if coordinator is not None:
-            coordinator.attach(stream, self.limiter)
-        self.shard_map.on_install = self._map_installed
-        self.shard_map.start()
-
-    def _map_installed(self, table: ShardTable) -> None:
-        """A new shard map: per-shard state of shards gone from it is dropped, and records
-        still waiting at the stream-level limit (sent before any map) go back to the
-        aggregator, to be aggregated and limited per shard like the rest."""
-        if isinstance(self.limiter, OrderedLimiter):
-            # Records predicted with the old map go to their lanes before those retire.
-            self.aggregator.close_batches_outside(table)
-        self.limiter.prune(table)
-        put = self.aggregator.put
-        for kinesis_record in self.limiter.take_unmapped():
-            for record in cast("list[UserRecord]", kinesis_record.records):
-                put(record, record.hash_key)
-
-    def idle_since_last_look(self) -> bool:
-        """Whether nothing went through the pipeline since the last call (records put, or
-        retried, each make the aggregator emit)."""
-        out = self.aggregator.kinesis_records_out
-        idle = out == self._last_seen_out
-        self._last_seen_out = out
-        return idle
-
-    def close(self) -> None:
-        """Release the pipeline: it holds no record, and its shard map stops refreshing."""
-        self.shard_map.close()
-
-    def _expire_in_limiter(self, record: KinesisRecord) -> None:
-        self.retrier.expire(record, "rate limiter")
-        shard_limiter = self.limiter.limiter_of(record)
-        if shard_limiter is None or not shard_limiter.starved:
-            return  # it came back too close to its TTL to be sent: no sign of overload
-        # The stream is offered more than its shards take: say so, once a minute at most.
-        self._overload_since_log += len(record.records)
-        now = self._clock()
-        if now - self._overload_logged_at >= OVERLOAD_LOG_INTERVAL:
-            logger.warning(
-                "stream %r is offered more than its shards take: %d records expired waiting "
-                "in the rate limiter (record_ttl_ms=%d) since %s; send less, add shards, or "
-                "lower max_outstanding_records so that put_record waits instead",
-                self.stream,
-                self._overload_since_log,
-                self._ttl_ms,
-                "the last warning" if self._overload_logged_at > -math.inf else "it started",
-            )
-            self._overload_logged_at = now
-            self._overload_since_log = 0
-
-    def flush(self, now: float) -> None:
-        self.aggregator.flush()
-        self.limiter.drain(now, force=True)
-        self.collector.flush()
-
-    def statistics(self) -> StreamStatistics:
-        table = self.shard_map.table
-        limiter = self.limiter
-        return StreamStatistics(
-            stream=self.stream,
-            shard_map_state=self.shard_map.state.value,
-            open_shards=len(table) if table is not None else 0,
-            shard_map_refreshes=self.shard_map.refreshes,
-            aggregating=self.aggregator.buffered_records,
-            rate_limited=limiter.queued,
-            queued_by_shard={s: len(sl.queue) for s, sl in limiter.shards.items() if sl.queue},
-            rates_by_shard={s: sl.rates for s, sl in limiter.shards.items()},
-            collecting=self.collector.buffered_records,
-            retries=self.retrier.retries,
-            ceilings_by_shard={s: sl.ceiling for s, sl in limiter.shards.items()},
-            expired_unsent=self.retrier.expired,
-            unmapped_rate=limiter.unmapped.rates if limiter.unmapped is not None else None,
-            shard_map_source=self.shard_map.source,
-            shard_map_last_error=self.shard_map.last_error,
-            waiting_for_shard_map=self.aggregator.held_records,
-            capacity_mode=self.shard_map.capacity_mode,
-        )
-
-
-class _FlushWaiter:
-    __slots__ = ("event", "horizon", "remaining", "stream")
-
-    def __init__(self, horizon: int, stream: str | None, remaining: int) -> None:
-        self.horizon = horizon
-        self.stream = stream
-        self.remaining = remaining
-        self.event = anyio.Event()
 
 
 class Producer:
@@ -482,34 +214,29 @@ class Producer:
             raise ConfigError(
                 "metrics_sinks need Config.metrics_level 'summary' or 'detailed'; it is 'none'"
             )
-        self._uploader: Uploader | None = None
         self.config = config
         self._given_client = client
         self._client: Any = client
-        self._client_cm: AbstractAsyncContextManager[Any] | None = None
+        self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit
         self._region: str | None = None  # the only region it writes to; None: any ARN's
         self._task_group: TaskGroup | None = None
         self._scheduler = Scheduler()
         self._clock: Callable[[], float] = anyio.current_time
         self._sender: Sender | None = None
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, StreamPipeline] = {}
         self._thread: int | None = None  # the event loop's thread, from __aenter__ on
         self._released_expired_unsent = 0  # of the pipelines released while idle
         self._started = False
         self._closed = False
-        self._outstanding: dict[UserRecord, None] = {}
-        self._outstanding_bytes = 0
+        self._ledger = ledger = ResultLedger(config, self._metrics, self._clock)
+        # Hot path: the ledger's dict, shared, so a put reaches it in one attribute lookup, not
+        # two (one lookup, about 15 ns of a put, timeit).
+        self._outstanding = ledger.outstanding
+        self._failures = ledger.failures
+        self._finish = ledger.finish
+        self._exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
         self._seq = 0
-        # Flush generation: a record remembers the one current when it was put, and a flush
-        # starts the next, so "put before this flush" is `record.epoch <= horizon`. Records put
-        # between two flushes share one int object: nothing per record.
-        self._epoch = 0
         self._puts = 0
-        self._succeeded = 0
-        self._failed = 0
-        self._room: anyio.Event | None = None
-        self._flush_waiters: list[_FlushWaiter] = []
-        self._failures = FailureHandler(config, self._release_held)
         buffered = config.record_max_buffered_time_ms / 1000
         ttl = config.record_ttl_ms / 1000
         self._buffered = buffered
@@ -525,16 +252,35 @@ class Producer:
         if self._started:
             raise RuntimeError("a Producer can be entered only once; create a new one")
         self._started = True
+        # Each part is pushed as it starts: a failure at any step unwinds exactly those.
+        stack = AsyncExitStack()
+        try:
+            await self._start(stack)
+        except BaseException:
+            self._closed = True
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def _start(self, stack: AsyncExitStack) -> None:
         if self._client is None:
-            self._client_cm = RegionalClients(self.config, create_client)
-            self._client = await self._client_cm.__aenter__()
+            clients = RegionalClients(self.config, create_client)
+            self._client = await clients.__aenter__()
+            stack.push_async_callback(_shielded, clients.__aexit__, None, None, None)
         self._region = fixed_region(self.config, self._client)
-        self._clock = current_clock()
+        self._clock = self._ledger.clock = current_clock()
         self._thread = _thread_id()
-        if self._sinks:
-            await self._open_sinks()
+        runner = None
+        if self._metrics is not None:
+            runner = MetricsRunner(
+                self._metrics, self._sinks, self.config, self._clock, self._outstanding_by_stream
+            )
+            await stack.enter_async_context(runner)  # opens the sinks; the last upload at exit
+        stack.push_async_callback(self._settle_outstanding)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
+        stack.push_async_callback(_close_task_group, task_group)
         self._task_group = task_group
         self._failures.task_group = task_group
         self._sender = Sender(
@@ -552,67 +298,11 @@ class Producer:
                 self._coordination, self.config, self._clock, self._jitter
             )
             task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
-        if self._metrics is not None:
-            self._start_metrics(task_group)
-        return self
-
-    async def _open_sinks(self) -> None:
-        opened = []
-        try:
-            for sink in self._sinks:
-                await sink.open(self.config)
-                opened.append(sink)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                for sink in opened:
-                    await sink.aclose()
-                if self._client_cm is not None:
-                    await self._client_cm.__aexit__(None, None, None)
-            raise
-
-    def _start_metrics(self, task_group: TaskGroup) -> None:
-        metrics = self._metrics
-        assert metrics is not None
-        if metrics.table.level == "detailed":
-            task_group.start_soon(self._sample_metrics, name="aiokpl metrics sampler")
-        if self._sinks:
-            self._uploader = Uploader(
-                metrics.table,
-                self._sinks,
-                self.config.metrics_upload_interval_ms / 1000,
-                self._clock,
-                lambda now: metrics.sample(self._outstanding_by_stream(), now, pending=False),
-            )
-            task_group.start_soon(self._uploader.run, name="aiokpl metrics upload")
+        if runner is not None:
+            runner.start(task_group)
 
     def _outstanding_by_stream(self) -> dict[str, int]:
-        # What the metrics sample instead of counting puts (so put_record does no metrics
-        # work): with one stream, a length; with several, one pass over the outstanding.
-        streams = self._streams
-        if len(streams) == 1:
-            return dict.fromkeys(streams, len(self._outstanding))
-        counts = dict.fromkeys(streams, 0)
-        counts.update(Counter(record.stream for record in self._outstanding))
-        return counts
-
-    async def _sample_metrics(self) -> None:
-        metrics = self._metrics
-        assert metrics is not None
-        while True:
-            await anyio.sleep(SAMPLE_INTERVAL)
-            metrics.sample(self._outstanding_by_stream(), self._clock(), pending=True)
-
-    async def _close_metrics(self) -> None:
-        # The last upload (failures included) and the sinks' release: shielded and bounded.
-        with anyio.CancelScope(shield=True) as scope:
-            scope.deadline = anyio.current_time() + self.config.request_timeout_ms / 1000
-            assert self._uploader is not None  # started with the sinks
-            await self._uploader.upload(final=True)
-            for sink in self._sinks:
-                try:
-                    await sink.aclose()
-                except Exception as exc:
-                    logger.warning("closing metrics sink %s failed: %r", type(sink).__name__, exc)
+        return self._ledger.outstanding_by_stream(self._streams)
 
     async def __aexit__(
         self,
@@ -621,59 +311,35 @@ class Producer:
         traceback: TracebackType | None,
     ) -> bool | None:
         self._closed = True
-        task_group = self._task_group
-        assert task_group is not None
-        code, message = "Expired", "record_ttl_ms elapsed before the producer closed"
+        stack = self._stack
+        assert stack is not None
+        cancelled = anyio.get_cancelled_exc_class()
         try:
-            if exc_type is None or not issubclass(exc_type, anyio.get_cancelled_exc_class()):
+            if exc_type is None or not issubclass(exc_type, cancelled):
                 # Every record gets its chance: at most its TTL plus one request.
                 limit = self._ttl + self.config.request_timeout_ms / 1000 + 1.0
                 with anyio.move_on_after(limit):
                     await self.flush()  # no put can come in now: this waits for all
-        except anyio.get_cancelled_exc_class():
-            code, message = "Cancelled", "the producer was cancelled before delivery"
+        except cancelled:
+            self._exit_code = ("Cancelled", "the producer was cancelled before delivery")
             raise
         finally:
-            if exc_type is not None and issubclass(exc_type, anyio.get_cancelled_exc_class()):
-                code, message = "Cancelled", "the producer was cancelled before delivery"
-            # The task group waits for its (now cancelled) tasks whatever happens outside.
-            task_group.cancel_scope.cancel()
-            try:
-                await task_group.__aexit__(None, None, None)
-            finally:
-                self._failures.task_group = None
-                self._fail_outstanding(code, message)
-                self._scheduler.clear()
-                await self._failures.drain(self.config.request_timeout_ms / 1000)
-                if self._sinks:
-                    await self._close_metrics()
-                if self._client_cm is not None:
-                    with anyio.CancelScope(shield=True):
-                        await self._client_cm.__aexit__(None, None, None)
+            if exc_type is not None and issubclass(exc_type, cancelled):
+                self._exit_code = ("Cancelled", "the producer was cancelled before delivery")
+            # Unwinds what __aenter__ started, last first: the task group is cancelled and
+            # waited for, outstanding records fail with the exit code and their failure
+            # callbacks drain, the metrics make their last upload, the owned client closes.
+            await stack.aclose()
         return None
 
-    def _fail_outstanding(self, code: str, message: str) -> None:
-        now = self._clock()
-        # Records already failed and held for their on_record_failure keep their result.
-        records = [record for record in self._outstanding if not record._done]
+    async def _settle_outstanding(self) -> None:
+        """At exit, once the task group has ended: fail what is outstanding, drain callbacks."""
+        self._failures.task_group = None
+        code, message = self._exit_code
         sender = self._sender
-        in_flight = {
-            user
-            for kinesis_record in (sender.unanswered() if sender is not None else ())
-            for user in kinesis_record.records
-        }
-        unknown = (
-            f"{message}; its request was sent and no answer was read, so it may be in the stream"
-        )
-        for record in records:
-            if record in in_flight:
-                attempt = Attempt(
-                    now, now, now - record.last_end, False, code, unknown, outcome_unknown=True
-                )
-            else:
-                attempt = Attempt(now, now, now - record.last_end, False, code, message)
-            record.add_attempt(attempt)
-        self._finish(records, False)
+        self._ledger.fail_outstanding(code, message, sender.unanswered() if sender else ())
+        self._scheduler.clear()
+        await self._failures.drain(self.config.request_timeout_ms / 1000)
 
     # --- putting --------------------------------------------------------------------------
     def _accept_stream(self, stream: str) -> None:
@@ -696,15 +362,13 @@ class Producer:
     async def _wait_for_room(self, size: int, count: int = 1) -> None:
         """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
         while not self._has_room(size, count):
-            if self._room is None:
-                self._room = anyio.Event()
-            await self._room.wait()
+            await self._ledger.wait_for_room()
             self._check_still_open()
 
     def _release_idle_streams(self, now: float) -> None:
         """Release the pipelines of streams idle since the last sweep; schedule the next."""
         streams = self._streams
-        busy = {record.stream for record in self._outstanding}
+        busy = self._ledger.streams_busy()
         for name, pipeline in list(streams.items()):
             # idle_since_last_look runs for every stream: each look records what it saw.
             if pipeline.idle_since_last_look() and name not in busy:
@@ -742,17 +406,31 @@ class Producer:
         client = self._client
         return client.client_for(stream) if isinstance(client, RegionalClients) else client
 
-    def _pipeline_of(self, stream: str) -> _Stream:
+    def _pipeline_of(self, stream: str) -> StreamPipeline:
         """The stream's pipeline, started on its first record."""
         pipeline = self._streams.get(stream)
         if pipeline is None:
-            pipeline = self._streams[stream] = _Stream(self, stream)
+            assert self._task_group is not None
+            assert self._sender is not None
+            pipeline = self._streams[stream] = StreamPipeline(
+                stream,
+                self.config,
+                client=self._client_for(stream),
+                task_group=self._task_group,
+                scheduler=self._scheduler,
+                clock=self._clock,
+                sender=self._sender,
+                finish=self._finish,
+                metrics=self._metrics,
+                coordinator=self._coordinator,
+                random_value=self._jitter.random,
+            )
         return pipeline
 
     def _has_room(self, size: int, count: int = 1) -> bool:
         return (
             len(self._outstanding) + count <= self._max_records
-            and self._outstanding_bytes + size <= self._max_bytes
+            and self._ledger.outstanding_bytes + size <= self._max_bytes
         )
 
     def _check_tags(self, tags: Tags, key: str, size: int, ehk: str | None) -> tuple[bytes, int]:
@@ -775,26 +453,28 @@ class Producer:
         ehk: str | None,
         tags: bytes = b"",
     ) -> Outcome[RecordResult]:
-        # Once per record: the dictionary lookup inline, the call only for a new stream.
+        # Hot path: the stream's pipeline read inline, the call only for a new stream (37 ns
+        # per put, 39 vs 75 ns, timeit).
         pipeline = self._streams.get(stream) or self._pipeline_of(stream)
-        # Records put within the same millisecond share one arrival, deadline and expiry
-        # (float objects): 96 bytes less per record, and fewer objects to touch later.
+        # Hot path: records put within the same millisecond share one arrival, deadline and
+        # expiry (96 bytes less per record: four 24-byte floats with last_end, sys.getsizeof).
         now = self._clock()
         stamps = self._stamps
         if now - stamps[0] >= _STAMP_RESOLUTION:
             stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
         arrival, deadline, expires_at = stamps
         self._seq += 1
+        ledger = self._ledger
         if tags:
             record: UserRecord = TaggedRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch, tags
+                stream, key, payload, ehk, size, arrival, deadline, expires_at, ledger.epoch, tags
             )
         else:
             record = UserRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, self._epoch
+                stream, key, payload, ehk, size, arrival, deadline, expires_at, ledger.epoch
             )
         self._outstanding[record] = None
-        self._outstanding_bytes += size
+        ledger.outstanding_bytes += size
         pipeline.aggregator.put(record, hash_key)
         return record
 
@@ -848,14 +528,15 @@ class Producer:
             encoded_tags, size = self._check_tags(tags, key, size, ehk)
         self._puts += 1
         if not self._puts & _YIELD_EVERY_MASK:
-            # A tight loop of puts must let the stages run (sends, deadlines, the shard map);
-            # once in a while is enough and keeps the per-record cost low.
+            # A tight loop of puts must let the stages run (sends, deadlines, the shard map).
+            # Hot path: once every 256 puts, not every put (5.4 µs per put on asyncio, 6.3 µs
+            # on trio, timeit of a loop of checkpoints).
             await anyio.lowlevel.checkpoint()
             self._check_still_open()  # exit may have started while this put yielded
-        # Not self._has_room(size), inlined: is there room for one more record?
+        # Hot path: self._has_room(size), inlined (35 ns per put, 72 vs 107 ns, timeit).
         if (
             len(self._outstanding) >= self._max_records
-            or self._outstanding_bytes + size > self._max_bytes
+            or self._ledger.outstanding_bytes + size > self._max_bytes
         ):
             await self._wait_for_room(size)
         return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
@@ -890,7 +571,7 @@ class Producer:
         if not self._has_room(size):
             raise BufferFullError(
                 f"the producer holds {len(self._outstanding)} records / "
-                f"{self._outstanding_bytes} bytes (max_outstanding_records="
+                f"{self._ledger.outstanding_bytes} bytes (max_outstanding_records="
                 f"{self._max_records}, max_outstanding_bytes={self._max_bytes})"
             )
         return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
@@ -989,15 +670,16 @@ class Producer:
         tagged: dict[int, bytes] | None = None,
     ) -> list[Outcome[RecordResult]]:
         pipeline = self._pipeline_of(stream)
-        # One set of timestamps for the group: its records share these float objects.
+        # Hot path: one set of timestamps for the group, shared by its records (96 bytes per
+        # record, as in _enqueue, sys.getsizeof).
         now = self._clock()
         deadline = now + self._buffered
         expires_at = now + self._ttl
-        epoch = self._epoch
+        epoch = self._ledger.epoch
         outstanding = self._outstanding
         put = pipeline.aggregator.put
         self._seq += len(accepted)
-        self._outstanding_bytes += size
+        self._ledger.outstanding_bytes += size
         outcomes: list[Outcome[RecordResult]] = []
         if tagged is None:
             for key, record_size, payload, hash_key, ehk in accepted:
@@ -1043,69 +725,6 @@ class Producer:
             return None
         return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
 
-    # --- results --------------------------------------------------------------------------
-    def _finish(self, records: list[UserRecord], success: bool) -> None:
-        """Resolve ``records`` (delivered, or failed with their last attempt's code).
-
-        Called once per request's worth of records, not once per record: this loop is half of
-        the per-record cost of delivery. A record already resolved is skipped. A failed record
-        goes through the failure handler (``on_record_failure``); while an async callback runs
-        for it, it stays outstanding (see :mod:`aiokpl._failures`) until ``_release_held``.
-        """
-        if not success and self._metrics is not None:
-            # Failures are rare: counted record by record, those not finished yet only (a
-            # record held for its on_record_failure is done already).
-            fresh = [r for r in records if r in self._outstanding and not r._done]
-            self._metrics.failed(fresh, self._clock())
-        outstanding = self._outstanding
-        pop = outstanding.pop
-        waiters = self._flush_waiters
-        failures = self._failures
-        finished = 0
-        for record in records:
-            if pop(record, False) is False:
-                continue  # already finished
-            if record._done:
-                # Failed before, and held for its on_record_failure: still held.
-                outstanding[record] = None
-                continue
-            finished += 1
-            # Before resolving: a done-callback that puts again must see the room it frees.
-            self._outstanding_bytes -= record.size
-            if success:
-                record._finish()
-            elif failures.resolve(record):
-                outstanding[record] = None  # held until its async callback returns
-                self._outstanding_bytes += record.size
-                continue
-            if waiters:
-                self._flush_progress(record)
-        if success:
-            self._succeeded += finished
-        else:
-            self._failed += finished
-        if self._room is not None:
-            self._room.set()
-            self._room = None
-
-    def _release_held(self, record: UserRecord) -> None:
-        """A held failed record's callback has returned: it stops being outstanding."""
-        del self._outstanding[record]
-        self._outstanding_bytes -= record.size
-        if self._flush_waiters:
-            self._flush_progress(record)
-        if self._room is not None:
-            self._room.set()
-            self._room = None
-
-    def _flush_progress(self, record: UserRecord) -> None:
-        for waiter in list(self._flush_waiters):
-            if record.epoch <= waiter.horizon and waiter.stream in (None, record.stream):
-                waiter.remaining -= 1
-                if waiter.remaining <= 0:
-                    waiter.event.set()
-                    self._flush_waiters.remove(waiter)
-
     # --- flushing -------------------------------------------------------------------------
     def _flush_now(self, stream: str | None) -> None:
         now = self._clock()
@@ -1123,20 +742,7 @@ class Producer:
         """
         self._check_thread()
         self._flush_now(stream)
-        remaining = sum(
-            1 for record in self._outstanding if stream is None or record.stream == stream
-        )
-        if not remaining:
-            await anyio.lowlevel.checkpoint()
-            return
-        waiter = _FlushWaiter(self._epoch, stream, remaining)
-        self._epoch += 1
-        self._flush_waiters.append(waiter)
-        try:
-            await waiter.event.wait()
-        finally:
-            if waiter in self._flush_waiters:
-                self._flush_waiters.remove(waiter)
+        await self._ledger.wait_flushed(stream)
 
     # --- introspection --------------------------------------------------------------------
     @property
@@ -1147,7 +753,7 @@ class Producer:
     @property
     def outstanding_bytes(self) -> int:
         """Partition key plus data bytes of the outstanding records."""
-        return self._outstanding_bytes
+        return self._ledger.outstanding_bytes
 
     def metrics(
         self, name: str | None = None, window_s: int | None = None
@@ -1182,23 +788,24 @@ class Producer:
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the producer's counters and of every stream's pipeline."""
-        sender = self._sender
+        sender = self._sender.statistics() if self._sender is not None else _NO_REQUESTS
+        streams = tuple(p.statistics() for p in self._streams.values())
         return ProducerStatistics(
             outstanding_records=len(self._outstanding),
-            outstanding_bytes=self._outstanding_bytes,
+            outstanding_bytes=self._ledger.outstanding_bytes,
             records_put=self._seq,
-            records_succeeded=self._succeeded,
-            records_failed=self._failed,
-            requests_sent=sender.requests_sent if sender else 0,
-            requests_failed=sender.requests_failed if sender else 0,
-            requests_in_flight=sender.in_flight if sender else 0,
-            requests_queued=sender.queued if sender else 0,
-            streams=tuple(p.statistics() for p in self._streams.values()),
+            records_succeeded=self._ledger.succeeded,
+            records_failed=self._ledger.failed,
+            requests_sent=sender.requests_sent,
+            requests_failed=sender.requests_failed,
+            requests_in_flight=sender.in_flight,
+            requests_queued=sender.queued,
+            streams=streams,
             failure_callbacks_pending=self._failures.pending,
             failure_callback_errors=self._failures.callback_errors,
             records_expired_unsent=self._released_expired_unsent
-            + sum(p.retrier.expired for p in self._streams.values()),
-            requests_backing_off=sender.backing_off if sender else 0,
+            + sum(s.expired_unsent for s in streams),
+            requests_backing_off=sender.backing_off,
         )
 
     def __repr__(self) -> str:
@@ -1206,5 +813,45 @@ class Producer:
         return (
             f"<Producer {state} streams={len(self._streams)} "
             f"outstanding_records={len(self._outstanding)} "
-            f"outstanding_bytes={self._outstanding_bytes}>"
+            f"outstanding_bytes={self._ledger.outstanding_bytes}>"
         )
+
+
+class _PutValidated(Protocol):
+    def __call__(
+        self,
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        hash_key: int,
+        ehk: str | None,
+        tags: bytes = b"",
+        *,
+        force: bool = False,
+    ) -> Outcome[RecordResult] | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerPort:
+    """What :class:`aiokpl.SyncProducer` needs of a running producer beyond its public API.
+
+    The bound methods themselves, not wrappers: the sync pump calls ``put_validated`` once
+    per record, and a port adds no call to that (59 ns per record against a wrapper method,
+    65 vs 124 ns, timeit).
+
+    Attributes:
+        put_validated: put a record validated elsewhere (in the caller's thread); ``None``
+            when there is no room, unless ``force``.
+        flush_now: send everything buffered (of a stream, or all) without waiting.
+        region: the one region the producer writes to; ``None`` if any ARN's.
+    """
+
+    put_validated: _PutValidated
+    flush_now: Callable[[str | None], None]
+    region: str | None
+
+    @classmethod
+    def of(cls, producer: Producer) -> ProducerPort:
+        """The port of ``producer``, entered (its region is known once it started)."""
+        return cls(producer._put_validated, producer._flush_now, producer._region)

@@ -53,10 +53,12 @@ from ._core.config import Config
 from ._core.decoder import decode_tags
 from ._core.encoder import check_tags
 from ._core.errors import BufferFullError, InvalidRecordError, ProducerClosedError
-from ._core.hashing import check_stream_name, check_user_record
+from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
 from ._core.results import Attempt, FailedRecord, RecordResult
+from ._core.statistics import ProducerStatistics
 from ._core.wire import Tags
-from ._producer import Producer, ProducerStatistics
+from ._kinesis import check_region, fixed_region
+from ._producer import Producer, ProducerPort
 
 if TYPE_CHECKING:
     from ._kinesis import KinesisClient
@@ -267,6 +269,9 @@ class SyncProducer:
         self._room = threading.Condition(self._lock)
         self._queue: deque[_Item] = deque()
         self._known_streams: set[str] = set()
+        # The one region its producer writes to (None: any ARN's), as the producer decides it:
+        # Config.region, else a given client's region; a put checks an ARN against it.
+        self._region = config.region if client is None else fixed_region(config, client)
         self._pending_records = 0
         self._pending_bytes = 0
         self._room_waiters = 0
@@ -333,10 +338,10 @@ class SyncProducer:
                         self._portal = portal
                         started.set_result(None)
                         try:
-                            await self._pump(producer)
+                            await self._pump(producer, ProducerPort.of(producer))
                         finally:
                             self._portal = None
-                            self._hand_over_the_rest(producer)
+                            self._hand_over_the_rest(ProducerPort.of(producer))
             if self._producer is not None:
                 self._final_statistics = self._producer.statistics()
         finally:
@@ -346,9 +351,10 @@ class SyncProducer:
             self._fail_the_rest()
             self._loop_thread = None  # a later thread may reuse the identifier
 
-    async def _pump(self, producer: Producer) -> None:
+    async def _pump(self, producer: Producer, port: ProducerPort) -> None:
         """Move queued records into the pipeline, a batch per wake-up, until closed."""
         queue = self._queue
+        put_validated = port.put_validated
         moved = 0
         while True:
             assert self._wakeup is not None
@@ -361,7 +367,7 @@ class SyncProducer:
             while queue:
                 # Peek, and pop only once in the pipeline: a cancellation leaves it queued.
                 future, stream, key, size, payload, hash_key, ehk, tags, seq = queue[0]
-                outcome = producer._put_validated(stream, key, size, payload, hash_key, ehk, tags)
+                outcome = put_validated(stream, key, size, payload, hash_key, ehk, tags)
                 if outcome is None:  # no room: only while failure callbacks hold records
                     outcome = await producer.put_record(
                         stream=stream,
@@ -376,11 +382,11 @@ class SyncProducer:
                 if not moved & _CHECKPOINT_EVERY_MASK:
                     await anyio.lowlevel.checkpoint()  # let the stages run during a long batch
             if flush:
-                producer._flush_now(None)
+                port.flush_now(None)
             if closing:
                 return
 
-    def _hand_over_the_rest(self, producer: Producer) -> None:
+    def _hand_over_the_rest(self, port: ProducerPort) -> None:
         """Put what is still queued when the pump stops early (``close`` timed out).
 
         The producer is about to exit cancelled: these fail ``"Cancelled"`` with the rest,
@@ -392,7 +398,7 @@ class SyncProducer:
             self._closing = True
         while queue:
             future, stream, key, size, payload, hash_key, ehk, tags, seq = queue[0]
-            outcome = producer._put_validated(
+            outcome = port.put_validated(
                 stream, key, size, payload, hash_key, ehk, tags, force=True
             )
             assert outcome is not None
@@ -486,7 +492,8 @@ class SyncProducer:
             :class:`~aiokpl.RecordResult` (never to an exception; it cannot be cancelled).
 
         Raises:
-            InvalidRecordError: a value is out of its limits (nothing was enqueued).
+            InvalidRecordError: a value is out of its limits, or ``stream`` is an ARN in
+                another region than the producer's (nothing was enqueued).
             InvalidRecordTypeError: an argument has the wrong type.
             BufferFullError: no room within ``timeout`` seconds, or no room and the call comes
                 from the producer's own thread (a future's done-callback), which must not wait.
@@ -495,7 +502,10 @@ class SyncProducer:
         if self._closing:
             raise ProducerClosedError("the SyncProducer is closed; create a new one")
         if not (type(stream) is str and stream in self._known_streams):
-            self._known_streams.add(check_stream_name(stream))
+            arn = parse_stream_arn(check_stream_name(stream))
+            if arn is not None:
+                check_region(arn, stream, self._region)
+            self._known_streams.add(stream)
         key, size, payload, hash_key, ehk = check_user_record(
             partition_key, data, explicit_hash_key, self._max_record_size
         )
@@ -660,7 +670,7 @@ class SyncProducer:
 
 
 def _settle_outcome(
-    producer: SyncProducer,
+    sync: SyncProducer,
     future: _RecordFuture,
     size: int,
     seq: int,
@@ -668,7 +678,7 @@ def _settle_outcome(
 ) -> None:
     """The done-callback of a record's outcome (a function, not a bound method: one object
     fewer per record in flight)."""
-    producer._settle(future, outcome, size, seq)
+    sync._settle(future, outcome, size, seq)
 
 
 def _not_started(function: Callable[[], object]) -> object:

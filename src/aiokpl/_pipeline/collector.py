@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._core.records import KinesisRecord
+from .._core.statistics import CollectorStatistics
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -79,7 +80,6 @@ class Collector:
         self._max_size = max_size
         self._grace = grace
         self._current = _Request(self)
-        self.requests_out = 0
 
     @property
     def buffered_records(self) -> int:
@@ -114,11 +114,14 @@ class Collector:
             return
         request.open = False
         self._current = _Request(self)
-        self.requests_out += 1
         records, request.records = request.records, []  # the scheduler may still hold it
         self._emit(records)
 
     flush = send_current
+
+    def statistics(self) -> CollectorStatistics:
+        """A snapshot: Kinesis records in the open request."""
+        return CollectorStatistics(collecting=self.buffered_records)
 
 
 class OrderedCollector(Collector):

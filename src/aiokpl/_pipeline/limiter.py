@@ -83,6 +83,7 @@ from sortedcontainers import SortedKeyList
 from .._core.backoff import AdaptiveRate
 from .._core.ordering import overlaps
 from .._core.records import KinesisRecord
+from .._core.statistics import LimiterStatistics
 from .._core.token_bucket import TokenBucket
 
 if TYPE_CHECKING:
@@ -107,7 +108,6 @@ class ShardLimiter:
         "queue",
         "refunded",
         "starved",
-        "throttles",
     )
 
     def __init__(self, records_per_second: float, bytes_per_second: float) -> None:
@@ -118,7 +118,6 @@ class ShardLimiter:
         self.queue: SortedKeyList = SortedKeyList(key=_expiry)
         self._records_rate = AdaptiveRate(records_per_second)
         self._bytes_rate = AdaptiveRate(bytes_per_second)
-        self.throttles = 0
         self.admitted = 0  # Kinesis records that took tokens
         self.refunded = 0  # of those, records whose tokens came back (expired unsent)
         # The last drain left records that could still be sent waiting for tokens: the
@@ -127,7 +126,6 @@ class ShardLimiter:
 
     def throttled(self, now: float) -> None:
         """Kinesis throttled this shard: lower its rates (at most once per cooldown)."""
-        self.throttles += 1
         if self._records_rate.cut(now):
             self._bytes_rate.cut(now)
             self._apply_rates(now)
@@ -371,6 +369,18 @@ class Limiter:
     @property
     def queued(self) -> int:
         return sum(len(self._limiter_of(shard).queue) for shard in self._waiting)
+
+    def statistics(self) -> LimiterStatistics:
+        """A snapshot of the queues and rates, by shard (queues: the non-empty ones)."""
+        shards = self.shards
+        unmapped = self.unmapped
+        return LimiterStatistics(
+            queued=self.queued,
+            queued_by_shard={s: len(sl.queue) for s, sl in shards.items() if sl.queue},
+            rates_by_shard={s: sl.rates for s, sl in shards.items()},
+            ceilings_by_shard={s: sl.ceiling for s, sl in shards.items()},
+            unmapped_rate=unmapped.rates if unmapped is not None else None,
+        )
 
 
 class OrderedShardLimiter(ShardLimiter):

@@ -33,6 +33,7 @@ from .._core.backoff import Backoff
 from .._core.ordering import regroup
 from .._core.records import KinesisRecord
 from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, expire, place
+from .._core.statistics import RetrierStatistics
 from .._record import UserRecord
 from .limiter import OrderedLimiter
 
@@ -228,3 +229,7 @@ class Retrier:
                 if self._lanes is not None:
                     self._lanes.settle(record, None)
         return live
+
+    def statistics(self) -> RetrierStatistics:
+        """A snapshot: user-record retries, and records expired before they were sent."""
+        return RetrierStatistics(retries=self.retries, expired_unsent=self.expired)

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from .._core.records import KinesisRecord
+from .._core.statistics import SenderStatistics
 from .._kinesis import error_of, stream_argument
 
 if TYPE_CHECKING:
@@ -380,3 +381,13 @@ class Sender:
                 else ("Internal", f"malformed PutRecords response: {type(answer).__name__}")
             )
         destination.handle_result(records, result, started, self._clock())
+
+    def statistics(self) -> SenderStatistics:
+        """A snapshot of the requests: answered or failed so far, under way, waiting."""
+        return SenderStatistics(
+            requests_sent=self.requests_sent,
+            requests_failed=self.requests_failed,
+            in_flight=self.in_flight,
+            queued=self.queued,
+            backing_off=self.backing_off,
+        )

@@ -5,7 +5,8 @@ after a backoff), ``UPDATING`` (a refresh is running) and ``READY``.
 
 Invariants:
 
-* ``predict`` never blocks and never does I/O: it answers from the last table that loaded;
+* a prediction never blocks and never does I/O: the aggregator reads ``table`` (the last
+  table that loaded) and looks the hash key up in it;
 * one refresh at a time; refresh failures back off 1 s, ×1.5, up to 30 s, with jitter;
 * an invalidation starts a refresh only if it is news: it was seen after the last refresh
   completed, and the shard it blames is still open in the current table. A burst of
@@ -65,6 +66,7 @@ import anyio
 
 from .._core.backoff import Backoff
 from .._core.shards import ShardRange, ShardTable
+from .._core.statistics import ShardMapStatistics
 from .._kinesis import error_of, stream_argument
 
 if TYPE_CHECKING:
@@ -151,7 +153,6 @@ class ShardMap:
         self.table: ShardTable | None = None
         self.updated_at = -float("inf")
         self.refreshes = 0
-        self.failures = 0
         self.source: str | None = None
         self.last_error: tuple[str, str, str] | None = None
         self.first_attempt_pending = True
@@ -175,11 +176,6 @@ class ShardMap:
         self._summary_after = -float("inf")  # not asked again before this time
 
     # --- queries (synchronous, hot path) ------------------------------------------------
-    def predict(self, hash_key: int) -> str | None:
-        """The shard expected to own ``hash_key``, or ``None`` if no map has loaded yet."""
-        table = self.table
-        return table.lookup(hash_key) if table is not None else None
-
     def hash_range(self, shard_id: str) -> ShardRange | None:
         """The range of an open shard, or of one closed less than about 60 s ago."""
         table = self.table
@@ -257,7 +253,6 @@ class ShardMap:
             self.state = ShardMapState.UPDATING
             table, explained = await self._attempt()
             if table is None:
-                self.failures += 1
                 self.first_attempt_pending = False
                 # Whoever waits for this refresh decides with what is known: a verdict
                 # never waits longer than one attempt (and the records' TTL still runs).
@@ -487,4 +482,16 @@ class ShardMap:
         return (
             f"<ShardMap stream={self.stream!r} state={self.state.value} shards={shards} "
             f"source={self.source}>"
+        )
+
+    def statistics(self) -> ShardMapStatistics:
+        """A snapshot of the map: its state, size, loads and what explains them."""
+        table = self.table
+        return ShardMapStatistics(
+            state=self.state.value,
+            open_shards=len(table) if table is not None else 0,
+            refreshes=self.refreshes,
+            source=self.source,
+            last_error=self.last_error,
+            capacity_mode=self.capacity_mode,
         )

@@ -1,0 +1,170 @@
+"""The producer's snapshots: what :meth:`aiokpl.Producer.statistics` returns, and each stage's.
+
+:class:`ProducerStatistics` (public) holds one :class:`StreamStatistics` (public) per stream;
+the stream composes its snapshot from its stages' own (``ShardMapStatistics``,
+``AggregatorStatistics``, ...), each stage reporting only its fields, and the producer composes
+its from the streams', the sender's and its result ledger's. All are frozen and slotted: a
+snapshot is taken, never updated. Pure: no I/O, no clock.
+
+The KPL has no such snapshot (it exposes metrics only); they are ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ("ProducerStatistics", "StreamStatistics")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStatistics:
+    """A snapshot of one stream's pipeline.
+
+    Attributes:
+        stream: the stream as it was put to: its name, or its ARN.
+        shard_map_state: ``"INVALID"``, ``"UPDATING"`` or ``"READY"``.
+        open_shards: shards in the current map (0 before it loads).
+        shard_map_refreshes: completed loads of the map.
+        aggregating: user records waiting in open aggregates.
+        rate_limited: Kinesis records queued in the limiter, all shards.
+        queued_by_shard: Kinesis records queued in the limiter, by shard (non-empty only).
+        rates_by_shard: current (records/s, bytes/s) of each shard limited so far.
+        ceilings_by_shard: the (records/s, bytes/s) each shard's rate recovers to after
+            throttling: the configured rates, or what coordination set.
+        collecting: Kinesis records in the open ``PutRecords`` request.
+        retries: user-record retries so far.
+        expired_unsent: user records that expired queued (in the rate limiter or waiting for
+            a connection), never sent: what the stream could not take in time. They took no
+            share of the rate limit.
+        unmapped_rate: (records/s, bytes/s) of the stream-level limit that records without
+            a predicted shard share (no shard map), or ``None`` if there were none.
+        shard_map_source: the API that loaded the current map, ``"ListShards"`` or
+            ``"DescribeStream"`` (used when ``ListShards`` fails, e.g. when the IAM policy
+            lacks ``kinesis:ListShards``); ``None`` before a map loads.
+        shard_map_last_error: ``(operation, error_code, error_message)`` of the failure that
+            explains the map's state: why the last load attempt failed, or why ``ListShards``
+            could not be used for the map in force; ``None`` when ``ListShards`` loaded it.
+        waiting_for_shard_map: user records held until the stream's first map load ends
+            (records put before it are aggregated with it; none wait past their deadline).
+        capacity_mode: ``"PROVISIONED"`` or ``"ON_DEMAND"``, as ``DescribeStreamSummary``
+            says (asked once the first map has loaded, again every 10 minutes at most); ``None``
+            until it answers, or when it cannot be asked (the IAM policy lacks
+            ``kinesis:DescribeStreamSummary``). Nothing else depends on it.
+    """
+
+    stream: str
+    shard_map_state: str
+    open_shards: int
+    shard_map_refreshes: int
+    aggregating: int
+    rate_limited: int
+    queued_by_shard: dict[str, int]
+    rates_by_shard: dict[str, tuple[float, float]]
+    collecting: int
+    retries: int
+    ceilings_by_shard: dict[str, tuple[float, float]] = field(default_factory=dict)
+    expired_unsent: int = 0
+    unmapped_rate: tuple[float, float] | None = None
+    shard_map_source: str | None = None
+    shard_map_last_error: tuple[str, str, str] | None = None
+    waiting_for_shard_map: int = 0
+    capacity_mode: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStatistics:
+    """A snapshot of the producer.
+
+    Attributes:
+        outstanding_records: records between ``put_record`` and their result.
+        outstanding_bytes: their partition key plus data bytes.
+        records_put: records accepted by ``put_record`` so far.
+        records_succeeded: records delivered.
+        records_failed: records that failed (any code, ``"Expired"`` included).
+        requests_sent: ``PutRecords`` calls answered or failed so far.
+        requests_failed: of those, calls that failed as a whole.
+        requests_in_flight: calls under way now.
+        requests_queued: requests waiting for a free connection.
+        streams: per-stream snapshots.
+        failure_callbacks_pending: async ``Config.on_record_failure`` calls queued or running.
+        failure_callback_errors: exceptions ``Config.on_record_failure`` raised so far.
+        records_expired_unsent: of ``records_failed``, records that expired queued in the
+            producer, never sent (every stream's ``expired_unsent``).
+        requests_backing_off: requests held back, without a connection, while their stream
+            backs off after request-level failures (or waits for the answer to the one
+            request it sends first when its backoff ends).
+    """
+
+    outstanding_records: int
+    outstanding_bytes: int
+    records_put: int
+    records_succeeded: int
+    records_failed: int
+    requests_sent: int
+    requests_failed: int
+    requests_in_flight: int
+    requests_queued: int
+    streams: tuple[StreamStatistics, ...]
+    failure_callbacks_pending: int = 0
+    failure_callback_errors: int = 0
+    records_expired_unsent: int = 0
+    requests_backing_off: int = 0
+
+
+# --- the stages' own snapshots: each stage's fields only; the stream composes them ----------
+@dataclass(frozen=True, slots=True)
+class ShardMapStatistics:
+    """A stream's shard map; fields as in :class:`StreamStatistics`."""
+
+    state: str
+    open_shards: int
+    refreshes: int
+    source: str | None
+    last_error: tuple[str, str, str] | None
+    capacity_mode: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AggregatorStatistics:
+    """A stream's aggregator: records in open aggregates, and held for the first map."""
+
+    aggregating: int
+    waiting_for_shard_map: int
+
+
+@dataclass(frozen=True, slots=True)
+class LimiterStatistics:
+    """A stream's rate limiter; fields as in :class:`StreamStatistics` (``queued`` is its
+    ``rate_limited``)."""
+
+    queued: int
+    queued_by_shard: dict[str, int]
+    rates_by_shard: dict[str, tuple[float, float]]
+    ceilings_by_shard: dict[str, tuple[float, float]]
+    unmapped_rate: tuple[float, float] | None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorStatistics:
+    """A stream's collector: Kinesis records in the open ``PutRecords`` request."""
+
+    collecting: int
+
+
+@dataclass(frozen=True, slots=True)
+class RetrierStatistics:
+    """A stream's retrier: user-record retries, and records expired before they were sent."""
+
+    retries: int
+    expired_unsent: int
+
+
+@dataclass(frozen=True, slots=True)
+class SenderStatistics:
+    """The producer's sender; fields as the ``requests_*`` of :class:`ProducerStatistics`."""
+
+    requests_sent: int
+    requests_failed: int
+    in_flight: int
+    queued: int
+    backing_off: int

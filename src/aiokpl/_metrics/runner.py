@@ -1,0 +1,120 @@
+"""The producer's metrics at run time: the sinks opened, the sampler and uploader running.
+
+:class:`MetricsRunner` is entered by the producer (pushed on its exit stack) once its task
+group runs: entering opens the sinks (closing those opened if one fails) and starts the
+sampler (``"detailed"`` level) and the uploader (when there are sinks) in the producer's task
+group; exiting makes the last upload and closes the sinks, shielded and bounded by the request
+timeout, after the task group has ended (its tasks are cancelled by then). A sink that fails
+to close is logged, never raised.
+
+The KPL's counterpart is the ``MetricsManager`` upload loop (``aws/metrics/metrics_manager.h``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .recorder import SAMPLE_INTERVAL, MetricsRecorder, MetricsSink, Uploader
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from .._core.config import Config
+
+__all__ = ("MetricsRunner",)
+
+logger = logging.getLogger("aiokpl")
+
+
+class MetricsRunner:
+    """Opens the sinks, runs the sampler and uploader, and makes the final upload.
+
+    Args:
+        metrics: the producer's recorder.
+        sinks: where to upload; may be empty (then only the sampler runs, if detailed).
+        config: the producer's settings (upload interval, request timeout).
+        clock: the producer's clock.
+        outstanding_by_stream: what the samples read: outstanding records by stream.
+    """
+
+    def __init__(
+        self,
+        metrics: MetricsRecorder,
+        sinks: Sequence[MetricsSink],
+        config: Config,
+        clock: Callable[[], float],
+        outstanding_by_stream: Callable[[], dict[str, int]],
+    ) -> None:
+        self._metrics = metrics
+        self._sinks = tuple(sinks)
+        self._config = config
+        self._clock = clock
+        self._outstanding_by_stream = outstanding_by_stream
+        self._uploader: Uploader | None = None
+        self._opened: list[MetricsSink] = []
+
+    async def open(self) -> None:
+        """Open the sinks; if one fails, close those opened (shielded) and raise its error."""
+        try:
+            for sink in self._sinks:
+                await sink.open(self._config)
+                self._opened.append(sink)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._close_sinks()
+            raise
+
+    def start(self, task_group: TaskGroup) -> None:
+        """Start the sampler (``"detailed"``) and the uploader (with sinks) in ``task_group``."""
+        metrics = self._metrics
+        if metrics.table.level == "detailed":
+            task_group.start_soon(self._sample, name="aiokpl metrics sampler")
+        if self._sinks:
+            outstanding = self._outstanding_by_stream
+            self._uploader = Uploader(
+                metrics.table,
+                self._sinks,
+                self._config.metrics_upload_interval_ms / 1000,
+                self._clock,
+                lambda now: metrics.sample(outstanding(), now, pending=False),
+            )
+            task_group.start_soon(self._uploader.run, name="aiokpl metrics upload")
+
+    async def _sample(self) -> None:
+        metrics = self._metrics
+        while True:
+            await anyio.sleep(SAMPLE_INTERVAL)
+            metrics.sample(self._outstanding_by_stream(), self._clock(), pending=True)
+
+    async def aclose(self) -> None:
+        """The last upload (failures included) and the sinks' release: shielded and bounded."""
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + self._config.request_timeout_ms / 1000
+            if self._uploader is not None:
+                await self._uploader.upload(final=True)
+            await self._close_sinks()
+
+    async def _close_sinks(self) -> None:
+        opened, self._opened = self._opened, []
+        for sink in opened:
+            try:
+                await sink.aclose()
+            except Exception as exc:
+                logger.warning("closing metrics sink %s failed: %r", type(sink).__name__, exc)
+
+    async def __aenter__(self) -> MetricsRunner:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()

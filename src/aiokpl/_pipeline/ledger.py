@@ -1,0 +1,215 @@
+"""The producer's result bookkeeping: what is outstanding, who waits for room or a flush.
+
+Every record put is entered here (by the producer's put paths, inline: see
+``Producer._enqueue``) and leaves through :meth:`ResultLedger.finish` (delivered, or failed
+through the failure handler) or :meth:`ResultLedger.release_held` (a failed record whose async
+``on_record_failure`` returned).
+
+Invariants:
+
+* a record is resolved at most once: ``finish`` skips a record no longer outstanding, and keeps
+  one held for its failure callback;
+* ``outstanding_bytes`` is the sum of the outstanding records' sizes; it is lowered before a
+  record's outcome resolves, so a done-callback that puts again sees the room it frees;
+* a flush waits for the records put before it only: a record carries the flush generation
+  (``epoch``) current when it was put, and a flush starts the next; records put between two
+  flushes share one int object, so this costs nothing per record;
+* every change that frees room wakes the tasks waiting for room (one event, replaced once set).
+
+The KPL keeps this in ``Producer`` and ``UserRecord`` (``producer.cc``'s outstanding count and
+flush); the flush generations are ours (the KPL's flush does not wait for results).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .._core.results import Attempt
+from .._failures import FailureHandler
+
+if TYPE_CHECKING:
+    from .._core.config import Config
+    from .._core.records import KinesisRecord
+    from .._metrics.recorder import MetricsRecorder
+    from .._record import UserRecord
+
+__all__ = ("ResultLedger",)
+
+
+class _FlushWaiter:
+    __slots__ = ("event", "horizon", "remaining", "stream")
+
+    def __init__(self, horizon: int, stream: str | None, remaining: int) -> None:
+        self.horizon = horizon
+        self.stream = stream
+        self.remaining = remaining
+        self.event = anyio.Event()
+
+
+class ResultLedger:
+    """Outstanding records and bytes, the room event, flush waiters, and the result counters.
+
+    Args:
+        config: the producer's settings (for the failure handler).
+        metrics: the producer's metrics recorder, if any (failed records are counted there).
+        clock: the producer's clock; replaced when the producer starts.
+    """
+
+    __slots__ = (
+        "clock",
+        "epoch",
+        "failed",
+        "failures",
+        "flush_waiters",
+        "metrics",
+        "outstanding",
+        "outstanding_bytes",
+        "room",
+        "succeeded",
+    )
+
+    def __init__(
+        self, config: Config, metrics: MetricsRecorder | None, clock: Callable[[], float]
+    ) -> None:
+        self.clock = clock
+        self.metrics = metrics
+        self.outstanding: dict[UserRecord, None] = {}
+        self.outstanding_bytes = 0
+        # Flush generation: a record remembers the one current when it was put, and a flush
+        # starts the next, so "put before this flush" is `record.epoch <= horizon`.
+        self.epoch = 0
+        self.succeeded = 0
+        self.failed = 0
+        self.room: anyio.Event | None = None
+        self.flush_waiters: list[_FlushWaiter] = []
+        self.failures = FailureHandler(config, self.release_held)
+
+    # --- room -----------------------------------------------------------------------------
+    async def wait_for_room(self) -> None:
+        """Wait until some room is freed (the caller checks whether it is enough)."""
+        if self.room is None:
+            self.room = anyio.Event()
+        await self.room.wait()
+
+    # --- results --------------------------------------------------------------------------
+    def finish(self, records: list[UserRecord], success: bool) -> None:
+        """Resolve ``records`` (delivered, or failed with their last attempt's code).
+
+        Called once per request's worth of records, not once per record: this loop is half of
+        the per-record cost of delivery. A record already resolved is skipped. A failed record
+        goes through the failure handler (``on_record_failure``); while an async callback runs
+        for it, it stays outstanding (see :mod:`aiokpl._failures`) until ``release_held``.
+        """
+        if not success and self.metrics is not None:
+            # Failures are rare: counted record by record, those not finished yet only (a
+            # record held for its on_record_failure is done already).
+            fresh = [r for r in records if r in self.outstanding and not r._done]
+            self.metrics.failed(fresh, self.clock())
+        outstanding = self.outstanding
+        pop = outstanding.pop
+        waiters = self.flush_waiters
+        failures = self.failures
+        finished = 0
+        for record in records:
+            if pop(record, False) is False:
+                continue  # already finished
+            if record._done:
+                # Failed before, and held for its on_record_failure: still held.
+                outstanding[record] = None
+                continue
+            finished += 1
+            # Before resolving: a done-callback that puts again must see the room it frees.
+            self.outstanding_bytes -= record.size
+            if success:
+                record._finish()
+            elif failures.resolve(record):
+                outstanding[record] = None  # held until its async callback returns
+                self.outstanding_bytes += record.size
+                continue
+            if waiters:
+                self._flush_progress(record)
+        if success:
+            self.succeeded += finished
+        else:
+            self.failed += finished
+        if self.room is not None:
+            self.room.set()
+            self.room = None
+
+    def release_held(self, record: UserRecord) -> None:
+        """A held failed record's callback has returned: it stops being outstanding."""
+        del self.outstanding[record]
+        self.outstanding_bytes -= record.size
+        if self.flush_waiters:
+            self._flush_progress(record)
+        if self.room is not None:
+            self.room.set()
+            self.room = None
+
+    def _flush_progress(self, record: UserRecord) -> None:
+        for waiter in list(self.flush_waiters):
+            if record.epoch <= waiter.horizon and waiter.stream in (None, record.stream):
+                waiter.remaining -= 1
+                if waiter.remaining <= 0:
+                    waiter.event.set()
+                    self.flush_waiters.remove(waiter)
+
+    def fail_outstanding(
+        self, code: str, message: str, unanswered: Iterable[KinesisRecord]
+    ) -> None:
+        """Fail every record still outstanding (at exit) with ``code``; a record whose request
+        was sent and not answered (in ``unanswered``) says its outcome is unknown."""
+        now = self.clock()
+        # Records already failed and held for their on_record_failure keep their result.
+        records = [record for record in self.outstanding if not record._done]
+        in_flight = {user for kinesis_record in unanswered for user in kinesis_record.records}
+        unknown = (
+            f"{message}; its request was sent and no answer was read, so it may be in the stream"
+        )
+        for record in records:
+            if record in in_flight:
+                attempt = Attempt(
+                    now, now, now - record.last_end, False, code, unknown, outcome_unknown=True
+                )
+            else:
+                attempt = Attempt(now, now, now - record.last_end, False, code, message)
+            record.add_attempt(attempt)
+        self.finish(records, False)
+
+    # --- flushing -------------------------------------------------------------------------
+    async def wait_flushed(self, stream: str | None) -> None:
+        """Wait for the results of every record outstanding now (of ``stream``, or all)."""
+        remaining = sum(
+            1 for record in self.outstanding if stream is None or record.stream == stream
+        )
+        if not remaining:
+            await anyio.lowlevel.checkpoint()
+            return
+        waiter = _FlushWaiter(self.epoch, stream, remaining)
+        self.epoch += 1
+        self.flush_waiters.append(waiter)
+        try:
+            await waiter.event.wait()
+        finally:
+            if waiter in self.flush_waiters:
+                self.flush_waiters.remove(waiter)
+
+    # --- introspection --------------------------------------------------------------------
+    def outstanding_by_stream(self, streams: Iterable[str]) -> dict[str, int]:
+        """Outstanding records of each of ``streams`` (what the metrics sample instead of
+        counting puts, so a put does no metrics work): with one stream, a length; with
+        several, one pass over the outstanding."""
+        names = list(streams)
+        if len(names) == 1:
+            return dict.fromkeys(names, len(self.outstanding))
+        counts = dict.fromkeys(names, 0)
+        counts.update(Counter(record.stream for record in self.outstanding))
+        return counts
+
+    def streams_busy(self) -> set[str]:
+        """The streams with a record outstanding."""
+        return {record.stream for record in self.outstanding}
