@@ -35,7 +35,7 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -56,13 +56,32 @@ from .._kinesis import error_of
 from .stores import CoordinationStore, wall_time_of
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .._core.config import Config
     from .._core.records import KinesisRecord
-    from .._pipeline.limiter import Limiter
 
 __all__ = ("Coordination", "run_summarizer")
 
 logger = logging.getLogger("aiokpl.coordination")
+
+
+class _ShardRates(Protocol):
+    def current_rates(self, now: float) -> tuple[float, float]: ...
+
+
+class Limiter(Protocol):
+    """What coordination needs of a stream's limiter (``aiokpl._pipeline.limiter.Limiter``):
+    its shards' current rates, and a way to set a shard's ceiling. A protocol, so the pipeline
+    depends on coordination and not the other way round."""
+
+    @property
+    def shards(self) -> Mapping[str, _ShardRates]: ...
+
+    def set_ceiling(
+        self, shard: str, records_per_second: float, bytes_per_second: float
+    ) -> None: ...
+
 
 _MIB = 1024 * 1024
 
