@@ -140,6 +140,8 @@ class Load:
     put_times: list[float] = field(default_factory=list)  # time.perf_counter() at each put
     done_times: list[float] = field(default_factory=list)  # ... when its outcome resolved
     outcomes: list[Outcome[RecordResult]] = field(default_factory=list)
+    # With offer(mirror_to=...): the outcomes of the same records put to the second stream.
+    mirrored: list[Outcome[RecordResult]] = field(default_factory=list)
 
 
 def record_data(index: int, filler: bytes) -> bytes:
@@ -147,14 +149,22 @@ def record_data(index: int, filler: bytes) -> bytes:
 
 
 async def offer(
-    producer: Producer, records_per_second: float, seconds: float, data_size: int = DATA_SIZE
+    producer: Producer,
+    records_per_second: float,
+    seconds: float,
+    data_size: int = DATA_SIZE,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    mirror_to: str | None = None,
 ) -> Load:
     """Offer records at ``records_per_second`` for ``seconds``; time each one's outcome.
 
     Records are put as they fall due; a ``put_record`` waiting for room (the producer at
     ``max_outstanding_records``) holds the load back, as it would hold back a real source, and
     the records that fell due meanwhile are put as soon as there is room again, until the time
-    is up.
+    is up. ``clock`` paces the load and stamps the times (``anyio.current_time`` under a
+    virtual clock); with ``mirror_to``, every record is put to that stream too, right after
+    (its outcomes in ``Load.mirrored``, untimed).
     """
     keys = [f"key-{i}" for i in range(KEYS)]
     filler = bytes(range(256)) * (data_size // 256 + 1)
@@ -163,7 +173,7 @@ async def offer(
     put_times = load.put_times
     done_times = load.done_times
     outcomes = load.outcomes
-    clock = time.perf_counter
+    mirrored = load.mirrored
 
     def marker(index: int) -> Callable[[Outcome[RecordResult]], None]:
         def mark(_: Outcome[RecordResult]) -> None:
@@ -193,6 +203,8 @@ async def offer(
         outcome.add_done_callback(marker(index))
         outcomes.append(outcome)
         load.put_bytes += len(key) + len(data)
+        if mirror_to is not None:
+            mirrored.append(await put(stream=mirror_to, partition_key=key, data=data))
         index += 1
     load.offered_seconds = clock() - start
     load.put = index

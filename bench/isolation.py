@@ -20,14 +20,14 @@ loopback HTTP instead and the producer uses its aiobotocore client, on asyncio's
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import trio.testing
 
-from aiokpl import Config, Outcome, Producer, RecordResult
+from aiokpl import Config, Outcome, RecordResult
 from aiokpl._kinesis import client_error
 
 from . import _load
@@ -42,7 +42,6 @@ BUFFERED_MS = 100
 TTL_MS = 10_000
 TARGET_P99_EXCESS = 0.050
 FAILING = "failing"
-PACE_SECONDS = 0.002  # the load puts what fell due every 2 ms
 
 
 class _FailingKinesis(_load.CountingKinesis):
@@ -70,49 +69,6 @@ class _FailingKinesis(_load.CountingKinesis):
         )
 
 
-async def _offer(
-    producer: Producer, records_per_second: float, seconds: float
-) -> tuple[_load.Load, list[Outcome[RecordResult]]]:
-    """The same paced load to the healthy stream and the failing one, on the running clock."""
-    keys = [f"key-{i}" for i in range(_load.KEYS)]
-    filler = (bytes(range(256)) * (_load.DATA_SIZE // 256 + 1))[: _load.DATA_SIZE - 8]
-    load = _load.Load()
-    failing: list[Outcome[RecordResult]] = []
-    clock = anyio.current_time
-    done_times = load.done_times
-
-    def marker(index: int) -> Callable[[Outcome[RecordResult]], None]:
-        def mark(_: Outcome[RecordResult]) -> None:
-            done_times[index] = clock()
-
-        return mark
-
-    put = producer.put_record
-    start = load.started_at = clock()
-    index = 0
-    while True:
-        now = clock()
-        elapsed = now - start
-        if elapsed >= seconds:
-            break
-        if index >= int(elapsed * records_per_second):
-            await anyio.sleep(PACE_SECONDS)
-            continue
-        data = _load.record_data(index, filler)
-        key = keys[index % _load.KEYS]
-        load.put_times.append(now)
-        done_times.append(0.0)
-        outcome = await put(stream=_load.STREAM, partition_key=key, data=data)
-        outcome.add_done_callback(marker(index))
-        load.outcomes.append(outcome)
-        load.put_bytes += len(key) + len(data)
-        failing.append(await put(stream=FAILING, partition_key=key, data=data))
-        index += 1
-    load.offered_seconds = clock() - start
-    load.put = index
-    return load, failing
-
-
 async def _resolved(outcomes: list[Outcome[RecordResult]], limit: float) -> None:
     """Wait (at most ``limit`` seconds) until every one of ``outcomes`` is resolved."""
     with anyio.move_on_after(limit):
@@ -138,7 +94,10 @@ async def _run(seconds: float, http: bool) -> dict[str, Any]:
     started = time.perf_counter()
     async with _load.producer_on(fake, config, http) as producer:
         await _load.warm_up(producer)
-        load, failing = await _offer(producer, rate, seconds)
+        load = await _load.offer(
+            producer, rate, seconds, clock=anyio.current_time, mirror_to=FAILING
+        )
+        failing = load.mirrored
         # The healthy records first; the failing ones resolve at their TTL, on exit.
         await _resolved(load.outcomes, TTL_MS / 1000 + 30)
         statistics = producer.statistics()

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable
 from typing import Any
 
 import anyio
 import trio.testing
 
-from aiokpl import Config, Outcome, Producer, RecordResult
+from aiokpl import Config, Producer
 from aiokpl.testing import FakeKinesis
 
 from . import _load
@@ -37,7 +36,6 @@ from .report import Row, ScenarioResult
 LATENCY_MS = 25
 SECONDS = 10.0
 QUICK_SECONDS = 3.0
-PACE_SECONDS = 0.002
 MODES = ("aggregate", "shard")
 CPU_RECORDS = 100_000
 QUICK_CPU_RECORDS = 20_000
@@ -47,47 +45,6 @@ CPU_SHARDS = 64
 CPU_DATA_SIZE = 100
 
 
-async def _offer(
-    producer: Producer, records_per_second: float, seconds: float
-) -> tuple[_load.Load, list[float]]:
-    """Records paced on the running (virtual) clock; returns the load and each put's time."""
-    keys = [f"key-{i}" for i in range(_load.KEYS)]
-    filler = (bytes(range(256)) * (_load.DATA_SIZE // 256 + 1))[: _load.DATA_SIZE - 8]
-    load = _load.Load()
-    clock = anyio.current_time
-    done_times = load.done_times
-
-    def marker(index: int) -> Callable[[Outcome[RecordResult]], None]:
-        def mark(_: Outcome[RecordResult]) -> None:
-            done_times[index] = clock()
-
-        return mark
-
-    put = producer.put_record
-    start = load.started_at = clock()
-    index = 0
-    while True:
-        now = clock()
-        elapsed = now - start
-        if elapsed >= seconds:
-            break
-        if index >= int(elapsed * records_per_second):
-            await anyio.sleep(PACE_SECONDS)
-            continue
-        data = _load.record_data(index, filler)
-        key = keys[index % _load.KEYS]
-        load.put_times.append(now)
-        done_times.append(0.0)
-        outcome = await put(stream=_load.STREAM, partition_key=key, data=data)
-        outcome.add_done_callback(marker(index))
-        load.outcomes.append(outcome)
-        load.put_bytes += len(key) + len(data)
-        index += 1
-    load.offered_seconds = clock() - start
-    load.put = index
-    return load, load.put_times
-
-
 async def _round_trip(ordering: str, fraction: float, seconds: float, aggregation: bool) -> Any:
     fake = _load.throttling_server()
     fake.latency = LATENCY_MS / 1000
@@ -95,7 +52,7 @@ async def _round_trip(ordering: str, fraction: float, seconds: float, aggregatio
     rate = fraction * _load.CAPACITY_BYTES_PER_SECOND / _load.MEAN_RECORD_BYTES
     async with Producer(config, client=fake) as producer:
         await _load.warm_up(producer)
-        load, _ = await _offer(producer, rate, seconds)
+        load = await _load.offer(producer, rate, seconds, clock=anyio.current_time)
         end = anyio.current_time()
         statistics = producer.statistics()
     delivery = _load.match(fake, load)
