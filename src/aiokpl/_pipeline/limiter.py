@@ -76,7 +76,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Container
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sortedcontainers import SortedKeyList
 
@@ -267,11 +267,14 @@ class Limiter:
         self._waiting: set[str | None] = set()
         self._drain_scheduled = False
 
+    # The per-shard state this limiter keeps (the ordered limiter keeps lanes).
+    _shard_limiter: type[ShardLimiter] = ShardLimiter
+
     def _limiter_of(self, shard: str | None) -> ShardLimiter:
         if shard is None:
             limiter = self.unmapped
             if limiter is None:
-                limiter = self.unmapped = ShardLimiter(
+                limiter = self.unmapped = self._shard_limiter(
                     self._records_per_second, self._bytes_per_second
                 )
             return limiter
@@ -280,7 +283,7 @@ class Limiter:
             records, size = self._ceilings.get(
                 shard, (self._records_per_second, self._bytes_per_second)
             )
-            limiter = self.shards[shard] = ShardLimiter(records, size)
+            limiter = self.shards[shard] = self._shard_limiter(records, size)
         return limiter
 
     def put(self, record: KinesisRecord) -> None:
@@ -502,20 +505,13 @@ class OrderedLimiter(Limiter):
         # Lanes of shards gone from the map that still hold records, oldest retired first.
         self.retired: dict[str, OrderedShardLimiter] = {}
 
+    _shard_limiter = OrderedShardLimiter
+
     def _limiter_of(self, shard: str | None) -> OrderedShardLimiter:
-        if shard is None:
-            unmapped = self.unmapped
-            if unmapped is None:
-                unmapped = self.unmapped = OrderedShardLimiter(
-                    self._records_per_second, self._bytes_per_second
-                )
-            return unmapped
-        lane = self.shards.get(shard)
-        if lane is None:
-            records, size = self._ceilings.get(
-                shard, (self._records_per_second, self._bytes_per_second)
-            )
-            lane = self.shards[shard] = OrderedShardLimiter(records, size)
+        new = shard is not None and shard not in self.shards
+        lane = cast("OrderedShardLimiter", super()._limiter_of(shard))
+        if new:
+            assert shard is not None
             lane.held = self._holds(self._hash_range(shard), None)
         return lane
 
