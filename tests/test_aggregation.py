@@ -1167,6 +1167,15 @@ def test_the_filter_keeps_what_the_other_shard_drops() -> None:
     assert deaggregate(boto3_record(blob), shard=whole) == deaggregate(boto3_record(blob))
 
 
+def test_the_filter_hashes_a_repeated_partition_key_once_and_judges_every_record() -> None:
+    # Records of one key share a shard: each is kept (or dropped) like the first of its key.
+    lower, upper = _key_in(upper=False), _key_in(upper=True)
+    records = [Record(k, f"{k}-{i}".encode()) for i in range(3) for k in (lower, upper)]
+    kept = deaggregate(boto3_record(encode(records)), shard=LOWER)
+    assert [r.data for r in kept] == [f"{lower}-{i}".encode() for i in range(3)]
+    assert [r.sub_sequence_number for r in kept] == [0, 2, 4]
+
+
 def test_the_filter_never_drops_a_record_that_was_not_aggregated() -> None:
     # Kinesis routed it by its own key: wherever it is, it belongs there.
     plain = boto3_record(b"plain", PartitionKey=_key_in(upper=True))
