@@ -5,17 +5,31 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import pytest
 
-from aiokpl import CloudWatchSink, Producer
+from aiokpl import CloudWatchSink, MetricStatistics, Producer
 from aiokpl._kinesis import create_cloudwatch_client
 from aiokpl.testing._servers import DUMMY_CREDENTIALS
 
 from .helpers import admin_client, config, create_stream, stream_name
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+class _WatchedSink(CloudWatchSink):
+    """A CloudWatch sink that says when its first publish has returned."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.published = anyio.Event()
+
+    async def publish(self, metrics: Sequence[MetricStatistics]) -> None:
+        await super().publish(metrics)
+        self.published.set()
 
 
 async def test_metrics_uploaded_to_cloudwatch_read_back(moto_endpoint: str) -> None:
@@ -29,14 +43,19 @@ async def test_metrics_uploaded_to_cloudwatch_read_back(moto_endpoint: str) -> N
         metrics_namespace=namespace,
         metrics_upload_interval_ms=1_000,
     )
-    sink = CloudWatchSink(endpoint_url=moto_endpoint)
+    sink = _WatchedSink(endpoint_url=moto_endpoint)
     async with Producer(cfg, metrics_sinks=[sink]) as producer:
         outcomes = [
             await producer.put_record(stream=stream, partition_key=f"k{i}", data=b"x" * 10)
             for i in range(50)
         ]
         await producer.flush()
-        await anyio.sleep(1.2)  # at least one upload while running; the last one on exit
+        # At least one whole upload while running (every second; waited for, not timed: a
+        # loaded machine may take longer), then the last one on exit. Waiting for the first
+        # request only would let exit cancel the upload mid-way, and the last upload sends a
+        # cancelled span again (the uploader's rule: resend rather than lose).
+        with anyio.fail_after(30):
+            await sink.published.wait()
     assert all(outcome.result().success for outcome in outcomes)
     assert sink.requests_sent >= 2
     assert sink.requests_failed == 0
