@@ -15,6 +15,8 @@ exists. The rules they follow (``docs/contributing.md`` says the same for writer
   ``AWS_ENDPOINT_URL_KINESIS`` sends a producer built without ``client=`` there.
   ``http://127.0.0.1:4567`` (the server's default address) written in an example is that
   server's address.
+* A warning of the ``aiokpl`` logger fails the example (unless :data:`EXPECTED_WARNINGS` names
+  it): records that fail quietly, in an example that only prints, fail its test all the same.
 * Two visible marks, a comment on a block's first line (so a reader sees them, on a code host
   as on the site):
 
@@ -46,6 +48,7 @@ import doctest
 import importlib
 import inspect
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -93,6 +96,11 @@ _FRAGMENT = re.compile(r"# Fragment: \S")
 LOCAL_STREAMS = {"events": 4}
 """The streams of the local server, as ``aiokpl local --stream events:4`` creates them (the
 command Getting started gives)."""
+
+EXPECTED_WARNINGS = {"docs/results.md": "no-such-stream"}
+"""Pages with an example that fails records on purpose, and what its warnings name. Any other
+warning of the ``aiokpl`` logger fails the example's test: a record that fails without the
+example saying so (a stream the server lacks, an address where nothing listens) warns."""
 
 LOCAL_PORT = 4567
 """``aiokpl local``'s default port: an example's ``http://127.0.0.1:4567`` is the test server."""
@@ -467,7 +475,11 @@ async def _run_async(blocks: list[Block], namespace: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(("example", "backend"), _collect())
 def test_example_runs(
-    example: Example, backend: str | None, tmp_path: Path, request: pytest.FixtureRequest
+    example: Example,
+    backend: str | None,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     if example.problem is not None:
         pytest.fail(example.problem, pytrace=False)
@@ -499,6 +511,14 @@ def test_example_runs(
         with _module() as namespace:
             for block in blocks:
                 exec(_compile(block), namespace)
+    warnings = [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno >= logging.WARNING and record.name.startswith("aiokpl")
+    ]
+    expected = EXPECTED_WARNINGS.get(example.first.origin.name)
+    unexpected = [text for text in warnings if expected is None or expected not in text]
+    assert not unexpected, f"{example.first.where}: aiokpl warned: {unexpected}"
 
 
 def _run_pytest_module(block: Block, tmp_path: Path) -> None:
