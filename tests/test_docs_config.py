@@ -91,15 +91,29 @@ def test_a_field_is_said_to_take_none_only_when_it_does(hooks: ModuleType) -> No
     assert rows["metrics_namespace"].allowed == "a string"
 
 
-def test_the_configuration_page_gets_the_table(hooks: ModuleType) -> None:
+def test_the_configuration_page_holds_the_table(
+    hooks: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert page.count(hooks.PLACEHOLDER) == 1
-    rendered = hooks.on_page_markdown(page)
-    assert hooks.PLACEHOLDER not in rendered
+    assert page.count("<!-- /config-fields -->") == 1
+    # In the file itself, where a code host shows it: every field has its row.
     for f in dataclasses.fields(Config):
-        assert re.search(rf"^\| `{f.name}` \|", rendered, flags=re.M), f.name
-    assert hooks.on_page_markdown("no placeholder here") == "no placeholder here"
+        assert re.search(rf"^\| `{f.name}` \|", page, flags=re.M), f.name
+    assert hooks.regenerate(page) == page, "docs/configuration.md is stale: run make docs-tables"
+    assert hooks.on_page_markdown(page) == page
+    assert hooks.regenerate("no placeholder here") == "no placeholder here"
     assert "docs/_hooks.py" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    # A field whose documentation changes makes the page stale, for the test and the build.
+    source = hooks.CONFIG_SOURCE.read_text(encoding="utf-8")
+    changed = source.replace("How long a record may take", "How long, at most, a record may take")
+    assert changed != source
+    copy = tmp_path / "config.py"
+    copy.write_text(changed, encoding="utf-8")
+    monkeypatch.setattr(hooks, "CONFIG_SOURCE", copy)
+    assert "How long, at most, a record may take" in hooks.regenerate(page)
+    with pytest.raises(hooks.StaleTablesError, match="make docs-tables"):
+        hooks.on_page_markdown(page)
 
 
 def test_attribute_docs_pairs_each_field_with_the_string_after_it(hooks: ModuleType) -> None:
