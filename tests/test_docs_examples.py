@@ -9,10 +9,10 @@ exists. The rules they follow (``docs/contributing.md`` says the same for writer
   defined elsewhere, no ``await`` outside a function. It must compile as a file, and it runs
   as written (not wrapped in a function) in a fresh module, once; it starts its own event loop
   (``anyio.run(main)``, ``asyncio.run(main())``, ``trio.run(main)``).
-* It runs as a reader runs it after :doc:`getting-started`'s first steps: ``aiokpl local
-  --stream events:4`` listening (moto's server on 127.0.0.1, here on a free port, emptied
-  before each example) and the environment of :data:`LOCAL_ENVIRONMENT` exported, whose
-  ``AWS_ENDPOINT_URL_KINESIS`` sends a producer built without ``client=`` there.
+* It runs as a reader runs it after the first steps of ``docs/getting-started.md``:
+  ``aiokpl local --stream events:4`` listening (moto's server on 127.0.0.1, here on a free port,
+  emptied before each example) and the environment of :func:`local_environment` exported,
+  whose ``AWS_ENDPOINT_URL_KINESIS`` sends a producer built without ``client=`` there.
   ``http://127.0.0.1:4567`` (the server's default address) written in an example is that
   server's address.
 * A warning of the ``aiokpl`` logger fails the example (unless :data:`EXPECTED_WARNINGS` names
