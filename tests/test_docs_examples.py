@@ -60,9 +60,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import botocore.session
 import pytest
 
+from aiokpl import Config
+from aiokpl._cli.local import _create_streams
+from aiokpl._kinesis import create_client
+from aiokpl.aggregation import deaggregate
+from aiokpl.testing import read_stream
 from aiokpl.testing._servers import DUMMY_CREDENTIALS, moto_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -400,12 +404,10 @@ def local_server() -> Iterator[str]:
         yield endpoint
 
 
-def _client(endpoint: str) -> Any:
-    """A blocking botocore client of the test server, for the fixture's own calls."""
-    return botocore.session.get_session().create_client(
-        "kinesis",
+def _config(endpoint: str) -> Config:
+    return Config(
         endpoint_url=endpoint,
-        region_name=DUMMY_CREDENTIALS["region"],
+        region=DUMMY_CREDENTIALS["region"],
         aws_access_key_id=DUMMY_CREDENTIALS["aws_access_key_id"],
         aws_secret_access_key=DUMMY_CREDENTIALS["aws_secret_access_key"],
     )
@@ -416,24 +418,19 @@ def _reset(endpoint: str) -> None:
     request = urllib.request.Request(f"{endpoint}/moto-api/reset", data=b"", method="POST")
     with urllib.request.urlopen(request, timeout=30) as response:
         assert json.loads(response.read()) == {"status": "ok"}
-    with contextlib.closing(_client(endpoint)) as client:
-        for name, shards in LOCAL_STREAMS.items():
-            client.create_stream(StreamName=name, ShardCount=shards)
+    streams = list(LOCAL_STREAMS.items())
+    anyio.run(_create_streams, endpoint, DUMMY_CREDENTIALS["region"], streams)
 
 
 def stored_data(endpoint: str, stream: str) -> list[bytes]:
     """The data of every user record stored in ``stream`` on the server, deaggregated."""
-    from aiokpl.aggregation import deaggregate
 
-    found: list[bytes] = []
-    with contextlib.closing(_client(endpoint)) as client:
-        for shard in client.list_shards(StreamName=stream)["Shards"]:
-            iterator = client.get_shard_iterator(
-                StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-            )["ShardIterator"]
-            records = client.get_records(ShardIterator=iterator)["Records"]
-            found.extend(user.data for record in records for user in deaggregate(record))
-    return found
+    async def read() -> list[bytes]:
+        async with create_client(_config(endpoint)) as client:
+            records = await read_stream(client, stream)
+        return [user.data for _, record in records for user in deaggregate(record)]
+
+    return anyio.run(read)
 
 
 @pytest.fixture
@@ -651,7 +648,7 @@ def test_pytest_modules_and_pycon_sessions_are_recognised(tmp_path: Path) -> Non
 def test_a_program_runs_against_the_local_server(local_kinesis: str) -> None:
     # What the examples rely on: a producer built without client=, as Getting started's
     # first program builds it, writes to the local server through AWS_ENDPOINT_URL_KINESIS.
-    from aiokpl import Config, Producer
+    from aiokpl import Producer
 
     async def main() -> None:
         async with Producer(Config()) as producer:
