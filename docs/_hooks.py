@@ -10,11 +10,11 @@ opening marker and its closing one, each an HTML comment on a line of its own::
 
     <!-- /cli-options -->
 
-``python docs/_hooks.py`` (``make docs-tables``) rewrites what lies between every pair, in
-every page; a marker without its closing one gets the generated text and the closing marker
-after it. ``tests/test_docs_config.py`` and ``tests/test_docs_cli.py`` fail when a page is not
-what that command would write, and so does the docs build: as an mkdocs hook, this module
-refuses a stale page (:class:`StaleTablesError`).
+``python docs/_hooks.py`` (``make docs-tables``) rewrites what lies between every pair, in the
+pages that have them (:data:`PAGES`); a marker without its closing one gets the generated text
+and the closing marker after it. ``tests/test_docs_config.py`` and ``tests/test_docs_cli.py``
+fail when a page is not what that command would write, and so does the docs build: as an
+mkdocs hook, this module refuses a stale page (:class:`StaleTablesError`).
 
 **Configuration.** ``<!-- config-fields -->`` becomes one table row per field of
 :class:`aiokpl.Config`, in declaration order, so the reference can never drift from the code
