@@ -9,6 +9,7 @@ background loop on asyncio and on trio.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.thread
 import gc
 import logging
 import re
@@ -20,13 +21,14 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
 import anyio
 import pytest
 
+import aiokpl._exit_executor
 import aiokpl._sync
 from aiokpl import (
     BufferFullError,
@@ -38,6 +40,7 @@ from aiokpl import (
     RecordResult,
     SyncProducer,
 )
+from aiokpl._exit_executor import ExitSafeExecutor
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis, read_stream
 
@@ -622,3 +625,63 @@ def test_an_abandon_that_cannot_finish_gives_up_and_says_so(
     go.set()  # the callback returns: the producer ends, every future resolved
     producer.close()
     assert {future.result().error_code for future in futures} == {"Cancelled"}
+
+
+def test_ctrl_c_during_the_close_at_exit_abandons_every_open_producer(
+    backend: Backend, interrupter: Interrupter, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The exit function, called here as the interpreter would: Ctrl-C during the close of one
+    # producer abandons its records and closes the other at once; each says what failed, and
+    # nothing is raised (there is nobody left to raise it to).
+    fakes = [FakeKinesis(), FakeKinesis()]
+    for fake in fakes:
+        fake.add_stream("s")
+        fake.latency = 3600.0
+    producers = [SyncProducer(CONFIG, client=fake, backend=backend) for fake in fakes]
+    futures = [
+        producer.put_record(stream="s", partition_key=f"k{i}", data=b"d")
+        for producer in producers
+        for i in range(4)
+    ]
+    thread = in_thread(
+        lambda: interrupter.interrupt(when=lambda: any(p._closing for p in producers))
+    )
+    with caplog.at_level(logging.WARNING, logger="aiokpl"):
+        aiokpl._sync._close_forgotten()
+    thread.join(WAIT)
+    assert interrupter.count == 1
+    assert {future.result().error_code for future in futures} == {"Cancelled"}
+    assert (
+        "closing a SyncProducer at interpreter exit was interrupted: the records still without "
+        "a result were cancelled (4 had none then). Of 4 records put, 0 were delivered and 4 "
+        "failed"
+    ) in caplog.text
+    assert (
+        "a SyncProducer still open at interpreter exit was closed: of 4 records put, 0 were "
+        "delivered and 4 failed"
+    ) in caplog.text
+    assert not any(producer._thread.is_alive() for producer in producers)
+
+
+def test_the_loop_executor_still_runs_work_once_thread_pools_refuse_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # At exit, concurrent.futures refuses new work to every ThreadPoolExecutor (its own exit
+    # hook sets this flag before any atexit function runs): the loop's executor then runs each
+    # call in a thread of its own, with the call's result or exception.
+    executor = ExitSafeExecutor()
+    assert executor.submit(pow, 2, 5).result(WAIT) == 32  # before exit: the pool
+    monkeypatch.setattr(concurrent.futures.thread, "_shutdown", True)
+    with pytest.raises(RuntimeError, match="after interpreter shutdown"):
+        ThreadPoolExecutor().submit(pow, 2, 5)  # what a plain pool does at exit
+    assert executor.submit(pow, 2, 6).result(WAIT) == 64
+    with pytest.raises(ZeroDivisionError):
+        executor.submit(divmod, 1, 0).result(WAIT)
+    cancelled: Future[int] = Future()
+    cancelled.cancel()
+    aiokpl._exit_executor._run(cancelled, pow, (2, 7), {})  # cancelled before it ran: not run
+    assert cancelled.cancelled()
+    monkeypatch.undo()
+    executor.shutdown()
+    with pytest.raises(RuntimeError, match="cannot schedule new futures after shutdown"):
+        executor.submit(pow, 2, 5)  # shut down (its loop ended): refused, as by any pool

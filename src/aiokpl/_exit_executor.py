@@ -19,18 +19,25 @@ executor is all it takes for the loop's blocking steps to run there.
 
 Before exit this is a plain ``ThreadPoolExecutor``. Once the interpreter refuses new work, each
 call gets a daemon thread of its own: rare (a connector, a DNS lookup), and only during exit.
-Python 3.12.0 to 3.12.2 refuse to start any thread once the interpreter begins to exit
-(CPython gh-113964, fixed in 3.12.3): there the call fails as it would have anyway.
+
+Python 3.12.0 to 3.12.2 refuse to start any thread once the interpreter begins to exit (CPython
+gh-113964, fixed in 3.12.3), so nothing can help there, and the loop keeps the standard
+executor (:data:`THREADS_AT_EXIT`): installing this one would only make the loop's end fail
+(asyncio shuts a default executor down from a new thread).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-__all__ = ("ExitSafeExecutor",)
+__all__ = ("THREADS_AT_EXIT", "ExitSafeExecutor")
+
+# Whether this interpreter can start a thread during exit (see above).
+THREADS_AT_EXIT = not ((3, 12, 0) <= sys.version_info[:3] < (3, 12, 3))
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")

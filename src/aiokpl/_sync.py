@@ -58,7 +58,7 @@ from ._core.hashing import check_stream_name, check_user_record, parse_stream_ar
 from ._core.results import Attempt, FailedRecord, RecordResult
 from ._core.statistics import ProducerStatistics
 from ._core.wire import Tags
-from ._exit_executor import ExitSafeExecutor
+from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
 from ._kinesis import check_region, fixed_region
 from ._producer import Producer, ProducerPort
 
@@ -349,7 +349,7 @@ class SyncProducer:
         # which loop runs them.
         self._clock = current_clock()
         self._wakeup = anyio.Event()
-        if current_backend() == "asyncio":  # its blocking steps must still run at exit
+        if THREADS_AT_EXIT and current_backend() == "asyncio":  # must still run at exit
             asyncio.get_running_loop().set_default_executor(ExitSafeExecutor())
         try:
             with anyio.CancelScope() as scope:  # close(timeout=…) sets its deadline
