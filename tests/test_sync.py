@@ -685,3 +685,33 @@ def test_the_loop_executor_still_runs_work_once_thread_pools_refuse_it(
     executor.shutdown()
     with pytest.raises(RuntimeError, match="cannot schedule new futures after shutdown"):
         executor.submit(pow, 2, 5)  # shut down (its loop ended): refused, as by any pool
+
+
+def test_ctrl_c_while_the_constructor_starts_the_loop_stops_it(
+    backend: Backend, interrupter: Interrupter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The constructor waits for the loop to start the producer (opening a client can take a
+    # while); Ctrl-C then raises at once, and the loop, once started, stops by itself.
+    starting, go = threading.Event(), threading.Event()
+    enter = Producer.__aenter__
+
+    async def slow_enter(self: Producer) -> Producer:
+        starting.set()
+        with anyio.fail_after(WAIT):
+            while not go.is_set():  # noqa: ASYNC110 - a threading.Event, set by the test
+                await anyio.sleep(0.001)
+        return await enter(self)
+
+    monkeypatch.setattr(Producer, "__aenter__", slow_enter)
+    fake = FakeKinesis()
+    thread = in_thread(lambda: interrupter.interrupt(when=starting.is_set))
+    with pytest.raises(KeyboardInterrupt):
+        SyncProducer(CONFIG, client=fake, backend=backend)
+    thread.join(WAIT)
+
+    def loop_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "aiokpl SyncProducer"]
+
+    assert loop_threads()  # raised without waiting for the start (before: waited for ever)
+    go.set()
+    wait_until(lambda: not loop_threads())  # started, saw the interruption, stopped

@@ -20,7 +20,9 @@ How a record crosses threads, and why:
 Invariants:
 
 * every future handed out is resolved, exactly once, by the time :meth:`SyncProducer.close`
-  returns (delivered, failed, or failed ``"Cancelled"`` when ``close(timeout=…)`` ran out);
+  returns (delivered, failed, or failed ``"Cancelled"`` when ``close(timeout=…)`` ran out),
+  or raises the interruption (Ctrl-C) that cut its wait short (``"Cancelled"`` then too): it
+  waits for an event the loop sets last, never for ``Thread.join`` alone;
 * records handed over and not yet resolved never exceed ``max_outstanding_records`` /
   ``max_outstanding_bytes``: ``put_record`` blocks the calling thread for room;
 * the producer's loop thread never blocks on its own work: calls that would wait for it from
