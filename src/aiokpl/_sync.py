@@ -314,10 +314,11 @@ class SyncProducer:
             started.result()
         except BaseException:
             # The start failed (the loop is ending), or this thread was interrupted (Ctrl-C)
-            # while the loop started: nothing was put, and a loop that starts now stops.
+            # while the loop started: nothing was put, so the start is cancelled (and a loop
+            # that has not got that far stops once it sees _closing).
             with self._lock:
                 self._closing = True
-                if started.done() and not started.exception() and not self._loop_done:
+                if self._call_soon is not _not_started and not self._loop_done:
                     self._call_soon(self._on_abandon)
             if started.done():
                 self._stopped.wait()
@@ -476,8 +477,8 @@ class SyncProducer:
         self._wakeup.set()
 
     def _on_abandon(self) -> None:
-        if self._scope is not None:  # None: the loop is ending already
-            self._scope.cancel()
+        assert self._scope is not None
+        self._scope.cancel()
 
     def _on_close(self, timeout: float | None) -> None:
         assert self._scope is not None
