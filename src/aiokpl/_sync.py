@@ -352,9 +352,9 @@ class SyncProducer:
         # which loop runs them.
         self._clock = current_clock()
         self._wakeup = anyio.Event()
-        if THREADS_AT_EXIT and current_backend() == "asyncio":  # must still run at exit
-            asyncio.get_running_loop().set_default_executor(ExitSafeExecutor())
         try:
+            if THREADS_AT_EXIT and current_backend() == "asyncio":  # must still run at exit
+                asyncio.get_running_loop().set_default_executor(ExitSafeExecutor())
             with anyio.CancelScope() as scope:  # close(timeout=…) sets its deadline
                 self._scope = scope
                 async with Producer(self.config, client=client) as producer:
