@@ -39,8 +39,8 @@ The connection budget (invariants):
   queued (ready, parked or behind a probe) or in flight, and for ``active_window`` after its
   last answer (1 s plus the buffered time: a stream with steady traffic sends at least once
   per buffered time, so it keeps its share between two requests). A lane at its share leaves
-  the ring until one of its own requests is answered; connections its share leaves free stay
-  free for the others. A lone stream (S = 1) uses every connection;
+  the ring until one of its own requests is answered (or it submits another); connections its
+  share leaves free stay free for the others. A lone stream (S = 1) uses every connection;
 * **overdue requests are given up for others**: a request is *overdue* once it has been under
   way longer than its stream's round trips predict: ``srtt + 4 * rttvar`` (RFC 6298's
   retransmission timeout, from the stream's answered requests), at least 1 s (the floor, and
