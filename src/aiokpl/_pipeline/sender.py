@@ -230,19 +230,19 @@ class _Wake:
 
 
 class _Recheck:
-    """A scheduler entry: look again for a request to give up, once one may be overdue."""
+    """The sender's scheduler entry: look again for a request to give up, once one may be
+    overdue. One instance, scheduled at the earliest such time known; an entry that comes due
+    after an earlier one only looks again, which changes nothing if nothing is due."""
 
-    __slots__ = ("sender", "when")
+    __slots__ = ("sender",)
 
-    def __init__(self, sender: Sender, when: float) -> None:
+    def __init__(self, sender: Sender) -> None:
         self.sender = sender
-        self.when = when
 
     def on_due(self, now: float) -> None:
         sender = self.sender
-        if sender._recheck is self:
-            sender._recheck = None
-            sender._preempt(now)
+        sender._recheck_at = math.inf
+        sender._preempt(now)
 
 
 def _earliest_expiry(requests: deque[_Request]) -> float:
@@ -271,7 +271,8 @@ class Sender:
         self._request_timeout = request_timeout
         self._active_window = active_window
         self._preempting = 0  # requests given up whose tasks have not finished yet
-        self._recheck: _Recheck | None = None  # the scheduler entry that counts
+        self._recheck = _Recheck(self)
+        self._recheck_at = math.inf  # when it is due next, if it is scheduled
         self.requests_preempted = 0
         # One lane per stream, kept for the producer's life (as its stream pipelines are).
         self._lanes: dict[Destination, _Lane] = {}
@@ -396,9 +397,9 @@ class Sender:
             victim.scope.cancel()
             self._preempting += 1
             self.requests_preempted += 1
-        elif recheck < math.inf and (self._recheck is None or recheck < self._recheck.when):
-            entry = self._recheck = _Recheck(self, recheck)
-            self._scheduler.call_at(recheck, entry)
+        elif recheck < self._recheck_at:
+            self._recheck_at = recheck
+            self._scheduler.call_at(recheck, self._recheck)
 
     def _next(self, now: float) -> tuple[_Lane, list[KinesisRecord]] | None:
         """The next request in round-robin order, or ``None``; parks lanes backing off."""
