@@ -89,7 +89,12 @@ def test_limits_and_faults_describe_themselves() -> None:
     )
     assert ServerFaults().describe() == []
     assert not ServerFaults().any
-    faults = ServerFaults(fault_rate=0.05, fail_streams=["a"], hang_streams=("b",), hang_seconds=3)
+    faults = ServerFaults(
+        fault_rate=0.05,
+        fail_streams=["a"],  # type: ignore[arg-type]  # as JSON gives it to the server process
+        hang_streams=("b",),
+        hang_seconds=3,
+    )
     assert faults.any
     assert faults.fail_streams == ("a",)  # a list (from JSON) is kept as a tuple
     assert faults.describe() == [
