@@ -94,6 +94,11 @@ _REASONS = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+# The service's limits of one request, checked before any shard's: 500 records, 1 MiB a
+# record, 5 MiB in all (data plus partition keys).
+_MAX_RECORDS = 500
+_MAX_RECORD = 1024 * 1024
+_MAX_REQUEST = 5 * 1024 * 1024
 _ARN_STREAM = re.compile(r"^arn:[^:]+:kinesis:[^:]*:[^:]*:stream/(?P<name>.+)$")
 _ACCESS_KEY = re.compile(r"Credential=([^/,]+)/")
 
@@ -287,11 +292,15 @@ def _decoded_size(data: Any) -> int:
 
 
 def _json_response(
-    start_response: StartResponse, status: int, document: Mapping[str, Any], error: str = ""
+    start_response: StartResponse,
+    status: int,
+    document: Mapping[str, Any],
+    error: str = "",
+    content_type: str = "application/x-amz-json-1.1",
 ) -> list[bytes]:
     body = json.dumps(document).encode()
     headers = [
-        ("Content-Type", "application/x-amz-json-1.1"),
+        ("Content-Type", content_type),
         ("Content-Length", str(len(body))),
         ("x-amzn-RequestId", str(uuid.uuid4())),
     ]
@@ -368,7 +377,7 @@ class ThrottlingApp:
             return failed
         if self._throttle is None or stream is None or not records:
             return self._counted(environ, start_response, stream, len(records))
-        return self._throttled(environ, start_response, operation, body, records)
+        return self._throttled(environ, start_response, operation, raw, body, records)
 
     def _report(self, start_response: StartResponse) -> list[bytes]:
         return _json_response(
@@ -379,6 +388,7 @@ class ThrottlingApp:
                 "faults": asdict(self.faults),
                 "series": self.counts.rows(),
             },
+            content_type="application/json",
         )
 
     def _moto(self, environ: WSGIEnvironment, start_response: StartResponse) -> list[bytes]:
@@ -422,11 +432,16 @@ class ThrottlingApp:
         environ: WSGIEnvironment,
         start_response: StartResponse,
         operation: str,
+        raw: bytes,
         body: dict[str, Any],
         records: list[Mapping[str, Any]],
     ) -> list[bytes]:
         throttle = self._throttle
         assert throttle is not None
+        sizes = [_record_size(record) for record in records]
+        if len(records) > _MAX_RECORDS or max(sizes) > _MAX_RECORD or sum(sizes) > _MAX_REQUEST:
+            # The service refuses such a request whole, before any shard's limit: moto's error.
+            return self._moto(environ, start_response)
         with self._lock:
             now = self._clock()
             located = _locate(environ, body, records)
@@ -436,14 +451,8 @@ class ThrottlingApp:
             stream_arn, stream_name, account, shards = located
             admitted: list[int] = []
             refused: dict[int, str] = {}
-            sizes: list[int] = []
-            for index, (record, shard_id) in enumerate(zip(records, shards, strict=True)):
-                key = record.get("PartitionKey")
-                size = _decoded_size(record.get("Data")) + (
-                    len(key.encode()) if isinstance(key, str) else 0
-                )
-                sizes.append(size)
-                if throttle.admit(stream_arn, shard_id, size, now):
+            for index, shard_id in enumerate(shards):
+                if throttle.admit(stream_arn, shard_id, sizes[index], now):
                     admitted.append(index)
                 else:
                     refused[index] = shard_id
@@ -485,7 +494,7 @@ class ThrottlingApp:
                 # the client gets moto's error for its original request.
                 for index in admitted:
                     throttle.give_back(stream_arn, shards[index], sizes[index], now)
-                _set_body(environ, _original_body(body))
+                _set_body(environ, raw)
                 return list(self._app(environ, start_response))
             stored = iter(json.loads(answer)["Records"])
             entries = [
@@ -530,6 +539,12 @@ class ThrottlingApp:
         return answer
 
 
+def _record_size(record: Mapping[str, Any]) -> int:
+    """What a record counts against its shard: data plus partition key, in bytes."""
+    key = record.get("PartitionKey")
+    return _decoded_size(record.get("Data")) + (len(key.encode()) if isinstance(key, str) else 0)
+
+
 def _records_of(operation: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The records a write carries (none for other operations, or a malformed write)."""
     if operation == "PutRecord":
@@ -543,10 +558,7 @@ def _records_of(operation: str, body: Mapping[str, Any]) -> list[Mapping[str, An
 
 def _read_body(environ: WSGIEnvironment) -> bytes:
     """The request body, read once; ``environ`` is left able to give it again."""
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        length = 0
+    length = int(environ.get("CONTENT_LENGTH") or 0)  # werkzeug has checked it is a number
     raw = environ["wsgi.input"].read(length) if length > 0 else b""
     _set_body(environ, raw)
     return raw
@@ -555,10 +567,6 @@ def _read_body(environ: WSGIEnvironment) -> bytes:
 def _set_body(environ: WSGIEnvironment, raw: bytes) -> None:
     environ["wsgi.input"] = io.BytesIO(raw)
     environ["CONTENT_LENGTH"] = str(len(raw))
-
-
-def _original_body(body: Mapping[str, Any]) -> bytes:
-    return json.dumps(body).encode()
 
 
 def _locate(
@@ -580,9 +588,7 @@ def _locate(
         found = _ACCESS_KEY.search(authorization)
         account = get_account_id_from(found.group(1) if found else "AKIAEXAMPLE")
     scope = authorization.split(",")[0].split("/")
-    if "AWS4" not in authorization or len(scope) < 3:
-        return None
-    region = scope[2]
+    region = scope[2] if "AWS4" in authorization and len(scope) >= 3 else "us-east-1"
     try:
         stream = kinesis_backends[str(account)][region].describe_stream(
             stream_arn=body.get("StreamARN"), stream_name=body.get("StreamName")
