@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from aiokpl.aggregation import encode
 from aiokpl.testing._throttling import (
     THROTTLED,
     ServerFaults,
@@ -25,6 +26,7 @@ from aiokpl.testing._throttling import (
     _decoded_size,
     _records_of,
     _stream_named,
+    _user_records,
     throttled_message,
 )
 
@@ -134,13 +136,38 @@ def test_the_throttled_message_is_aws_s() -> None:
 
 def test_counts_add_up_per_second_and_stream_in_order() -> None:
     counts = ThroughputCounts()
-    counts.add(101, "b", delivered=3)
-    counts.add(100, "a", delivered=5, throttled=2)
-    counts.add(100, "a", throttled=1, failed=4)
+    counts.add(101, "b", delivered=3, delivered_user=30)
+    counts.add(100, "a", delivered=5, throttled=2, delivered_user=5, throttled_user=2)
+    counts.add(100, "a", throttled=1, failed=4, throttled_user=1)
     assert counts.rows() == [
-        {"second": 100, "stream": "a", "delivered": 5, "throttled": 3, "failed": 4},
-        {"second": 101, "stream": "b", "delivered": 3, "throttled": 0, "failed": 0},
+        {
+            "second": 100,
+            "stream": "a",
+            "delivered": 5,
+            "throttled": 3,
+            "failed": 4,
+            "delivered_user_records": 5,
+            "throttled_user_records": 3,
+        },
+        {
+            "second": 101,
+            "stream": "b",
+            "delivered": 3,
+            "throttled": 0,
+            "failed": 0,
+            "delivered_user_records": 30,
+            "throttled_user_records": 0,
+        },
     ]
+
+
+def test_an_aggregate_counts_its_user_records() -> None:
+    aggregate = encode([(f"k{i}", b"x" * 100) for i in range(7)])
+    assert _user_records({"Data": base64.b64encode(aggregate).decode()}) == 7
+    assert _user_records({"Data": base64.b64encode(b"plain").decode()}) == 1
+    # The magic without a valid aggregate behind it is a record of its own.
+    assert _user_records({"Data": base64.b64encode(aggregate[:-1]).decode()}) == 1
+    assert _user_records({"Data": None}) == 1
 
 
 @pytest.mark.parametrize("length", range(12))
@@ -260,7 +287,8 @@ def test_the_app_refills_shards_by_its_clock() -> None:
     assert status == 200
     assert body["ShardId"] == "shardId-000000000000"
     rows = [row for row in served.app.counts.rows() if row["stream"] == stream]
-    assert rows == [{"second": 7, "stream": stream, "delivered": 151, "throttled": 61, "failed": 0}]
+    assert [tuple(row.values())[2:] for row in rows] == [(151, 61, 0, 151, 61)]
+    assert rows[0]["second"] == 7
 
 
 def test_a_request_the_service_refuses_whole_takes_nothing_from_the_shard() -> None:

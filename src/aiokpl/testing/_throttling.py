@@ -35,6 +35,7 @@ streams' own scaling, and the service's habit of refusing a whole ``PutRecords``
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import math
@@ -49,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._core.decoder import decode
 from .._core.token_bucket import TokenBucket
 
 if TYPE_CHECKING:
@@ -99,6 +101,8 @@ _REASONS = {
 _MAX_RECORDS = 500
 _MAX_RECORD = 1024 * 1024
 _MAX_REQUEST = 5 * 1024 * 1024
+# The base64 of the KPL aggregate's magic (F3 89 9A C2) starts with these characters.
+_AGGREGATE_PREFIX = "84ma"
 _ARN_STREAM = re.compile(r"^arn:[^:]+:kinesis:[^:]*:[^:]*:stream/(?P<name>.+)$")
 _ACCESS_KEY = re.compile(r"Credential=([^/,]+)/")
 
@@ -242,16 +246,28 @@ class ShardThrottle:
 
 
 class ThroughputCounts:
-    """Records stored, throttled and failed, per whole second and per stream; thread-safe."""
+    """Records stored, throttled and failed, per whole second and per stream; thread-safe.
+
+    Kinesis records, and the user records in them (a KPL aggregate holds many; any other
+    record is one).
+    """
 
     __slots__ = ("_counts", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        self._counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0] * 5)
 
     def add(
-        self, second: int, stream: str, *, delivered: int = 0, throttled: int = 0, failed: int = 0
+        self,
+        second: int,
+        stream: str,
+        *,
+        delivered: int = 0,
+        throttled: int = 0,
+        failed: int = 0,
+        delivered_user: int = 0,
+        throttled_user: int = 0,
     ) -> None:
         """Count records of ``stream`` in ``second``."""
         with self._lock:
@@ -259,15 +275,26 @@ class ThroughputCounts:
             counts[0] += delivered
             counts[1] += throttled
             counts[2] += failed
+            counts[3] += delivered_user
+            counts[4] += throttled_user
 
     def rows(self) -> list[dict[str, Any]]:
         """Every (second, stream) counted, in order: ``second``, ``stream``, ``delivered``,
-        ``throttled``, ``failed``."""
+        ``throttled``, ``failed`` (Kinesis records), ``delivered_user_records``,
+        ``throttled_user_records``."""
         with self._lock:
             items = sorted(self._counts.items())
         return [
-            {"second": second, "stream": stream, "delivered": d, "throttled": t, "failed": f}
-            for (second, stream), (d, t, f) in items
+            {
+                "second": second,
+                "stream": stream,
+                "delivered": d,
+                "throttled": t,
+                "failed": f,
+                "delivered_user_records": du,
+                "throttled_user_records": tu,
+            }
+            for (second, stream), (d, t, f, du, tu) in items
         ]
 
 
@@ -376,7 +403,8 @@ class ThrottlingApp:
                 self.counts.add(int(self._wall()), stream, failed=len(records))
             return failed
         if self._throttle is None or stream is None or not records:
-            return self._counted(environ, start_response, stream, len(records))
+            users = sum(_user_records(record) for record in records)
+            return self._counted(environ, start_response, stream, len(records), users)
         return self._throttled(environ, start_response, operation, raw, body, records)
 
     def _report(self, start_response: StartResponse) -> list[bytes]:
@@ -413,7 +441,12 @@ class ThrottlingApp:
         return None
 
     def _counted(
-        self, environ: WSGIEnvironment, start_response: StartResponse, stream: str | None, n: int
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        stream: str | None,
+        n: int,
+        users: int,
     ) -> list[bytes]:
         """moto answers; its stored records are counted (not throttled, nothing to decide)."""
         status: list[str] = []
@@ -424,7 +457,7 @@ class ThrottlingApp:
 
         answer = self._moto(environ, capture)
         if stream is not None and n and status and status[0].startswith("200"):
-            self.counts.add(int(self._wall()), stream, delivered=n)
+            self.counts.add(int(self._wall()), stream, delivered=n, delivered_user=users)
         return answer
 
     def _throttled(
@@ -439,6 +472,7 @@ class ThrottlingApp:
         throttle = self._throttle
         assert throttle is not None
         sizes = [_record_size(record) for record in records]
+        users = [_user_records(record) for record in records]
         if len(records) > _MAX_RECORDS or max(sizes) > _MAX_RECORD or sum(sizes) > _MAX_REQUEST:
             # The service refuses such a request whole, before any shard's limit: moto's error.
             return self._moto(environ, start_response)
@@ -459,13 +493,17 @@ class ThrottlingApp:
             second = int(self._wall())
             if operation == "PutRecord":
                 if refused:
-                    self.counts.add(second, stream_name, throttled=1)
+                    self.counts.add(second, stream_name, throttled=1, throttled_user=users[0])
                     message = throttled_message(refused[0], stream_name, account)
                     return _error(start_response, 400, THROTTLED, message)
                 paid = [(stream_arn, shards[0], sizes[0])]
-                return self._stored(environ, start_response, stream_name, second, paid, now)
+                return self._stored(
+                    environ, start_response, stream_name, second, paid, users[0], now
+                )
             if not admitted:
-                self.counts.add(second, stream_name, throttled=len(records))
+                self.counts.add(
+                    second, stream_name, throttled=len(records), throttled_user=sum(users)
+                )
                 entries = [
                     {
                         "ErrorCode": THROTTLED,
@@ -478,7 +516,9 @@ class ThrottlingApp:
                 )
             if not refused:
                 paid = [(stream_arn, shards[i], sizes[i]) for i in admitted]
-                return self._stored(environ, start_response, stream_name, second, paid, now)
+                return self._stored(
+                    environ, start_response, stream_name, second, paid, sum(users), now
+                )
             # Some fit: moto stores those, and the answer lists every record where it was sent.
             partial = dict(body, Records=[records[i] for i in admitted])
             _set_body(environ, json.dumps(partial).encode())
@@ -506,7 +546,14 @@ class ThrottlingApp:
                 else next(stored)
                 for index in range(len(records))
             ]
-            self.counts.add(second, stream_name, delivered=len(admitted), throttled=len(refused))
+            self.counts.add(
+                second,
+                stream_name,
+                delivered=len(admitted),
+                throttled=len(refused),
+                delivered_user=sum(users[i] for i in admitted),
+                throttled_user=sum(users[i] for i in refused),
+            )
             return _json_response(
                 start_response, 200, {"FailedRecordCount": len(refused), "Records": entries}
             )
@@ -518,6 +565,7 @@ class ThrottlingApp:
         stream: str,
         second: int,
         paid: list[tuple[str, str, int]],
+        users: int,
         now: float,
     ) -> list[bytes]:
         """moto serves the request as sent (under the lock already held): its records are
@@ -530,13 +578,24 @@ class ThrottlingApp:
 
         answer = list(self._app(environ, capture))
         if status and status[0].startswith("200"):
-            self.counts.add(second, stream, delivered=len(paid))
+            self.counts.add(second, stream, delivered=len(paid), delivered_user=users)
         else:
             throttle = self._throttle
             assert throttle is not None
             for stream_arn, shard_id, size in paid:
                 throttle.give_back(stream_arn, shard_id, size, now)
         return answer
+
+
+def _user_records(record: Mapping[str, Any]) -> int:
+    """How many user records a Kinesis record holds: those of a KPL aggregate, else one."""
+    data = record.get("Data")
+    if not isinstance(data, str) or not data.startswith(_AGGREGATE_PREFIX):
+        return 1
+    try:
+        return len(decode(base64.b64decode(data)))
+    except ValueError:  # AggregationFormatError too: only looks like one, a record of its own
+        return 1
 
 
 def _record_size(record: Mapping[str, Any]) -> int:
