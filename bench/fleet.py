@@ -65,7 +65,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,9 @@ class Cell:
     churn: bool = False
     duration: float = 40.0
     window_from: float = 12.0
+    # The server's records/s per shard when not SHARD_RATE: a control (a server far above the
+    # producers' limit shows what they deliver when the server is not the limit).
+    server_rate: float | None = None
 
     @property
     def name(self) -> str:
@@ -114,6 +117,7 @@ class Cell:
             f"{self.producers}p {self.offered:g}x limit={self.limit} "
             f"agg={'on' if self.aggregation else 'off'} coord={self.coordination}"
             f"{' churn' if self.churn else ''}"
+            f"{'' if self.server_rate is None else f' server={self.server_rate:g}/s'}"
         )
 
     @property
@@ -349,6 +353,8 @@ class CellResult:
     delivered_user_per_second: list[int]
     load_before: list[float]
     load_after: list[float]
+    # The server process's CPU time over the cell's wall time (1.0 = one whole core).
+    server_cpu: float | None = None
 
     @property
     def verdicts(self) -> dict[str, bool | None]:
@@ -488,7 +494,8 @@ def run_cell(cell: Cell, log: Any = sys.stderr) -> CellResult:
     from aiokpl.testing._servers import ShardLimits, moto_server, throughput
 
     loads_before = _load()
-    with moto_server(limits=ShardLimits(records_per_second=SHARD_RATE)) as endpoint:
+    limits = ShardLimits(records_per_second=cell.server_rate or SHARD_RATE)
+    with moto_server(limits=limits) as endpoint:
         table = None if cell.coordination == "off" else f"fleet-{uuid.uuid4().hex[:8]}"
         anyio.run(_prepare, endpoint, table)
         rate = cell.offered * SHARDS * SHARD_RATE / cell.producers
@@ -521,6 +528,7 @@ def run_cell(cell: Cell, log: Any = sys.stderr) -> CellResult:
                 joiner = _spawn("joiner", [*common, f"--duration={cell.duration - swap_at}"], procs)
             for item in [*producers, *([joiner] if joiner else [])]:
                 item.wait_ready(timeout=90.0)
+            cpu_before = throughput(endpoint)["cpu_seconds"]
             # Start on a whole second of the wall clock, which the server counts by.
             start = float(math.ceil(time.time()) + 1)
             for item in producers:
@@ -535,9 +543,11 @@ def run_cell(cell: Cell, log: Any = sys.stderr) -> CellResult:
                     item.process.wait(timeout=max(1.0, deadline - time.time()))
                 if item.thread is not None:
                     item.thread.join(timeout=5.0)
-            rows = throughput(endpoint)["series"]
+            report = throughput(endpoint)
+            elapsed = time.time() - start
     everyone = [*producers, *([joiner] if joiner else [])]
-    result = measure(cell, rows, int(start), everyone, start, (loads_before, _load()))
+    result = measure(cell, report["series"], int(start), everyone, start, (loads_before, _load()))
+    result.server_cpu = (report["cpu_seconds"] - cpu_before) / elapsed
     print(f"fleet: {describe(result)}", file=log, flush=True)
     return result
 
@@ -603,16 +613,20 @@ def describe(result: CellResult) -> str:
         f"{result.cell.name}: delivered {_percent(result.delivered)}, throttled "
         f"{_percent(result.throttled)}, worst second {_percent(result.worst_second)}{at}"
         f"{recovery}; expired {result.expired}; load {result.load_before[0]:.1f}"
-        f"→{result.load_after[0]:.1f}"
+        f"→{result.load_after[0]:.1f}; server CPU {_cpu(result)}"
     )
+
+
+def _cpu(result: CellResult) -> str:
+    return "-" if result.server_cpu is None else f"{result.server_cpu:.0%}"
 
 
 def table(results: Sequence[CellResult]) -> str:
     """A Markdown table of the results, with each figure's verdict."""
     lines = [
         "| cell | delivered (of capacity) | throttled (of attempts) | worst second throttled "
-        "| recovery after swap | expired | load (1 min) | targets |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| recovery after swap | expired | load (1 min) | server CPU | targets |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for result in results:
         verdicts = result.verdicts
@@ -631,7 +645,8 @@ def table(results: Sequence[CellResult]) -> str:
         lines.append(
             f"| {result.cell.name} | {_percent(result.delivered)} | {_percent(result.throttled)} "
             f"| {_percent(result.worst_second)} | {recovery} | {result.expired:,} "
-            f"| {result.load_before[0]:.1f}→{result.load_after[0]:.1f} | {verdict} |"
+            f"| {result.load_before[0]:.1f}→{result.load_after[0]:.1f} | {_cpu(result)} "
+            f"| {verdict} |"
         )
     return "\n".join(lines)
 
@@ -682,6 +697,18 @@ def plot(results: Sequence[CellResult], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
+
+
+def read_json(path: Path) -> list[CellResult]:
+    """The results :func:`write_json` wrote (to print or draw them again)."""
+    names = {f.name for f in fields(CellResult)}
+    return [
+        CellResult(
+            **{k: v for k, v in saved.items() if k in names and k != "cell"},
+            cell=Cell(**saved["cell"]),
+        )
+        for saved in json.loads(path.read_text())["cells"]
+    ]
 
 
 def write_json(results: Sequence[CellResult], path: Path, meta: dict[str, Any]) -> None:
@@ -760,9 +787,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=None, help="seconds per cell")
     parser.add_argument("--window-from", type=float, default=None, help="steady window start")
     parser.add_argument("--repeat", type=int, default=1, help="run each cell this many times")
+    parser.add_argument(
+        "--server-rate",
+        type=float,
+        default=None,
+        help=f"the server's records/s per shard (default {SHARD_RATE:g}, what the producers "
+        "are limited to and the capacity figures count): a control",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--png", type=Path, default=None, help="draw the figure here")
+    parser.add_argument(
+        "--replot",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="run nothing: print and draw (--png) the results of an earlier --json; --only "
+        "picks cells by their number in it (1 …)",
+    )
+    parser.add_argument("--only", type=int, nargs="+", default=None, metavar="N")
     args = parser.parse_args(arguments)
+    if args.replot is not None:
+        saved = read_json(args.replot)
+        chosen = [saved[i - 1] for i in args.only] if args.only else saved
+        print(table(chosen))
+        if args.png is not None:
+            plot(chosen, args.png)
+        return 0
 
     axes = (args.producers, args.offered, args.limit, args.aggregation, args.coordination)
     if args.full or args.preset:
@@ -782,6 +832,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     duration = args.duration or (20.0 if args.quick else 40.0)
     window_from = args.window_from or (8.0 if args.quick else 12.0)
     cells = shortened(cells, duration, window_from) * args.repeat
+    if args.server_rate is not None:
+        cells = [replace(c, server_rate=args.server_rate) for c in cells]
     meta = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count()}
     results = []
     for index, cell in enumerate(cells, 1):

@@ -63,7 +63,7 @@ def test_each_cell_has_the_issue_s_targets() -> None:
     assert Cell().swap_at is None
 
 
-def test_figures_come_from_the_window_of_the_server_series() -> None:
+def test_figures_come_from_the_window_of_the_server_series(tmp_path: Path) -> None:
     cell = Cell(duration=6, window_from=2)
     # Capacity 500/s; the window (seconds 2-5) stores 1,900 of 2,000 and throttles 100 of 2,000.
     result = fleet.measure(
@@ -82,8 +82,10 @@ def test_figures_come_from_the_window_of_the_server_series() -> None:
     assert result.verdicts == {"delivered": True, "throttled": True, "worst second": True}
     text = fleet.table([result])
     assert "| 4p 2x limit=matched agg=off coord=off | 95.0% | 5.0% | 10.0% | - | 0 |" in text
-    assert text.endswith("| 1.0→2.0 | met |")
+    assert text.endswith("| 1.0→2.0 | - | met |")
     assert fleet.series_text(result).splitlines()[1] == "    delivered/s: 900 0 500 500 450 450"
+    fleet.write_json([result], tmp_path / "saved.json", {})
+    assert fleet.read_json(tmp_path / "saved.json") == [result]
     missed = fleet.measure(
         Cell(duration=6, window_from=2, coordination="inside"),
         rows([900, 0, 500, 500, 450, 450], [700, 0, 0, 0, 50, 50]),

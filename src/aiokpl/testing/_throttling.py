@@ -415,6 +415,8 @@ class ThrottlingApp:
                 "limits": None if self.limits is None else asdict(self.limits),
                 "faults": asdict(self.faults),
                 "series": self.counts.rows(),
+                # The server's own CPU time so far: whether it, not the clients, was the limit.
+                "cpu_seconds": time.process_time(),
             },
             content_type="application/json",
         )
