@@ -27,7 +27,7 @@ A cell's axes (``Cell``):
 * ``churn``: at half time the last producer is killed (SIGTERM: gone at once, its report stays
   until stale) and a new one starts.
 
-Measured by the **server** (its per-second counts at ``/_aiokpl/throughput``, never the
+Measured by the **server** (its per-second counts at ``/_local/throughput``, never the
 producers' own accounting), per cell:
 
 * **delivered**: user records stored in the steady window (from 12 s; 8 s with ``--quick``)

@@ -797,7 +797,7 @@ def test_local_fault_options_are_checked(
 def test_local_instructions_say_what_a_throttling_server_enforces() -> None:
     plain = "\n".join(usage_lines("http://127.0.0.1:1", "us-east-1", [("e", 1)]))
     assert "throttling" not in plain
-    assert "/_aiokpl/throughput" not in plain
+    assert "/_local/throughput" not in plain
     lines = usage_lines(
         "http://127.0.0.1:1",
         "us-east-1",
@@ -812,14 +812,14 @@ def test_local_instructions_say_what_a_throttling_server_enforces() -> None:
         "fault: 10% of requests fail at random (InternalFailure HTTP 500, ServiceUnavailable "
         "HTTP 503)",
         "records stored, throttled and failed per second: "
-        "curl http://127.0.0.1:1/_aiokpl/throughput",
+        "curl http://127.0.0.1:1/_local/throughput",
     ]
     faults_only = usage_lines(
         "http://h:1", "us-east-1", [], None, ServerFaults(fail_streams=("a",))
     )
     assert faults_only[2:4] == [
         "fault: stream a: every request fails (InternalFailure)",
-        "records stored, throttled and failed per second: curl http://h:1/_aiokpl/throughput",
+        "records stored, throttled and failed per second: curl http://h:1/_local/throughput",
     ]
 
 

@@ -360,7 +360,7 @@ def test_other_requests_pass_through_untouched() -> None:
     )
     assert served.calls[-1] == "PutRecords"  # moto answers what is malformed
     assert served.call("DescribeStreamSummary", StreamName=stream)[0] == 200
-    report = served.client.get("/_aiokpl/throughput").json
+    report = served.client.get("/_local/throughput").json
     assert report is not None
     assert report.pop("cpu_seconds") > 0
     assert report == {

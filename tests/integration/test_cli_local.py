@@ -171,7 +171,7 @@ def test_throttle_through_the_console_script_says_and_does_what_it_enforces(
         "(HTTP 200, FailedRecordCount > 0), PutRecord the same as an HTTP 400 error\n"
         "fault: stream broken: every request fails (InternalFailure)\n"
         "fault: stream slow: every request is answered 3 s late\n"
-        f"records stored, throttled and failed per second: curl {endpoint}/_aiokpl/throughput\n"
+        f"records stored, throttled and failed per second: curl {endpoint}/_local/throughput\n"
     ) in out
     # One request of 400 records to the one shard: its burst of 250 is stored, the rest not.
     response, counts = anyio.run(_burst, endpoint, "events", 400)

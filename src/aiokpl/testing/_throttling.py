@@ -70,7 +70,7 @@ __all__ = (
 THROTTLED = "ProvisionedThroughputExceededException"
 """The error code of a record (or a ``PutRecord`` request) over its shard's limit."""
 
-THROUGHPUT_PATH = "/_aiokpl/throughput"
+THROUGHPUT_PATH = "/_local/throughput"
 """``GET`` this path of the server: its limits, faults and per-second counts, as JSON."""
 
 _TARGET_PREFIX = "Kinesis_20131202."
