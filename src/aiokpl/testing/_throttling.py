@@ -83,7 +83,6 @@ _FAULTED = _WRITES | {
     "GetRecords",
     "GetShardIterator",
     "ListShards",
-    "SubscribeToShard",
 }
 _RANDOM_FAULTS = (
     (500, "InternalFailure", "Internal service failure (injected: --fault-rate)."),
