@@ -38,7 +38,7 @@ import logging
 import math
 import random
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -91,6 +91,22 @@ _RECORD_SHAPES = (
     "a record is a (partition_key, data), (partition_key, data, explicit_hash_key) or "
     "(partition_key, data, explicit_hash_key, tags) sequence"
 )
+
+
+def _check_records_argument(records: object) -> None:
+    """Refuse a ``records`` argument that is not a collection of records, naming it.
+
+    ``None`` or a number would fail with Python's bare "not iterable"; a string, bytes or a
+    mapping would be iterated into characters, ints or keys, each then refused as a record
+    with a message about ``records[0]`` that hides the real mistake.
+    """
+    if isinstance(records, str | bytes | bytearray | memoryview | Mapping) or not isinstance(
+        records, Iterable
+    ):
+        raise InvalidRecordTypeError(
+            "records must be an iterable (a list, say) of records, where "
+            f"{_RECORD_SHAPES}; got {type(records).__name__}"
+        )
 
 
 def _fields_of(record: Any) -> tuple[Any, Any, Any, Any]:
@@ -604,12 +620,14 @@ class Producer:
             InvalidRecordError: a record breaks a limit (the message starts with its index,
                 ``records[i]``), or the group could never fit ``max_outstanding_records`` /
                 ``max_outstanding_bytes`` at once; nothing was enqueued.
-            InvalidRecordTypeError: a record or one of its fields has the wrong type.
+            InvalidRecordTypeError: ``records`` is not an iterable of records (``None``, a
+                string, bytes, a mapping), or a record or one of its fields has the wrong type.
             ProducerClosedError: the producer has been closed.
             RuntimeError: called from another thread than the event loop's that entered
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         self._accept_stream(stream)
+        _check_records_argument(records)
         if stream not in self._streams:
             # A new stream: start loading its shard map now, before a large group takes its
             # time to be validated and enqueued, so that the group finds the map loaded (or
