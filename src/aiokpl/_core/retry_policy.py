@@ -17,7 +17,8 @@ request error whose code cannot succeed on retry (``FAIL_FAST``)      fail every
 request error ``ProvisionedThroughputExceededException``, and         fail every record
 ``fail_if_throttled``
 any other request error (including a malformed response or a          retry every record
-count mismatch, ``RecordCountMismatch``)
+count mismatch, ``RecordCountMismatch``, and a request that never
+left: ``EndpointConnectionError`` …, whose outcome stays known)
 record succeeded on the predicted shard, or with no prediction        succeed
 record succeeded elsewhere, hash key inside the actual shard's        succeed; invalidate the
 range (a split child): the map is stale                               shard map if the actual
@@ -75,7 +76,12 @@ EXPIRED = "Expired"
 
 UNKNOWN_OUTCOME = frozenset({"Internal", "RecordCountMismatch"})
 """The producer's codes for a request sent and never properly answered (a timeout, a lost
-connection, a malformed answer): Kinesis may have stored its records all the same."""
+connection, a malformed answer): Kinesis may have stored its records all the same.
+
+A request that certainly never left (a refused connection, a name that did not resolve, a
+connect timeout: ``_kinesis.never_sent``) fails with the name of the exception instead
+(``"EndpointConnectionError"``, ``"ConnectTimeoutError"`` …), is retried like ``"Internal"``,
+and leaves the outcome known: the record is not in the stream."""
 
 NARROWED = frozenset({"ValidationException", "InvalidArgumentException"})
 """Request-level codes that one bad entry can cause: a request of several Kinesis records
