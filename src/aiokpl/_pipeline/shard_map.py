@@ -33,6 +33,18 @@ too); the retries it causes then log at debug level.
 Better than the KPL: while a refresh is running, predictions keep using the previous table, so
 aggregation and rate limiting continue (the KPL predicts nothing until the refresh completes).
 
+A stream known to be missing has no map. When a load attempt, or a ``PutRecords`` sent after
+the table loaded (:meth:`ShardMap.missing`), answers ``ResourceNotFoundException``, the table
+is dropped (state ``INVALID``, no open shard) with the closed shards' ranges, and the stream's
+per-shard state goes with it (``on_drop``): records go unpredicted, each alone, and fail fast
+while the stream is missing. A stream deleted and created again under the same name is
+another stream: the service numbers its shards from 0 again, with other ranges, so an id of the
+old map can name another range in the new one. Each table installed is compared with the one
+before it: a shard id in both with another range means another stream (the ranges of one
+stream's shards never change), and then nothing of the old map is kept, neither closed
+ranges nor the state of shards whose id came back (``on_install``'s ``replaced``). The KPL
+keeps its map until a refresh succeeds.
+
 The stream is named as the producer was given it: a name goes as ``StreamName``, a stream ARN as
 ``StreamARN`` (the pages after the first carry ``NextToken`` alone either way).
 
@@ -91,6 +103,7 @@ SUMMARY_MAX_AGE = 600.0
 LIST_SHARDS = "ListShards"
 DESCRIBE_STREAM = "DescribeStream"
 DESCRIBE_STREAM_SUMMARY = "DescribeStreamSummary"
+PUT_RECORDS = "PutRecords"
 _DENIED = "AccessDeniedException"
 _MISSING = "ResourceNotFoundException"
 # A stream in another state (CREATING, DELETING) has no shards to write to.
@@ -113,6 +126,17 @@ def _open_shards(shards: list[dict[str, Any]], operation: str) -> list[dict[str,
         # page parsed as an empty document, say), a failed attempt to retry, not a map.
         raise ValueError(f"{operation} answered without any open shard")
     return open_shards
+
+
+def _replaced(previous: ShardTable | None, table: ShardTable) -> frozenset[str]:
+    """The ids of ``table`` that ``previous`` held with another range: if any, ``table`` is
+    another stream's (a shard's range never changes), and then every id both hold."""
+    if previous is None:
+        return frozenset()
+    both = [shard for shard in table if shard.shard_id in previous]
+    if all(previous.get(shard.shard_id) == shard for shard in both):
+        return frozenset()
+    return frozenset(shard.shard_id for shard in both)
 
 
 class ShardMapState(Enum):
@@ -161,12 +185,18 @@ class ShardMap:
         self.dormant = False
         self._retry_at = -float("inf")
         self._closed: dict[str, tuple[ShardRange, float]] = {}
+        # The table dropped when the stream went missing: the next one is compared with it.
+        self._dropped: ShardTable | None = None
         self._backoff = Backoff(1.0, 1.5, 30.0, jitter=0.5)
         self._running = False
         self._scope: anyio.CancelScope | None = None  # the running refresh's
         self._after_refresh: list[Callable[[], None]] = []
-        # Called with each new table as it is installed (the stream's pipeline adjusts).
-        self.on_install: Callable[[ShardTable], None] | None = None
+        # Called with each new table as it is installed, and the ids of its shards whose state
+        # must go although the id was in the previous table: another stream's shards (the
+        # stream's pipeline adjusts).
+        self.on_install: Callable[[ShardTable, frozenset[str]], None] | None = None
+        # Called when the table is dropped: the stream is missing.
+        self.on_drop: Callable[[], None] | None = None
         # When ListShards was denied: its error, and until when DescribeStream is used alone.
         self._list_shards_denial: tuple[str, str] | None = None
         self._list_shards_denied_until = -float("inf")
@@ -202,6 +232,33 @@ class ShardMap:
             "refreshing the shard map of %r: a record did not land where predicted", self.stream
         )
         self._spawn_refresh()
+
+    def missing(self, seen_at: float) -> None:
+        """A request sent at ``seen_at`` answered ``ResourceNotFoundException``: the stream
+        is gone. Drop the table, unless it loaded after that request left (the stream exists
+        again) or a refresh is running (its answer decides)."""
+        if seen_at < self.updated_at or self.table is None or self._running:
+            return
+        logger.warning(
+            "stream %r was not found: its shard map is dropped, and loaded again with the "
+            "next record put to it",
+            self.stream,
+        )
+        self._drop()
+        self.state = ShardMapState.INVALID
+        self.last_error = (PUT_RECORDS, _MISSING, "the stream was not found")
+        self.dormant = True
+        self._retry_at = anyio.current_time()
+
+    def _drop(self) -> None:
+        """Forget the table and the closed shards' ranges: the stream is missing."""
+        had_table = self.table is not None
+        if had_table:
+            self._dropped = self.table
+        self.table = None
+        self._closed = {}
+        if had_table and self.on_drop is not None:
+            self.on_drop()
 
     def after_refresh(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the next refresh attempt ends, starting one if none runs.
@@ -261,7 +318,9 @@ class ShardMap:
                 delay = self._backoff.next_delay(self._random())
                 assert self.last_error is not None
                 if self.last_error[1] == _MISSING:
-                    # Nothing to refresh until someone puts a record to it again.
+                    # No map for a missing stream; and nothing to refresh until someone puts a
+                    # record to it again.
+                    self._drop()
                     self.dormant = True
                     self._retry_at = anyio.current_time() + delay
                     logger.warning(
@@ -373,7 +432,19 @@ class ShardMap:
 
     def _install(self, table: ShardTable, now: float) -> None:
         previous = self.table
-        if previous is not None:
+        replaced = _replaced(previous if previous is not None else self._dropped, table)
+        self._dropped = None
+        if replaced:
+            # Another stream under the same name (deleted and created again): nothing of the
+            # old one's ranges may judge where a record landed.
+            logger.warning(
+                "stream %r was deleted and created again (shard %s now has another hash key "
+                "range): the shard map and per-shard state of the old stream are dropped",
+                self.stream,
+                min(replaced),
+            )
+            self._closed = {}
+        elif previous is not None:
             for shard in previous:
                 if shard.shard_id not in table:
                     self._closed[shard.shard_id] = (shard, now + CLOSED_SHARD_TTL)
@@ -392,7 +463,7 @@ class ShardMap:
             "shard map of %r loaded with %s: %d open shards", self.stream, self.source, len(table)
         )
         if self.on_install is not None:
-            self.on_install(table)
+            self.on_install(table, replaced)
         self._run_after_refresh()
         if now >= self._summary_after and self._summary_scope is None:
             self._summary_scope = anyio.CancelScope()
