@@ -69,6 +69,7 @@ from ._outcome import Outcome
 from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
+from ._pipeline.shard_map import MissingStreamsLog
 from ._pipeline.stream import StreamPipeline
 from ._record import TaggedRecord, UserRecord
 
@@ -237,6 +238,7 @@ class Producer:
         self._region: str | None = None  # the only region it writes to; None: any ARN's
         self._task_group: TaskGroup | None = None
         self._scheduler = Scheduler()
+        self._missing_streams = MissingStreamsLog(self._scheduler)
         self._clock: Callable[[], float] = anyio.current_time
         self._sender: Sender | None = None
         self._streams: dict[str, StreamPipeline] = {}
@@ -440,6 +442,7 @@ class Producer:
                 metrics=self._metrics,
                 coordinator=self._coordinator,
                 random_value=self._jitter.random,
+                missing_log=self._missing_streams,
             )
         return pipeline
 

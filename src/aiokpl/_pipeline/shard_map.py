@@ -85,8 +85,9 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from .._kinesis import KinesisClient
+    from .scheduler import Scheduler
 
-__all__ = ("ShardMap", "ShardMapState")
+__all__ = ("MissingStreamsLog", "ShardMap", "ShardMapState")
 
 logger = logging.getLogger("aiokpl.shard_map")
 
@@ -104,6 +105,14 @@ LIST_SHARDS = "ListShards"
 DESCRIBE_STREAM = "DescribeStream"
 DESCRIBE_STREAM_SUMMARY = "DescribeStreamSummary"
 PUT_RECORDS = "PutRecords"
+
+# Log lines quote at most this many characters of an error's message.
+LOG_MESSAGE_MAX = 160
+# Streams found missing: the first warning waits this long for others, the next ones this
+# long after the previous one, and each names this many.
+MISSING_LOG_GATHER = 1.0
+MISSING_LOG_INTERVAL = 60.0
+MISSING_LOG_NAMES = 5
 _DENIED = "AccessDeniedException"
 _MISSING = "ResourceNotFoundException"
 # A stream in another state (CREATING, DELETING) has no shards to write to.
@@ -126,6 +135,80 @@ def _open_shards(shards: list[dict[str, Any]], operation: str) -> list[dict[str,
         # page parsed as an empty document, say), a failed attempt to retry, not a map.
         raise ValueError(f"{operation} answered without any open shard")
     return open_shards
+
+
+def _brief(message: str) -> str:
+    """A message fit for one log line: control characters and runs of blanks as one space,
+    and at most ``LOG_MESSAGE_MAX`` characters, saying how long it was. A proxy's or a broken
+    server's page can arrive whole as an error's message (up to 1000 characters, as
+    ``statistics()`` keeps it)."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in message).split())
+    if len(text) <= LOG_MESSAGE_MAX:
+        return text
+    return f"{text[:LOG_MESSAGE_MAX]}… [{len(message)} characters]"
+
+
+def _described(error: tuple[str, str, str]) -> str:
+    """``operation: code: message`` of a ``last_error``, its message made :func:`_brief`."""
+    operation, code, message = error
+    return f"{operation}: {code}: {_brief(message)}"
+
+
+class MissingStreamsLog:
+    """The warning that streams were not found: one line per interval for all of them.
+
+    A producer given many names of streams that do not exist (a typo in a template, streams a
+    clean-up deleted) would otherwise warn once per stream per attempt. The first stream
+    reported is logged after ``MISSING_LOG_GATHER`` seconds, with every other one reported
+    meanwhile; later ones wait until ``MISSING_LOG_INTERVAL`` seconds after the last line. A
+    line says how many streams, names the first ``MISSING_LOG_NAMES`` and the first one's
+    error. Without a scheduler (a shard map made on its own) each report is logged at once.
+
+    Args:
+        scheduler: the producer's scheduler, or ``None``.
+    """
+
+    __slots__ = ("_logged_at", "_pending", "_scheduled", "_scheduler")
+
+    def __init__(self, scheduler: Scheduler | None) -> None:
+        self._scheduler = scheduler
+        self._pending: dict[str, str] = {}
+        self._scheduled = False
+        self._logged_at = -float("inf")
+
+    def report(self, stream: str, error: str) -> None:
+        """``stream`` was not found (``error`` says how)."""
+        self._pending.setdefault(stream, error)
+        if self._scheduler is None:
+            self.on_due(anyio.current_time())
+        elif not self._scheduled:
+            self._scheduled = True
+            now = anyio.current_time()
+            when = max(now + MISSING_LOG_GATHER, self._logged_at + MISSING_LOG_INTERVAL)
+            self._scheduler.call_at(when, self)
+
+    def on_due(self, now: float) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, {}
+        if not pending:
+            return
+        names = list(pending)
+        shown = ", ".join(repr(name) for name in names[:MISSING_LOG_NAMES])
+        if len(names) > MISSING_LOG_NAMES:
+            shown += f" and {len(names) - MISSING_LOG_NAMES} more"
+        logger.warning(
+            "%d %s not found%s: %s (%s). Records put to %s fail with "
+            "ResourceNotFoundException; %s loaded again with the next record put to %s",
+            len(names),
+            "stream was" if len(names) == 1 else "streams were",
+            "" if self._logged_at == -float("inf") else " since the last warning",
+            shown,
+            pending[names[0]],
+            "it" if len(names) == 1 else "them",
+            "its shard map is" if len(names) == 1 else "each one's shard map is",
+            "it" if len(names) == 1 else "that stream",
+        )
+        self._logged_at = now
 
 
 def _replaced(previous: ShardTable | None, table: ShardTable) -> frozenset[str]:
@@ -167,8 +250,10 @@ class ShardMap:
         *,
         request_timeout: float = 6.0,
         random_value: Callable[[], float] = random.random,
+        missing_log: MissingStreamsLog | None = None,
     ) -> None:
         self.stream = stream
+        self._missing_log = missing_log if missing_log is not None else MissingStreamsLog(None)
         self._client = client
         self._task_group = task_group
         self._random = random_value
@@ -239,16 +324,12 @@ class ShardMap:
         again) or a refresh is running (its answer decides)."""
         if seen_at < self.updated_at or self.table is None or self._running:
             return
-        logger.warning(
-            "stream %r was not found: its shard map is dropped, and loaded again with the "
-            "next record put to it",
-            self.stream,
-        )
         self._drop()
         self.state = ShardMapState.INVALID
         self.last_error = (PUT_RECORDS, _MISSING, "the stream was not found")
         self.dormant = True
         self._retry_at = anyio.current_time()
+        self._missing_log.report(self.stream, _described(self.last_error))
 
     def _drop(self) -> None:
         """Forget the table and the closed shards' ranges: the stream is missing."""
@@ -323,20 +404,15 @@ class ShardMap:
                     self._drop()
                     self.dormant = True
                     self._retry_at = anyio.current_time() + delay
-                    logger.warning(
-                        "could not load the shard map of %r (%s: %s: %s); trying again "
-                        "with the next record put to it, in %.1f s at the earliest",
-                        self.stream,
-                        *self.last_error,
-                        delay,
-                    )
+                    # One line for all the streams found missing in a while, not one each.
+                    self._missing_log.report(self.stream, _described(self.last_error))
                     return
                 logger.log(
                     # A denial already warned about once: its retries say nothing new.
                     logging.DEBUG if explained else logging.WARNING,
-                    "could not load the shard map of %r (%s: %s: %s); retrying in %.1f s",
+                    "could not load the shard map of %r (%s); retrying in %.1f s",
                     self.stream,
-                    *self.last_error,
+                    _described(self.last_error),
                     delay,
                 )
                 await anyio.sleep(delay)
@@ -398,6 +474,9 @@ class ShardMap:
         if permissions <= self._warned:
             return both
         self._warned |= permissions
+        listed = (listed[0], _brief(listed[1]))
+        if described is not None:
+            described = (described[0], _brief(described[1]))
         if described is None:
             logger.warning(
                 "ListShards is denied for stream %r (%s: %s): the IAM policy lacks "

@@ -24,7 +24,7 @@ from .aggregator import Aggregator
 from .collector import Collector, OrderedCollector
 from .limiter import Limiter, OrderedLimiter
 from .retrier import Retrier
-from .shard_map import ShardMap
+from .shard_map import MissingStreamsLog, ShardMap
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -58,6 +58,7 @@ class StreamPipeline:
         coordinator: the producer's coordinator, if any: it meters and sets the limits.
         random_value: the producer's jitter generator (``jitter_source``), for the shard
             map's and retrier's waits.
+        missing_log: the producer's warning about streams not found (one line for many).
     """
 
     __slots__ = (
@@ -88,6 +89,7 @@ class StreamPipeline:
         metrics: MetricsRecorder | None,
         coordinator: _ProducerCoordinator | None,
         random_value: Callable[[], float],
+        missing_log: MissingStreamsLog | None = None,
     ) -> None:
         self._clock = clock
         self._ttl_ms = config.record_ttl_ms
@@ -101,6 +103,7 @@ class StreamPipeline:
             task_group,
             request_timeout=config.request_timeout_ms / 1000,
             random_value=random_value,
+            missing_log=missing_log,
         )
         buffered = config.record_max_buffered_time_ms / 1000
         grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
