@@ -80,6 +80,17 @@ async def test_one_missing_stream_is_named_alone(caplog: pytest.LogCaptureFixtur
     assert "Records put to it fail with ResourceNotFoundException" in warning.getMessage()
 
 
+async def test_a_warning_still_gathering_streams_is_logged_at_exit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "aiokpl.shard_map")
+    async with Producer(CONFIG, client=FakeKinesis()) as producer:
+        await put_to_each(producer, ["nope", "nada"])
+        assert shard_map_warnings(caplog) == []  # gathering others for a second
+    [warning] = shard_map_warnings(caplog)
+    assert warning.getMessage().startswith("2 streams were not found: 'nada', 'nope' (")
+
+
 async def test_a_garbage_answer_is_cut_short_in_the_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -356,6 +356,7 @@ class Producer:
         code, message = self._exit_code
         sender = self._sender
         self._ledger.fail_outstanding(code, message, sender.unanswered() if sender else ())
+        self._missing_streams.on_due(self._clock())  # a warning still gathering streams
         self._scheduler.clear()
         await self._failures.drain(self.config.request_timeout_ms / 1000)
 

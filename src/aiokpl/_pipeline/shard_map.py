@@ -160,9 +160,10 @@ class MissingStreamsLog:
     A producer given many names of streams that do not exist (a typo in a template, streams a
     clean-up deleted) would otherwise warn once per stream per attempt. The first stream
     reported is logged after ``MISSING_LOG_GATHER`` seconds, with every other one reported
-    meanwhile; later ones wait until ``MISSING_LOG_INTERVAL`` seconds after the last line. A
-    line says how many streams, names the first ``MISSING_LOG_NAMES`` and the first one's
-    error. Without a scheduler (a shard map made on its own) each report is logged at once.
+    meanwhile; later ones wait until ``MISSING_LOG_INTERVAL`` seconds after the last line, and
+    the producer logs what is still gathering as it exits. A line says how many streams, names
+    the first ``MISSING_LOG_NAMES`` in sorted order and gives the first one's error. Without a
+    scheduler (a shard map made on its own) each report is logged at once.
 
     Args:
         scheduler: the producer's scheduler, or ``None``.
@@ -192,7 +193,7 @@ class MissingStreamsLog:
         pending, self._pending = self._pending, {}
         if not pending:
             return
-        names = list(pending)
+        names = sorted(pending)  # in order, whatever order their tasks ran in
         shown = ", ".join(repr(name) for name in names[:MISSING_LOG_NAMES])
         if len(names) > MISSING_LOG_NAMES:
             shown += f" and {len(names) - MISSING_LOG_NAMES} more"
