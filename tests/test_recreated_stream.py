@@ -62,10 +62,16 @@ def check_stored_once_where_results_say(fake: FakeKinesis, results: list[RecordR
             assert shard.starting_hash_key <= hash_key_of(key.encode()) <= shard.ending_hash_key
 
 
-async def test_a_missing_stream_has_no_map_and_its_successor_gets_no_duplicates() -> None:
+ORDERINGS = pytest.mark.parametrize("ordering", ["aggregate", "shard"])
+
+
+@ORDERINGS
+async def test_a_missing_stream_has_no_map_and_its_successor_gets_no_duplicates(
+    ordering: str,
+) -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=4)
-    async with Producer(CONFIG, client=fake) as producer:
+    async with Producer(CONFIG.replace(ordering=ordering), client=fake) as producer:
         await warm_up(producer, "s")
         before = await put_many(producer, 200, seed=1)
         fake.remove_stream("s")
@@ -87,12 +93,13 @@ async def test_a_missing_stream_has_no_map_and_its_successor_gets_no_duplicates(
     check_stored_once_where_results_say(fake, results)
 
 
-async def test_a_stream_recreated_between_two_requests_gets_no_duplicates() -> None:
+@ORDERINGS
+async def test_a_stream_recreated_between_two_requests_gets_no_duplicates(ordering: str) -> None:
     # Nothing was put while the stream was missing: the first answer of the new stream comes
     # while the producer still holds the old map.
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=4)
-    async with Producer(CONFIG, client=fake) as producer:
+    async with Producer(CONFIG.replace(ordering=ordering), client=fake) as producer:
         await warm_up(producer, "s")
         fake.remove_stream("s")
         fake.add_stream("s", shard_count=2)
