@@ -518,10 +518,9 @@ class ShardMap:
             # Another stream under the same name (deleted and created again): nothing of the
             # old one's ranges may judge where a record landed.
             logger.warning(
-                "stream %r was deleted and created again (shard %s now has another hash key "
-                "range): the shard map and per-shard state of the old stream are dropped",
+                "stream %r was deleted and created again (its shard ids now name other hash "
+                "key ranges): the shard map and per-shard state of the old stream are dropped",
                 self.stream,
-                min(replaced),
             )
             self._closed = {}
         elif previous is not None:
