@@ -14,7 +14,7 @@ import pytest
 
 from aiokpl import Config, Producer
 from aiokpl._kinesis import client_error
-from aiokpl._pipeline.shard_map import LOG_MESSAGE_MAX, MISSING_LOG_INTERVAL
+from aiokpl._pipeline.shard_map import LOG_MESSAGE_MAX, MISSING_LOG_INTERVAL, MissingStreamsLog
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio
@@ -111,3 +111,16 @@ async def test_a_garbage_answer_is_cut_short_in_the_warning(
     assert "(DescribeStream: 502: <html> <head><title>502 Bad Gateway</title></head> " in message
     # Cut at LOG_MESSAGE_MAX, saying how long the message was (as kept: 1000 characters).
     assert "garba… [1000 characters]); retrying in" in message
+
+
+async def test_without_a_scheduler_each_missing_stream_is_logged_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A shard map made on its own, outside a producer, has nobody to gather for.
+    caplog.set_level(logging.WARNING, "aiokpl.shard_map")
+    log = MissingStreamsLog(None)
+    log.report("a", "ListShards: ResourceNotFoundException: gone")
+    log.report("b", "ListShards: ResourceNotFoundException: gone")
+    first, second = (warning.getMessage() for warning in shard_map_warnings(caplog))
+    assert first.startswith("1 stream was not found: 'a' (ListShards: ResourceNotFound")
+    assert second.startswith("1 stream was not found since the last warning: 'b' (")
