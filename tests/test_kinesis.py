@@ -6,13 +6,15 @@ event loops rather than the virtual-time ones.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aiokpl import Config, ConfigError, Producer
-from aiokpl._kinesis import client_error, create_client, error_of
+from aiokpl._core.retry_policy import UNKNOWN_OUTCOME
+from aiokpl._kinesis import client_error, create_client, error_of, never_sent
 
 ENDPOINT = "http://127.0.0.1:9"  # nothing listens there; no test sends a request
 
@@ -34,6 +36,77 @@ def test_anything_else_is_internal_with_its_type() -> None:
         "ConnectionResetError: peer reset",
     )
     assert error_of(TimeoutError()) == ("Internal", "TimeoutError")
+
+
+def _wrapped(wrapper: Any, cause: BaseException) -> Exception:
+    """``wrapper`` raised as aiobotocore raises it: from inside ``except cause``."""
+    try:
+        try:
+            raise cause
+        except BaseException as exc:
+            raise wrapper(endpoint_url="http://127.0.0.1:9/", error=exc) from None
+    except Exception as exc:
+        return exc
+
+
+def _aiohttp_connector_error(os_error: OSError) -> Exception:
+    import aiohttp
+    from aiohttp.client_reqrep import ConnectionKey
+
+    key = ConnectionKey("127.0.0.1", 9, False, True, None, None, None, None)
+    return aiohttp.ClientConnectorError(key, os_error)
+
+
+def test_failures_before_the_request_left_keep_their_name_and_are_known() -> None:
+    import aiohttp
+    import botocore.exceptions as bce
+    import httpx2
+
+    refused = ConnectionRefusedError(111, "Connect call failed")
+    never_sent_ones = [
+        # Refused and DNS, as aiohttp (asyncio) and httpx (trio) report them.
+        _wrapped(bce.EndpointConnectionError, _aiohttp_connector_error(refused)),
+        _wrapped(bce.EndpointConnectionError, httpx2.ConnectError("all attempts failed")),
+        _wrapped(bce.EndpointConnectionError, socket.gaierror(-2, "Name or service not known")),
+        # The connect timeout, and waiting for a pooled connection.
+        _wrapped(bce.ConnectTimeoutError, aiohttp.ConnectionTimeoutError("Connection timeout")),
+        _wrapped(bce.ConnectTimeoutError, httpx2.ConnectTimeout("timed out")),
+        _wrapped(bce.ConnectTimeoutError, httpx2.PoolTimeout("timed out")),
+        bce.ProxyConnectionError(proxy_url="http://proxy:3128", error="refused"),
+        refused,
+    ]
+    for exc in never_sent_ones:
+        assert never_sent(exc), repr(exc)
+        code, _ = error_of(exc)
+        assert code == type(exc).__name__ != "Internal"
+        assert code not in UNKNOWN_OUTCOME
+    assert error_of(never_sent_ones[0]) == (
+        "EndpointConnectionError",
+        'Could not connect to the endpoint URL: "http://127.0.0.1:9/"',
+    )
+
+
+def test_failures_once_the_request_may_have_left_stay_internal_and_unknown() -> None:
+    import aiohttp
+    import botocore.exceptions as bce
+    import httpx2
+
+    reset = ConnectionResetError(104, "Connection reset by peer")
+    may_have_arrived = [
+        # aiohttp maps a reset on an open connection to EndpointConnectionError too.
+        _wrapped(bce.EndpointConnectionError, aiohttp.ClientOSError(104, "reset")),
+        _wrapped(bce.ConnectionClosedError, aiohttp.ServerDisconnectedError()),
+        _wrapped(bce.ReadTimeoutError, httpx2.ReadTimeout("timed out")),
+        # httpx maps every timeout but a read one to ConnectTimeoutError, writes included.
+        _wrapped(bce.ConnectTimeoutError, httpx2.WriteTimeout("timed out")),
+        _wrapped(bce.SSLError, reset),
+        bce.HTTPClientError(error=reset),
+        reset,
+    ]
+    for exc in may_have_arrived:
+        assert not never_sent(exc), repr(exc)
+        assert error_of(exc)[0] == "Internal"
+        assert "Internal" in UNKNOWN_OUTCOME
 
 
 def test_no_credentials_says_where_they_are_looked_for() -> None:

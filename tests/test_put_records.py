@@ -59,6 +59,30 @@ async def test_one_bad_record_rejects_the_group_and_names_it() -> None:
     assert producer.statistics().records_put == 2
 
 
+@pytest.mark.parametrize(
+    "records",
+    [None, "abc", b"abc", bytearray(b"ab"), 5, {"k": b"x"}],
+    ids=["None", "str", "bytes", "bytearray", "int", "dict"],
+)
+async def test_records_that_are_not_a_collection_of_records_are_refused_by_name(
+    records: object,
+) -> None:
+    # None or an int used to raise Python's bare "not iterable"; a string, bytes or a dict
+    # were iterated and refused as records[0], hiding that the argument itself is wrong.
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    async with Producer(CONFIG, client=fake) as producer:
+        with pytest.raises(InvalidRecordTypeError) as info:
+            await producer.put_records(stream="s", records=records)  # type: ignore[arg-type]
+        assert str(info.value).startswith("records must be an iterable (a list, say) of records")
+        assert str(info.value).endswith(f"; got {type(records).__name__}")
+        assert producer.outstanding_records == 0
+        # Any iterable of records is fine: a generator, a tuple.
+        ok = await producer.put_records(stream="s", records=((k, b"x") for k in "ab"))
+        assert all([(await outcome).success for outcome in ok])
+    assert fake.calls("PutRecords") == 1
+
+
 async def test_a_group_waits_for_room_for_all_of_it() -> None:
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=1)

@@ -155,6 +155,47 @@ def test_still_unknown_after_the_refresh_retries_every_record() -> None:
     assert decisions.retry == [a, b]
 
 
+def test_a_known_range_without_the_routing_key_is_another_streams_and_defers_the_verdict() -> None:
+    # Predicted for shard 0; Kinesis answered shard 1, whose range as known here (the upper
+    # half) cannot hold the aggregate's explicit hash key (5): that range is another stream's,
+    # deleted and created again with its shards numbered from 0. Not a "Wrong Shard".
+    a, b = user_record(5), user_record(6)
+    sent = kinesis_record(a, b)
+    decisions = run([sent], {"Records": [ok("shardId-000000000001")]})
+    assert decisions.undecided == [(sent, "shardId-000000000001", "49590")]
+    assert decisions.succeeded == decisions.retry == []
+    assert decisions.invalidate == [(0.5, "shardId-000000000000")]
+    # Judged with the new stream's range of shard 1 (the whole key space, say): delivered.
+    later = Decisions()
+    whole = ShardRange("shardId-000000000001", 0, MAX_HASH_KEY)
+    place(later, sent, "shardId-000000000001", "49590", whole, 0.5, 0.75, 2.0, POLICY)
+    assert later.succeeded == [a, b]
+    assert (a.attempts, b.attempts) == ((), ())
+    # Still the old range after the refresh: nothing can be told, as for an unknown shard.
+    again = Decisions()
+    place(
+        again,
+        sent,
+        "shardId-000000000001",
+        "1",
+        RANGES["shardId-000000000001"],
+        0.5,
+        0.75,
+        2.0,
+        POLICY,
+    )
+    assert again.retry == [a, b]
+
+
+def test_a_hand_made_record_without_a_decimal_routing_key_is_judged_by_the_range() -> None:
+    a, b = user_record(5), user_record(HALF // 2 + 7)
+    sent = kinesis_record(a, b)
+    sent.explicit_hash_key = "not a number"
+    decisions = run([sent], {"Records": [ok("shardId-000000000002")]})
+    assert decisions.succeeded == [a]
+    assert decisions.retry == [b]
+
+
 def test_raw_single_record_elsewhere_is_a_success() -> None:
     record = user_record(5)
     decisions = run([kinesis_record(record)], {"Records": [ok("shardId-000000000099")]})

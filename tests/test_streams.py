@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import botocore.loaders
 import pytest
 
 from aiokpl import Config, InvalidRecordError, InvalidRecordTypeError, Producer
@@ -88,6 +89,40 @@ def test_a_malformed_arn_is_refused_saying_which_part_is_wrong(arn: str, reason:
         "a stream ARN is arn:<partition>:kinesis:<region>:<12-digit account id>:stream/"
         "<stream name>"
     )
+
+
+def botocore_partition_regions() -> list[tuple[str, str]]:
+    """Every ``(partition, region)`` botocore's partition data lists (not ``*-global``)."""
+    data = botocore.loaders.create_loader().load_data("partitions")
+    return [
+        (partition["id"], region)
+        for partition in data["partitions"]
+        for region in partition["regions"]
+        if not region.endswith("-global")
+    ]
+
+
+def test_a_stream_arn_of_every_partition_and_region_botocore_knows_is_accepted() -> None:
+    known = botocore_partition_regions()
+    assert ("aws-eusc", "eusc-de-east-1") in known  # the partition that was refused
+    for partition, region in known:
+        arn = f"arn:{partition}:kinesis:{region}:123456789012:stream/s"
+        assert parse_stream_arn(arn) == (partition, region, "123456789012", "s"), arn
+        # The fake serves every one of them too, under the ARN of the right partition.
+        assert FakeKinesis(region=region).stream_arn("s") == arn
+
+
+@pytest.mark.parametrize("region", ["eusc-de-east-1", "us-isof-south-1", "eu-isoe-west-1"])
+async def test_a_stream_arn_of_a_newer_partition_is_written_with_its_region_configured(
+    region: str,
+) -> None:
+    fake = FakeKinesis(region=region)
+    fake.add_stream("events")
+    arn = fake.stream_arn("events")
+    async with Producer(Config(region=region), client=fake) as producer:
+        outcome = await producer.put_record(stream=arn, partition_key="k", data=b"x")
+    assert (await outcome).success
+    assert [r.data for r in fake.stored_records("events")] == [b"x"]
 
 
 def test_a_bad_name_mentions_that_an_arn_would_do() -> None:

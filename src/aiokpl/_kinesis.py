@@ -33,6 +33,7 @@ way, and which a name could contradict.
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -57,6 +58,7 @@ __all__ = (
     "create_cloudwatch_client",
     "error_of",
     "fixed_region",
+    "never_sent",
     "stream_argument",
 )
 
@@ -158,14 +160,89 @@ NO_CREDENTIALS_MESSAGE = (
 """What a record that failed for want of credentials says (code ``"NoCredentialsError"``)."""
 
 
+# Exceptions of the HTTP stacks under aiobotocore that are raised only while a connection is
+# being opened, before a byte of the request is written: (top-level package, class name), so
+# that neither stack needs to be importable. aiohttp's ClientConnectorError covers refused
+# connections, DNS failures (ClientConnectorDNSError), TLS handshakes (ClientSSLError) and
+# proxies that cannot be reached; its ConnectionTimeoutError is the connect timeout (which
+# includes waiting for a pooled connection). httpx's ConnectError, ConnectTimeout and
+# PoolTimeout are the same phases. Not here: aiohttp's ClientOSError or ServerDisconnectedError
+# and httpx's WriteError or ReadError, which come once the request may have left.
+_CONNECT_PHASE = frozenset(
+    {
+        ("aiohttp", "ClientConnectorError"),
+        ("aiohttp", "ConnectionTimeoutError"),
+        ("httpx", "ConnectError"),
+        ("httpx", "ConnectTimeout"),
+        ("httpx", "PoolTimeout"),
+        ("httpx2", "ConnectError"),
+        ("httpx2", "ConnectTimeout"),
+        ("httpx2", "PoolTimeout"),
+    }
+)
+# botocore's wrappers of those (the code a record then fails with is the wrapper's name), and
+# exceptions that, raised by a client call, can only mean that nothing was sent.
+_WRAPPERS = (
+    botocore.exceptions.EndpointConnectionError,
+    botocore.exceptions.ConnectTimeoutError,
+    botocore.exceptions.SSLError,
+    botocore.exceptions.ProxyConnectionError,
+)
+_NEVER_SENT = (
+    ConnectionRefusedError,
+    socket.gaierror,
+    botocore.exceptions.ProxyConnectionError,
+    botocore.exceptions.CredentialRetrievalError,
+    botocore.exceptions.PartialCredentialsError,
+)
+
+
+def _in_connect_phase(exc: BaseException) -> bool:
+    """Whether ``exc``, or what it wraps, was raised before the request was written."""
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        link = todo.pop()
+        if not isinstance(link, BaseException) or id(link) in seen:
+            continue
+        seen.add(id(link))
+        if isinstance(link, ConnectionRefusedError | socket.gaierror):
+            return True
+        for kind in type(link).__mro__:
+            if (kind.__module__.partition(".")[0], kind.__name__) in _CONNECT_PHASE:
+                return True
+        kwargs = getattr(link, "kwargs", None)  # botocore keeps the cause as kwargs["error"]
+        todo += [link.__cause__, link.__context__]
+        if isinstance(kwargs, dict):
+            todo.append(kwargs.get("error"))
+    return False
+
+
+def never_sent(exc: BaseException) -> bool:
+    """Whether a client call that raised ``exc`` certainly sent nothing to the service.
+
+    True for a connection refused, a name that did not resolve, a connect timeout, a failed
+    TLS handshake or proxy, and credentials that could not be fetched; false for whatever may
+    come after a byte of the request left (a reset, a read timeout, a closed connection, an
+    unknown error), where Kinesis may have stored the records.
+    """
+    if isinstance(exc, _NEVER_SENT):
+        return True
+    return isinstance(exc, _WRAPPERS) and _in_connect_phase(exc)
+
+
 def error_of(exc: BaseException) -> tuple[str, str]:
     """Map an exception from a client call to ``(error_code, error_message)``.
 
     ``ClientError`` (a service error, including throttling) keeps the service's code and
     message. botocore's ``NoCredentialsError`` (raised before anything is sent) becomes
-    ``"NoCredentialsError"`` with where credentials are looked for. Anything else becomes
-    ``"Internal"`` with the exception's type and text, which is what the KPL reports for
-    errors it cannot classify.
+    ``"NoCredentialsError"`` with where credentials are looked for. A failure that certainly
+    sent nothing (:func:`never_sent`: a refused connection, a DNS failure, a connect timeout …)
+    keeps the exception's name as its code (``"EndpointConnectionError"``,
+    ``"ConnectTimeoutError"`` …), so the record's outcome is known: it is not in the stream.
+    Anything else becomes ``"Internal"`` with the exception's type and text, which is what the
+    KPL reports for errors it cannot classify; a record whose request ended so may have been
+    stored (``outcome_unknown``).
     """
     if isinstance(exc, botocore.exceptions.ClientError):
         error = exc.response.get("Error", {})
@@ -174,6 +251,9 @@ def error_of(exc: BaseException) -> tuple[str, str]:
         return code, message[:_MAX_MESSAGE]
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return "NoCredentialsError", NO_CREDENTIALS_MESSAGE
+    if never_sent(exc):
+        text = str(exc) or type(exc).__name__
+        return type(exc).__name__, text[:_MAX_MESSAGE]
     text = str(exc)
     described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return "Internal", described[:_MAX_MESSAGE]

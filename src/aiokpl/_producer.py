@@ -38,7 +38,7 @@ import logging
 import math
 import random
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -69,6 +69,7 @@ from ._outcome import Outcome
 from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
+from ._pipeline.shard_map import MissingStreamsLog
 from ._pipeline.stream import StreamPipeline
 from ._record import TaggedRecord, UserRecord
 
@@ -91,6 +92,22 @@ _RECORD_SHAPES = (
     "a record is a (partition_key, data), (partition_key, data, explicit_hash_key) or "
     "(partition_key, data, explicit_hash_key, tags) sequence"
 )
+
+
+def _check_records_argument(records: object) -> None:
+    """Refuse a ``records`` argument that is not a collection of records, naming it.
+
+    ``None`` or a number would fail with Python's bare "not iterable"; a string, bytes or a
+    mapping would be iterated into characters, ints or keys, each then refused as a record
+    with a message about ``records[0]`` that hides the real mistake.
+    """
+    if isinstance(records, str | bytes | bytearray | memoryview | Mapping) or not isinstance(
+        records, Iterable
+    ):
+        raise InvalidRecordTypeError(
+            "records must be an iterable (a list, say) of records, where "
+            f"{_RECORD_SHAPES}; got {type(records).__name__}"
+        )
 
 
 def _fields_of(record: Any) -> tuple[Any, Any, Any, Any]:
@@ -221,6 +238,7 @@ class Producer:
         self._region: str | None = None  # the only region it writes to; None: any ARN's
         self._task_group: TaskGroup | None = None
         self._scheduler = Scheduler()
+        self._missing_streams = MissingStreamsLog(self._scheduler)
         self._clock: Callable[[], float] = anyio.current_time
         self._sender: Sender | None = None
         self._streams: dict[str, StreamPipeline] = {}
@@ -340,6 +358,7 @@ class Producer:
         code, message = self._exit_code
         sender = self._sender
         self._ledger.fail_outstanding(code, message, sender.unanswered() if sender else ())
+        self._missing_streams.on_due(self._clock())  # a warning still gathering streams
         self._scheduler.clear()
         await self._failures.drain(self.config.request_timeout_ms / 1000)
 
@@ -426,6 +445,7 @@ class Producer:
                 metrics=self._metrics,
                 coordinator=self._coordinator,
                 random_value=self._jitter.random,
+                missing_log=self._missing_streams,
             )
         return pipeline
 
@@ -606,12 +626,14 @@ class Producer:
             InvalidRecordError: a record breaks a limit (the message starts with its index,
                 ``records[i]``), or the group could never fit ``max_outstanding_records`` /
                 ``max_outstanding_bytes`` at once; nothing was enqueued.
-            InvalidRecordTypeError: a record or one of its fields has the wrong type.
+            InvalidRecordTypeError: ``records`` is not an iterable of records (``None``, a
+                string, bytes, a mapping), or a record or one of its fields has the wrong type.
             ProducerClosedError: the producer has been closed.
             RuntimeError: called from another thread than the event loop's that entered
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         self._accept_stream(stream)
+        _check_records_argument(records)
         if stream not in self._streams:
             # A new stream: start loading its shard map now, before a large group takes its
             # time to be validated and enqueued, so that the group finds the map loaded (or

@@ -590,10 +590,7 @@ def test_an_unreachable_endpoint_exits_3(
     arguments = [command, "s", "--endpoint-url", endpoint]
     assert main(arguments + ([str(source)] if command == "put" else [])) == 3
     err = capsys.readouterr().err
-    assert (
-        f': Internal: EndpointConnectionError: Could not connect to the endpoint URL: "{endpoint}/"'
-        in err
-    )
+    assert f': EndpointConnectionError: Could not connect to the endpoint URL: "{endpoint}/"' in err
     assert list(tmp_path.iterdir()) == [source]
 
 

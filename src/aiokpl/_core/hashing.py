@@ -61,11 +61,15 @@ _from_bytes = int.from_bytes
 # The service's own pattern: no sign, no leading zeros, at most 39 digits.
 _EXPLICIT_HASH_KEY = re.compile(r"0|[1-9][0-9]{0,38}")
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]+")
-# The parts of a stream ARN, each as the service and botocore's endpoint rules accept it: the
-# partition ``aws``, ``aws-cn``, ``aws-us-gov``, ``aws-iso``, ``aws-iso-b`` …, a region such
-# as ``us-east-1`` or ``cn-north-1``, a 12-digit account id.
+# The parts of a stream ARN, each as the service and botocore's partition data accept it: the
+# partition ``aws``, ``aws-cn``, ``aws-us-gov``, ``aws-iso``, ``aws-iso-b``, ``aws-eusc`` …
+# (the service's pattern takes any ``aws…``), a region such as ``us-east-1``, ``cn-north-1``
+# or ``eusc-de-east-1``, a 12-digit account id. botocore's ``partitions.json`` gives each
+# partition's regions as ``<prefix>-<word>-<digits>`` (``^eusc\-(de)\-\w+\-\d+$`` …): the
+# region form below accepts every one of them, and a partition added later with the same shape
+# (tests/test_streams.py checks it against the botocore installed).
 _ARN_PARTITION = re.compile(r"aws(-[a-z]+)*")
-_ARN_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]{1,2}")
+_ARN_REGION = re.compile(r"[a-z]{2,}(-[a-z]+)+-[0-9]{1,2}")
 _ARN_ACCOUNT = re.compile(r"[0-9]{12}")
 _ARN_FORM = "arn:<partition>:kinesis:<region>:<12-digit account id>:stream/<stream name>"
 
@@ -113,7 +117,7 @@ class StreamArn(NamedTuple):
     """The parts of a Kinesis stream ARN (``arn:aws:kinesis:us-east-1:123456789012:stream/s``).
 
     Attributes:
-        partition: ``"aws"``, ``"aws-cn"``, ``"aws-us-gov"`` …
+        partition: ``"aws"``, ``"aws-cn"``, ``"aws-us-gov"``, ``"aws-eusc"`` …
         region: the stream's region, e.g. ``"us-east-1"``.
         account: the 12-digit id of the account that owns the stream.
         name: the stream name.
@@ -143,7 +147,7 @@ def parse_stream_arn(stream: str) -> StreamArn | None:
         _, partition, service, region, account, resource = parts
         kind, _, name = resource.partition("/")
         if _ARN_PARTITION.fullmatch(partition) is None:
-            reason = f"the partition {partition!r} is not aws, aws-cn, aws-us-gov, …"
+            reason = f"the partition {partition!r} is not aws, aws-cn, aws-us-gov, aws-eusc, …"
         elif service != "kinesis":
             reason = f"it names the service {service!r}, not 'kinesis'"
         elif _ARN_REGION.fullmatch(region) is None:

@@ -17,11 +17,15 @@ request error whose code cannot succeed on retry (``FAIL_FAST``)      fail every
 request error ``ProvisionedThroughputExceededException``, and         fail every record
 ``fail_if_throttled``
 any other request error (including a malformed response or a          retry every record
-count mismatch, ``RecordCountMismatch``)
+count mismatch, ``RecordCountMismatch``, and a request that never
+left: ``EndpointConnectionError`` …, whose outcome stays known)
 record succeeded on the predicted shard, or with no prediction        succeed
 record succeeded elsewhere, hash key inside the actual shard's        succeed; invalidate the
 range (a split child): the map is stale                               shard map if the actual
                                                                       shard is newer
+record succeeded elsewhere, on a shard whose known range does not     wait for the refreshed
+hold the record's explicit hash key (another stream's range: the      map, then as below
+stream was deleted and created again), aggregation on
 record succeeded elsewhere, hash key outside that range (or range     retry ("Wrong Shard") and
 unknown), aggregation on                                              invalidate the shard map
 the same, aggregation off (a raw record lands where Kinesis routes    succeed; invalidate
@@ -54,6 +58,7 @@ from .shards import ShardRange
 
 __all__ = (
     "FAIL_FAST",
+    "MISSING",
     "NARROWED",
     "THROTTLED",
     "Decisions",
@@ -64,6 +69,7 @@ __all__ = (
 )
 
 THROTTLED = "ProvisionedThroughputExceededException"
+MISSING = "ResourceNotFoundException"
 EXPIRED_TOKEN = "ExpiredTokenException"
 EXPIRED_TOKEN_ATTEMPTS = 3
 """Attempts a record may make that end in ``ExpiredTokenException``: refreshable credentials
@@ -75,7 +81,12 @@ EXPIRED = "Expired"
 
 UNKNOWN_OUTCOME = frozenset({"Internal", "RecordCountMismatch"})
 """The producer's codes for a request sent and never properly answered (a timeout, a lost
-connection, a malformed answer): Kinesis may have stored its records all the same."""
+connection, a malformed answer): Kinesis may have stored its records all the same.
+
+A request that certainly never left (a refused connection, a name that did not resolve, a
+connect timeout: ``_kinesis.never_sent``) fails with the name of the exception instead
+(``"EndpointConnectionError"``, ``"ConnectTimeoutError"`` …), is retried like ``"Internal"``,
+and leaves the outcome known: the record is not in the stream."""
 
 NARROWED = frozenset({"ValidationException", "InvalidArgumentException"})
 """Request-level codes that one bad entry can cause: a request of several Kinesis records
@@ -84,7 +95,7 @@ fault is alone in its request and fails by itself."""
 
 FAIL_FAST = frozenset(
     {
-        "ResourceNotFoundException",
+        MISSING,
         "AccessDeniedException",
         "ValidationException",
         "InvalidArgumentException",
@@ -280,7 +291,7 @@ def classify(
 
         # It landed on another shard than predicted: the shard map is stale.
         decisions.invalidate.append((started, predicted))
-        actual_range = hash_range(shard_id)
+        actual_range = _range_that_routed(kinesis_record, hash_range(shard_id))
         if actual_range is None and policy.aggregation_enabled and len(kinesis_record.records) > 1:
             # A shard the map does not know yet (a new child): which of these records it
             # holds can only be told once the map has been refreshed.
@@ -337,6 +348,25 @@ def _split(
     decisions.resend = [group for group in (live[:half], live[half:]) if group]
 
 
+def _range_that_routed(
+    kinesis_record: KinesisRecord, actual_range: ShardRange | None
+) -> ShardRange | None:
+    """``actual_range`` if it can be the range of the shard that stored ``kinesis_record``.
+
+    Kinesis routes a Kinesis record by its explicit hash key, so the shard that stored it owns
+    that key. A range known here that does not is another stream's (the stream was deleted and
+    created again, its shard ids numbered from 0 again over other ranges): it cannot judge the
+    records, and the shard counts as unknown until the map is refreshed.
+    """
+    if actual_range is None:
+        return None
+    try:
+        routed_by = int(kinesis_record.explicit_hash_key)
+    except ValueError:  # not a decimal key (only hand-made records): nothing to check
+        return actual_range
+    return actual_range if routed_by in actual_range else None
+
+
 def place(
     decisions: Decisions,
     kinesis_record: KinesisRecord,
@@ -351,9 +381,11 @@ def place(
     """Judge a Kinesis record that landed on ``shard_id``, not on its predicted shard.
 
     Its user records inside ``actual_range`` are delivered; the others (all of them if the range
-    is unknown) are retried as ``"Wrong Shard"``, unless the record was sent raw, in which case
-    Kinesis routed it by its own hash key and it is where it belongs.
+    is unknown, or is not one that holds the record's explicit hash key: another stream's) are
+    retried as ``"Wrong Shard"``, unless the record was sent raw, in which case Kinesis routed
+    it by its own hash key and it is where it belongs.
     """
+    actual_range = _range_that_routed(kinesis_record, actual_range)
     raw = len(kinesis_record.records) == 1 or not policy.aggregation_enabled
     if not raw:
         kinesis_record.restore_data()  # some may be retried

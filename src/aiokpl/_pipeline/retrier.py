@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING, Any, cast
 from .._core.backoff import Backoff
 from .._core.ordering import regroup
 from .._core.records import KinesisRecord
-from .._core.retry_policy import FAIL_FAST, Decisions, RetryPolicy, classify, expire, place
+from .._core.retry_policy import (
+    FAIL_FAST,
+    MISSING,
+    Decisions,
+    RetryPolicy,
+    classify,
+    expire,
+    place,
+)
 from .._core.statistics import RetrierStatistics
 from .._record import UserRecord
 from .limiter import OrderedLimiter
@@ -124,6 +132,9 @@ class Retrier:
             self._backoff.reset()
         elif error[0] not in FAIL_FAST:
             self.resume_at = now + self._backoff.next_delay(self._random())
+        elif error[0] == MISSING:
+            # The stream is gone: its map must not outlive it (it may come back another).
+            self._shard_map.missing(started)
         for seen_at, predicted in decisions.invalidate:
             self._shard_map.invalidate(seen_at, predicted)
         for shard in decisions.throttled_shards:

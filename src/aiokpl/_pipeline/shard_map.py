@@ -33,6 +33,18 @@ too); the retries it causes then log at debug level.
 Better than the KPL: while a refresh is running, predictions keep using the previous table, so
 aggregation and rate limiting continue (the KPL predicts nothing until the refresh completes).
 
+A stream known to be missing has no map. When a load attempt, or a ``PutRecords`` sent after
+the table loaded (:meth:`ShardMap.missing`), answers ``ResourceNotFoundException``, the table
+is dropped (state ``INVALID``, no open shard) with the closed shards' ranges, and the stream's
+per-shard state goes with it (``on_drop``): records go unpredicted, each alone, and fail fast
+while the stream is missing. A stream deleted and created again under the same name is
+another stream: the service numbers its shards from 0 again, with other ranges, so an id of the
+old map can name another range in the new one. Each table installed is compared with the one
+before it: a shard id in both with another range means another stream (the ranges of one
+stream's shards never change), and then nothing of the old map is kept, neither closed
+ranges nor the state of shards whose id came back (``on_install``'s ``replaced``). The KPL
+keeps its map until a refresh succeeds.
+
 The stream is named as the producer was given it: a name goes as ``StreamName``, a stream ARN as
 ``StreamARN`` (the pages after the first carry ``NextToken`` alone either way).
 
@@ -73,8 +85,9 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from .._kinesis import KinesisClient
+    from .scheduler import Scheduler
 
-__all__ = ("ShardMap", "ShardMapState")
+__all__ = ("MissingStreamsLog", "ShardMap", "ShardMapState")
 
 logger = logging.getLogger("aiokpl.shard_map")
 
@@ -91,6 +104,15 @@ SUMMARY_MAX_AGE = 600.0
 LIST_SHARDS = "ListShards"
 DESCRIBE_STREAM = "DescribeStream"
 DESCRIBE_STREAM_SUMMARY = "DescribeStreamSummary"
+PUT_RECORDS = "PutRecords"
+
+# Log lines quote at most this many characters of an error's message.
+LOG_MESSAGE_MAX = 160
+# Streams found missing: the first warning waits this long for others, the next ones this
+# long after the previous one, and each names this many.
+MISSING_LOG_GATHER = 1.0
+MISSING_LOG_INTERVAL = 60.0
+MISSING_LOG_NAMES = 5
 _DENIED = "AccessDeniedException"
 _MISSING = "ResourceNotFoundException"
 # A stream in another state (CREATING, DELETING) has no shards to write to.
@@ -113,6 +135,92 @@ def _open_shards(shards: list[dict[str, Any]], operation: str) -> list[dict[str,
         # page parsed as an empty document, say), a failed attempt to retry, not a map.
         raise ValueError(f"{operation} answered without any open shard")
     return open_shards
+
+
+def _brief(message: str) -> str:
+    """A message fit for one log line: control characters and runs of blanks as one space,
+    and at most ``LOG_MESSAGE_MAX`` characters, saying how long it was. A proxy's or a broken
+    server's page can arrive whole as an error's message (up to 1000 characters, as
+    ``statistics()`` keeps it)."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in message).split())
+    if len(text) <= LOG_MESSAGE_MAX:
+        return text
+    return f"{text[:LOG_MESSAGE_MAX]}… [{len(message)} characters]"
+
+
+def _described(error: tuple[str, str, str]) -> str:
+    """``operation: code: message`` of a ``last_error``, its message made :func:`_brief`."""
+    operation, code, message = error
+    return f"{operation}: {code}: {_brief(message)}"
+
+
+class MissingStreamsLog:
+    """The warning that streams were not found: one line per interval for all of them.
+
+    A producer given many names of streams that do not exist (a typo in a template, streams a
+    clean-up deleted) would otherwise warn once per stream per attempt. The first stream
+    reported is logged after ``MISSING_LOG_GATHER`` seconds, with every other one reported
+    meanwhile; later ones wait until ``MISSING_LOG_INTERVAL`` seconds after the last line, and
+    the producer logs what is still gathering as it exits. A line says how many streams, names
+    the first ``MISSING_LOG_NAMES`` in sorted order and gives the first one's error. Without a
+    scheduler (a shard map made on its own) each report is logged at once.
+
+    Args:
+        scheduler: the producer's scheduler, or ``None``.
+    """
+
+    __slots__ = ("_logged_at", "_pending", "_scheduled", "_scheduler")
+
+    def __init__(self, scheduler: Scheduler | None) -> None:
+        self._scheduler = scheduler
+        self._pending: dict[str, str] = {}
+        self._scheduled = False
+        self._logged_at = -float("inf")
+
+    def report(self, stream: str, error: str) -> None:
+        """``stream`` was not found (``error`` says how)."""
+        self._pending.setdefault(stream, error)
+        if self._scheduler is None:
+            self.on_due(anyio.current_time())
+        elif not self._scheduled:
+            self._scheduled = True
+            now = anyio.current_time()
+            when = max(now + MISSING_LOG_GATHER, self._logged_at + MISSING_LOG_INTERVAL)
+            self._scheduler.call_at(when, self)
+
+    def on_due(self, now: float) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, {}
+        if not pending:
+            return
+        names = sorted(pending)  # in order, whatever order their tasks ran in
+        shown = ", ".join(repr(name) for name in names[:MISSING_LOG_NAMES])
+        if len(names) > MISSING_LOG_NAMES:
+            shown += f" and {len(names) - MISSING_LOG_NAMES} more"
+        logger.warning(
+            "%d %s not found%s: %s (%s). Records put to %s fail with "
+            "ResourceNotFoundException; %s loaded again with the next record put to %s",
+            len(names),
+            "stream was" if len(names) == 1 else "streams were",
+            "" if self._logged_at == -float("inf") else " since the last warning",
+            shown,
+            pending[names[0]],
+            "it" if len(names) == 1 else "them",
+            "its shard map is" if len(names) == 1 else "each one's shard map is",
+            "it" if len(names) == 1 else "that stream",
+        )
+        self._logged_at = now
+
+
+def _replaced(previous: ShardTable | None, table: ShardTable) -> frozenset[str]:
+    """The ids of ``table`` that ``previous`` held with another range: if any, ``table`` is
+    another stream's (a shard's range never changes), and then every id both hold."""
+    if previous is None:
+        return frozenset()
+    both = [shard for shard in table if shard.shard_id in previous]
+    if all(previous.get(shard.shard_id) == shard for shard in both):
+        return frozenset()
+    return frozenset(shard.shard_id for shard in both)
 
 
 class ShardMapState(Enum):
@@ -143,8 +251,10 @@ class ShardMap:
         *,
         request_timeout: float = 6.0,
         random_value: Callable[[], float] = random.random,
+        missing_log: MissingStreamsLog | None = None,
     ) -> None:
         self.stream = stream
+        self._missing_log = missing_log if missing_log is not None else MissingStreamsLog(None)
         self._client = client
         self._task_group = task_group
         self._random = random_value
@@ -161,12 +271,18 @@ class ShardMap:
         self.dormant = False
         self._retry_at = -float("inf")
         self._closed: dict[str, tuple[ShardRange, float]] = {}
+        # The table dropped when the stream went missing: the next one is compared with it.
+        self._dropped: ShardTable | None = None
         self._backoff = Backoff(1.0, 1.5, 30.0, jitter=0.5)
         self._running = False
         self._scope: anyio.CancelScope | None = None  # the running refresh's
         self._after_refresh: list[Callable[[], None]] = []
-        # Called with each new table as it is installed (the stream's pipeline adjusts).
-        self.on_install: Callable[[ShardTable], None] | None = None
+        # Called with each new table as it is installed, and the ids of its shards whose state
+        # must go although the id was in the previous table: another stream's shards (the
+        # stream's pipeline adjusts).
+        self.on_install: Callable[[ShardTable, frozenset[str]], None] | None = None
+        # Called when the table is dropped: the stream is missing.
+        self.on_drop: Callable[[], None] | None = None
         # When ListShards was denied: its error, and until when DescribeStream is used alone.
         self._list_shards_denial: tuple[str, str] | None = None
         self._list_shards_denied_until = -float("inf")
@@ -202,6 +318,29 @@ class ShardMap:
             "refreshing the shard map of %r: a record did not land where predicted", self.stream
         )
         self._spawn_refresh()
+
+    def missing(self, seen_at: float) -> None:
+        """A request sent at ``seen_at`` answered ``ResourceNotFoundException``: the stream
+        is gone. Drop the table, unless it loaded after that request left (the stream exists
+        again) or a refresh is running (its answer decides)."""
+        if seen_at < self.updated_at or self.table is None or self._running:
+            return
+        self._drop()
+        self.state = ShardMapState.INVALID
+        self.last_error = (PUT_RECORDS, _MISSING, "the stream was not found")
+        self.dormant = True
+        self._retry_at = anyio.current_time()
+        self._missing_log.report(self.stream, _described(self.last_error))
+
+    def _drop(self) -> None:
+        """Forget the table and the closed shards' ranges: the stream is missing."""
+        had_table = self.table is not None
+        if had_table:
+            self._dropped = self.table
+        self.table = None
+        self._closed = {}
+        if had_table and self.on_drop is not None:
+            self.on_drop()
 
     def after_refresh(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the next refresh attempt ends, starting one if none runs.
@@ -261,23 +400,20 @@ class ShardMap:
                 delay = self._backoff.next_delay(self._random())
                 assert self.last_error is not None
                 if self.last_error[1] == _MISSING:
-                    # Nothing to refresh until someone puts a record to it again.
+                    # No map for a missing stream; and nothing to refresh until someone puts a
+                    # record to it again.
+                    self._drop()
                     self.dormant = True
                     self._retry_at = anyio.current_time() + delay
-                    logger.warning(
-                        "could not load the shard map of %r (%s: %s: %s); trying again "
-                        "with the next record put to it, in %.1f s at the earliest",
-                        self.stream,
-                        *self.last_error,
-                        delay,
-                    )
+                    # One line for all the streams found missing in a while, not one each.
+                    self._missing_log.report(self.stream, _described(self.last_error))
                     return
                 logger.log(
                     # A denial already warned about once: its retries say nothing new.
                     logging.DEBUG if explained else logging.WARNING,
-                    "could not load the shard map of %r (%s: %s: %s); retrying in %.1f s",
+                    "could not load the shard map of %r (%s); retrying in %.1f s",
                     self.stream,
-                    *self.last_error,
+                    _described(self.last_error),
                     delay,
                 )
                 await anyio.sleep(delay)
@@ -339,6 +475,9 @@ class ShardMap:
         if permissions <= self._warned:
             return both
         self._warned |= permissions
+        listed = (listed[0], _brief(listed[1]))
+        if described is not None:
+            described = (described[0], _brief(described[1]))
         if described is None:
             logger.warning(
                 "ListShards is denied for stream %r (%s: %s): the IAM policy lacks "
@@ -373,7 +512,18 @@ class ShardMap:
 
     def _install(self, table: ShardTable, now: float) -> None:
         previous = self.table
-        if previous is not None:
+        replaced = _replaced(previous if previous is not None else self._dropped, table)
+        self._dropped = None
+        if replaced:
+            # Another stream under the same name (deleted and created again): nothing of the
+            # old one's ranges may judge where a record landed.
+            logger.warning(
+                "stream %r was deleted and created again (its shard ids now name other hash "
+                "key ranges): the shard map and per-shard state of the old stream are dropped",
+                self.stream,
+            )
+            self._closed = {}
+        elif previous is not None:
             for shard in previous:
                 if shard.shard_id not in table:
                     self._closed[shard.shard_id] = (shard, now + CLOSED_SHARD_TTL)
@@ -392,7 +542,7 @@ class ShardMap:
             "shard map of %r loaded with %s: %d open shards", self.stream, self.source, len(table)
         )
         if self.on_install is not None:
-            self.on_install(table)
+            self.on_install(table, replaced)
         self._run_after_refresh()
         if now >= self._summary_after and self._summary_scope is None:
             self._summary_scope = anyio.CancelScope()

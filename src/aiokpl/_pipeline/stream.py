@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any, cast
 
 from .._core.config import Config
@@ -24,7 +24,7 @@ from .aggregator import Aggregator
 from .collector import Collector, OrderedCollector
 from .limiter import Limiter, OrderedLimiter
 from .retrier import Retrier
-from .shard_map import ShardMap
+from .shard_map import MissingStreamsLog, ShardMap
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -58,6 +58,7 @@ class StreamPipeline:
         coordinator: the producer's coordinator, if any: it meters and sets the limits.
         random_value: the producer's jitter generator (``jitter_source``), for the shard
             map's and retrier's waits.
+        missing_log: the producer's warning about streams not found (one line for many).
     """
 
     __slots__ = (
@@ -88,6 +89,7 @@ class StreamPipeline:
         metrics: MetricsRecorder | None,
         coordinator: _ProducerCoordinator | None,
         random_value: Callable[[], float],
+        missing_log: MissingStreamsLog | None = None,
     ) -> None:
         self._clock = clock
         self._ttl_ms = config.record_ttl_ms
@@ -101,6 +103,7 @@ class StreamPipeline:
             task_group,
             request_timeout=config.request_timeout_ms / 1000,
             random_value=random_value,
+            missing_log=missing_log,
         )
         buffered = config.record_max_buffered_time_ms / 1000
         grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
@@ -170,20 +173,33 @@ class StreamPipeline:
         if coordinator is not None:
             coordinator.attach(stream, self.limiter)
         self.shard_map.on_install = self._map_installed
+        self.shard_map.on_drop = self._map_dropped
         self.shard_map.start()
 
-    def _map_installed(self, table: ShardTable) -> None:
-        """A new shard map: per-shard state of shards gone from it is dropped, and records
-        still waiting at the stream-level limit (sent before any map) go back to the
-        aggregator, to be aggregated and limited per shard like the rest."""
+    def _map_installed(self, table: ShardTable, replaced: frozenset[str]) -> None:
+        """A new shard map: per-shard state of shards gone from it is dropped, and so is the
+        state of ``replaced`` shards (ids the old map held with another range: the old stream
+        was deleted and this is a new one under the same name); records still waiting at the
+        stream-level limit (sent before any map) go back to the aggregator, to be aggregated
+        and limited per shard like the rest."""
+        kept: Container[str] = table
+        if replaced:
+            kept = {shard.shard_id for shard in table} - replaced
         if isinstance(self.limiter, OrderedLimiter):
             # Records predicted with the old map go to their lanes before those retire.
-            self.aggregator.close_batches_outside(table)
-        self.limiter.prune(table)
+            self.aggregator.close_batches_outside(kept)
+        self.limiter.prune(kept)
         put = self.aggregator.put
         for kinesis_record in self.limiter.take_unmapped():
             for record in cast("list[UserRecord]", kinesis_record.records):
                 put(record, record.hash_key)
+
+    def _map_dropped(self) -> None:
+        """The stream is missing: no shard of it keeps any state (rates, ceilings), except
+        what records still queued for it need until they leave."""
+        if isinstance(self.limiter, OrderedLimiter):
+            self.aggregator.close_batches_outside(())
+        self.limiter.prune(())
 
     def idle_since_last_look(self) -> bool:
         """Whether nothing went through the pipeline since the last call (records put, or

@@ -67,7 +67,7 @@ _ON_DEMAND_SHARDS = 4
 _SEQUENCE_BASE = 49 * 10**54
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
-_REGION_NAME = re.compile(r"[a-z]{2}(-[a-z]+)+-\d{1,2}")
+_REGION_NAME = re.compile(r"[a-z]{2,}(-[a-z]+)+-\d{1,2}")
 # The service's own pattern for StreamARN (a request outside it is a ValidationException).
 _STREAM_ARN_PATTERN = "arn:aws.*:kinesis:.*:\\d{12}:stream/\\S+"
 _STREAM_ARN = re.compile(r"arn:aws.*:kinesis:.*:\d{12}:stream/\S+")
@@ -110,16 +110,24 @@ def _check_operation(operation: str) -> None:
         )
 
 
+# Region prefixes of the partitions other than ``aws``, as botocore's ``partitions.json``
+# gives them (its ``regionRegex``); the most specific first (``us-isob-`` before ``us-iso-``).
+_PARTITION_PREFIXES = (
+    ("cn-", "aws-cn"),
+    ("us-gov-", "aws-us-gov"),
+    ("us-isob-", "aws-iso-b"),
+    ("us-isof-", "aws-iso-f"),
+    ("us-iso-", "aws-iso"),
+    ("eu-isoe-", "aws-iso-e"),
+    ("eusc-", "aws-eusc"),
+)
+
+
 def _partition_of(region: str) -> str:
     """The partition of a region: ``aws-cn`` for China, ``aws-us-gov`` for GovCloud …"""
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    if region.startswith("us-isob-"):
-        return "aws-iso-b"
-    if region.startswith("us-iso-"):
-        return "aws-iso"
+    for prefix, partition in _PARTITION_PREFIXES:
+        if region.startswith(prefix):
+            return partition
     return "aws"
 
 
