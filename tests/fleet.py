@@ -14,6 +14,8 @@ Run as a script to print per-second series (``cd tests && python fleet.py --help
 from __future__ import annotations
 
 import argparse
+import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +76,8 @@ class Link:
 
 @dataclass
 class Member:
-    """One producer of the fleet: offered ``rate`` records/s from ``start`` to ``stop`` s."""
+    """One producer of the fleet: offered ``rate`` records/s from ``start`` s to the end, or
+    to ``stop`` s where it is cancelled (a process stopped: nothing flushed)."""
 
     rate: float
     start: float = 0.0
@@ -94,6 +97,7 @@ class Fleet:
     seconds: float = 40.0
     ttl_ms: int = 10_000
     config: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0  # seeds each producer's jitter source and load phase (with its index)
 
 
 async def run(
@@ -119,21 +123,30 @@ async def run(
         return Config(**options)
 
     async def member(index: int, spec: Member) -> None:
-        await anyio.sleep(spec.start)
+        jitter = random.Random(fleet.seed + index)
+        # Each producer's load starts a fraction of its put interval late (its phase).
+        await anyio.sleep(spec.start + jitter.random() / spec.rate)
         coordination = spec.coordination() if spec.coordination is not None else None
         link = Link(fake, fleet.latency, series, origin)
         end = fleet.seconds if spec.stop is None else spec.stop
-        async with Producer(config(), client=link, coordination=coordination) as producer:
-            producers.append(producer)
-            step = 1.0 / spec.rate
-            put = 0
-            while anyio.current_time() - origin < end:
-                producer.put_record_nowait(
-                    stream=STREAM, partition_key=f"p{index}-{put}", data=b"x" * 100
-                )
-                put += 1
-                await anyio.sleep(step)
-            producers.remove(producer)
+        # A producer that leaves (``stop``) is cancelled there, as a process that is stopped:
+        # what it still holds is not flushed. The others flush at the end.
+        with anyio.CancelScope(deadline=origin + end if spec.stop is not None else math.inf):
+            async with Producer(
+                config(), client=link, coordination=coordination, jitter_source=jitter
+            ) as producer:
+                producers.append(producer)
+                step = 1.0 / spec.rate
+                put = 0
+                try:
+                    while anyio.current_time() - origin < end:
+                        producer.put_record_nowait(
+                            stream=STREAM, partition_key=f"p{index}-{put}", data=b"x" * 100
+                        )
+                        put += 1
+                        await anyio.sleep(step)
+                finally:
+                    producers.remove(producer)
 
     async def ticker() -> None:
         second = 0
@@ -160,6 +173,7 @@ def main() -> None:
     parser.add_argument("--coordination", action="store_true")
     parser.add_argument("--backend", default="trio")
     parser.add_argument("--rates", action="store_true", help="print producer 0's rates")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     from conftest import virtual_backend
     from test_coordination import MemoryStore
@@ -185,6 +199,7 @@ def main() -> None:
         producer_limit=args.limit,
         latency=args.latency,
         seconds=args.seconds,
+        seed=args.seed,
     )
 
     def show(second: int, producers: list[Producer]) -> None:

@@ -16,7 +16,8 @@ Drains happen on ``put`` for the record's own shard (a record that fits goes str
 through, with no added latency), and every ``drain_interval_ms`` while anything is queued
 (one scheduler entry for the whole limiter, no timers per shard). A *starved* shard (its
 last drain left records waiting for tokens) admits in batches: nothing until ``admit_batch``
-seconds (``record_max_buffered_time_ms``) after that drain, then all the tokens gathered. Its
+seconds (``record_max_buffered_time_ms``) after that drain, or until its bucket holds that
+long's tokens (or enough for what waits) if sooner, then all the tokens gathered. Its
 records are past their buffered time, so the collector sends what is admitted at once; a
 trickle admitted every drain interval became one request per shard per 25 ms whatever the
 rate (one or two records each at a producer's share of a shared shard), and a fleet of
@@ -137,11 +138,17 @@ class ShardLimiter:
         self.batch = 0.0
         self.held_until = -float("inf")
 
-    def throttled(self, now: float) -> None:
-        """Kinesis throttled this shard: lower its rates (at most once per cooldown)."""
-        if self._records_rate.cut(now):
-            self._bytes_rate.cut(now)
+    def throttled(self, now: float, sent_at: float | None = None) -> None:
+        """Kinesis throttled a request to this shard sent at ``sent_at``: lower its rates to
+        a little below what it accepted lately (once per round trip: see ``AdaptiveRate``)."""
+        if self._records_rate.cut(now, sent_at):
+            self._bytes_rate.cut(now, sent_at)
             self._apply_rates(now)
+
+    def accepted(self, records: int, size: int, now: float) -> None:
+        """Kinesis stored ``records`` Kinesis records (``size`` bytes) of this shard's."""
+        self._records_rate.accepted(records, now)
+        self._bytes_rate.accepted(size, now)
 
     def set_ceiling(self, records_per_second: float, bytes_per_second: float, now: float) -> None:
         """Change the rates AIMD recovers to; a rate above the new ceiling drops to it.
@@ -192,6 +199,17 @@ class ShardLimiter:
             return True
         return False
 
+    def _batch_wait(self, waiting: int, head: KinesisRecord, now: float) -> float:
+        """How long a starved shard holds off: until its bucket holds a batch (``batch``
+        seconds of its rates, or what is waiting if less; ``head``'s size per record), at
+        most ``batch`` seconds. A shard short of tokens for a moment waits only that moment."""
+        bucket = self.bucket
+        rates, capacities = bucket.rates, bucket.capacities
+        batch = self.batch
+        records = min(float(waiting), rates[0] * batch, capacities[0])
+        size = min(waiting * float(head.size), rates[1] * batch, capacities[1])
+        return min(batch, bucket.time_until((records, size), now))
+
     def drain(
         self,
         now: float,
@@ -223,7 +241,8 @@ class ShardLimiter:
                 self.bucket.force_take((1, record.size), now)
             elif not self._take(record, now):
                 self.starved = True
-                self.held_until = now + self.batch
+                if self.batch:
+                    self.held_until = now + self._batch_wait(len(queue) - first, record, now)
                 return
             del queue[first]
             self.admitted += 1
@@ -386,11 +405,18 @@ class Limiter:
         if limiter is not None:
             limiter.set_ceiling(records_per_second, bytes_per_second, self._clock())
 
-    def throttled(self, shard: str | None, now: float) -> None:
-        """Kinesis throttled records predicted for ``shard`` (``None``: without a map)."""
+    def throttled(self, shard: str | None, now: float, sent_at: float | None = None) -> None:
+        """Kinesis throttled records predicted for ``shard`` (``None``: without a map), in a
+        request sent at ``sent_at``."""
         limiter = self.shards.get(shard) if shard is not None else self.unmapped
         if limiter is not None:
-            limiter.throttled(now)
+            limiter.throttled(now, sent_at)
+
+    def accepted(self, shard: str | None, records: int, size: int, now: float) -> None:
+        """Kinesis stored ``records`` (``size`` bytes) predicted for ``shard``."""
+        limiter = self.shards.get(shard) if shard is not None else self.unmapped
+        if limiter is not None:
+            limiter.accepted(records, size, now)
 
     @property
     def queued(self) -> int:
