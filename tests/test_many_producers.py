@@ -162,6 +162,16 @@ def test_uncoordinated_producers_settle_near_their_shares(producers: int) -> Non
     assert figures.delivered >= 0.90, figures
 
 
+@pytest.mark.parametrize("producers", [2, 4])
+def test_a_cut_to_what_the_shard_accepted_throttles_under_two_percent(producers: int) -> None:
+    """One cut per window to 90% of what the shard accepted, a cubic climb back and a gentle
+    probe: under 2% throttled with all of the capacity delivered, whatever the number of
+    producers (AIMD, with recovery in units of the rate at recent cuts: 4.3%)."""
+    figures = simulate([AdaptiveRate(CAPACITY) for _ in range(producers)])
+    assert figures.throttled <= 0.02, figures
+    assert figures.delivered >= 0.97, figures
+
+
 def test_recovery_in_units_of_the_configured_rate_throttles_too_much() -> None:
     """The scheme the recovery replaced, under the same conditions: above 5% with four."""
     figures = simulate([ConfiguredRateRecovery(CAPACITY) for _ in range(4)])
