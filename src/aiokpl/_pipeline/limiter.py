@@ -60,9 +60,10 @@ Better than the KPL as well:
 * **no stall on large records**: a record larger than the bucket's byte capacity can never be
   granted normally; it is admitted when the bucket is full, and the debt is paid by waiting.
 
-A shard's *ceiling* is the rate AIMD recovers to: the configured rate, unless coordination
-(``aiokpl.coordination``) sets another with :meth:`Limiter.set_ceiling`; AIMD keeps working
-under it, and shards first seen later start at the ceiling set for them, if any.
+A shard's *ceiling* is the rate throttle feedback recovers to: the configured rate, unless
+coordination (``aiokpl.coordination``) sets another with :meth:`Limiter.set_ceiling`; the
+feedback keeps working under it, and shards first seen later start at the ceiling set for them,
+if any.
 
 **Strict order per shard** (``Config(ordering="shard")``; the rules and why are in
 ``_core/ordering.py``): :class:`OrderedLimiter` and its :class:`OrderedShardLimiter` lanes
@@ -151,7 +152,7 @@ class ShardLimiter:
         self._bytes_rate.accepted(size, now)
 
     def set_ceiling(self, records_per_second: float, bytes_per_second: float, now: float) -> None:
-        """Change the rates AIMD recovers to; a rate above the new ceiling drops to it.
+        """Change the rates throttle feedback recovers to; a rate above the new ceiling drops to it.
 
         The bucket's capacities follow (one second of the ceiling, as at creation), so a
         shard idle for a while bursts at most its share, not the configured rate.
@@ -168,7 +169,7 @@ class ShardLimiter:
 
     @property
     def ceiling(self) -> tuple[float, float]:
-        """The (records/s, bytes/s) AIMD recovers to."""
+        """The (records/s, bytes/s) throttle feedback recovers to."""
         return self._records_rate.configured, self._bytes_rate.configured
 
     def _apply_rates(self, now: float) -> None:
