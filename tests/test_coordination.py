@@ -78,7 +78,7 @@ def kinesis_record(
 # -- ceilings in the limiter (synchronous, explicit times) -----------------------------------
 
 
-def test_a_ceiling_lowers_the_rates_and_aimd_recovers_to_it_not_above() -> None:
+def test_a_ceiling_lowers_the_rates_and_throttle_feedback_recovers_to_it_not_above() -> None:
     limiter = ShardLimiter(1000.0, 1_000_000.0)
     assert limiter.ceiling == (1000.0, 1_000_000.0)
     limiter.set_ceiling(200.0, 100_000.0, now=0.0)
@@ -87,18 +87,21 @@ def test_a_ceiling_lowers_the_rates_and_aimd_recovers_to_it_not_above() -> None:
     # One second of burst, as at creation: an idle shard bursts at most its share.
     assert limiter.bucket.capacities == (200.0, 100_000.0)
     assert limiter.bucket.tokens(0.0) == (200.0, 100_000.0)
-    limiter.throttled(now=1.0)  # an isolated throttle: a mild cut, x0.85 of the ceiling
-    assert limiter.rates == pytest.approx((170.0, 85_000.0))
-    limiter.throttled(now=2.0)  # again within 10 s: congestion, halved (from 190 by then)
-    assert limiter.rates == pytest.approx((95.0, 47_500.0))
+    for tenth in range(10):  # the shard accepted 150 records/s, 15,000 bytes/s
+        limiter.accepted(15, 1500, now=tenth / 10)
+    limiter.throttled(now=1.0, sent_at=0.9)
+    # Cut to 90% of what was accepted, but never more than halved (the bytes).
+    assert limiter.rates == pytest.approx((135.0, 45_000.0))
+    limiter.throttled(now=1.5, sent_at=1.2)  # within the window: no second cut
+    assert limiter.rates == pytest.approx((135.0, 45_000.0))
     admitted: list[KinesisRecord] = []
-    # Recovery is 10% per second of the rate at the last cut (190): 19 records/s per second.
-    limiter.put(kinesis_record(10), 4.0, admitted.append, admitted.append)
-    assert limiter.rates == pytest.approx((133.0, 66_500.0))
-    limiter.put(kinesis_record(10), 9.0, admitted.append, admitted.append)
+    # Back at the rate of the cut within 4 × cbrt(150 / 200) s, then beyond, to the ceiling.
+    limiter.put(kinesis_record(10), 1.0 + 4.0 * 0.75 ** (1 / 3), admitted.append, admitted.append)
+    assert limiter.rates[0] == pytest.approx(150.0)
+    limiter.put(kinesis_record(10), 60.0, admitted.append, admitted.append)
     assert limiter.rates == (200.0, 100_000.0)
     # A higher ceiling later: the rate follows at once when not recovering.
-    limiter.set_ceiling(500.0, 200_000.0, now=10.0)
+    limiter.set_ceiling(500.0, 200_000.0, now=61.0)
     assert limiter.rates == (500.0, 200_000.0)
 
 

@@ -384,11 +384,12 @@ async def test_record_throttled_with_fail_if_throttled_fails_and_slows_the_shard
             "Rate exceeded for shard shardId-000000000000",
         )
         assert attempt.started_at == pytest.approx(t0 + SEND, abs=EPS)
-        # The limiter's feedback: the shard's rates are cut (an isolated throttle: x0.85) ...
+        # The limiter's feedback: the shard's rates are cut to 90% of what the shard accepted
+        # lately, but never more than halved (here it accepted one record: halved, x0.9) ...
         rates = producer.statistics().streams[0].rates_by_shard
-        assert rates[SHARD_0] == pytest.approx((850.0, 0.85 * 1_048_576.0))
-        # ... and recover by 10% per second of the rate they were cut from.
-        await anyio.sleep(10)
+        assert rates[SHARD_0] == pytest.approx((450.0, 0.45 * 1_048_576.0))
+        # ... and recover: back at half in about 3 s, at the configured rate within 25 s.
+        await anyio.sleep(25)
         assert (await put(producer, b"e")).success
         rates = producer.statistics().streams[0].rates_by_shard
         assert rates[SHARD_0] == (1000.0, 1_048_576.0)
@@ -410,9 +411,13 @@ async def test_record_throttled_without_fail_if_throttled_is_retried() -> None:
     assert first.started_at == pytest.approx(t0 + SEND, abs=EPS)
     # A per-record error does not back the stream off: re-sent at deadline + grace.
     assert second.started_at == pytest.approx(first.ended_at + RESEND, abs=EPS)
-    # Cut to 850/s at the answer (the shard's first throttle: a mild cut); when the retry
-    # reached the limiter 50 ms later the rate had grown back by 10% of 1000/s per second.
-    assert rates[SHARD_0][0] == pytest.approx(855.0)
+    # Cut to 450/s at the answer (0.9 × the peak: 500, as it had little accepted, at most
+    # halved); when the retry reached the limiter 50 ms later (its retry deadline) the rate
+    # had climbed along the cubic back to the peak (in 4 × cbrt(1/2) s from the cut).
+    back = 4.0 * 0.5 ** (1 / 3)
+    climbed = 500.0 - 0.1 * 1000.0 / 4.0**3 * (back - 0.05) ** 3
+    assert rates[SHARD_0][0] == pytest.approx(climbed)
+    assert 450.0 < climbed < 500.0
     assert [data for _, _, data in user_records(fake)] == [b"", b"d"]
 
 

@@ -94,6 +94,32 @@ def test_success_on_predicted_shard() -> None:
     )
 
 
+def test_what_each_predicted_shard_accepted_is_tallied_for_the_throttle_feedback() -> None:
+    """Kinesis records (and their bytes) stored where predicted, per predicted shard; a
+    throttled one, or one stored elsewhere, is not counted."""
+    sent = [
+        kinesis_record(user_record(5)),
+        kinesis_record(user_record(6)),
+        kinesis_record(user_record(7), shard=None),
+        kinesis_record(user_record(8)),
+        kinesis_record(user_record(9)),
+    ]
+    decisions = run(
+        sent,
+        {
+            "Records": [
+                ok(),
+                ok(),
+                ok("shardId-000000000001"),
+                {"ErrorCode": THROTTLED, "ErrorMessage": "Rate exceeded"},
+                ok("shardId-000000000002"),
+            ]
+        },
+    )
+    size = sent[0].size
+    assert decisions.accepted == {"shardId-000000000000": [2, 2 * size], None: [1, size]}
+
+
 def test_success_without_prediction() -> None:
     record = user_record(5)
     decisions = run([kinesis_record(record, shard=None)], {"Records": [ok("shardId-000000000001")]})

@@ -1,4 +1,4 @@
-"""Exponential backoff with jitter, and additive-increase / multiplicative-decrease rates.
+"""Exponential backoff with jitter, and throttle feedback that cuts to a measured rate.
 
 Two small pieces of timing policy, pure (the caller passes ``now`` and the random draw):
 
@@ -6,40 +6,48 @@ Two small pieces of timing policy, pure (the caller passes ``now`` and the rando
   (KPL ``shard_map.cc``: 1 s, ×1.5, at most 30 s) or requests to an endpoint that is down.
   Unlike the KPL we add jitter, so many producers that failed together do not retry together.
 * :class:`AdaptiveRate` is the per-shard throttle feedback the KPL leaves as a TODO
-  (``limiter.h``, ``add_error``): on throttling the rate is cut by a factor, then it grows back
-  with time up to the configured rate.
+  (``limiter.h``, ``add_error``): when Kinesis throttles a shard, the rate allowed there drops
+  to 90% of what the shard *accepted* from this producer over the last second, at most once a
+  second and only for requests sent after the last cut; it climbs back to that rate along a
+  cubic in a few seconds, then probes beyond it gently (2% of it per second, the pace doubling
+  every 10 s), up to the configured rate.
 
-Recovery is scaled to the rate at the last cut, not to the configured rate. Invariant: the
-slope of the recovery, summed over N producers sharing a shard, is about
-``recovery_per_second`` × what the shard took when it throttled them, *whatever N is* (each
-producer's rate at the cut is near its share). A slope in units of the configured rate (what
-this module did first) adds N × 10% of the shard per second: four producers each configured
-for the whole shard came back at 40% of its capacity per second, overshot it soon after every
-cut, and Kinesis throttled at every probe. ``tests/test_many_producers.py`` simulates it
-(four producers, a 0.5 s round trip: 8% of attempts throttled then, 4.3% now).
+Why (the AIMD this replaced, simulated with four producers sharing two shards in
+``tests/test_fleet_feedback.py``, the mechanism of the sawtooth measured over HTTP):
 
-Three refinements, each measured in that simulation:
+* **cuts compounded.** A throttled answer describes a request sent a round trip ago; AIMD cut
+  by half at every throttled answer half a second apart, so the answers still in flight after
+  a cut cut again: 250 → 120 → 55 → 27 records/s within 5 s, when each producer's share was
+  62. Here an answer whose request was sent before the last cut is ignored (its rate has been
+  dealt with), and cuts are a measuring window (1 s) apart;
+* **a factor lands anywhere; the shard's acceptance does not.** Whatever the number of
+  producers on a shard, the rates the shard accepted from each add up to its capacity, so each
+  cutting to 90% of its own accepted rate brings the total to 90% of the capacity in one step,
+  without knowing how many they are. (A cut never more than halves the rate: a window with
+  little accepted, or none, says little.) TCP's congestion-window validation for
+  application-limited senders (RFC 7661) reduces to what was in flight for the same reason;
+* **recovery overshot, and the server's burst hid it.** AIMD recovered to the configured
+  rate, which for a producer that cannot see its co-writers is the whole shard, at 10% per
+  second of the rate at the cut with the pace doubling every 10 s. Below capacity the shard's
+  bucket refills (one second of burst), so a probe beyond the capacity goes unthrottled until
+  that burst is spent: the faster the probe, the further beyond the capacity every producer is
+  when throttling starts (16 s of 60-90% delivered with nothing throttled, then thousands of
+  throttled attempts a second). The cubic spends its time near the rate of the cut, where the
+  shard is full, and the probe beyond it is slow enough that the burst it uncovers is small.
+  A cubic probe as TCP CUBIC's (tried first) accelerates while the burst hides it, and had
+  seconds over 50% throttled in the simulation.
 
-* **memory**: the scale is the highest rate at a *recent* cut, counted at half every
-  ``memory_half_life`` (5 s) since, not the last cut's alone. A start-up burst cuts a shard
-  three or four times in a row (throttled answers keep coming while the burst drains); scaled
-  to the last of those cuts, recovery took many seconds and the shard delivered 87% of its
-  capacity in the seconds after; remembering the rate before the burst, it delivers all of it.
-  Under steady throttling the memory fades to the rates at the cuts, near each share;
-* **probe**: past the rate at the last cut the slope doubles every ``probe_doubling`` (10) s,
-  a convex probe as TCP CUBIC's beyond ``W_max``: a producer whose co-writers left takes the
-  freed capacity back in about 13 s, where a linear climb at a share's slope took 20-odd.
-  A 3 s doubling reclaims faster but with slow feedback (1-2 s round trips) lets producers
-  that were cut deep probe together and throttle as much as before;
-* **ceilings**: assigning ``configured`` (coordination's per-shard share) makes it the scale,
-  as a share set from outside is a better estimate than any cut.
+botocore's adaptive retry mode (``botocore/retries/adaptive.py``, ``throttling.py``) was the
+other model: a CUBIC rate over a token bucket, cut to 0.7 × the rate it *sends* at every
+throttled response, growth with an absolute scale (0.4 requests/s per s³), capped at twice the
+measured send rate. Taken: the cubic return to the rate of the cut. Not taken: a cut per
+throttled response (late answers compound, as AIMD's did), a cut from the sending rate (it
+says nothing about the shard's capacity), a cubic probe beyond (see above), and an absolute
+scale (the time back would depend on the rate).
 
-Where we stop: with slow feedback, throttled answers keep arriving for a round trip after a
-cut and each ``cooldown`` (0.5 s) of them cuts again, so rates go deeper than the shard needs.
-A longer cooldown (1 s) trades that for more throttling while a lone producer far above a
-shard's rate comes down (2.5 throttled answers per record instead of 1.6 in
-``tests/test_retrier_rows.py``); one cut per round trip needs the request's send time, which
-:meth:`AdaptiveRate.cut` does not get.
+Without coordination, producers sharing a shard are not made fair: each cuts to its own part,
+and parts keep their ratios. ``aiokpl.coordination`` sets per-shard ceilings (``configured``)
+that share each shard among them.
 """
 
 from __future__ import annotations
@@ -93,83 +101,78 @@ class Backoff:
 
 
 class AdaptiveRate:
-    """A rate that drops on congestion and recovers in proportion to where it was cut (AIMD).
+    """A rate cut to what a shard accepted when it throttles, grown back along a cubic.
 
-    ``rate(now)`` is the configured rate until the first :meth:`cut`. A cut multiplies the
-    current rate by ``decrease`` (never below ``floor`` × configured) and remembers the rate it
-    cut from, the *peak*, and the recovery's *reference*: the highest rate at a cut, each
-    counted at half every ``memory_half_life`` seconds since (so, after a while of steady
-    throttling, the peak itself). Afterwards the rate grows linearly by
-    ``recovery_per_second`` × reference per second until it is back at the peak; beyond it,
-    the growth per second doubles every ``probe_doubling`` seconds, up to the configured rate.
-    Cuts closer together than ``cooldown`` seconds count once: one burst of throttling (many
-    records of one response) is one signal, not many.
+    ``rate(now)`` is the configured rate until the first :meth:`cut`. The caller reports what
+    the shard accepted (:meth:`accepted`, from each response) and each throttled answer
+    (:meth:`cut`, with the time its request was sent). A cut:
 
-    An isolated cut, the first one or the first after ``quiet`` seconds without any, only
-    multiplies by ``first_decrease``: a lone throttle is usually a burst meeting a server
-    bucket that had not refilled yet (at start-up, say), not a shard shared beyond its
-    capacity, and halving the rate for it would waste seconds of capacity. A second cut within
-    ``quiet`` seconds is congestion, and cuts by ``decrease``.
+    * is ignored if that request was sent before the last cut (it measured the rate before
+      it), or if the last cut is less than ``window`` seconds old;
+    * sets the *peak* ``w`` to the rate the shard accepted over the last ``window`` seconds,
+      but at most the rate in force ``r`` and at least ``deepest × r``; the rate drops to
+      ``beta × w`` (never below ``floor`` × configured).
+
+    After the cut the rate climbs back to ``w`` along a cubic, flattening as it gets there:
+    in ``settle`` seconds from a peak at the configured rate, sooner from a lower one (by the
+    cube root of their ratio, so a producer cut deep catches up faster). Beyond ``w`` it grows
+    by ``probe × w`` per second, the pace doubling every ``probe_doubling`` seconds, until it
+    reaches the configured rate (recovered).
 
     ``configured`` may be changed at any time (coordination sets per-shard ceilings through
-    it): the rate never exceeds it, and recovery ends when it reaches it. A rate assigned that
-    way is also the new peak and reference of the recovery: a share set from outside is a better
-    estimate of this producer's share than the rate of its last cut, which a burst of throttling
-    at start-up may have driven far below it.
+    it): the rate never exceeds it, recovery ends when it reaches it, and an assigned value
+    is also the new peak (the rate is back at it ``settle`` seconds after the cut at most).
     """
 
     __slots__ = (
-        "_base",
         "_configured",
+        "_counts",
         "_cut_at",
         "_last_cut",
         "_peak",
-        "_reference",
-        "_reference_at",
-        "cooldown",
-        "decrease",
-        "first_decrease",
+        "_slot",
+        "beta",
+        "deepest",
         "floor",
-        "memory_half_life",
+        "probe",
         "probe_doubling",
-        "quiet",
-        "recovery_per_second",
+        "settle",
+        "window",
     )
+
+    _SLOTS = 4  # the measuring window, in slots; one more holds the slot in progress
 
     def __init__(
         self,
         configured: float,
         *,
-        decrease: float = 0.5,
-        first_decrease: float = 0.85,
-        quiet: float = 10.0,
-        recovery_per_second: float = 0.1,
+        beta: float = 0.9,
+        deepest: float = 0.5,
+        settle: float = 4.0,
+        probe: float = 0.02,
         probe_doubling: float = 10.0,
-        memory_half_life: float = 5.0,
-        floor: float = 0.05,
-        cooldown: float = 0.5,
+        window: float = 1.0,
+        floor: float = 0.01,
     ) -> None:
-        if not probe_doubling > 0:
-            raise ValueError("probe_doubling must be greater than 0")
-        if not memory_half_life > 0:
-            raise ValueError("memory_half_life must be greater than 0")
+        if not 0.0 < beta < 1.0 or not 0.0 < deepest <= 1.0:
+            raise ValueError("beta must be in (0, 1) and deepest in (0, 1]")
+        if not (settle > 0 and probe > 0 and probe_doubling > 0 and window > 0):
+            raise ValueError("settle, probe, probe_doubling and window must be greater than 0")
         self._configured = configured
-        self.decrease = decrease
-        self.first_decrease = first_decrease
-        self.quiet = quiet
-        self.recovery_per_second = recovery_per_second
+        self.beta = beta
+        self.deepest = deepest
+        self.settle = settle
+        self.probe = probe
         self.probe_doubling = probe_doubling
-        self.memory_half_life = memory_half_life
+        self.window = window
         self.floor = floor
-        self.cooldown = cooldown
-        self._base = configured  # the rate right after the last cut
-        self._peak = configured  # the rate the last cut cut from
-        # The recovery's scale: the highest rate at a recent cut, halving every
-        # memory_half_life seconds since (at the first cut: the configured rate).
-        self._reference = configured
-        self._reference_at: float | None = None
+        self._peak = configured  # the rate the last cut set out from (w)
         self._cut_at: float | None = None  # while recovering: when the last cut was
         self._last_cut: float | None = None  # the last cut ever, recovered or not
+        # What the shard accepted, in slots of window / _SLOTS seconds: the _SLOTS slots
+        # before the one in progress, then the one in progress (index _slot).
+        self._counts = [0.0] * (self._SLOTS + 1)
+        self._slot: int | None = None
 
     @property
     def configured(self) -> float:
@@ -178,46 +181,84 @@ class AdaptiveRate:
 
     @configured.setter
     def configured(self, value: float) -> None:
-        self._configured = value
-        self._peak = self._reference = value
-        self._reference_at = None
+        # A rate assigned from outside (coordination's share of the shard) is also the peak
+        # the rate climbs back to: a better estimate of this producer's share than what a
+        # burst of throttling let it measure, so a cut holds it under its share for at most
+        # ``settle`` seconds (the measurement alone left coordinated producers under their
+        # ceilings for seconds after a co-writer left).
+        self._configured = self._peak = value
 
     def rate(self, now: float) -> float:
         """The rate allowed at ``now``."""
         if self._cut_at is None:
             return self._configured
-        slope = self.recovery_per_second * self._reference
+        configured = self._configured
+        peak = self._peak
+        # The climb back: peak - scale × (back - t)³, at beta × peak when t = 0. Its scale is
+        # the configured rate's, so ``back`` is ``settle`` from the configured rate.
+        scale = (1.0 - self.beta) * configured / self.settle**3
+        back = math.pow(peak * (1.0 - self.beta) / scale, 1.0 / 3.0)
         elapsed = now - self._cut_at
-        grown = self._base + slope * elapsed
-        if grown > self._peak and slope > 0.0:
-            # Past the peak: the slope doubles every probe_doubling seconds.
+        if elapsed < back:
+            left = back - elapsed
+            grown = peak - scale * left * left * left
+        else:
             doubling = self.probe_doubling
-            beyond = elapsed - (self._peak - self._base) / slope
-            grown = self._peak + slope * doubling / _LN2 * (2.0 ** (beyond / doubling) - 1.0)
-        if grown >= self._configured:
+            doublings = (elapsed - back) / doubling
+            grown = peak * (1.0 + self.probe * doubling / _LN2 * (math.pow(2.0, doublings) - 1.0))
+        if grown >= configured:
             self._cut_at = None
-            return self._configured
-        return grown
+            return configured
+        return max(grown, configured * self.floor)
 
     @property
     def recovering(self) -> bool:
         """Whether the rate is below the configured rate (it was cut and has not recovered)."""
         return self._cut_at is not None
 
-    def cut(self, now: float) -> bool:
-        """Register congestion at ``now``; returns whether the rate was actually lowered."""
+    def accepted(self, amount: float, now: float) -> None:
+        """The shard accepted ``amount`` (records or bytes) from this producer at ``now``."""
+        self._advance(now)
+        self._counts[-1] += amount
+
+    def measured(self, now: float) -> float:
+        """The rate the shard accepted over the last ``window`` seconds (0: nothing counted).
+
+        Counted in slots of ``window / 4`` seconds: the window is the four slots before the
+        one in progress, and that one. Right after start-up too (what was accepted in the
+        first moments, over a whole window): a start-up burst the server's bucket granted
+        is not a rate it can sustain.
+        """
+        if self._slot is None:
+            return 0.0
+        slot = self._advance(now)
+        start = (slot - self._SLOTS) * self.window / self._SLOTS
+        return sum(self._counts) / (now - start)
+
+    def cut(self, now: float, sent_at: float | None = None) -> bool:
+        """The shard throttled a request sent at ``sent_at`` (``None``: unknown); returns
+        whether the rate was lowered (see the class for when it is not)."""
         last = self._last_cut
-        if last is not None and now - last < self.cooldown:
+        if last is not None and (
+            now - last < self.window or (sent_at is not None and sent_at < last)
+        ):
             return False
-        isolated = last is None or now - last >= self.quiet
         current = self.rate(now)
-        factor = self.first_decrease if isolated else self.decrease
-        reference = self._reference
-        if self._reference_at is not None:
-            reference *= 2.0 ** ((self._reference_at - now) / self.memory_half_life)
-        self._reference = max(current, reference)
-        self._reference_at = now
-        self._peak = current
-        self._base = max(self._configured * self.floor, current * factor)
+        self._peak = min(current, max(self.measured(now), self.deepest * current))
         self._cut_at = self._last_cut = now
         return True
+
+    def _advance(self, now: float) -> int:
+        """Move the slot in progress to ``now``'s, dropping counts that left the window;
+        returns that slot."""
+        slot = math.floor(now * self._SLOTS / self.window)
+        last = self._slot
+        if last is None or slot > last:
+            counts = self._counts
+            steps = len(counts) if last is None else min(slot - last, len(counts))
+            if last is not None:
+                del counts[:steps]
+                counts.extend([0.0] * steps)
+            self._slot = slot
+            return slot
+        return last  # the same slot (or a clock that did not move forward)

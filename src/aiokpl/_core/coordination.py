@@ -10,7 +10,7 @@ coordinate through a store they can all reach (an S3 prefix or a DynamoDB table)
 2. one summarizer (:class:`Summarizer`) adds up the fresh reports into a :class:`Summary`:
    per shard, the aggregate rates, the summed limits and how many producers sent there;
 3. every producer reads the summary and moves each shard's ceiling (the rate its limiter
-   admits at most, and that AIMD recovers to after throttling) with :class:`CeilingAdjuster`::
+   admits at most, and that throttle feedback recovers to) with :class:`CeilingAdjuster`::
 
        base    = (1 - fairness) × own + fairness × current / producers on the shard
        target  = min(per_producer_max, aggregate_max / current × base)

@@ -146,6 +146,8 @@ class Decisions:
         invalidate: ``(seen_at, predicted_shard)`` pairs for the shard map.
         throttled_shards: predicted shards that answered with throttling (``None`` for
             records sent without a prediction: the stream-level limit).
+        accepted: predicted shard → [Kinesis records, bytes] stored where predicted (the
+            throttle feedback measures what each shard accepts).
         undecided: Kinesis records delivered to a shard the map does not know yet, as
             ``(record, shard_id, sequence_number)``; judge them with :func:`place` once the
             map has been refreshed.
@@ -155,6 +157,7 @@ class Decisions:
     """
 
     __slots__ = (
+        "accepted",
         "failed",
         "invalidate",
         "request_error",
@@ -171,6 +174,7 @@ class Decisions:
         self.retry: list[UserRecordLike] = []
         self.invalidate: list[tuple[float, str | None]] = []
         self.throttled_shards: set[str | None] = set()
+        self.accepted: dict[str | None, list[int]] = {}
         self.undecided: list[tuple[KinesisRecord, str, str]] = []
         self.resend: list[list[KinesisRecord]] = []
         self.request_error: tuple[str, str] | None = None
@@ -287,6 +291,12 @@ def classify(
             for record in records:
                 record.delivered = delivered
             decisions.succeeded += records
+            tally = decisions.accepted.get(predicted)
+            if tally is None:
+                decisions.accepted[predicted] = [1, kinesis_record.size]
+            else:
+                tally[0] += 1
+                tally[1] += kinesis_record.size
             continue
 
         # It landed on another shard than predicted: the shard map is stale.

@@ -14,7 +14,16 @@ An aggregate costs one record token, whatever it holds: Kinesis counts it as one
 
 Drains happen on ``put`` for the record's own shard (a record that fits goes straight
 through, with no added latency), and every ``drain_interval_ms`` while anything is queued
-(one scheduler entry for the whole limiter, no timers per shard). ``flush`` admits everything
+(one scheduler entry for the whole limiter, no timers per shard). A *starved* shard (its
+last drain left records waiting for tokens) admits in batches: nothing until ``admit_batch``
+seconds (``record_max_buffered_time_ms``) after that drain, or until its bucket holds that
+long's tokens (or enough for what waits) if sooner, then all the tokens gathered. Its
+records are past their buffered time, so the collector sends what is admitted at once; a
+trickle admitted every drain interval became one request per shard per 25 ms whatever the
+rate (one or two records each at a producer's share of a shared shard), and a fleet of
+producers spent its connections and the server on requests instead of records: four
+coordinated producers with a 0.5 s round trip delivered 40% of their ceilings
+(``tests/test_fleet_feedback.py``). ``flush`` admits everything
 that can still be sent at once, debiting the bucket so later traffic still pays for it.
 
 **Goodput under sustained overload** (where the KPL collapses). When more is offered than a
@@ -51,9 +60,10 @@ Better than the KPL as well:
 * **no stall on large records**: a record larger than the bucket's byte capacity can never be
   granted normally; it is admitted when the bucket is full, and the debt is paid by waiting.
 
-A shard's *ceiling* is the rate AIMD recovers to: the configured rate, unless coordination
-(``aiokpl.coordination``) sets another with :meth:`Limiter.set_ceiling`; AIMD keeps working
-under it, and shards first seen later start at the ceiling set for them, if any.
+A shard's *ceiling* is the rate throttle feedback recovers to: the configured rate, unless
+coordination (``aiokpl.coordination``) sets another with :meth:`Limiter.set_ceiling`; the
+feedback keeps working under it, and shards first seen later start at the ceiling set for them,
+if any.
 
 **Strict order per shard** (``Config(ordering="shard")``; the rules and why are in
 ``_core/ordering.py``): :class:`OrderedLimiter` and its :class:`OrderedShardLimiter` lanes
@@ -104,7 +114,9 @@ class ShardLimiter:
         "_bytes_rate",
         "_records_rate",
         "admitted",
+        "batch",
         "bucket",
+        "held_until",
         "queue",
         "refunded",
         "starved",
@@ -123,15 +135,24 @@ class ShardLimiter:
         # The last drain left records that could still be sent waiting for tokens: the
         # shard is offered more than its rate (what expires now is overload, not bad luck).
         self.starved = False
+        # A starved shard admits in batches: at most once every ``batch`` seconds (see drain).
+        self.batch = 0.0
+        self.held_until = -float("inf")
 
-    def throttled(self, now: float) -> None:
-        """Kinesis throttled this shard: lower its rates (at most once per cooldown)."""
-        if self._records_rate.cut(now):
-            self._bytes_rate.cut(now)
+    def throttled(self, now: float, sent_at: float | None = None) -> None:
+        """Kinesis throttled a request to this shard sent at ``sent_at``: lower its rates to
+        a little below what it accepted lately (once per round trip: see ``AdaptiveRate``)."""
+        if self._records_rate.cut(now, sent_at):
+            self._bytes_rate.cut(now, sent_at)
             self._apply_rates(now)
 
+    def accepted(self, records: int, size: int, now: float) -> None:
+        """Kinesis stored ``records`` Kinesis records (``size`` bytes) of this shard's."""
+        self._records_rate.accepted(records, now)
+        self._bytes_rate.accepted(size, now)
+
     def set_ceiling(self, records_per_second: float, bytes_per_second: float, now: float) -> None:
-        """Change the rates AIMD recovers to; a rate above the new ceiling drops to it.
+        """Change the rates throttle feedback recovers to; a rate above the new ceiling drops to it.
 
         The bucket's capacities follow (one second of the ceiling, as at creation), so a
         shard idle for a while bursts at most its share, not the configured rate.
@@ -148,7 +169,7 @@ class ShardLimiter:
 
     @property
     def ceiling(self) -> tuple[float, float]:
-        """The (records/s, bytes/s) AIMD recovers to."""
+        """The (records/s, bytes/s) throttle feedback recovers to."""
         return self._records_rate.configured, self._bytes_rate.configured
 
     def _apply_rates(self, now: float) -> None:
@@ -179,6 +200,17 @@ class ShardLimiter:
             return True
         return False
 
+    def _batch_wait(self, waiting: int, head: KinesisRecord, now: float) -> float:
+        """How long a starved shard holds off: until its bucket holds a batch (``batch``
+        seconds of its rates, or what is waiting if less; ``head``'s size per record), at
+        most ``batch`` seconds. A shard short of tokens for a moment waits only that moment."""
+        bucket = self.bucket
+        rates, capacities = bucket.rates, bucket.capacities
+        batch = self.batch
+        records = min(float(waiting), rates[0] * batch, capacities[0])
+        size = min(waiting * float(head.size), rates[1] * batch, capacities[1])
+        return min(batch, bucket.time_until((records, size), now))
+
     def drain(
         self,
         now: float,
@@ -200,6 +232,8 @@ class ShardLimiter:
             self._apply_rates(now)
         while queue and queue[0].expires_at <= now:
             expire(queue.pop(0))
+        if now < self.held_until and not force:
+            return  # starved: the tokens gather into the next batch
         # The records too close to their TTL to be sent in time are the queue's head.
         first = queue.bisect_key_right(now + margin)
         while first < len(queue):
@@ -208,6 +242,8 @@ class ShardLimiter:
                 self.bucket.force_take((1, record.size), now)
             elif not self._take(record, now):
                 self.starved = True
+                if self.batch:
+                    self.held_until = now + self._batch_wait(len(queue) - first, record, now)
                 return
             del queue[first]
             self.admitted += 1
@@ -251,6 +287,7 @@ class Limiter:
         bytes_per_second: float,
         drain_interval: float,
         send_margin: float = 0.0,
+        admit_batch: float = 0.0,
     ) -> None:
         self._scheduler = scheduler
         self._admit = admit
@@ -260,6 +297,7 @@ class Limiter:
         self._bytes_per_second = bytes_per_second
         self._drain_interval = drain_interval
         self.send_margin = send_margin
+        self.admit_batch = admit_batch
         self.shards: dict[str, ShardLimiter] = {}
         # Records with no predicted shard: limited per stream, at one shard's rates.
         self.unmapped: ShardLimiter | None = None
@@ -277,6 +315,7 @@ class Limiter:
                 limiter = self.unmapped = self._shard_limiter(
                     self._records_per_second, self._bytes_per_second
                 )
+                limiter.batch = self.admit_batch
             return limiter
         limiter = self.shards.get(shard)
         if limiter is None:
@@ -284,6 +323,7 @@ class Limiter:
                 shard, (self._records_per_second, self._bytes_per_second)
             )
             limiter = self.shards[shard] = self._shard_limiter(records, size)
+            limiter.batch = self.admit_batch
         return limiter
 
     def put(self, record: KinesisRecord) -> None:
@@ -310,9 +350,12 @@ class Limiter:
         record that can no longer be sent fails at its TTL exactly."""
         when = now + self._drain_interval
         for shard in self._waiting:
-            queue = self._limiter_of(shard).queue
+            limiter = self._limiter_of(shard)
+            queue = limiter.queue
             if queue and queue[0].expires_at < when:
                 when = queue[0].expires_at
+            if now < limiter.held_until < when:
+                when = limiter.held_until  # its batch is due: admit it on time
         return when
 
     def drain(self, now: float, *, force: bool = False) -> None:
@@ -363,11 +406,18 @@ class Limiter:
         if limiter is not None:
             limiter.set_ceiling(records_per_second, bytes_per_second, self._clock())
 
-    def throttled(self, shard: str | None, now: float) -> None:
-        """Kinesis throttled records predicted for ``shard`` (``None``: without a map)."""
+    def throttled(self, shard: str | None, now: float, sent_at: float | None = None) -> None:
+        """Kinesis throttled records predicted for ``shard`` (``None``: without a map), in a
+        request sent at ``sent_at``."""
         limiter = self.shards.get(shard) if shard is not None else self.unmapped
         if limiter is not None:
-            limiter.throttled(now)
+            limiter.throttled(now, sent_at)
+
+    def accepted(self, shard: str | None, records: int, size: int, now: float) -> None:
+        """Kinesis stored ``records`` (``size`` bytes) predicted for ``shard``."""
+        limiter = self.shards.get(shard) if shard is not None else self.unmapped
+        if limiter is not None:
+            limiter.accepted(records, size, now)
 
     @property
     def queued(self) -> int:
@@ -487,6 +537,7 @@ class OrderedLimiter(Limiter):
         bytes_per_second: float,
         drain_interval: float,
         send_margin: float = 0.0,
+        admit_batch: float = 0.0,
         hash_range: Callable[[str], ShardRange | None],
     ) -> None:
         super().__init__(
@@ -498,6 +549,7 @@ class OrderedLimiter(Limiter):
             bytes_per_second=bytes_per_second,
             drain_interval=drain_interval,
             send_margin=send_margin,
+            admit_batch=admit_batch,
         )
         self._hash_range = hash_range
         self.shards: dict[str, OrderedShardLimiter] = {}  # type: ignore[assignment]

@@ -137,8 +137,10 @@ class Retrier:
             self._shard_map.missing(started)
         for seen_at, predicted in decisions.invalidate:
             self._shard_map.invalidate(seen_at, predicted)
+        for shard, (count, size) in decisions.accepted.items():
+            self._limiter.accepted(shard, count, size, now)
         for shard in decisions.throttled_shards:
-            self._limiter.throttled(shard, now)
+            self._limiter.throttled(shard, now, started)
         for kinesis_record, shard_id, sequence_number in decisions.undecided:
             verdict = _PendingVerdict(
                 partial(self._place, kinesis_record, shard_id, sequence_number, started, ended)

@@ -127,6 +127,9 @@ class StreamPipeline:
             # What a record needs to live on at admission to reach the wire in time: the
             # collector's grace, plus one drain interval of slack for the event loop.
             "send_margin": grace + config.drain_interval_ms / 1000,
+            # A shard with a backlog admits a batch per buffered time, not a trickle per drain:
+            # its records are past their deadline, so each trickle would be a request.
+            "admit_batch": buffered,
         }
         self.limiter = (
             OrderedLimiter(

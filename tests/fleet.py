@@ -1,0 +1,239 @@
+"""A fleet of producers in one process: several ``Producer``s on one throttling ``FakeKinesis``.
+
+The in-process model of the fleet benchmark (``bench/fleet.py``): each producer reaches the
+fake through a :class:`Link` of its own that delays the request on its way there and the
+response on its way back (``latency`` each way, so throttle feedback arrives one round trip
+after the server decided), and counts, per second of (virtual) time, the records the server
+stored and the records it throttled. Producers are offered a steady load (one
+``put_record_nowait`` every ``1 / rate`` seconds, distinct partition keys), and may join late
+or leave early. Deterministic under the test suite's virtual clocks (asyncio and trio).
+
+Run as a script to print per-second series (``cd tests && python fleet.py --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from aiokpl import Config, Producer
+from aiokpl.coordination import Coordination
+from aiokpl.testing import FakeKinesis
+
+STREAM = "fleet"
+THROTTLED = "ProvisionedThroughputExceededException"
+
+
+@dataclass
+class Series:
+    """Per-second counts, indexed by whole seconds since the fleet started."""
+
+    stored: list[int] = field(default_factory=list)
+    throttled: list[int] = field(default_factory=list)
+
+    def add(self, second: int, stored: int, throttled: int) -> None:
+        while len(self.stored) <= second:
+            self.stored.append(0)
+            self.throttled.append(0)
+        self.stored[second] += stored
+        self.throttled[second] += throttled
+
+    def window(self, start: int, end: int) -> tuple[int, int]:
+        """(stored, throttled) summed over seconds ``start`` … ``end - 1``."""
+        return sum(self.stored[start:end]), sum(self.throttled[start:end])
+
+
+class Link:
+    """A producer's client: the fake, ``latency`` seconds away each way, counted."""
+
+    def __init__(self, fake: FakeKinesis, latency: float, series: Series, origin: float) -> None:
+        self._fake = fake
+        self._latency = latency
+        self._series = series
+        self._origin = origin
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fake, name)
+
+    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        if self._latency:
+            await anyio.sleep(self._latency)
+        response: dict[str, Any] = await self._fake.put_records(**kwargs)
+        throttled = sum(1 for r in response["Records"] if r.get("ErrorCode") == THROTTLED)
+        stored = sum(1 for r in response["Records"] if "SequenceNumber" in r)
+        second = int(anyio.current_time() - self._origin)
+        self._series.add(second, stored, throttled)
+        if self._latency:
+            await anyio.sleep(self._latency)
+        return response
+
+
+@dataclass
+class Member:
+    """One producer of the fleet: offered ``rate`` records/s from ``start`` s to the end, or
+    to ``stop`` s where it is cancelled (a process stopped: nothing flushed)."""
+
+    rate: float
+    start: float = 0.0
+    stop: float | None = None
+    coordination: Callable[[], Coordination] | None = None
+
+
+@dataclass
+class Fleet:
+    """The set-up: shards, their rate, the producers' config, the members, the round trip."""
+
+    members: list[Member]
+    shards: int = 2
+    shard_rate: float = 250.0
+    producer_limit: float = 250.0
+    latency: float = 0.01
+    seconds: float = 40.0
+    ttl_ms: int = 10_000
+    config: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0  # seeds each producer's jitter source and load phase (with its index)
+
+
+async def run(
+    fleet: Fleet, on_second: Callable[[int, list[Producer]], None] | None = None
+) -> Series:
+    """Run ``fleet`` to its end; return the server's per-second counts."""
+    fake = FakeKinesis()
+    fake.add_stream(
+        STREAM, shard_count=fleet.shards, throttle=True, records_per_second=fleet.shard_rate
+    )
+    series = Series()
+    origin = anyio.current_time()
+    producers: list[Producer] = []
+
+    def config() -> Config:
+        options: dict[str, Any] = {
+            "region": "us-east-1",
+            "aggregation_enabled": False,
+            "record_ttl_ms": fleet.ttl_ms,
+            "rate_limit_records_per_sec_per_shard": fleet.producer_limit,
+        }
+        options.update(fleet.config)
+        return Config(**options)
+
+    async def member(index: int, spec: Member) -> None:
+        jitter = random.Random(fleet.seed + index)
+        # Each producer's load starts a fraction of its put interval late (its phase).
+        await anyio.sleep(spec.start + jitter.random() / spec.rate)
+        coordination = spec.coordination() if spec.coordination is not None else None
+        link = Link(fake, fleet.latency, series, origin)
+        end = fleet.seconds if spec.stop is None else spec.stop
+        # A producer that leaves (``stop``) is cancelled there, as a process that is stopped:
+        # what it still holds is not flushed. The others flush at the end.
+        with anyio.CancelScope(deadline=origin + end if spec.stop is not None else math.inf):
+            async with Producer(
+                config(), client=link, coordination=coordination, jitter_source=jitter
+            ) as producer:
+                producers.append(producer)
+                step = 1.0 / spec.rate
+                put = 0
+                try:
+                    while anyio.current_time() - origin < end:
+                        producer.put_record_nowait(
+                            stream=STREAM, partition_key=f"p{index}-{put}", data=b"x" * 100
+                        )
+                        put += 1
+                        await anyio.sleep(step)
+                finally:
+                    producers.remove(producer)
+
+    async def ticker() -> None:
+        second = 0
+        while second < fleet.seconds:
+            await anyio.sleep_until(origin + second + 1)
+            if on_second is not None:
+                on_second(second, list(producers))
+            second += 1
+
+    async with anyio.create_task_group() as group:
+        for index, spec in enumerate(fleet.members):
+            group.start_soon(member, index, spec)
+        group.start_soon(ticker)
+    return series
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--offered", type=float, default=2.0, help="× capacity")
+    parser.add_argument("--limit", type=float, default=250.0)
+    parser.add_argument("--latency", type=float, default=0.01)
+    parser.add_argument("--seconds", type=float, default=40.0)
+    parser.add_argument("--coordination", action="store_true")
+    parser.add_argument("--backend", default="trio")
+    parser.add_argument("--rates", action="store_true", help="print producer 0's rates")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    from conftest import virtual_backend
+    from test_coordination import MemoryStore
+
+    shards, shard_rate = 2, 250.0
+    each = args.offered * shards * shard_rate / args.producers
+    store = MemoryStore()
+
+    def coordination_of(index: int) -> Callable[[], Coordination] | None:
+        if not args.coordination:
+            return None
+        return lambda: Coordination(
+            store=store,
+            interval=1.0,
+            shard_max_records_per_sec=shard_rate,
+            summarize=index == 0,
+        )
+
+    fleet = Fleet(
+        [Member(each, coordination=coordination_of(i)) for i in range(args.producers)],
+        shards=shards,
+        shard_rate=shard_rate,
+        producer_limit=args.limit,
+        latency=args.latency,
+        seconds=args.seconds,
+        seed=args.seed,
+    )
+
+    def show(second: int, producers: list[Producer]) -> None:
+        if args.rates and producers:
+            stats = producers[0].statistics().streams
+            if stats:
+                rates = {k[-2:]: round(v[0]) for k, v in stats[0].rates_by_shard.items()}
+                ceilings = {k[-2:]: round(v[0]) for k, v in stats[0].ceilings_by_shard.items()}
+                p = producers[0].statistics()
+                st = stats[0]
+                print(
+                    f"  t={second + 1}: rates {rates} ceilings {ceilings} "
+                    f"queued {st.queued_by_shard}"
+                    f" collecting {st.collecting} inflight {p.requests_in_flight} queuedreq "
+                    f"{p.requests_queued} expired_unsent {p.records_expired_unsent} "
+                    f"retries {st.retries} succ {p.records_succeeded} failed {p.records_failed}"
+                )
+
+    backend, options = virtual_backend(args.backend)
+    series = anyio.run(run, fleet, show, backend=backend, backend_options=options)
+    capacity = shards * shard_rate
+    print("stored/s:   ", " ".join(f"{n:4d}" for n in series.stored))
+    print("throttled/s:", " ".join(f"{n:4d}" for n in series.throttled))
+    end = int(args.seconds)
+    stored, throttled = series.window(12, end)
+    span = int(args.seconds) - 12
+    pairs = zip(series.stored[12:end], series.throttled[12:end], strict=False)
+    worst = max((t / max(1, s + t) for s, t in pairs), default=0.0)
+    print(
+        f"window 12-{end} s: delivered {stored / (capacity * span):.1%} of capacity, "
+        f"throttled {throttled / max(1, stored + throttled):.1%} of attempts; "
+        f"worst second {worst:.0%}"
+    )
+
+
+if __name__ == "__main__":
+    main()

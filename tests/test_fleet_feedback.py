@@ -1,0 +1,162 @@
+"""Several producers sharing shards, in one process under the virtual clock (asyncio, trio).
+
+The fleet of ``tests/fleet.py``: four ``Producer``s on one throttling ``FakeKinesis`` (2 shards
+at 250 records/s), each offered 250 records/s (2× the capacity in all), each reaching the fake
+over a link of its own that delays requests and responses (``latency`` each way). With a 0.25 s
+latency the fleet reproduces what four processes over HTTP on a loaded machine showed
+(``/work/shared/measurements/fleet-2026-11-25.md``): coordinated ceilings that sum to the
+capacity while the shards take 40% of it, and, without coordination, a sawtooth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from aiokpl._core.records import KinesisRecord
+from aiokpl._pipeline.limiter import Limiter, ShardLimiter
+from aiokpl._pipeline.scheduler import Scheduler
+from aiokpl.coordination import Coordination
+from fleet import Fleet, Member, Series, run
+from test_coordination import MemoryStore
+
+SHARD = "shardId-000000000000"
+CAPACITY = 2 * 250.0  # records/s of the fleet's two shards
+
+
+def record(expires_at: float = 100.0) -> KinesisRecord:
+    return KinesisRecord([], b"x" * 99, "k", "0", SHARD, 0.0, expires_at, 1)
+
+
+# -- admission in batches (synchronous, explicit times) -------------------------------------
+
+
+def test_a_starved_shard_admits_a_batch_per_batch_interval_not_a_trickle_per_drain() -> None:
+    """A shard with a backlog admits what its tokens allow once per ``batch`` seconds.
+
+    Its records are past their buffered time, so the collector sends each admission at once:
+    admitting every drain interval sent a request per 25 ms per shard whatever the rate (at
+    62 records/s, one or two records a request), and a fleet of producers spent its
+    connections and the server's time on requests, not records.
+    """
+    limiter = ShardLimiter(100.0, 1_000_000.0)
+    limiter.batch = 0.1
+    admitted: list[KinesisRecord] = []
+    for _ in range(300):  # 3 s of backlog: 100 go at once (the bucket's burst), 200 wait
+        limiter.put(record(), 0.0, admitted.append, admitted.append)
+    assert len(admitted) == 100
+    assert limiter.starved
+    waves = []
+    for tick in range(1, 41):  # a drain every 25 ms for a second
+        before = len(admitted)
+        limiter.drain(tick * 0.025, admitted.append, admitted.append)
+        if len(admitted) > before:
+            waves.append((tick * 0.025, len(admitted) - before))
+    # The first starvation had one record waiting: held only until a token came (10 ms).
+    # Since, one wave per 0.1 s, of 0.1 s of the rate (10 records), not 2-3 every 25 ms.
+    assert waves[0] == (0.025, 2)
+    assert [at for at, _ in waves[1:]] == pytest.approx([0.025 + 0.1 * n for n in range(1, 10)])
+    assert all(count == 10 for _, count in waves[1:]), waves
+    # A forced drain (flush) ignores the hold.
+    limiter.drain(1.01, admitted.append, admitted.append, force=True)
+    assert not limiter.queue
+
+
+def test_the_limiter_wakes_up_when_a_held_batch_is_due() -> None:
+    """The next drain is at the batch's time if that comes before the next drain interval."""
+    now = [0.0]
+    admitted: list[KinesisRecord] = []
+    limiter = Limiter(
+        Scheduler(),
+        admitted.append,
+        admitted.append,
+        lambda: now[0],
+        records_per_second=10.0,
+        bytes_per_second=1_000_000.0,
+        drain_interval=0.025,
+        admit_batch=0.01,
+    )
+    for _ in range(11):
+        limiter.put(record())
+    assert len(admitted) == 10
+    assert limiter.shards[SHARD].held_until == 0.01
+    assert limiter._next_drain(0.0) == 0.01
+
+
+# -- the fleet (virtual time) ---------------------------------------------------------------
+
+
+def coordinated(store: MemoryStore, index: int) -> Callable[[], Coordination]:
+    return lambda: Coordination(
+        store=store, interval=1.0, shard_max_records_per_sec=250.0, summarize=index == 0
+    )
+
+
+def shares(series: Series, start: int, end: int) -> tuple[float, float, float]:
+    """(delivered over capacity, throttled over attempts, worst second's throttled share)."""
+    stored, throttled = series.window(start, end)
+    worst = max(
+        t / max(1, s + t)
+        for s, t in zip(series.stored[start:end], series.throttled[start:end], strict=True)
+    )
+    return stored / (CAPACITY * (end - start)), throttled / max(1, stored + throttled), worst
+
+
+LIMITS = pytest.mark.parametrize("limit", [250.0, 1000.0], ids=["limit=server", "limit=default"])
+
+
+@pytest.mark.anyio
+@LIMITS
+async def test_uncoordinated_producers_converge_without_a_sawtooth(
+    limit: float, seed_trio_scheduler: Callable[[int], None]
+) -> None:
+    """Four producers that cannot see each other, a 0.2 s round trip, each allowed the whole
+    shard (or the default 1000/s, 4× it): after warm-up ≥ 90% of the capacity delivered,
+    ≤ 5% of attempts throttled, and no second over 20% throttled (AIMD: a sawtooth of
+    seconds at 60-90% with nothing throttled, then seconds mostly throttled)."""
+    seed_trio_scheduler(0)
+    fleet = Fleet([Member(250.0) for _ in range(4)], producer_limit=limit, latency=0.1)
+    series = await run(fleet)
+    delivered, throttled, worst = shares(series, 12, 40)
+    assert delivered >= 0.90, (delivered, series)
+    assert throttled <= 0.05, (throttled, series)
+    assert worst <= 0.20, (worst, series)
+
+
+@pytest.mark.anyio
+@LIMITS
+async def test_coordinated_producers_with_slow_feedback_deliver_their_ceilings(
+    limit: float, seed_trio_scheduler: Callable[[int], None]
+) -> None:
+    """Four coordinated producers, a 0.5 s round trip: ≥ 97% delivered, ≤ 1% throttled."""
+    seed_trio_scheduler(0)
+    store = MemoryStore()
+    fleet = Fleet(
+        [Member(125.0 * 2, coordination=coordinated(store, i)) for i in range(4)],
+        producer_limit=limit,
+        latency=0.25,
+        seconds=30.0,
+    )
+    series = await run(fleet)
+    delivered, throttled, _ = shares(series, 12, 30)
+    assert delivered >= 0.97, (delivered, series)
+    assert throttled <= 0.01, (throttled, series)
+
+
+@pytest.mark.anyio
+async def test_coordinated_producers_recover_within_10_s_when_one_leaves_and_one_joins(
+    seed_trio_scheduler: Callable[[int], None],
+) -> None:
+    """One of four coordinated producers leaves at 15 s, another joins at 30 s: from 10 s
+    after each, ≥ 97% of the capacity delivered and ≤ 1% throttled again."""
+    seed_trio_scheduler(0)
+    store = MemoryStore()
+    members = [Member(250.0, coordination=coordinated(store, i)) for i in range(3)]
+    members.append(Member(250.0, stop=15.0, coordination=coordinated(store, 3)))
+    members.append(Member(250.0, start=30.0, coordination=coordinated(store, 4)))
+    series = await run(Fleet(members, latency=0.1, seconds=45.0))
+    for start, end in ((25, 30), (40, 45)):
+        delivered, throttled, _ = shares(series, start, end)
+        assert delivered >= 0.97, (start, delivered, series)
+        assert throttled <= 0.01, (start, throttled, series)
