@@ -268,9 +268,18 @@ class _Process:
         return codes
 
 
+# ``--producer-src``: the producer processes (workers, ``aiokpl coordinate``) import aiokpl
+# from this source tree instead, so that two versions of the producer are measured against the
+# same server side by side (the server always runs this tree's code).
+_PRODUCER_SRC: Path | None = None
+
+
 def _environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(DUMMY, AWS_EC2_METADATA_DISABLED="true")
+    if _PRODUCER_SRC is not None:
+        # The producer's tree first; ROOT after it, for the bench package itself.
+        env["PYTHONPATH"] = os.pathsep.join([str(_PRODUCER_SRC), str(ROOT)])
     return env
 
 
@@ -794,6 +803,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"the server's records/s per shard (default {SHARD_RATE:g}, what the producers "
         "are limited to and the capacity figures count): a control",
     )
+    parser.add_argument(
+        "--producer-src",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the producer processes import aiokpl from this src directory (e.g. a git "
+        "worktree of an earlier commit's src/), to compare two versions on one server",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--png", type=Path, default=None, help="draw the figure here")
     parser.add_argument(
@@ -806,6 +823,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--only", type=int, nargs="+", default=None, metavar="N")
     args = parser.parse_args(arguments)
+    if args.producer_src is not None:
+        global _PRODUCER_SRC
+        _PRODUCER_SRC = args.producer_src.resolve()
+        print(f"producer processes import aiokpl from {_PRODUCER_SRC}")
     if args.replot is not None:
         saved = read_json(args.replot)
         chosen = [saved[i - 1] for i in args.only] if args.only else saved
