@@ -69,6 +69,7 @@ from .options import (
     made_of,
     positive_float,
     positive_int,
+    service_message,
     usage_message,
 )
 
@@ -800,6 +801,7 @@ async def _put_main(config: Config, stream: str, run: PutRun, stderr: TextIO) ->
             refused = await _stream_check(client, stream)
             if refused is not None:
                 code, message = refused
+                message = service_message(message)
                 print(f"aiokpl put: cannot write to {stream!r}: {code}: {message}", file=stderr)
                 return EXIT_SERVICE_ERROR
             # Signals can be caught only in the main thread (main() may run in another).

@@ -30,6 +30,7 @@ from .options import (
     made_of,
     positive_float,
     positive_int,
+    service_message,
     usage_message,
 )
 from .reader import StartPosition, TailError, tail_stream
@@ -276,6 +277,7 @@ async def _tail_main(
         print(f"aiokpl tail: {usage_message(exc)}", file=stderr)
         return EXIT_USAGE
     except TailError as exc:
-        print(f"aiokpl tail: cannot read {args.stream!r}: {exc}", file=stderr)
+        message = f"{exc.code}: {service_message(exc.message)}"
+        print(f"aiokpl tail: cannot read {args.stream!r}: {message}", file=stderr)
         return EXIT_SERVICE_ERROR
     return EXIT_OK
