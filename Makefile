@@ -33,6 +33,7 @@ TYPE_COMPLETENESS_MIN := 100
 # processes (minutes of real time each), the other servers' suites. PYTHONS_PYTEST overrides
 # the selection (`make pythons PYTHONS_PYTEST=tests` for all of it).
 CLAIMED_PYTHONS := $(shell sed -n 's/.*"Programming Language :: Python :: \(3\.[0-9]*\)".*/\1/p' pyproject.toml)
+PYTHONS_VENVS ?= .cache
 PYTHONS_INTEGRATION := test_cli.py test_cli_local.py test_demo.py test_moto.py
 PYTHONS_PYTEST ?= tests \
 	$(addprefix --ignore=,$(filter-out $(addprefix tests/integration/,$(PYTHONS_INTEGRATION)), \
@@ -110,7 +111,7 @@ pytest: $(DEV_STAMP) $(KINESALITE_STAMP)
 
 # The suite on the other Pythons (the lowest and highest claimed and present).
 pythons: $(KINESALITE_STAMP)
-	PYTHON=$(PYTHON) VENVS=.cache CLAIMED="$(CLAIMED_PYTHONS)" EXTRAS=$(DEV_EXTRAS) \
+	PYTHON=$(PYTHON) VENVS=$(PYTHONS_VENVS) CLAIMED="$(CLAIMED_PYTHONS)" EXTRAS=$(DEV_EXTRAS) \
 		PIP_MIN=$(PIP_MIN) .ci/other-pythons $(PYTHONS_PYTEST)
 
 # The floors alone, on the data the last `make pytest` left.
