@@ -10,6 +10,8 @@ summarised in one line, and tracebacks name public classes by their public modul
 from __future__ import annotations
 
 import argparse
+import io
+import logging
 import os
 import subprocess
 import sys
@@ -24,7 +26,15 @@ import aiokpl
 import aiokpl.aggregation
 import aiokpl.coordination
 import aiokpl.testing
-from aiokpl._cli.options import MAX_SERVICE_MESSAGE, endpoint_url, service_message, setup_problem
+from aiokpl._cli import main
+from aiokpl._cli.local import _request_log
+from aiokpl._cli.options import (
+    EXIT_USAGE,
+    MAX_SERVICE_MESSAGE,
+    endpoint_url,
+    service_message,
+    setup_problem,
+)
 
 if sys.version_info < (3, 11):
     from exceptiongroup import ExceptionGroup
@@ -131,6 +141,15 @@ def test_an_endpoint_from_the_environment_without_a_scheme_is_one_line_and_exit_
         "aiokpl tail: invalid endpoint 'h:1' (from the environment or the profile): an "
         "endpoint URL starts with http:// or https://"
     )
+
+
+@pytest.mark.parametrize("command", COMMANDS_WITH_AWS_OPTIONS, ids=lambda c: c[0])
+def test_main_turns_a_missing_profile_into_a_usage_error(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In-process (what the console script calls), with the region the command needs.
+    assert main([*command, "--profile", "nope", "--region", "us-east-1"]) == EXIT_USAGE
+    assert f"aiokpl {command[0]}: no AWS profile named 'nope'" in capsys.readouterr().err
 
 
 def test_setup_problems_are_found_inside_exception_groups() -> None:
@@ -252,6 +271,25 @@ def test_service_messages() -> None:
     assert service_message("<html><head><title>T</title></head></html>").endswith("does: T")
     long = service_message("x" * 1000)
     assert long == "x" * (MAX_SERVICE_MESSAGE - 1) + "…"
+
+
+def test_the_web_servers_log_keeps_errors_and_one_line_for_a_client_that_is_not_http() -> None:
+    logger = logging.getLogger("werkzeug")
+    stderr = io.StringIO()
+    with _request_log(stderr, enabled=False):
+        logger.info('127.0.0.1 - - [date] "POST / HTTP/1.1" 200 -')
+        for _ in range(2):
+            logger.error("127.0.0.1 - - [date] code 400, message Bad request version ('\\x16')")
+        logger.error("Error on request: boom")
+    assert stderr.getvalue().splitlines() == [
+        "aiokpl local: a client sent something that is not HTTP: an https:// URL? This server "
+        "speaks plain http://",
+        "Error on request: boom",
+    ]
+    assert not logger.handlers
+    assert logger.propagate
+    with _request_log(stderr, enabled=True):  # --log-requests: werkzeug's own handler
+        assert not logger.handlers
 
 
 # --------------------------------------------------------------------------------------------
