@@ -201,7 +201,7 @@ def test_coordinate_help_names_its_own_endpoint() -> None:
     assert "--endpoint-url URL S3 or DynamoDB endpoint instead of the region's" in help_text
     assert "Kinesis" not in help_text
     top = " ".join(aiokpl_command("--help").stdout.split())
-    assert "Kinesis's, or for coordinate S3's or DynamoDB's" in top
+    assert "(e.g. a local server); for coordinate, the S3 or DynamoDB endpoint" in top
 
 
 # --------------------------------------------------------------------------------------------

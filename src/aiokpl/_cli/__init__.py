@@ -76,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     group = add_global_options(
         parser,
         top_level=True,
-        endpoint_help="endpoint instead of the region's (e.g. a local server): Kinesis's, or for "
-        "coordinate S3's or DynamoDB's",
+        endpoint_help="Kinesis endpoint instead of the region's (e.g. a local server); for "
+        "coordinate, the S3 or DynamoDB endpoint",
     )
     group.add_argument(
         "--version", action="version", version=f"aiokpl {__version__}", help="print the version"
