@@ -26,15 +26,17 @@ PYRIGHT_DIR := .cache/pyright
 PYRIGHT_STAMP := $(PYRIGHT_DIR)/.installed-$(PYRIGHT_VERSION)
 TYPE_COMPLETENESS_MIN := 100
 # `make pythons`: the suite on the lowest and highest other Pythons the classifiers claim (see
-# .ci/other-pythons), without coverage, each in .cache/venv-X.Y: every unit test, and of the
-# integration tests those whose code differs most between Pythons: the command line as a
-# process (argparse, signals, exit statuses), `aiokpl local`, the demo, HTTP to moto's server on
-# both backends. Left to `make pytest` alone: the quick benchmark run and the coordination
-# processes (minutes of real time each), the other servers' suites. PYTHONS_PYTEST overrides
-# the selection (`make pythons PYTHONS_PYTEST=tests` for all of it).
+# .ci/other-pythons), without coverage, each in .cache/venv-X.Y: every unit test (the command
+# line's errors through its console script among them), and of the integration tests those of
+# processes and signals (`aiokpl local`, the demo) and of HTTP to moto's server on both
+# backends. Left to `make pytest` alone, to keep `make test` within 20 minutes on 2 cores: the
+# quick benchmark run and the coordination processes (minutes of real time each), `put` and
+# `tail` end to end, the other servers' suites. PYTHONS_PYTEST overrides the selection (`make
+# pythons PYTHONS_PYTEST=tests` for all of it); PARALLEL=1 runs the two Pythons at once.
 CLAIMED_PYTHONS := $(shell sed -n 's/.*"Programming Language :: Python :: \(3\.[0-9]*\)".*/\1/p' pyproject.toml)
 PYTHONS_VENVS ?= .cache
-PYTHONS_INTEGRATION := test_cli.py test_cli_local.py test_demo.py test_moto.py
+PARALLEL ?= 0
+PYTHONS_INTEGRATION := test_cli_local.py test_demo.py test_moto.py
 PYTHONS_PYTEST ?= tests \
 	$(addprefix --ignore=,$(filter-out $(addprefix tests/integration/,$(PYTHONS_INTEGRATION)), \
 		$(wildcard tests/integration/test_*.py))) \
@@ -112,7 +114,7 @@ pytest: $(DEV_STAMP) $(KINESALITE_STAMP)
 # The suite on the other Pythons (the lowest and highest claimed and present).
 pythons: $(KINESALITE_STAMP)
 	PYTHON=$(PYTHON) VENVS=$(PYTHONS_VENVS) CLAIMED="$(CLAIMED_PYTHONS)" EXTRAS=$(DEV_EXTRAS) \
-		PIP_MIN=$(PIP_MIN) .ci/other-pythons $(PYTHONS_PYTEST)
+		PIP_MIN=$(PIP_MIN) PARALLEL=$(PARALLEL) .ci/other-pythons $(PYTHONS_PYTEST)
 
 # The floors alone, on the data the last `make pytest` left.
 coverage: $(DEV_STAMP)
