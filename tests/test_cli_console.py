@@ -4,7 +4,8 @@ Each test runs the script as a user does (a new process, its stdout and stderr, 
 status): a mistyped endpoint or profile is one line and exit status 2 (a usage error, not 1,
 which ``put`` keeps for "some records failed"), ``--version`` prints the version, a subcommand's
 unknown option shows that subcommand's usage, an endpoint that answers with a web page is
-summarised in one line, and tracebacks name public classes by their public module.
+summarised in one line. (That tracebacks name public classes by their public module is in
+``tests/test_public_names_in_errors.py``.)
 """
 
 from __future__ import annotations
@@ -23,9 +24,6 @@ from pathlib import Path
 import pytest
 
 import aiokpl
-import aiokpl.aggregation
-import aiokpl.coordination
-import aiokpl.testing
 from aiokpl._cli import main
 from aiokpl._cli.local import _request_log
 from aiokpl._cli.options import (
@@ -290,42 +288,3 @@ def test_the_web_servers_log_keeps_errors_and_one_line_for_a_client_that_is_not_
     assert logger.propagate
     with _request_log(stderr, enabled=True):  # --log-requests: werkzeug's own handler
         assert not logger.handlers
-
-
-# --------------------------------------------------------------------------------------------
-# Public classes name their public module
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "module", [aiokpl, aiokpl.aggregation, aiokpl.coordination, aiokpl.testing], ids=str
-)
-def test_public_classes_name_their_public_module(module: object) -> None:
-    name = getattr(module, "__name__", "")
-    classes = [
-        getattr(module, attr)
-        for attr in getattr(module, "__all__", ())
-        if isinstance(getattr(module, attr), type)
-    ]
-    assert classes
-    for cls in classes:
-        # A class exported by aiokpl and a submodule (AggregationFormatError) is aiokpl's.
-        expected = "aiokpl" if cls.__name__ in aiokpl.__all__ else name
-        assert cls.__module__ == expected, cls
-
-
-def test_a_traceback_names_the_public_exception() -> None:
-    finished = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import aiokpl; aiokpl.Config(region='us-east-1', max_connections=0)",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert finished.returncode == 1
-    last = finished.stderr.splitlines()[-1]
-    assert last.startswith("aiokpl.ConfigError: "), finished.stderr
