@@ -179,6 +179,17 @@ def test_an_unknown_option_after_a_subcommand_shows_its_usage(command: str) -> N
     )
 
 
+def test_main_reports_an_unknown_option_with_the_subcommands_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["tail", "s", "--bogus", "-"])
+    assert exited.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("usage: aiokpl tail [-h]")
+    assert err.endswith("aiokpl tail: error: unrecognized arguments: --bogus -\n")
+
+
 def test_an_unknown_option_before_the_subcommand_shows_the_top_level_usage() -> None:
     finished = aiokpl_command("--bogus", "tail", "s")
     assert finished.returncode == 2
