@@ -45,8 +45,8 @@ PYTHONS_PYTEST ?= tests \
 DIST := dist
 PACKAGE_VENV := .cache/package-venv
 
-.PHONY: test demo lint typecheck typecompleteness pytest pythons kinesalite pyright docs package \
-	coverage bench clean
+.PHONY: test demo lint typecheck typecompleteness pytest pythons kinesalite pyright docs \
+	docs-tables package coverage bench clean
 
 $(PIP_STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -122,6 +122,11 @@ coverage: $(DEV_STAMP)
 
 docs: $(DEV_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
+
+# Rewrite the tables generated from the code (Config's fields, the command line's options) in
+# docs/configuration.md and docs/cli.md; the docs tests and the build fail while they are stale.
+docs-tables: $(DEV_STAMP)
+	$(PY) docs/_hooks.py
 
 # What a user gets: build the sdist and, from it, the wheel (each in an isolated build
 # environment, as a user's pip would); check their metadata as PyPI would (twine) and as this

@@ -18,6 +18,7 @@ from pathlib import Path
 from . import (
     _load,
     codec,
+    fleet,
     isolation,
     latency,
     memory,
@@ -47,6 +48,9 @@ SCENARIOS: dict[str, Callable[[bool, bool], ScenarioResult]] = {
     "startup": startup.run,
     # Four producer processes and a coordination store: minutes of real time, last.
     "producers": producers.run,
+    # The same over HTTP against the throttling moto server, as deployments run it (two cells
+    # of bench/fleet.py's matrix; `python -m bench.fleet --full` runs all of it).
+    "fleet": fleet.run,
 }
 
 

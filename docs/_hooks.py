@@ -1,8 +1,24 @@
-"""mkdocs hook: the references generated from the code, so that they cannot drift from it.
+"""The references generated from the code, written into the pages, so they cannot drift from it.
 
-**Configuration.** A page that contains the line ``<!-- config-fields -->`` gets, in its
-place, one table row per field of :class:`aiokpl.Config`, in declaration order, so the
-reference can never drift from the code and a new field appears the moment it is added:
+The tables live in the Markdown files themselves, where a code host shows them, between an
+opening marker and its closing one, each an HTML comment on a line of its own::
+
+    <!-- cli-options: put records -->
+
+    | option | meaning |
+    ...
+
+    <!-- /cli-options -->
+
+``python docs/_hooks.py`` (``make docs-tables``) rewrites what lies between every pair, in the
+pages that have them (:data:`PAGES`); a marker without its closing one gets the generated text
+and the closing marker after it. ``tests/test_docs_config.py`` and ``tests/test_docs_cli.py``
+fail when a page is not what that command would write, and so does the docs build: as an
+mkdocs hook, this module refuses a stale page (:class:`StaleTablesError`).
+
+**Configuration.** ``<!-- config-fields -->`` becomes one table row per field of
+:class:`aiokpl.Config`, in declaration order, so the reference can never drift from the code
+and a new field appears the moment the tables are regenerated:
 
 * **field** and **type**: from :func:`dataclasses.fields`;
 * **default**: the field's default (byte sizes that are whole KiB or MiB are shown so);
@@ -13,17 +29,17 @@ reference can never drift from the code and a new field appears the moment it is
 * **meaning**: the field's documentation, which lives in the code as the string literal right
   after the field (the attribute docstring convention mkdocstrings and Sphinx read).
 
-A field without documentation stops the build (``ConfigDocError``), and
+A field without documentation stops the generation and the build (``ConfigDocError``), and
 ``tests/test_docs_config.py`` fails naming it.
 
 **Command line.** The reference of the ``aiokpl`` command comes from its argparse parsers
-(``aiokpl._cli.build_parser``), which also print ``--help``: a line ``<!-- cli-commands -->``
-becomes the table of subcommands with their one-line help; ``<!-- cli-usage: COMMAND -->`` the
-command's usage as ``--help`` shows it; ``<!-- cli-options: COMMAND GROUP -->`` the table of the
-options of one argument group (``records``, ``global options``, …; ``COMMAND`` is ``aiokpl``
-for the top level), each with its help text, defaults filled in. A placeholder naming a
-command or group that does not exist stops the build (``CliDocError``), and
-``tests/test_docs_cli.py`` fails when an option is in no table of ``docs/cli.md``.
+(``aiokpl._cli.build_parser``), which also print ``--help``: ``<!-- cli-commands -->`` is the
+table of subcommands with their one-line help; ``<!-- cli-usage: COMMAND -->`` the command's
+usage as ``--help`` shows it; ``<!-- cli-options: COMMAND GROUP -->`` the table of the options
+of one argument group (``records``, ``global options``, …; ``COMMAND`` is ``aiokpl`` for the
+top level), each with its help text, defaults filled in. A marker naming a command or group
+that does not exist stops the generation (``CliDocError``), and ``tests/test_docs_cli.py`` fails
+when an option is in no table of ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -200,13 +216,6 @@ def render_table() -> str:
 
 # --- The command line reference -------------------------------------------------------------
 
-CLI_PLACEHOLDER = re.compile(
-    r"^<!-- cli-(?P<kind>[a-z]+)(?::[ \t]*(?P<args>[^\n]*?))?[ \t]*-->$", re.M
-)
-"""``<!-- cli-commands -->``, ``<!-- cli-usage: COMMAND -->`` or
-``<!-- cli-options: COMMAND GROUP -->`` on a line of its own (``COMMAND`` is ``aiokpl`` for the
-top-level parser, ``GROUP`` an argument group's title as ``--help`` shows it)."""
-
 CLI_WIDTH = 100
 """Width the usage lines are wrapped to (``--help`` follows the terminal instead)."""
 
@@ -323,36 +332,119 @@ def render_cli_placeholder(kind: str, args: str) -> str:
 
 _FENCE = re.compile(r"^[ \t]*(```|~~~)")
 
+MARKER = re.compile(
+    r"^<!-- (?P<kind>config-fields|cli-[a-z]+)(?::[ \t]*(?P<args>[^\n]*?))?[ \t]*-->$", re.M
+)
+"""An opening marker, on a line of its own: ``<!-- config-fields -->``, ``<!-- cli-commands -->``,
+``<!-- cli-usage: COMMAND -->`` or ``<!-- cli-options: COMMAND GROUP -->`` (``COMMAND`` is
+``aiokpl`` for the top-level parser, ``GROUP`` an argument group's title as ``--help`` shows
+it)."""
 
-def _replace_placeholders(text: str) -> str:
-    if PLACEHOLDER in text:
-        text = text.replace(PLACEHOLDER, render_table())
-    return CLI_PLACEHOLDER.sub(
-        lambda match: render_cli_placeholder(match.group("kind"), match.group("args") or ""),
-        text,
-    )
+DOCS = Path(__file__).resolve().parent
+PAGES = ("configuration.md", "cli.md")
+"""The pages under ``docs/`` with generated tables (``make docs-tables`` rewrites them)."""
+
+
+class StaleTablesError(Exception):
+    """A page's generated tables are not what the code gives: run ``make docs-tables``."""
+
+
+def _closing(kind: str) -> str:
+    """The closing marker of a section: ``<!-- /cli-options -->`` after ``cli-options``."""
+    return f"<!-- /{kind} -->"
+
+
+def _section_end(lines: list[str], start: int, closing: str) -> int | None:
+    """The index of the line after ``closing`` when it comes before any other opening marker,
+    else ``None`` (a marker written by hand, whose section is yet to be generated)."""
+    for index in range(start, len(lines)):
+        text = lines[index].rstrip("\n")
+        if text == closing:
+            return index + 1
+        if MARKER.match(text):
+            return None
+    return None
+
+
+def render_marker(kind: str, args: str) -> str:
+    """What the section after one opening marker holds.
+
+    Raises:
+        CliDocError: an unknown ``cli-`` kind, command or group.
+        ConfigDocError: a ``Config`` field without documentation.
+    """
+    if kind == "config-fields":
+        return render_table()
+    return render_cli_placeholder(kind.removeprefix("cli-"), args)
+
+
+def regenerate(markdown: str) -> str:
+    """``markdown`` with every generated section written anew from the code.
+
+    Markers inside fenced code blocks are text, shown as they are (the contributing page does).
+    """
+    lines = markdown.splitlines(keepends=True)
+    out: list[str] = []
+    fence: str | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        opening = _FENCE.match(line)
+        if fence is not None:
+            out.append(line)
+            if line.strip().startswith(fence) and line.strip().strip(fence[0]) == "":
+                fence = None
+            continue
+        if opening is not None:
+            fence = opening.group(1)
+            out.append(line)
+            continue
+        marker = MARKER.match(line.rstrip("\n"))
+        if marker is None:
+            out.append(line)
+            continue
+        kind = marker.group("kind")
+        closing = _closing(kind)
+        end = _section_end(lines, i, closing)
+        if end is not None:  # skip the old section, closing marker included
+            i = end
+        body = render_marker(kind, marker.group("args") or "")
+        out.append(f"{line.rstrip(chr(10))}\n\n{body}\n\n{closing}\n")
+    return "".join(out)
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    """mkdocs event: replace the placeholder lines with what they stand for.
+    """mkdocs event: refuse a page whose generated tables are stale; else leave it as it is.
 
-    Inside fenced code blocks, a placeholder is shown as it is (the contributing page does).
+    Raises:
+        StaleTablesError: the page is not what ``make docs-tables`` would write.
     """
-    parts: list[str] = []
-    outside: list[str] = []
-    fence: str | None = None
-    for line in markdown.splitlines(keepends=True):
-        opening = _FENCE.match(line)
-        if fence is None and opening is not None:
-            parts.append(_replace_placeholders("".join(outside)))
-            outside = []
-            fence = opening.group(1)
-            parts.append(line)
-        elif fence is not None:
-            parts.append(line)
-            if line.strip().startswith(fence) and line.strip().strip(fence[0]) == "":
-                fence = None
-        else:
-            outside.append(line)
-    parts.append(_replace_placeholders("".join(outside)))
-    return "".join(parts)
+    if regenerate(markdown) != markdown:
+        page = kwargs.get("page")
+        name = getattr(getattr(page, "file", None), "src_path", "a page")
+        raise StaleTablesError(
+            f"{name}: its generated tables are stale (the code changed): run make docs-tables"
+        )
+    return markdown
+
+
+def write_pages(docs: Path = DOCS) -> list[Path]:
+    """Rewrite the generated sections of :data:`PAGES`; returns the pages that changed."""
+    changed = []
+    for name in PAGES:
+        path = docs / name
+        text = path.read_text(encoding="utf-8")
+        new = regenerate(text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(DOCS.parent / "src"))  # the tree's aiokpl, not an installed one
+    for path in write_pages():
+        print(f"rewrote {path.relative_to(DOCS.parent)}")

@@ -9,8 +9,9 @@ before it) holds PyPI's rules to:
   ``docs/contributing.md``, "Versions and releases");
 * the runtime dependencies are exactly SPEC §1's, every optional one behind an extra, and no
   extra is a development toolchain (``dev``, ``test``, …: those are dependency groups);
-* Python-version classifiers cover ``Requires-Python``; the project URLs (Homepage, Source,
-  Issues, Documentation) all lead into the one repository ``mkdocs.yml`` names;
+* Python-version classifiers cover ``Requires-Python``; every URL of the metadata (project
+  URLs, home page, download) is one the project can vouch for (:data:`VOUCHED_URLS`, none
+  today): an address invented for a repository that does not exist misleads every reader;
 * the wheel holds the package with ``py.typed``, the licence and the ``aiokpl`` command, and
   nothing of ``tests/`` or ``bench/``; the sdist holds what a build from it needs.
 
@@ -46,7 +47,11 @@ RUNTIME_DEPENDENCIES = frozenset({"anyio", "aiobotocore", "sortedcontainers"})
 DEVELOPMENT_EXTRAS = frozenset({"dev", "develop", "development", "test", "tests", "lint", "docs"})
 """Extra names that would publish a development toolchain (they belong in dependency groups)."""
 
-REQUIRED_URLS = ("Homepage", "Source", "Issues", "Documentation")
+VOUCHED_URLS: tuple[str, ...] = ()
+"""Addresses the project can vouch for (its repository, site, tracker): the metadata's URLs must
+be these or under them. None today: the project has no public address yet, so its metadata
+names none (``github.com/aiokpl/aiokpl``, once named everywhere, does not exist). Add one here
+and in ``pyproject.toml``'s ``[project.urls]`` together."""
 
 SUBCOMMANDS = ("demo", "local", "put", "tail", "coordinate")
 
@@ -60,13 +65,9 @@ def tree_version(root: Path = ROOT) -> str:
     return found.group(1)
 
 
-def repository_url(root: Path = ROOT) -> str:
-    """The repository address ``mkdocs.yml`` gives (``repo_url``)."""
-    text = (root / "mkdocs.yml").read_text(encoding="utf-8")
-    found = re.search(r"^repo_url:\s*(\S+)\s*$", text, flags=re.M)
-    if found is None:
-        raise ValueError("no repo_url in mkdocs.yml")
-    return found.group(1).rstrip("/")
+def vouched(url: str, addresses: tuple[str, ...] = VOUCHED_URLS) -> bool:
+    """Whether ``url`` is one of ``addresses`` or under one of them."""
+    return any(url == a or url.startswith(f"{a.rstrip('/')}/") for a in addresses)
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -91,7 +92,7 @@ def _minimum_python(requires_python: str) -> tuple[int, int] | None:
 
 
 def metadata_problems(
-    metadata: email.message.Message, *, version: str, repository: str
+    metadata: email.message.Message, *, version: str, addresses: tuple[str, ...] = VOUCHED_URLS
 ) -> list[str]:
     """What is wrong with one distribution's core metadata (``METADATA`` or ``PKG-INFO``)."""
     problems: list[str] = []
@@ -138,16 +139,19 @@ def metadata_problems(
         if versions and sorted(versions) != list(range(minimum[1], max(versions) + 1)):
             problems.append(f"the Python classifiers skip a version: 3.{sorted(versions)}")
 
-    urls: dict[str, str] = {}
-    for entry in metadata.get_all("Project-URL") or []:
-        label, _, url = entry.partition(",")
-        urls[label.strip()] = url.strip()
-    for label in REQUIRED_URLS:
-        if label not in urls:
-            problems.append(f"no {label} URL")
-    for label, url in urls.items():
-        if not (url == repository or url.startswith(f"{repository}/")):
-            problems.append(f"the {label} URL {url} is not in the repository {repository}")
+    urls = [
+        (label.strip(), url.strip())
+        for entry in metadata.get_all("Project-URL") or []
+        for label, _, url in [entry.partition(",")]
+    ]
+    urls += [
+        (field, metadata[field]) for field in ("Home-page", "Download-URL") if field in metadata
+    ]
+    for label, url in urls:
+        if not vouched(url, addresses):
+            problems.append(
+                f"the {label} URL {url} is not an address the project vouches for (VOUCHED_URLS)"
+            )
 
     if metadata.get("Description-Content-Type") != "text/markdown":
         problems.append("the description is not declared as Markdown")
@@ -159,7 +163,7 @@ def metadata_problems(
     return problems
 
 
-def wheel_problems(path: Path, *, version: str, repository: str) -> list[str]:
+def wheel_problems(path: Path, *, version: str) -> list[str]:
     """What is wrong with a built wheel: its metadata and its files."""
     with zipfile.ZipFile(path) as wheel:
         names = set(wheel.namelist())
@@ -173,10 +177,7 @@ def wheel_problems(path: Path, *, version: str, repository: str) -> list[str]:
             if f"{dist_info}/entry_points.txt" in names
             else ""
         )
-    problems = [
-        f"{path.name}: {p}"
-        for p in metadata_problems(metadata, version=version, repository=repository)
-    ]
+    problems = [f"{path.name}: {p}" for p in metadata_problems(metadata, version=version)]
     for needed in (
         "aiokpl/__init__.py",
         "aiokpl/py.typed",
@@ -193,7 +194,7 @@ def wheel_problems(path: Path, *, version: str, repository: str) -> list[str]:
     return problems
 
 
-def sdist_problems(path: Path, *, version: str, repository: str) -> list[str]:
+def sdist_problems(path: Path, *, version: str) -> list[str]:
     """What is wrong with a built sdist: its metadata and the files a build needs."""
     top = f"aiokpl-{version}"
     with tarfile.open(path) as sdist:
@@ -204,10 +205,7 @@ def sdist_problems(path: Path, *, version: str, repository: str) -> list[str]:
         extracted = sdist.extractfile(member)
         assert extracted is not None
         metadata = _parse(extracted.read().decode())
-    problems = [
-        f"{path.name}: {p}"
-        for p in metadata_problems(metadata, version=version, repository=repository)
-    ]
+    problems = [f"{path.name}: {p}" for p in metadata_problems(metadata, version=version)]
     for needed in (
         "pyproject.toml",
         "README.md",
@@ -223,15 +221,14 @@ def sdist_problems(path: Path, *, version: str, repository: str) -> list[str]:
 def distribution_problems(dist: Path, root: Path = ROOT) -> list[str]:
     """Check the one wheel and the one sdist in ``dist`` against the tree at ``root``."""
     version = tree_version(root)
-    repository = repository_url(root)
     wheels = sorted(dist.glob("*.whl"))
     sdists = sorted(dist.glob("*.tar.gz"))
     if len(wheels) != 1 or len(sdists) != 1:
         found = [p.name for p in (*wheels, *sdists)]
         return [f"expected one wheel and one sdist in {dist}, found {found}"]
     return [
-        *wheel_problems(wheels[0], version=version, repository=repository),
-        *sdist_problems(sdists[0], version=version, repository=repository),
+        *wheel_problems(wheels[0], version=version),
+        *sdist_problems(sdists[0], version=version),
     ]
 
 

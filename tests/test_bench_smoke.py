@@ -54,15 +54,16 @@ def test_isolation_scenario_runs_on_the_virtual_clock(monkeypatch: pytest.Monkey
     from bench import isolation
 
     result = isolation.run(quick=True)
-    [row] = result.rows
-    assert row.scenario == "isolation"
-    assert row.ok is not None
-    details = result.details
-    assert details["clock"] == "virtual clock, trio MockClock"
-    assert details["records_timed"] == details["records_put_per_stream"] > 0
-    assert details["delivery"]["unresolved"] == details["delivery"]["lost"] == 0
-    assert details["failing_stream_results"] == {"Expired": details["records_put_per_stream"]}
-    assert set(details["percentiles_seconds"]) == {"p50", "p90", "p99", "p99.9", "max"}
+    assert [row.scenario for row in result.rows] == ["isolation", "isolation/hung"]
+    assert all(row.ok is not None for row in result.rows)
+    # Beside a failing stream, then beside a hung one (its details under "hung").
+    for details in (result.details, result.details["hung"]):
+        assert details["clock"] == "virtual clock, trio MockClock"
+        assert details["records_timed"] == details["records_put_per_stream"] > 0
+        assert details["delivery"]["unresolved"] == details["delivery"]["lost"] == 0
+        assert details["failing_stream_results"] == {"Expired": details["records_put_per_stream"]}
+        assert set(details["percentiles_seconds"]) == {"p50", "p90", "p99", "p99.9", "max"}
+        assert len(details["worst_by_second"]) == details["seconds"]
 
 
 def test_ordering_scenario_compares_both_modes_on_the_same_loads(

@@ -7,6 +7,7 @@ import base64
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,7 +27,14 @@ from aiokpl._cli.lines import (
     Template,
     random_partition_key,
 )
-from aiokpl._cli.local import DEFAULT_PORT, stream_spec, usage_lines
+from aiokpl._cli.local import (
+    DEFAULT_PORT,
+    fault_rate,
+    limits_and_faults,
+    seconds,
+    stream_spec,
+    usage_lines,
+)
 from aiokpl._cli.options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -42,6 +50,7 @@ from aiokpl._cli.reader import StartPosition
 from aiokpl._cli.tail import format_record, parse_timestamp
 from aiokpl._core.errors import ConfigError
 from aiokpl.aggregation import DeaggregatedRecord
+from aiokpl.testing._servers import ServerFaults, ShardLimits
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
@@ -745,6 +754,73 @@ def test_local_instructions_name_the_endpoint_region_and_dummy_credentials() -> 
     assert "aws --endpoint-url http://127.0.0.1:4567 kinesis list-streams" in text
     assert 'Config(endpoint_url="http://127.0.0.1:4567", region="eu-west-1",' in text
     assert "STREAM FILE" in "\n".join(usage_lines("http://h:1", "us-east-1", []))
+
+
+def test_local_throttles_only_when_asked_and_a_rate_implies_it() -> None:
+    def parsed(*args: str) -> tuple[ShardLimits | None, ServerFaults]:
+        return limits_and_faults(build_parser().parse_args(["local", *args]))
+
+    assert parsed() == (None, ServerFaults())
+    assert parsed("--throttle") == (ShardLimits(), ServerFaults())
+    assert parsed("--shard-records-per-sec", "250")[0] == ShardLimits(records_per_second=250)
+    assert parsed("--shard-bytes-per-sec", "1000")[0] == ShardLimits(bytes_per_second=1000)
+    assert parsed("--burst-seconds", "2")[0] == ShardLimits(burst_seconds=2)
+    _, faults = parsed(
+        "--fault-rate", "0.05", "--fail-stream", "a", "--hang-stream", "b", "--hang-stream", "c",
+        "--hang-seconds", "0",
+    )  # fmt: skip
+    assert faults == ServerFaults(
+        fault_rate=0.05, fail_streams=("a",), hang_streams=("b", "c"), hang_seconds=0.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "message"),
+    [
+        (fault_rate, "x", "not a number: 'x'"),
+        (fault_rate, "1.5", "must be a fraction from 0 to 1, got 1.5"),
+        (fault_rate, "-0.1", "must be a fraction from 0 to 1"),
+        (seconds, "soon", "not a number: 'soon'"),
+        (seconds, "-1", "must be a finite number of seconds, 0 or more, got -1"),
+        (seconds, "inf", "must be a finite number of seconds"),
+    ],
+)
+def test_local_fault_options_are_checked(
+    parse: Callable[[str], float], text: str, message: str
+) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        parse(text)
+    assert fault_rate("0") == 0.0
+    assert seconds("2.5") == 2.5
+
+
+def test_local_instructions_say_what_a_throttling_server_enforces() -> None:
+    plain = "\n".join(usage_lines("http://127.0.0.1:1", "us-east-1", [("e", 1)]))
+    assert "throttling" not in plain
+    assert "/_local/throughput" not in plain
+    lines = usage_lines(
+        "http://127.0.0.1:1",
+        "us-east-1",
+        [("e", 1)],
+        ShardLimits(records_per_second=250),
+        ServerFaults(fault_rate=0.1),
+    )
+    assert lines[2:6] == [
+        "throttling: 250 records/s and 1,048,576 bytes/s (1 MiB/s) per shard, 1 s of burst",
+        "  over the limit, PutRecords answers ProvisionedThroughputExceededException per record "
+        "(HTTP 200, FailedRecordCount > 0), PutRecord the same as an HTTP 400 error",
+        "fault: 10% of requests fail at random (InternalFailure HTTP 500, ServiceUnavailable "
+        "HTTP 503)",
+        "records stored, throttled and failed per second: "
+        "curl http://127.0.0.1:1/_local/throughput",
+    ]
+    faults_only = usage_lines(
+        "http://h:1", "us-east-1", [], None, ServerFaults(fail_streams=("a",))
+    )
+    assert faults_only[2:4] == [
+        "fault: stream a: every request fails (InternalFailure)",
+        "records stored, throttled and failed per second: curl http://h:1/_local/throughput",
+    ]
 
 
 def test_report_of_a_run_stopped_while_a_line_waited() -> None:

@@ -1,4 +1,5 @@
-"""The command line reference (``docs/cli.md``) is generated from the parsers and misses nothing."""
+"""The command line reference (``docs/cli.md``) is generated from the parsers into the page, is
+current, and misses nothing."""
 
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ def test_every_option_of_every_command_is_in_a_table_of_the_page(hooks: ModuleTy
     page = PAGE.read_text(encoding="utf-8")
     placed = {
         (words[0], " ".join(words[1:]))
-        for match in hooks.CLI_PLACEHOLDER.finditer(page)
-        if match.group("kind") == "options"
+        for match in hooks.MARKER.finditer(page)
+        if match.group("kind") == "cli-options"
         for words in [match.group("args").split()]
     }
     missing = sorted(
@@ -61,14 +62,26 @@ def test_every_option_of_every_command_is_in_a_table_of_the_page(hooks: ModuleTy
         if (command, group) not in placed
     )
     assert not missing, f"options in no table of docs/cli.md: {missing}"
-    rendered = hooks.on_page_markdown(page)
-    for _, _, action in every_option():
-        assert re.search(rf"^\| `{re.escape(action.option_strings[0])}[` ]", rendered, re.M), action
+    for _, _, action in every_option():  # in the file itself, where a code host shows it
+        assert re.search(rf"^\| `{re.escape(action.option_strings[0])}[` ]", page, re.M), action
+
+
+def test_the_page_holds_its_tables_as_the_parsers_give_them(hooks: ModuleType) -> None:
+    # Fails after a change to an option (its help, its default, a new one) until
+    # `make docs-tables` has rewritten the page; the docs build refuses the page too.
+    page = PAGE.read_text(encoding="utf-8")
+    assert hooks.regenerate(page) == page, "docs/cli.md is stale: run make docs-tables"
+    assert hooks.on_page_markdown(page) == page
+    stale = page.replace("| `--max-buffered-ms MS` | longest", "| `--max-buffered-ms MS` | most")
+    assert stale != page
+    with pytest.raises(hooks.StaleTablesError, match="make docs-tables"):
+        hooks.on_page_markdown(stale)
+    assert hooks.regenerate(stale) == page
 
 
 def test_every_subcommand_has_a_section_a_usage_and_a_row(hooks: ModuleType) -> None:
     page = PAGE.read_text(encoding="utf-8")
-    rendered = hooks.on_page_markdown(page)
+    rendered = page
     commands = [name for name in hooks.cli_parsers() if name != "aiokpl"]
     assert commands == ["demo", "local", "put", "tail", "coordinate"]
     for name in commands:
@@ -76,8 +89,12 @@ def test_every_subcommand_has_a_section_a_usage_and_a_row(hooks: ModuleType) -> 
         assert f"<!-- cli-usage: {name} -->" in page, name
         assert f"| [`aiokpl {name}`](#aiokpl-{name}) |" in rendered, name
         assert f"```text\naiokpl {name} [-h]" in rendered, name
-    # Nothing is left for the reader to see as a comment, and no count to go stale.
-    assert "<!-- cli-" not in rendered
+    # Every marker has its section, and no count goes stale.
+    openings = [m.group("kind") for m in hooks.MARKER.finditer(page)]
+    assert len(openings) == page.count("<!-- cli-") > 0
+    assert [page.count(f"<!-- /{kind} -->") for kind in set(openings)] == [
+        openings.count(kind) for kind in set(openings)
+    ]
     assert not re.search(r"\b(two|three|four|five) subcommands\b", page)
 
 
@@ -105,13 +122,44 @@ def test_a_placeholder_naming_nothing_stops_the_build(hooks: ModuleType) -> None
         ("<!-- cli-options: put -->", "unknown placeholder"),
     ]:
         with pytest.raises(hooks.CliDocError, match=message):
+            hooks.regenerate(f"# Page\n\n{line}\n")
+        with pytest.raises(hooks.CliDocError, match=message):
             hooks.on_page_markdown(f"# Page\n\n{line}\n")
-    # Mentioned inside a sentence, a code span or a fenced block, a placeholder is left alone.
+    # Mentioned inside a sentence, a code span or a fenced block, a marker is left alone.
     prose = "Write `<!-- cli-usage: put -->` on a line of its own.\n"
-    assert hooks.on_page_markdown(prose) == prose
+    assert hooks.regenerate(prose) == prose
     fenced = "Text.\n\n```markdown\n<!-- cli-usage: put -->\n```\n\n<!-- cli-usage: demo -->\n"
-    rendered = hooks.on_page_markdown(fenced)
-    assert rendered.startswith("Text.\n\n```markdown\n<!-- cli-usage: put -->\n```\n\n```text")
+    rendered = hooks.regenerate(fenced)
+    assert rendered.startswith(
+        "Text.\n\n```markdown\n<!-- cli-usage: put -->\n```\n\n<!-- cli-usage: demo -->\n\n```text"
+    )
     assert "aiokpl demo [-h]" in rendered
+    assert rendered.endswith("```\n\n<!-- /cli-usage -->\n")
+    assert hooks.regenerate(rendered) == rendered  # a second run changes nothing
     contributing = (ROOT / "docs" / "contributing.md").read_text(encoding="utf-8")
-    assert "<!-- cli-options: put producer -->" in hooks.on_page_markdown(contributing)
+    assert hooks.regenerate(contributing) == contributing
+
+
+def test_a_marker_written_by_hand_gets_its_section_and_leaves_the_next_alone(
+    hooks: ModuleType,
+) -> None:
+    # The first marker has no closing one yet; the second section is complete. Regenerating
+    # must not take the second section's closing marker for the first's.
+    second = hooks.regenerate("<!-- cli-usage: demo -->\n")
+    text = f"<!-- cli-usage: local -->\n\nprose\n\n{second}"
+    rendered = hooks.regenerate(text)
+    assert rendered.count("<!-- /cli-usage -->") == 2
+    assert "\nprose\n" in rendered
+    assert rendered.index("aiokpl local [-h]") < rendered.index("prose")
+
+
+def test_make_docs_tables_rewrites_only_stale_pages(hooks: ModuleType, tmp_path: Path) -> None:
+    for name in hooks.PAGES:
+        (tmp_path / name).write_text((ROOT / "docs" / name).read_text(encoding="utf-8"))
+    assert hooks.write_pages(tmp_path) == []
+    cli = tmp_path / "cli.md"
+    cli.write_text(cli.read_text().replace("| `--max-buffered-ms MS` | longest", "| x | y"))
+    assert hooks.write_pages(tmp_path) == [cli]
+    assert cli.read_text() == PAGE.read_text(encoding="utf-8")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^docs-tables:.*\n\t.*docs/_hooks\.py", makefile, re.M)

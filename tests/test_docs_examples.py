@@ -1,33 +1,43 @@
-"""Every code example in the documentation runs, against the in-process fake.
+"""Every code example in the documentation runs: as a program, against a local Kinesis.
 
 Sources: ``README.md``, every ``*.md`` under ``docs/``, and the docstrings the API reference
 renders (the public modules, every name in their ``__all__``, the public members of those
 classes), all found anew on each run, so a new page or public name is covered the moment it
 exists. The rules they follow (``docs/contributing.md`` says the same for writers):
 
-* A ```` ```python ```` block is a **complete program**: imports included, nothing defined
-  elsewhere. It runs as written, in a fresh module.
-* A block whose top level uses ``await``, ``async with`` or ``async for`` runs inside an event
-  loop, **once on asyncio and once on trio**. Any other block runs once, as written: it may
-  start its own loop (``anyio.run(main)``, ``asyncio.run(main())``, ``trio.run(main)``).
+* A ```` ```python ```` block of a page is a **complete program**: imports included, nothing
+  defined elsewhere, no ``await`` outside a function. It must compile as a file, and it runs
+  as written (not wrapped in a function) in a fresh module, once; it starts its own event loop
+  (``anyio.run(main)``, ``asyncio.run(main())``, ``trio.run(main)``).
+* It runs as a reader runs it after the first steps of ``docs/getting-started.md``:
+  ``aiokpl local --stream events:4`` listening (moto's server on 127.0.0.1, here on a free port,
+  emptied before each example) and the environment of :func:`local_environment` exported,
+  whose ``AWS_ENDPOINT_URL_KINESIS`` sends a producer built without ``client=`` there.
+  ``http://127.0.0.1:4567`` (the server's default address) written in an example is that
+  server's address.
+* A warning of the ``aiokpl`` logger fails the example (unless :data:`EXPECTED_WARNINGS` names
+  it): records that fail quietly, in an example that only prints, fail its test all the same.
+* Two visible marks, a comment on a block's first line (so a reader sees them, on a code host
+  as on the site):
+
+  * ``# Continued from the block above.``: the block continues the page's previous ``python``
+    block, in the same module namespace, in the same test.
+  * ``# Fragment: WHAT IT NEEDS``: a piece of a program, not one; it must compile as a file
+    (an ``await`` goes inside an ``async def``), and is not run.
+
 * A block that defines ``test_*`` functions is a **pytest module**: it is written to a file and
   run by pytest in a subprocess, which must report at least one test passed and nothing else.
-* A producer built without ``client=`` (as a real application does) gets a
-  :class:`~aiokpl.testing.FakeKinesis` in which every stream exists, with 4 shards, instead of
-  an aiobotocore client. With ``Config(endpoint_url=...)`` it gets a real client for that
-  endpoint (a ``LoopbackKinesis`` the example started, say).
 * A ```` ```pycon ```` block is an interactive session, checked with :mod:`doctest`.
-* Two markers, each an HTML comment alone on the line just before a fence (invisible on the
-  site, plain in the source):
-
-  * ``<!-- docs-test: continue -->``: the block continues the page's previous ``python`` block,
-    in the same module namespace, in the same test.
-  * ``<!-- docs-test: skip: REASON -->``: the block is not run; the test reports it as skipped
-    with REASON, which must be given.
-
-  A marker anywhere else is an error, so none is silently ignored.
+* One marker, an HTML comment alone on the line just before a fence (invisible on the site,
+  plain in the source): ``<!-- docs-test: skip: REASON -->``: the block (a complete program
+  still) is not run; the test reports it as skipped with REASON, which must be given. A marker
+  anywhere else, or any other marker, is an error, so none is silently ignored.
 * Every fence has a language, from :data:`LANGUAGES`: code that cannot run is not Python
   (```` ```console ```` for shell sessions, ```` ```text ```` for output and diagrams).
+
+Docstrings are API reference, not pages, and take neither mark: a block of one whose top level
+uses ``await``, ``async with`` or ``async for`` runs inside an event loop, once on asyncio and
+once on trio, in the same environment.
 """
 
 from __future__ import annotations
@@ -37,11 +47,14 @@ import contextlib
 import doctest
 import importlib
 import inspect
+import json
+import logging
 import re
 import subprocess
 import sys
 import types
-from collections.abc import AsyncIterator, Iterator
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,10 +62,12 @@ from typing import Any
 import anyio
 import pytest
 
-import aiokpl._kinesis
-import aiokpl._producer
 from aiokpl import Config
-from aiokpl.testing import FakeKinesis
+from aiokpl._cli.local import _create_streams
+from aiokpl._kinesis import create_client
+from aiokpl.aggregation import deaggregate
+from aiokpl.testing import read_stream
+from aiokpl.testing._servers import DUMMY_CREDENTIALS, moto_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,6 +91,39 @@ _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*
 _MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<body>.*?)\s*-->\s*$")
 _SKIP = re.compile(r"skip:\s*(?P<reason>\S.*)")
 
+CONTINUED = "# Continued from the block above."
+"""The first line of a block that continues the page's previous python block."""
+
+_FRAGMENT = re.compile(r"# Fragment: \S")
+"""The start of the first line of a block that is a piece of a program: compiled, not run."""
+
+LOCAL_STREAMS = {"events": 4}
+"""The streams of the local server, as ``aiokpl local --stream events:4`` creates them (the
+command Getting started gives)."""
+
+EXPECTED_WARNINGS = {"docs/results.md": "no-such-stream"}
+"""Pages with an example that fails records on purpose, and what its warnings name. Any other
+warning of the ``aiokpl`` logger fails the example's test: a record that fails without the
+example saying so (a stream the server lacks, an address where nothing listens) warns."""
+
+LOCAL_PORT = 4567
+"""``aiokpl local``'s default port: an example's ``http://127.0.0.1:4567`` is the test server."""
+
+
+def local_environment(endpoint: str) -> dict[str, str]:
+    """What Getting started tells a reader to export to run every example on ``endpoint``.
+
+    ``AWS_ENDPOINT_URL`` (every other service) keeps anything else an example might call on
+    127.0.0.1 too: tests never talk to AWS.
+    """
+    return {
+        "AWS_ENDPOINT_URL_KINESIS": endpoint,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": DUMMY_CREDENTIALS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": DUMMY_CREDENTIALS["aws_secret_access_key"],
+        "AWS_DEFAULT_REGION": DUMMY_CREDENTIALS["region"],
+    }
+
 
 # Modules whose docstrings the API reference pages render: their examples run too.
 PUBLIC_MODULES = ("aiokpl", "aiokpl.aggregation", "aiokpl.testing")
@@ -93,6 +141,7 @@ class Source:
     name: str  # "docs/testing.md", or "aiokpl.testing.FakeKinesis"
     text: str
     filename: str  # for tracebacks: the page's path, or the docstring's qualified name
+    page: bool = True  # a page's python blocks are programs; a docstring's may await at top level
 
 
 def page_source(path: Path) -> Source:
@@ -108,7 +157,7 @@ def docstring_sources() -> list[Source]:
     def add(name: str, obj: object) -> None:
         doc = inspect.getdoc(obj)
         if doc:
-            found.append(Source(name, doc, f"<docstring of {name}>"))
+            found.append(Source(name, doc, f"<docstring of {name}>", page=False))
 
     for module_name in PUBLIC_MODULES:
         module = importlib.import_module(module_name)
@@ -144,6 +193,18 @@ class Block:
     @property
     def where(self) -> str:
         return f"{self.origin.name}:{self.line}"
+
+    @property
+    def first_line(self) -> str:
+        return self.source.split("\n", 1)[0].strip()
+
+    @property
+    def continued(self) -> bool:
+        return self.first_line == CONTINUED
+
+    @property
+    def fragment(self) -> bool:
+        return _FRAGMENT.match(self.first_line) is not None
 
 
 def fenced_blocks(origin: Source) -> list[Block]:
@@ -208,9 +269,13 @@ class Example:
 
     @property
     def kind(self) -> str:
-        """``"pycon"``, ``"pytest"``, ``"async"`` (top-level await) or ``"program"``."""
+        """``"pycon"``, ``"fragment"``, ``"pytest"``, ``"async"`` (a docstring's top-level
+        await) or ``"program"``."""
         if self.first.language == "pycon":
             return "pycon"
+        if self.first.fragment:
+            _compile(self.first)  # not run, but Python all the same
+            return "fragment"
         if any(_defines_tests(block.source) for block in self.blocks):
             return "pytest"
         if any(_is_async(block) for block in self.blocks):
@@ -219,13 +284,28 @@ class Example:
 
 
 def _compile(block: Block) -> types.CodeType:
+    """The block compiled as a file; a docstring's block may use a top-level ``await``.
+
+    Raises:
+        SyntaxError: A page's block does not compile as a file (a top-level ``await``, say).
+    """
     # Blank lines in front so that line numbers in tracebacks are the page's.
+    text = "\n" * block.line + block.source
+    if not block.origin.page:
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    else:
+        flags = 0
+        try:
+            compile(text, block.origin.filename, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            raise SyntaxError(
+                f"{block.where}: a python block must compile as a file ({exc.msg}, line "
+                f"{exc.lineno}): make it a complete program (an `async def main()` run by "
+                "`anyio.run(main)`), or a fragment whose first line is `# Fragment: ...` and "
+                "whose awaits are inside an `async def`"
+            ) from None
     code: types.CodeType = compile(
-        "\n" * block.line + block.source,
-        block.origin.filename,
-        "exec",
-        flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-        dont_inherit=True,
+        text, block.origin.filename, "exec", flags=flags, dont_inherit=True
     )
     return code
 
@@ -262,21 +342,28 @@ def examples_of(origin: Source) -> list[Example]:
             if block.language != "python":
                 raise ValueError(f"{block.where}: docs-test markers go before python blocks only")
             skip = _SKIP.fullmatch(block.marker)
-            if skip is not None:
-                skip_reason = skip.group("reason")
-            elif block.marker != "continue":
-                raise ValueError(
-                    f"{block.where}: unknown marker {block.marker!r}; use 'continue' or "
-                    "'skip: REASON' (a reason is required)"
+            if skip is None:
+                hint = (
+                    f"; a block that continues the one above says so on its first line: "
+                    f"{CONTINUED!r}"
+                    if block.marker == "continue"
+                    else ""
                 )
+                raise ValueError(
+                    f"{block.where}: unknown marker {block.marker!r}; the only one is "
+                    f"'skip: REASON' (a reason is required){hint}"
+                )
+            skip_reason = skip.group("reason")
         if block.language == "pycon":
             found.append(Example([block]))
         elif block.language == "python":
-            if block.marker == "continue":
+            if block.continued:
                 if last_python is None:
-                    raise ValueError(f"{block.where}: 'continue' with no python block before it")
-                if last_python.skip_reason is not None:
-                    raise ValueError(f"{block.where}: continues a skipped block")
+                    raise ValueError(f"{block.where}: continues no python block before it")
+                if last_python.skip_reason is not None or skip_reason is not None:
+                    raise ValueError(f"{block.where}: a skipped block cannot be continued")
+                if last_python.first.fragment:
+                    raise ValueError(f"{block.where}: a fragment cannot be continued")
                 last_python.blocks.append(block)
             else:
                 last_python = Example([block], skip_reason)
@@ -310,40 +397,49 @@ def _collect() -> list[Any]:
 # -- what examples run against --------------------------------------------------------------
 
 
-class AnyStreamKinesis(FakeKinesis):
-    """A :class:`FakeKinesis` in which any stream a producer writes to exists, with 4 shards."""
-
-    def _ensure(self, name: str | None) -> None:
-        if name is None:
-            return
-        try:
-            self.shards(name)
-        except ValueError:
-            self.add_stream(name, shard_count=4)
-
-    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
-        self._ensure(kwargs.get("StreamName"))
-        return await super().list_shards(**kwargs)
-
-    async def put_records(self, **kwargs: Any) -> dict[str, Any]:
-        self._ensure(kwargs.get("StreamName"))
-        return await super().put_records(**kwargs)
+@pytest.fixture(scope="module")
+def local_server() -> Iterator[str]:
+    """moto's server, as ``aiokpl local`` runs it, on a free 127.0.0.1 port."""
+    with moto_server() as endpoint:
+        yield endpoint
 
 
-@pytest.fixture(autouse=True)
-def _fake_default_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Producers that would open an aiobotocore client to AWS get a fake instead."""
-    real = aiokpl._kinesis.create_client
+def _config(endpoint: str) -> Config:
+    return Config(
+        endpoint_url=endpoint,
+        region=DUMMY_CREDENTIALS["region"],
+        aws_access_key_id=DUMMY_CREDENTIALS["aws_access_key_id"],
+        aws_secret_access_key=DUMMY_CREDENTIALS["aws_secret_access_key"],
+    )
 
-    @contextlib.asynccontextmanager
-    async def create_client(config: Config) -> AsyncIterator[Any]:
-        if config.endpoint_url is not None:
-            async with real(config) as client:
-                yield client
-        else:
-            yield AnyStreamKinesis()
 
-    monkeypatch.setattr(aiokpl._producer, "create_client", create_client)
+def _reset(endpoint: str) -> None:
+    """Empty the server, then create :data:`LOCAL_STREAMS` as ``aiokpl local`` does."""
+    request = urllib.request.Request(f"{endpoint}/moto-api/reset", data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert json.loads(response.read()) == {"status": "ok"}
+    streams = list(LOCAL_STREAMS.items())
+    anyio.run(_create_streams, endpoint, DUMMY_CREDENTIALS["region"], streams)
+
+
+def stored_data(endpoint: str, stream: str) -> list[bytes]:
+    """The data of every user record stored in ``stream`` on the server, deaggregated."""
+
+    async def read() -> list[bytes]:
+        async with create_client(_config(endpoint)) as client:
+            records = await read_stream(client, stream)
+        return [user.data for _, record in records for user in deaggregate(record)]
+
+    return anyio.run(read)
+
+
+@pytest.fixture
+def local_kinesis(local_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The server, emptied, with its streams, and the environment pointing at it."""
+    _reset(local_server)
+    for name, value in local_environment(local_server).items():
+        monkeypatch.setenv(name, value)
+    return local_server
 
 
 @contextlib.contextmanager
@@ -358,6 +454,12 @@ def _module() -> Iterator[dict[str, Any]]:
         del sys.modules[module.__name__]
 
 
+def _on_server(block: Block, endpoint: str) -> Block:
+    """``block`` with ``aiokpl local``'s default address replaced by the test server's."""
+    source = block.source.replace(f"http://127.0.0.1:{LOCAL_PORT}", endpoint)
+    return Block(block.origin, block.line, block.language, source, block.marker)
+
+
 async def _run_async(blocks: list[Block], namespace: dict[str, Any]) -> None:
     for block in blocks:
         result = eval(_compile(block), namespace)
@@ -369,12 +471,20 @@ async def _run_async(blocks: list[Block], namespace: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(("example", "backend"), _collect())
-def test_example_runs(example: Example, backend: str | None, tmp_path: Path) -> None:
+def test_example_runs(
+    example: Example,
+    backend: str | None,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     if example.problem is not None:
         pytest.fail(example.problem, pytrace=False)
     if example.skip_reason is not None:
         pytest.skip(f"{example.first.where}: {example.skip_reason}")
     kind = example.kind
+    if kind == "fragment":
+        return  # compiled as a file by kind; a fragment is not a program to run
     if kind == "pycon":
         block = example.first
         test = doctest.DocTestParser().get_doctest(
@@ -384,17 +494,28 @@ def test_example_runs(example: Example, backend: str | None, tmp_path: Path) -> 
         runner.run(test)
         assert test.examples, f"{block.where}: no >>> lines"
         assert runner.failures == 0, f"{block.where}: doctest failed (output above)"
-    elif kind == "pytest":
-        assert len(example.blocks) == 1, "a pytest module cannot continue or be continued"
-        _run_pytest_module(example.first, tmp_path)
+        return
+    endpoint: str = request.getfixturevalue("local_kinesis")
+    blocks = [_on_server(block, endpoint) for block in example.blocks]
+    if kind == "pytest":
+        assert len(blocks) == 1, "a pytest module cannot continue or be continued"
+        _run_pytest_module(blocks[0], tmp_path)
     elif kind == "async":
         assert backend is not None
         with _module() as namespace:
-            anyio.run(_run_async, example.blocks, namespace, backend=backend)
+            anyio.run(_run_async, blocks, namespace, backend=backend)
     else:
         with _module() as namespace:
-            for block in example.blocks:
+            for block in blocks:
                 exec(_compile(block), namespace)
+    warnings = [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno >= logging.WARNING and record.name.startswith("aiokpl")
+    ]
+    expected = EXPECTED_WARNINGS.get(example.first.origin.name)
+    unexpected = [text for text in warnings if expected is None or expected not in text]
+    assert not unexpected, f"{example.first.where}: aiokpl warned: {unexpected}"
 
 
 def _run_pytest_module(block: Block, tmp_path: Path) -> None:
@@ -439,14 +560,46 @@ def _page(tmp_path: Path, text: str) -> Source:
 def test_blocks_are_grouped_with_their_continuations(tmp_path: Path) -> None:
     page = _page(
         tmp_path,
-        "```python\nx = 1\n```\n\n<!-- docs-test: continue -->\n```python\nassert x == 1\n```\n"
-        "\n```python\nawait f()\n```\n"
+        f"```python\nx = 1\n```\n\n```python\n{CONTINUED}\nassert x == 1\n```\n"
+        "\n```python\nimport anyio\nanyio.run(f)\n```\n"
         "\n1. item\n\n    ```python\n    y = 2\n    ```\n",
     )
     found = examples_of(page)
-    assert [[b.line for b in e.blocks] for e in found] == [[1, 6], [10], [16]]
-    assert [e.kind for e in found] == ["program", "async", "program"]
+    assert [[b.line for b in e.blocks] for e in found] == [[1, 5], [10], [17]]
+    assert [e.kind for e in found] == ["program", "program", "program"]
     assert found[2].first.source == "y = 2\n"
+
+
+def test_a_page_block_must_compile_as_a_file(tmp_path: Path) -> None:
+    # The same code is an error on a page and an example to run on both loops in a docstring.
+    text = "```python\nimport anyio\nawait anyio.sleep(0)\n```\n"
+    (example,) = examples_of(_page(tmp_path, text))
+    with pytest.raises(SyntaxError, match=r"page.md:1: a python block must compile as a file"):
+        _ = example.kind
+    (example,) = examples_of(Source("aiokpl.X", text, "<docstring of aiokpl.X>", page=False))
+    assert example.kind == "async"
+    # Collected, the page is one failing test that says why.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys.modules[__name__], "sources", lambda: [_page(tmp_path, text)])
+        (param,) = _collect()
+    assert "compile as a file" in param.values[0].problem
+
+
+def test_a_fragment_is_compiled_not_run(tmp_path: Path) -> None:
+    fragment = "# Fragment: inside a function with an open producer.\n"
+    page = _page(
+        tmp_path,
+        f"```python\n{fragment}async def put(producer):\n    await producer.flush()\n```\n",
+    )
+    (example,) = examples_of(page)
+    assert example.kind == "fragment"
+    page = _page(tmp_path, f"```python\n{fragment}await producer.flush()\n```\n")
+    (example,) = examples_of(page)
+    with pytest.raises(SyntaxError, match="compile as a file"):
+        _ = example.kind
+    # "Fragment" anywhere else is only a comment: the block runs.
+    page = _page(tmp_path, "```python\nx = 1  # Fragment: no\n```\n")
+    assert [e.kind for e in examples_of(page)] == ["program"]
 
 
 def test_a_skip_needs_a_reason(tmp_path: Path) -> None:
@@ -463,11 +616,20 @@ def test_a_skip_needs_a_reason(tmp_path: Path) -> None:
     [
         ("```\nprint(1)\n```\n", "fence language ''"),
         ("```py\nprint(1)\n```\n", "fence language 'py'"),
-        ("<!-- docs-test: continue -->\n\ntext\n```python\nx\n```\n", "not followed by a fence"),
-        ("<!-- docs-test: continue -->\n```python\nx\n```\n", "no python block before it"),
-        ("<!-- docs-test: continue -->\n```text\nx\n```\n", "before python blocks only"),
+        ("<!-- docs-test: skip: x -->\n\ntext\n```python\nx\n```\n", "not followed by a fence"),
+        ("<!-- docs-test: continue -->\n```python\nx\n```\n", CONTINUED),
+        (f"```python\n{CONTINUED}\nx\n```\n", "continues no python block"),
+        (
+            f"<!-- docs-test: skip: x -->\n```python\nx\n```\n```python\n{CONTINUED}\n```\n",
+            "a skipped block cannot be continued",
+        ),
+        (
+            f"```python\n# Fragment: x\n```\n```python\n{CONTINUED}\n```\n",
+            "a fragment cannot be continued",
+        ),
+        ("<!-- docs-test: skip: x -->\n```text\nx\n```\n", "before python blocks only"),
         ("```python\nx\n", "never closed"),
-        ("text\n<!-- docs-test: continue -->\n", "not followed by a fence"),
+        ("text\n<!-- docs-test: skip: x -->\n", "not followed by a fence"),
     ],
 )
 def test_rule_breaking_pages_are_refused(tmp_path: Path, text: str, message: str) -> None:
@@ -481,3 +643,20 @@ def test_pytest_modules_and_pycon_sessions_are_recognised(tmp_path: Path) -> Non
         "```python\nasync def test_x():\n    pass\n```\n\n```pycon\n>>> 1 + 1\n2\n```\n",
     )
     assert [e.kind for e in examples_of(page)] == ["pytest", "pycon"]
+
+
+def test_a_program_runs_against_the_local_server(local_kinesis: str) -> None:
+    # What the examples rely on: a producer built without client=, as Getting started's
+    # first program builds it, writes to the local server through AWS_ENDPOINT_URL_KINESIS.
+    from aiokpl import Producer
+
+    async def main() -> None:
+        async with Producer(Config()) as producer:
+            outcome = await producer.put_record(stream="events", partition_key="k", data=b"x")
+        assert (await outcome).success
+
+    anyio.run(main)
+    assert stored_data(local_kinesis, "events") == [b"x"]
+    # Each example starts from an empty server.
+    _reset(local_kinesis)
+    assert stored_data(local_kinesis, "events") == []

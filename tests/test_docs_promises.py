@@ -13,9 +13,11 @@ reader to install ``aiokpl`` by name from the index. Relax it when 1.0.0 is out.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -151,7 +153,7 @@ def test_no_page_installs_aiokpl_from_the_index_by_name() -> None:
             found.extend(f"{relative}:{number}: {c}" for c in index_installs(line))
     assert not found, (
         "`pip install aiokpl` installs another project's 0.2.0 until 1.0.0 is published; "
-        "install from the source tree, a wheel or the repository:\n" + "\n".join(found)
+        "install from the source tree or a wheel:\n" + "\n".join(found)
     )
 
 
@@ -167,3 +169,46 @@ def test_install_commands_are_recognised() -> None:
         "pip install aiokpl-agg",
     ):
         assert index_installs(fine) == [], fine
+
+
+# An address of this project: its name in a URL's host or path.
+PROJECT_URL = re.compile(r"https?://[^\s)`'\"<>\]]*aiokpl[^\s)`'\"<>\]]*", re.IGNORECASE)
+
+# Where the project's addresses would be given, besides the pages.
+ADDRESS_FILES = ("CHANGELOG.md", "mkdocs.yml", "pyproject.toml")
+
+
+def _package_check() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "package_check", ROOT / "tests" / "package_check.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_page_names_an_address_of_the_project_it_cannot_vouch_for() -> None:
+    # github.com/aiokpl/aiokpl was named in the install instructions, pyproject.toml and
+    # mkdocs.yml, and does not exist. An address of the project may be named once it is real,
+    # and listed in VOUCHED_URLS (tests/package_check.py).
+    vouched = _package_check().vouched
+    found: list[str] = []
+    for path in [*pages(), *(ROOT / name for name in ADDRESS_FILES)]:
+        relative = path.relative_to(ROOT).as_posix()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for url in PROJECT_URL.findall(line):
+                if not vouched(url):
+                    found.append(f"{relative}:{number}: {url}")
+    assert not found, "addresses the project cannot vouch for:\n" + "\n".join(found)
+
+
+def test_project_addresses_are_recognised() -> None:
+    assert PROJECT_URL.findall("$ git clone https://github.com/aiokpl/aiokpl && cd aiokpl") == [
+        "https://github.com/aiokpl/aiokpl"
+    ]
+    assert PROJECT_URL.findall("repo_url: https://aiokpl.example.org/") == [
+        "https://aiokpl.example.org/"
+    ]
+    assert PROJECT_URL.findall("[anyio](https://anyio.readthedocs.io)") == []

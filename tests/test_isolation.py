@@ -233,21 +233,40 @@ async def test_a_probe_goes_alone_and_its_success_releases_the_backlog() -> None
 
 
 class SlowFor(FakeKinesis):
-    """A fake that takes ``seconds`` to answer each ``PutRecords`` to one stream."""
+    """A fake that takes ``seconds`` to answer each ``PutRecords`` to one stream (longer than
+    ``request_timeout_ms``: it hangs), and counts the calls under way to it at once."""
 
     def __init__(self, stream: str, seconds: float) -> None:
         super().__init__()
         self.slow_stream = stream
         self.seconds = seconds
+        self.under_way = 0
+        self.most_under_way = 0
+        self.changes: list[tuple[float, int]] = []  # (time, calls under way from then on)
+
+    def _count(self, change: int) -> None:
+        self.under_way += change
+        self.most_under_way = max(self.most_under_way, self.under_way)
+        self.changes.append((anyio.current_time(), self.under_way))
+
+    def most_between(self, start: float, end: float) -> int:
+        """The most calls under way at once at any time in ``[start, end]``."""
+        before = [count for when, count in self.changes if when < start]
+        during = [count for when, count in self.changes if start <= when <= end]
+        return max(before[-1:] + during, default=0)
 
     async def put_records(self, **kwargs: Any) -> dict[str, Any]:
         if kwargs.get("StreamName") == self.slow_stream:
-            await anyio.sleep(self.seconds)
+            self._count(1)
+            try:
+                await anyio.sleep(self.seconds)
+            finally:
+                self._count(-1)
         return await super().put_records(**kwargs)
 
 
 async def test_a_slow_streams_backlog_takes_turns_with_another_stream() -> None:
-    fake = SlowFor("slow", 1.0)
+    fake = SlowFor("slow", 0.5)
     fake.add_stream("slow", shard_count=1)
     fake.add_stream("fast", shard_count=1)
     config = CONFIG.replace(aggregation_enabled=False, collection_max_count=1, record_ttl_ms=60_000)
@@ -257,17 +276,159 @@ async def test_a_slow_streams_backlog_takes_turns_with_another_stream() -> None:
             await producer.put_record(stream="slow", partition_key=f"k{i}", data=b"x")
             for i in range(20)
         ]
-        # 2 requests take both connections for 1 s; 18 wait. The fast stream's one request
+        # 2 requests take both connections for 0.5 s; 18 wait. The fast stream's one request
         # is sent when the first connection frees, not after the slow stream's backlog.
         await anyio.sleep(0.01)
         fast = await (await producer.put_record(stream="fast", partition_key="k", data=b"x"))
-        assert anyio.current_time() == pytest.approx(t0 + 1.0, abs=EPS)
+        assert anyio.current_time() == pytest.approx(t0 + 0.5, abs=EPS)
         assert fast.success
-        assert fast.attempts[0].started_at == pytest.approx(t0 + 1.0, abs=EPS)
+        assert fast.attempts[0].started_at == pytest.approx(t0 + 0.5, abs=EPS)
         results = [await outcome for outcome in slow]
     assert all(result.success for result in results)
-    # The slow stream kept both connections busy otherwise: 20 requests, 2 at a time.
-    assert max(r.attempts[-1].ended_at for r in results) == pytest.approx(t0 + 10.0, abs=EPS)
+    # From then on the fast stream has work (its answer at 0.5 s, plus the active window of
+    # 1 s + buffered time): the slow stream keeps to its share, one connection of two, until
+    # 1.6 s; then it takes both again.
+    starts = sorted(result.attempts[-1].started_at - t0 for result in results)
+    expected = [0.0, 0.0, 0.5, 1.0, 1.5, *[2.0 + 0.5 * (i // 2) for i in range(15)]]
+    assert starts == pytest.approx(expected, abs=EPS)
+
+
+HUNG_CONFIG = CONFIG.replace(record_ttl_ms=10_000)
+
+
+@pytest.mark.parametrize("max_connections", [2, 24])
+@pytest.mark.parametrize(
+    "answer_after",
+    [
+        pytest.param(3.0, id="answered-3s-late"),
+        pytest.param(10.0, id="past-the-request-timeout"),
+    ],
+)
+async def test_a_hung_stream_does_not_delay_a_healthy_one(
+    answer_after: float, max_connections: int
+) -> None:
+    fake = SlowFor("hung", answer_after)
+    fake.add_stream("hung", shard_count=2)
+    fake.add_stream("good", shard_count=2)
+    config = HUNG_CONFIG.replace(max_connections=max_connections)
+    async with Producer(config, client=fake) as producer:
+        timed = await offer(producer, ["hung", "good"], seconds=8.0)
+    assert_healthy(timed, "good")
+    # While the healthy stream had work, the hung stream held its share at most:
+    # ceil(max_connections / 2).
+    assert fake.most_between(timed.put_at["good"][0], timed.put_at["good"][-1]) == -(
+        -max_connections // 2
+    )
+    hung = timed.results("hung")
+    ttl = config.record_ttl_ms / 1000
+    timeout = config.request_timeout_ms / 1000
+    if answer_after < timeout:
+        # Slow, not dead: a record is delivered when its answer comes, else (one connection
+        # of two answering every 3 s does not carry 200 records/s) it fails at its TTL.
+        assert {result.error_code for result in hung} <= {None, "Expired"}
+        delivered = {
+            record.data
+            for stored in fake.stored_records("hung")
+            for record in (decode(stored.data) if is_aggregated(stored.data) else [stored])
+        }
+        assert sum(result.success for result in hung) == len(delivered) > 0
+        if max_connections == 24:
+            assert all(result.success for result in hung)
+        for put_at, done_at in zip(timed.put_at["hung"], timed.done_at["hung"], strict=True):
+            assert done_at - put_at <= ttl + answer_after + EPS
+    else:
+        # Every request times out: the records fail at their TTL, or at the end of the request
+        # they were in flight in then; each sent one says its outcome is unknown.
+        assert {result.error_code for result in hung} == {"Expired"}
+        assert any(result.outcome_unknown for result in hung)
+        assert all(attempt.outcome_unknown for result in hung for attempt in result.attempts[:-1])
+        for put_at, done_at in zip(timed.put_at["hung"], timed.done_at["hung"], strict=True):
+            assert done_at - put_at <= ttl + timeout + EPS
+
+
+async def test_a_lone_stream_uses_every_connection() -> None:
+    fake = SlowFor("slow", 0.5)
+    fake.add_stream("slow", shard_count=1)
+    fake.add_stream("other", shard_count=1)
+    config = CONFIG.replace(
+        aggregation_enabled=False, collection_max_count=1, record_ttl_ms=60_000, max_connections=4
+    )
+    async with Producer(config, client=fake) as producer:
+        # Another stream had work once, long enough ago: it no longer counts.
+        await (await producer.put_record(stream="other", partition_key="k", data=b"x"))
+        await anyio.sleep(1.2)
+        t0 = anyio.current_time()
+        slow = [
+            await producer.put_record(stream="slow", partition_key=f"k{i}", data=b"x")
+            for i in range(20)
+        ]
+        await anyio.sleep(0.01)
+        assert producer.statistics().requests_in_flight == 4
+        results = [await outcome for outcome in slow]
+    assert all(result.success for result in results)
+    assert fake.most_under_way == 4
+    # 20 requests, 4 at a time.
+    assert max(r.attempts[-1].ended_at for r in results) == pytest.approx(t0 + 2.5, abs=EPS)
+
+
+@pytest.mark.parametrize(
+    "joins_after",
+    [
+        pytest.param(2.0, id="overdue-already"),
+        pytest.param(0.4, id="overdue-later"),
+    ],
+)
+async def test_an_overdue_request_beyond_its_share_is_given_up_for_a_waiting_stream(
+    joins_after: float,
+) -> None:
+    fake = SlowFor("hung", 3.0)
+    fake.add_stream("hung", shard_count=1)
+    fake.add_stream("good", shard_count=1)
+    config = CONFIG.replace(aggregation_enabled=False, collection_max_count=1, record_ttl_ms=30_000)
+    async with Producer(config, client=fake) as producer:
+        await anyio.sleep(1)
+        t0 = anyio.current_time()
+        # Alone, the stream takes both connections; its requests then hang for 3 s.
+        hung = [
+            await producer.put_record(stream="hung", partition_key=f"k{i}", data=b"x")
+            for i in range(4)
+        ]
+        await anyio.sleep(joins_after)
+        assert fake.under_way == 2
+        good = await (await producer.put_record(stream="good", partition_key="k", data=b"x"))
+        # Its share is one connection now: its oldest request is given up once it is past
+        # what the stream's round trips predict (1 s before any answer), not at the 6 s
+        # request timeout, and the healthy stream's request takes the connection.
+        assert good.success
+        assert good.attempts[0].started_at == pytest.approx(t0 + max(joins_after, 1.0), abs=EPS)
+        results = [await outcome for outcome in hung]
+    assert producer._sender is not None
+    assert producer._sender.requests_preempted == 1
+    # The records of the request given up are retried (its outcome unknown) and delivered.
+    assert all(result.success for result in results)
+    given_up = [result for result in results if len(result.attempts) > 1]
+    assert len(given_up) == 1
+    first = given_up[0].attempts[0]
+    assert first.outcome_unknown
+    assert first.error_code == "Internal"
+    assert "free its connection for another stream" in (first.error_message or "")
+    assert first.ended_at == pytest.approx(t0 + max(joins_after, 1.0), abs=EPS)
+
+
+def test_the_overdue_deadline_follows_the_round_trips() -> None:
+    from aiokpl._pipeline.sender import _Lane
+
+    lane = _Lane(object())  # type: ignore[arg-type]
+    assert lane.overdue_after(1.0, 6.0) == 1.0  # before the first answer: the floor
+    assert lane.overdue_after(1.0, 0.5) == 0.5  # never past the request timeout
+    lane.sample(2.0)  # srtt 2, rttvar 1
+    assert lane.overdue_after(1.0, 10.0) == pytest.approx(6.0)
+    assert lane.overdue_after(1.0, 5.0) == 5.0
+    lane.sample(2.0)  # rttvar 0.75
+    assert lane.overdue_after(1.0, 10.0) == pytest.approx(2.0 + 4 * 0.75)
+    for _ in range(100):
+        lane.sample(0.05)  # fast answers: the floor again
+    assert lane.overdue_after(1.0, 10.0) == 1.0
 
 
 async def test_requests_held_behind_a_slow_probe_still_expire_at_their_ttl() -> None:

@@ -9,22 +9,27 @@ background loop on asyncio and on trio.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.thread
 import gc
 import logging
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import Future
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
 import anyio
 import pytest
 
+import aiokpl._exit_executor
+import aiokpl._sync
 from aiokpl import (
     BufferFullError,
     Config,
@@ -35,6 +40,7 @@ from aiokpl import (
     RecordResult,
     SyncProducer,
 )
+from aiokpl._exit_executor import ExitSafeExecutor
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis, read_stream
 
@@ -464,3 +470,262 @@ def test_a_stream_arn_in_another_region_is_refused_at_put_as_the_async_put_does(
         assert producer.outstanding_records == 0
         future = producer.put_record(stream=here, partition_key="k", data=b"x")
         assert future.result(timeout=WAIT).success
+
+
+# --- interruptions (Ctrl-C) -------------------------------------------------------------------
+
+
+class Interrupter:
+    """Sends SIGINT to the main thread (the test's) from another thread, as Ctrl-C would, and
+    waits until the handler has taken it: the test knows where the interruption landed."""
+
+    def __init__(self) -> None:
+        self.taken = threading.Semaphore(0)
+        self.count = 0
+
+    def handler(self, signum: int, frame: object) -> None:
+        self.count += 1
+        self.taken.release()
+        raise KeyboardInterrupt
+
+    def interrupt(self, when: Callable[[], bool] = lambda: True) -> None:
+        """Interrupt the main thread once ``when()`` holds; return once it took it."""
+        wait_until(when)
+        main = threading.main_thread().ident
+        assert main is not None
+        signal.pthread_kill(main, signal.SIGINT)
+        assert self.taken.acquire(timeout=WAIT)
+
+
+@pytest.fixture
+def interrupter() -> Iterator[Interrupter]:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only, and this test does not run there")
+    interrupter = Interrupter()
+    previous = signal.signal(signal.SIGINT, interrupter.handler)
+    try:
+        yield interrupter
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def in_thread(target: Callable[[], object]) -> threading.Thread:
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    """Wait (bounded, in real time) until ``condition()`` holds."""
+    for _ in range(int(WAIT / 0.001)):
+        if condition():
+            return
+        time.sleep(0.001)
+    raise AssertionError("the condition did not hold in time")
+
+
+def test_an_interrupted_close_cancels_the_rest_and_resolves_every_future(
+    backend: Backend, interrupter: Interrupter, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The first Ctrl-C left the `with` block, whose close() waits for delivery; a second one
+    # interrupts that wait: the records in flight are cancelled, every future resolved, and the
+    # interruption raised. (Before: raised at once, futures unresolved, no summary.)
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.latency = 3600.0  # the request stays in flight until cancelled
+    producer = SyncProducer(CONFIG, client=fake, backend=backend)
+    futures = [producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(50)]
+    wait_until(lambda: producer.statistics().requests_in_flight == 1)
+    second = in_thread(lambda: interrupter.interrupt(when=lambda: producer._closing))
+    with caplog.at_level(logging.WARNING, logger="aiokpl"), pytest.raises(KeyboardInterrupt):
+        producer.close()
+    second.join(WAIT)
+    assert interrupter.count == 1
+    assert all(future.done() for future in futures)
+    results = [future.result() for future in futures]
+    assert {result.error_code for result in results} == {"Cancelled"}
+    assert all(result.outcome_unknown for result in results)  # sent, never answered
+    assert (
+        "SyncProducer.close() was interrupted: the records still without a result were "
+        "cancelled (50 had none then). Of 50 records put, 0 were delivered and 50 failed"
+    ) in caplog.text
+    producer.close()  # closed already: returns at once, raises nothing
+    assert producer.statistics().records_failed == 50
+    assert not producer._thread.is_alive()
+
+
+def test_interruptions_during_the_abandon_are_held_back(
+    backend: Backend, interrupter: Interrupter
+) -> None:
+    # A third Ctrl-C, while the cancelled records' failure callbacks still run: held back, so
+    # that the caller's `except` finds every future resolved; one KeyboardInterrupt is raised.
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.latency = 3600.0
+    calling, go = threading.Event(), threading.Event()
+    called: list[RecordResult] = []
+
+    async def dead_letter(result: RecordResult) -> None:
+        calling.set()
+        with anyio.fail_after(WAIT):
+            # A threading.Event set by the test thread; not to_thread: its idle worker would
+            # outlive the test.
+            while not go.is_set():  # noqa: ASYNC110
+                await anyio.sleep(0.001)
+        called.append(result)
+
+    config = CONFIG.replace(on_record_failure=dead_letter)
+    producer = SyncProducer(config, client=fake, backend=backend)
+    futures = [producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(5)]
+
+    def interrupt_twice() -> None:
+        interrupter.interrupt(
+            when=lambda: producer._closing
+        )  # the second Ctrl-C: the close abandons the records
+        assert calling.wait(WAIT)  # their callbacks run: close() waits for them
+        interrupter.interrupt()  # the third: held back
+        go.set()
+
+    thread = in_thread(interrupt_twice)
+    with pytest.raises(KeyboardInterrupt):
+        producer.close()
+    thread.join(WAIT)
+    assert interrupter.count == 2
+    assert {future.result().error_code for future in futures} == {"Cancelled"}
+    assert sorted(id(result) for result in called) == sorted(id(f.result()) for f in futures)
+
+
+def test_an_abandon_that_cannot_finish_gives_up_and_says_so(
+    backend: Backend,
+    interrupter: Interrupter,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A plain failure callback that blocks the loop's thread: the interrupted close cannot see
+    # the records resolved, and gives up after request_timeout_ms (+ a margin, 0 here) saying
+    # how many have no result, rather than hold Ctrl-C back for ever.
+    monkeypatch.setattr(aiokpl._sync, "_ABANDON_MARGIN", 0.0)
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.latency = 3600.0
+    go = threading.Event()
+    config = CONFIG.replace(request_timeout_ms=100, on_record_failure=lambda _: go.wait(WAIT))
+    producer = SyncProducer(config, client=fake, backend=backend)
+    futures = [producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(3)]
+    thread = in_thread(lambda: interrupter.interrupt(when=lambda: producer._closing))
+    with caplog.at_level(logging.ERROR, logger="aiokpl"), pytest.raises(KeyboardInterrupt):
+        producer.close()
+    thread.join(WAIT)
+    unresolved = sum(not future.done() for future in futures)  # the loop is blocked: still
+    assert unresolved >= 1  # (the record whose callback blocks is resolved; the others wait)
+    assert (
+        "SyncProducer.close() was interrupted and the producer's thread did not stop within "
+        f"0.1 s: {unresolved} futures still have no result"
+    ) in caplog.text
+    go.set()  # the callback returns: the producer ends, every future resolved
+    producer.close()
+    assert {future.result().error_code for future in futures} == {"Cancelled"}
+
+
+def test_ctrl_c_during_the_close_at_exit_abandons_every_open_producer(
+    backend: Backend, interrupter: Interrupter, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The exit function, called here as the interpreter would: Ctrl-C during the close of one
+    # producer abandons its records and closes the other at once; each says what failed, and
+    # nothing is raised (there is nobody left to raise it to).
+    fakes = [FakeKinesis(), FakeKinesis()]
+    for fake in fakes:
+        fake.add_stream("s")
+        fake.latency = 3600.0
+    producers = [SyncProducer(CONFIG, client=fake, backend=backend) for fake in fakes]
+    futures = [
+        producer.put_record(stream="s", partition_key=f"k{i}", data=b"d")
+        for producer in producers
+        for i in range(4)
+    ]
+    thread = in_thread(
+        lambda: interrupter.interrupt(when=lambda: any(p._closing for p in producers))
+    )
+    with caplog.at_level(logging.WARNING, logger="aiokpl"):
+        aiokpl._sync._close_forgotten()
+    thread.join(WAIT)
+    assert interrupter.count == 1
+    assert {future.result().error_code for future in futures} == {"Cancelled"}
+    assert (
+        "closing a SyncProducer at interpreter exit was interrupted: the records still without "
+        "a result were cancelled (4 had none then). Of 4 records put, 0 were delivered and 4 "
+        "failed"
+    ) in caplog.text
+    assert (
+        "a SyncProducer still open at interpreter exit was closed: of 4 records put, 0 were "
+        "delivered and 4 failed"
+    ) in caplog.text
+    assert not any(producer._thread.is_alive() for producer in producers)
+
+
+def test_the_loop_executor_still_runs_work_once_thread_pools_refuse_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # At exit, concurrent.futures refuses new work to every ThreadPoolExecutor (its own exit
+    # hook sets this flag before any atexit function runs): the loop's executor then runs each
+    # call in a thread of its own, with the call's result or exception.
+    executor = ExitSafeExecutor()
+    assert executor.submit(pow, 2, 5).result(WAIT) == 32  # before exit: the pool
+    monkeypatch.setattr(concurrent.futures.thread, "_shutdown", True)
+    with pytest.raises(RuntimeError, match="after interpreter shutdown"):
+        ThreadPoolExecutor().submit(pow, 2, 5)  # what a plain pool does at exit
+    assert executor.submit(pow, 2, 6).result(WAIT) == 64
+    with pytest.raises(ZeroDivisionError):
+        executor.submit(divmod, 1, 0).result(WAIT)
+    cancelled: Future[int] = Future()
+    cancelled.cancel()
+    aiokpl._exit_executor._run(cancelled, pow, (2, 7), {})  # cancelled before it ran: not run
+    assert cancelled.cancelled()
+    monkeypatch.undo()
+    executor.shutdown()
+    with pytest.raises(RuntimeError, match="cannot schedule new futures after shutdown"):
+        executor.submit(pow, 2, 5)  # shut down (its loop ended): refused, as by any pool
+
+
+def test_ctrl_c_while_the_constructor_starts_the_loop_stops_it(
+    backend: Backend, interrupter: Interrupter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The constructor waits for the loop to start the producer (opening a client can take a
+    # while); Ctrl-C then cancels the start and raises. (Before: it waited for the start, then
+    # for a thread that nobody would stop.)
+    starting, cancelled = threading.Event(), threading.Event()
+
+    async def slow_enter(self: Producer) -> Producer:
+        starting.set()
+        try:
+            await anyio.sleep(WAIT)
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            raise
+        raise AssertionError("the start was not cancelled")
+
+    monkeypatch.setattr(Producer, "__aenter__", slow_enter)
+    thread = in_thread(lambda: interrupter.interrupt(when=starting.is_set))
+    with pytest.raises(KeyboardInterrupt):
+        SyncProducer(CONFIG, client=FakeKinesis(), backend=backend)
+    thread.join(WAIT)
+    wait_until(cancelled.is_set)
+    wait_until(lambda: not any(t.name == "aiokpl SyncProducer" for t in threading.enumerate()))
+
+
+def test_the_exit_function_closes_a_producer_left_open_and_delivers(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    # In this process (the subprocess tests show the same at a real exit): nothing failed, so
+    # nothing is logged.
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    config = CONFIG.replace(record_max_buffered_time_ms=3_600_000, record_ttl_ms=7_200_000)
+    producer = SyncProducer(config, client=fake, backend=backend)
+    futures = [producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(9)]
+    with caplog.at_level(logging.WARNING, logger="aiokpl"):
+        aiokpl._sync._close_forgotten()
+    assert all(future.result().success for future in futures)
+    assert sum(stored(fake, "s").values()) == 9
+    assert not producer._thread.is_alive()
+    assert caplog.text == ""

@@ -20,7 +20,9 @@ How a record crosses threads, and why:
 Invariants:
 
 * every future handed out is resolved, exactly once, by the time :meth:`SyncProducer.close`
-  returns (delivered, failed, or failed ``"Cancelled"`` when ``close(timeout=…)`` ran out);
+  returns (delivered, failed, or failed ``"Cancelled"`` when ``close(timeout=…)`` ran out),
+  or raises the interruption (Ctrl-C) that cut its wait short (``"Cancelled"`` then too): it
+  waits for an event the loop sets last, never for ``Thread.join`` alone;
 * records handed over and not yet resolved never exceed ``max_outstanding_records`` /
   ``max_outstanding_bytes``: ``put_record`` blocks the calling thread for room;
 * the producer's loop thread never blocks on its own work: calls that would wait for it from
@@ -32,6 +34,7 @@ the counts, the flush waiters and the wake-up flag.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import sys
@@ -43,12 +46,12 @@ from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import FINISHED, RUNNING
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 from anyio.from_thread import BlockingPortal
 
-from ._backend import BACKENDS, current_clock, threadsafe_scheduler
+from ._backend import BACKENDS, current_backend, current_clock, threadsafe_scheduler
 from ._core.config import Config
 from ._core.decoder import decode_tags
 from ._core.encoder import check_tags
@@ -57,6 +60,7 @@ from ._core.hashing import check_stream_name, check_user_record, parse_stream_ar
 from ._core.results import Attempt, FailedRecord, RecordResult
 from ._core.statistics import ProducerStatistics
 from ._core.wire import Tags
+from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
 from ._kinesis import check_region, fixed_region
 from ._producer import Producer, ProducerPort
 
@@ -68,7 +72,12 @@ __all__ = ("SyncProducer",)
 
 logger = logging.getLogger("aiokpl")
 
+_T = TypeVar("_T")
+
 _CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 records
+# How long an interrupted close() waits beyond request_timeout_ms for the cancelled producer's
+# exit (its async failure callbacks are bounded by request_timeout_ms) before it gives up.
+_ABANDON_MARGIN = 5.0
 
 # future, stream, partition key, size (key UTF-8 + data), data, hash key, explicit hash key, seq
 # future, stream, partition key, size, data, hash key, explicit hash key, encoded tags, seq
@@ -289,6 +298,10 @@ class SyncProducer:
         self._producer: Producer | None = None
         self._portal: BlockingPortal | None = None
         self._final_statistics: ProducerStatistics | None = None
+        # Set once the loop has ended and every future is resolved: what close() waits for.
+        # Not Thread.join(): on Python 3.10 to 3.12, a join interrupted by Ctrl-C marks the
+        # thread as stopped while it still runs, and every later join returns at once.
+        self._stopped = threading.Event()
         started: Future[None] = Future()
         self._thread = threading.Thread(
             target=self._thread_main,
@@ -300,7 +313,15 @@ class SyncProducer:
         try:
             started.result()
         except BaseException:
-            self._thread.join()
+            # The start failed (the loop is ending), or this thread was interrupted (Ctrl-C)
+            # while the loop started: nothing was put, so the start is cancelled (and a loop
+            # that has not got that far stops once it sees _closing).
+            with self._lock:
+                self._closing = True
+                if self._call_soon is not _not_started and not self._loop_done:
+                    self._call_soon(self._on_abandon)
+            if started.done():
+                self._stopped.wait()
             raise
         _open_producers.add(self)
 
@@ -321,6 +342,8 @@ class SyncProducer:
                 started.set_exception(exc)
             else:  # a bug: every future was still resolved (see _serve), but say so
                 logger.exception("the SyncProducer's event loop failed", exc_info=exc)
+        finally:
+            self._stopped.set()
 
     async def _serve(self, client: KinesisClient | None, started: Future[None]) -> None:
         self._loop_thread = threading.get_ident()
@@ -330,26 +353,31 @@ class SyncProducer:
         self._clock = current_clock()
         self._wakeup = anyio.Event()
         try:
+            if THREADS_AT_EXIT and current_backend() == "asyncio":  # must still run at exit
+                asyncio.get_running_loop().set_default_executor(ExitSafeExecutor())
             with anyio.CancelScope() as scope:  # close(timeout=…) sets its deadline
                 self._scope = scope
                 async with Producer(self.config, client=client) as producer:
                     self._producer = producer
                     async with BlockingPortal() as portal:  # for statistics() only
                         self._portal = portal
-                        started.set_result(None)
+                        with self._lock:
+                            if not self._closing:  # else the constructor was interrupted
+                                started.set_result(None)
                         try:
-                            await self._pump(producer, ProducerPort.of(producer))
+                            if started.done():
+                                await self._pump(producer, ProducerPort.of(producer))
                         finally:
                             self._portal = None
                             self._hand_over_the_rest(ProducerPort.of(producer))
-            if self._producer is not None:
-                self._final_statistics = self._producer.statistics()
         finally:
             with self._lock:
                 self._closing = self._loop_done = True
                 self._room.notify_all()
             self._fail_the_rest()
             self._loop_thread = None  # a later thread may reuse the identifier
+            if self._producer is not None:  # last: every future is resolved, whatever happens
+                self._final_statistics = self._producer.statistics()
 
     async def _pump(self, producer: Producer, port: ProducerPort) -> None:
         """Move queued records into the pipeline, a batch per wake-up, until closed."""
@@ -447,6 +475,10 @@ class SyncProducer:
     def _on_wake(self) -> None:
         assert self._wakeup is not None
         self._wakeup.set()
+
+    def _on_abandon(self) -> None:
+        assert self._scope is not None
+        self._scope.cancel()
 
     def _on_close(self, timeout: float | None) -> None:
         assert self._scope is not None
@@ -597,6 +629,13 @@ class SyncProducer:
         without a result after that many seconds fail with code ``"Cancelled"``. Failures are
         reported through the futures (and ``Config.on_record_failure``), never raised here.
 
+        If the wait is interrupted (a second Ctrl-C: the first one left the ``with`` block),
+        delivery stops at once: records still without a result fail with code
+        ``"Cancelled"`` (``outcome_unknown`` when their request was in flight), a warning on
+        the ``aiokpl`` logger sums up, and the interruption is raised once every future is
+        resolved. That takes at most about ``request_timeout_ms`` (async
+        ``on_record_failure`` calls), during which further interruptions are held back.
+
         Args:
             timeout: the most seconds to let the remaining records be delivered; ``None``
                 allows each record its ``record_ttl_ms`` (the close then takes at most about
@@ -605,16 +644,76 @@ class SyncProducer:
 
         Raises:
             RuntimeError: called from the producer's own thread (a future's done-callback).
+            KeyboardInterrupt: the wait was interrupted (whatever the signal handler raised),
+                after every future was resolved.
         """
         self._refuse_own_thread("close")
-        with self._lock:
-            if not self._closing:
-                self._closing = True
-                self._room.notify_all()
-                if not self._loop_done:
-                    self._call_soon(partial(self._on_close, timeout))
-        self._thread.join()
+        self._close(timeout, "SyncProducer.close()")
+
+    def _close(self, timeout: float | None, what: str) -> None:
+        try:
+            with self._lock:
+                if not self._closing:
+                    self._closing = True
+                    self._room.notify_all()
+                    if not self._loop_done:
+                        self._call_soon(partial(self._on_close, timeout))
+            self._stopped.wait()
+            self._thread.join()  # at once: the loop has ended
+        except BaseException:
+            self._abandon(what)
+            raise
         _open_producers.discard(self)
+
+    def _abandon(self, what: str) -> None:
+        """Cancel whatever is left, now, and wait until every future is resolved.
+
+        The producer's cancellation fails the records without a result (``"Cancelled"``, and
+        ``outcome_unknown`` for those whose request was in flight), in the loop's thread,
+        as ``close(timeout=0)`` does. Each step runs to its end even if interrupted again
+        (Ctrl-C, or ``SystemExit`` from a signal handler): the caller's ``except`` must find
+        every future resolved, and the summary logged. If the loop does not end within the
+        bound (a failure callback blocking the loop's thread), this gives up, and says how
+        many futures have no result.
+        """
+        pending = _uninterrupted(self._request_abandon)
+        bound = self.config.request_timeout_ms / 1000 + _ABANDON_MARGIN
+        stopped = _uninterrupted(partial(self._stopped.wait, bound))
+        if stopped:
+            _uninterrupted(self._thread.join)  # at once: the loop has ended
+        _open_producers.discard(self)
+        _uninterrupted(partial(self._report_abandon, what, stopped, pending, bound))
+
+    def _request_abandon(self) -> int:
+        with self._lock:
+            self._closing = True
+            self._room.notify_all()
+            if not self._loop_done:
+                self._call_soon(self._on_abandon)
+            return self._pending_records
+
+    def _report_abandon(self, what: str, stopped: bool, pending: int, bound: float) -> None:
+        if not stopped:
+            logger.error(
+                "%s was interrupted and the producer's thread did not stop within %.1f s: %d "
+                "futures still have no result",
+                what,
+                bound,
+                self._pending_records,
+            )
+            return
+        statistics = self.statistics()
+        logger.warning(
+            "%s was interrupted: the records still without a result were cancelled (%d had "
+            "none then). Of %d records put, %d were delivered and %d failed; each future holds "
+            'its record\'s result and error code ("Cancelled" for those the interruption '
+            "stopped)",
+            what,
+            pending,
+            statistics.records_put,
+            statistics.records_succeeded,
+            statistics.records_failed,
+        )
 
     def __enter__(self) -> SyncProducer:
         return self
@@ -656,7 +755,7 @@ class SyncProducer:
                 return portal.call(producer.statistics)
             except RuntimeError:
                 pass  # the portal stopped meanwhile: the final snapshot is taken by then
-        self._thread.join()
+        self._stopped.wait()
         assert self._final_statistics is not None
         return self._final_statistics
 
@@ -681,6 +780,19 @@ def _settle_outcome(
     sync._settle(future, outcome, size, seq)
 
 
+def _uninterrupted(step: Callable[[], _T]) -> _T:
+    """Run ``step`` to its end, again after each interruption that cut it short.
+
+    For the steps of an abandon, which are idempotent and short: a Ctrl-C (or a signal
+    handler's ``SystemExit``) during them is held back; the caller raises the first one.
+    """
+    while True:
+        try:
+            return step()
+        except (KeyboardInterrupt, SystemExit):
+            continue
+
+
 def _not_started(function: Callable[[], object]) -> object:
     raise RuntimeError("the SyncProducer's event loop is not running")
 
@@ -693,25 +805,37 @@ def _not_running_clock() -> float:
 def _close_forgotten() -> None:
     """Close producers still open at interpreter exit, so their records are delivered.
 
-    ``atexit`` runs after non-daemon threads are joined but while daemon threads (ours) still
-    run, so the loop can still flush.
+    A plain ``atexit`` function, on purpose: it runs after the non-daemon threads are joined
+    and after the ``atexit`` functions registered later than aiokpl's import (atexit runs them
+    last first), so a worker thread or an exit function of the program may still put records,
+    or close the producer itself; the producer's daemon thread still runs. What its loop needs
+    from the interpreter then is in :mod:`aiokpl._exit_executor` (which also says why not
+    ``threading``'s earlier hook).
+
+    A Ctrl-C during this close abandons what is left, of this producer and of the others
+    (``close(timeout=0)``), as a second Ctrl-C does in ``close()``: every future is resolved
+    and a warning sums up. Nothing is raised: there is nobody left to raise it to.
     """
+    interrupted = False
     for producer in list(_open_producers):
         try:
-            producer.close()
-        except Exception:  # pragma: no cover - nothing can be raised to anyone at exit
-            logger.exception("closing a SyncProducer at exit failed")
-            continue
-        # Nobody may be left to look at the futures: say what failed.
-        statistics = producer.statistics()
-        if statistics.records_failed:
-            logger.warning(
-                "a SyncProducer still open at interpreter exit was closed: of %d records put, "
-                "%d were delivered and %d failed (%d of them expired before they could be "
-                "sent); each future holds its record's result and error code. Close the "
-                "producer yourself (or use Config.on_record_failure) to handle failures",
-                statistics.records_put,
-                statistics.records_succeeded,
-                statistics.records_failed,
-                statistics.records_expired_unsent,
-            )
+            if interrupted:
+                producer._close(0.0, "closing a SyncProducer at interpreter exit")
+            else:
+                producer._close(None, "closing a SyncProducer at interpreter exit")
+            # Nobody may be left to look at the futures: say what failed.
+            statistics = producer.statistics()
+            if statistics.records_failed:
+                logger.warning(
+                    "a SyncProducer still open at interpreter exit was closed: of %d records "
+                    "put, %d were delivered and %d failed (%d of them expired before they "
+                    "could be sent); each future holds its record's result and error code. "
+                    "Close the producer yourself (or use Config.on_record_failure) to handle "
+                    "failures",
+                    statistics.records_put,
+                    statistics.records_succeeded,
+                    statistics.records_failed,
+                    statistics.records_expired_unsent,
+                )
+        except BaseException:  # interrupted: _close abandoned the rest, and said so
+            interrupted = True

@@ -13,12 +13,15 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from aiokpl import Producer
 from aiokpl.testing import read_stream
+from aiokpl.testing._servers import throughput
 
 from .helpers import admin_client, aiokpl_script, config, user_records
 
@@ -31,16 +34,19 @@ StartLocal = Callable[..., tuple["subprocess.Popen[str]", str, str]]
 
 @pytest.fixture
 def start_local() -> Iterator[StartLocal]:
-    """Start ``aiokpl local --port 0 ARGS...`` (the console script).
+    """Start ``python -m aiokpl local --port 0 ARGS...`` (``command`` instead of
+    ``python -m aiokpl local`` if given).
 
     Returns the process, its endpoint and what it printed up to its last line of instructions
     (the rest of stdout is read by ``communicate``).
     """
     started: list[subprocess.Popen[str]] = []
 
-    def start(*args: str) -> tuple[subprocess.Popen[str], str, str]:
+    def start(
+        *args: str, command: list[str] | None = None
+    ) -> tuple[subprocess.Popen[str], str, str]:
         process = subprocess.Popen(
-            [aiokpl_script(), "local", "--port", "0", *args],
+            [*(command or [sys.executable, "-m", "aiokpl", "local"]), "--port", "0", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -140,7 +146,7 @@ def _send_raw(endpoint: str, data: bytes) -> None:
 
 
 def test_requests_are_not_logged_and_a_tls_client_gets_one_line(start_local: StartLocal) -> None:
-    process, endpoint, _ = start_local("--stream", "events")
+    process, endpoint, _ = start_local("--stream", "events", command=[aiokpl_script(), "local"])
     _send_raw(endpoint, TLS_HELLO)
     _send_raw(endpoint, TLS_HELLO + b"\r\n")
     assert len(anyio.run(_put_and_read, endpoint, "events", 10)) == 10
@@ -154,8 +160,66 @@ def test_requests_are_not_logged_and_a_tls_client_gets_one_line(start_local: Sta
 
 
 def test_log_requests_prints_a_line_per_request(start_local: StartLocal) -> None:
-    process, endpoint, _ = start_local("--stream", "events", "--log-requests")
+    process, endpoint, _ = start_local(
+        "--stream", "events", "--log-requests", command=[aiokpl_script(), "local"]
+    )
     assert len(anyio.run(_put_and_read, endpoint, "events", 10)) == 10
     _, err = _stop(process, signal.SIGINT)
     assert process.returncode == 0, err
     assert re.search(r'"POST / HTTP/1\.1" 200 -$', err, re.M), err
+
+
+def _console_script() -> str:
+    """The ``aiokpl`` console script installed beside this interpreter (``make test`` installs
+    the package in editable mode; ``PYTHONPATH`` still decides which source it runs)."""
+    script = Path(sys.executable).with_name("aiokpl")
+    assert script.is_file(), f"no console script at {script}: install the package (make test)"
+    return str(script)
+
+
+async def _burst(endpoint: str, stream: str, count: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    async with admin_client(endpoint) as admin:
+        response: dict[str, Any] = await admin.put_records(
+            StreamName=stream,
+            Records=[{"Data": b"x" * 100, "PartitionKey": f"k{i}"} for i in range(count)],
+        )
+    return response, throughput(endpoint)
+
+
+def test_throttle_through_the_console_script_says_and_does_what_it_enforces(
+    start_local: StartLocal,
+) -> None:
+    process, endpoint, out = start_local(
+        "--stream",
+        "events",
+        "--throttle",
+        "--shard-records-per-sec",
+        "250",
+        "--fail-stream",
+        "broken",
+        "--hang-stream",
+        "slow",
+        "--hang-seconds",
+        "3",
+        command=[_console_script(), "local"],
+    )
+    assert (
+        "throttling: 250 records/s and 1,048,576 bytes/s (1 MiB/s) per shard, 1 s of burst\n"
+        "  over the limit, PutRecords answers ProvisionedThroughputExceededException per record "
+        "(HTTP 200, FailedRecordCount > 0), PutRecord the same as an HTTP 400 error\n"
+        "fault: stream broken: every request fails (InternalFailure)\n"
+        "fault: stream slow: every request is answered 3 s late\n"
+        f"records stored, throttled and failed per second: curl {endpoint}/_local/throughput\n"
+    ) in out
+    # One request of 400 records to the one shard: its burst of 250 is stored, the rest not.
+    response, counts = anyio.run(_burst, endpoint, "events", 400)
+    assert response["FailedRecordCount"] == 150
+    assert counts["limits"] == {
+        "records_per_second": 250.0,
+        "bytes_per_second": 1048576.0,
+        "burst_seconds": 1.0,
+    }
+    [row] = [row for row in counts["series"] if row["stream"] == "events"]
+    assert (row["delivered"], row["throttled"]) == (250, 150)
+    _, err = _stop(process, signal.SIGINT)
+    assert process.returncode == 0, err

@@ -16,6 +16,12 @@ own SIGINT handler raises ``KeyboardInterrupt``), so no lock is ever taken in a 
 Without moto's server installed, the command prints one line naming the ``local`` extra and
 exits 2, as it does when the address cannot be bound.
 
+``--throttle`` makes the server enforce AWS's per-shard write limits (1,000 records/s and
+1 MiB/s per shard, one second of burst; ``--shard-records-per-sec``, ``--shard-bytes-per-sec``
+and ``--burst-seconds`` change them and imply ``--throttle``); ``--fault-rate``,
+``--fail-stream`` and ``--hang-stream`` add faults. Both are
+:mod:`aiokpl.testing._throttling`'s; the banner then says what the server enforces.
+
 The web server's line per request is printed only with ``--log-requests``; without it, its
 errors still are, and a request that is not HTTP at all (an ``https://`` URL sends a TLS
 handshake) gets one line saying so, instead of the bytes it sent (:class:`_RequestErrors`).
@@ -41,13 +47,26 @@ from .._core.config import Config
 from .._kinesis import create_client, error_of
 from ..testing._servers import (
     DUMMY_CREDENTIALS,
+    THROUGHPUT_PATH,
     LocalServerError,
+    ServerFaults,
+    ShardLimits,
     make_moto_server,
     moto_installed,
 )
-from .options import EXIT_OK, EXIT_SERVICE_ERROR, EXIT_USAGE, made_of
+from .options import EXIT_OK, EXIT_SERVICE_ERROR, EXIT_USAGE, made_of, positive_float
 
-__all__ = ("DEFAULT_PORT", "add_parser", "run_local_command", "stream_spec", "usage_lines")
+__all__ = (
+    "DEFAULT_PORT",
+    "add_parser",
+    "enforcement_lines",
+    "fault_rate",
+    "limits_and_faults",
+    "run_local_command",
+    "seconds",
+    "stream_spec",
+    "usage_lines",
+)
 
 DEFAULT_PORT = 4567
 """The port ``aiokpl local`` listens on by default (kinesalite's default too)."""
@@ -148,8 +167,59 @@ def _client_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def usage_lines(endpoint: str, region: str, streams: list[tuple[str, int]]) -> list[str]:
-    """What ``aiokpl local`` prints once it listens: how to point everything at ``endpoint``."""
+def fault_rate(text: str) -> float:
+    """An argparse type: a fraction from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction from 0 to 1, got {text}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds, 0 or more, got {text}"
+        )
+    return value
+
+
+def enforcement_lines(
+    endpoint: str, limits: ShardLimits | None, faults: ServerFaults | None
+) -> list[str]:
+    """What the server enforces beyond moto: its limits, its faults, where its counts are."""
+    lines = []
+    if limits is not None:
+        lines += [
+            f"throttling: {limits.describe()}",
+            "  over the limit, PutRecords answers ProvisionedThroughputExceededException per "
+            "record (HTTP 200, FailedRecordCount > 0), PutRecord the same as an HTTP 400 error",
+        ]
+    if faults is not None and faults.any:
+        lines += [f"fault: {line}" for line in faults.describe()]
+    if lines:
+        lines.append(
+            f"records stored, throttled and failed per second: curl {endpoint}{THROUGHPUT_PATH}"
+        )
+    return lines
+
+
+def usage_lines(
+    endpoint: str,
+    region: str,
+    streams: list[tuple[str, int]],
+    limits: ShardLimits | None = None,
+    faults: ServerFaults | None = None,
+) -> list[str]:
+    """What ``aiokpl local`` prints once it listens: how to point everything at ``endpoint``,
+    and what it enforces beyond moto (:func:`enforcement_lines`)."""
     key = DUMMY_CREDENTIALS["aws_access_key_id"]
     secret = DUMMY_CREDENTIALS["aws_secret_access_key"]
     example = streams[0][0] if streams else "STREAM"
@@ -157,6 +227,7 @@ def usage_lines(endpoint: str, region: str, streams: list[tuple[str, int]]) -> l
     return [
         f"local Kinesis (moto) at {endpoint}, region {region}",
         f"streams: {created or 'none yet (create them with --stream, or the aws line below)'}",
+        *enforcement_lines(endpoint, limits, faults),
         "",
         "dummy credentials (a local server needs some; these open nothing anywhere else):",
         f"  export AWS_ACCESS_KEY_ID={key} AWS_SECRET_ACCESS_KEY={secret} "
@@ -227,9 +298,10 @@ def run_local_command(
             "reach it can read and write these streams (there is no authentication)",
             file=stderr,
         )
+    limits, faults = limits_and_faults(args)
     with _stop_on_signals(), _request_log(stderr, enabled=args.log_requests):
         try:
-            return _serve(args.host, args.port, region, streams, stdout, stderr)
+            return _serve(args.host, args.port, region, streams, limits, faults, stdout, stderr)
         except BaseException as exc:
             if not made_of(exc, _Stopped):
                 raise
@@ -237,6 +309,27 @@ def run_local_command(
             name = "Ctrl-C" if stopped.signum == signal.SIGINT else "SIGTERM"
             print(f"aiokpl local: stopped ({name}); its streams are gone", file=stderr)
             return EXIT_OK
+
+
+def limits_and_faults(args: argparse.Namespace) -> tuple[ShardLimits | None, ServerFaults]:
+    """The per-shard limits (``None``: no throttling) and faults ``args`` ask for.
+
+    A rate or a burst given implies ``--throttle``; what is not given is AWS's.
+    """
+    rates = {
+        "records_per_second": getattr(args, "shard_records_per_sec", None),
+        "bytes_per_second": getattr(args, "shard_bytes_per_sec", None),
+        "burst_seconds": getattr(args, "burst_seconds", None),
+    }
+    given = {name: value for name, value in rates.items() if value is not None}
+    limits = ShardLimits(**given) if getattr(args, "throttle", False) or given else None
+    faults = ServerFaults(
+        fault_rate=getattr(args, "fault_rate", 0.0),
+        fail_streams=tuple(getattr(args, "fail_streams", None) or ()),
+        hang_streams=tuple(getattr(args, "hang_streams", None) or ()),
+        hang_seconds=getattr(args, "hang_seconds", 10.0),
+    )
+    return limits, faults
 
 
 def _first_stop(group: BaseException) -> _Stopped:
@@ -252,11 +345,13 @@ def _serve(
     port: int,
     region: str,
     streams: list[tuple[str, int]],
+    limits: ShardLimits | None,
+    faults: ServerFaults,
     stdout: TextIO,
     stderr: TextIO,
 ) -> int:
     try:
-        server = make_moto_server(host, port)
+        server = make_moto_server(host, port, limits=limits, faults=faults)
     except LocalServerError as exc:
         print(f"aiokpl local: {exc}", file=stderr)
         return EXIT_USAGE
@@ -273,7 +368,7 @@ def _serve(
             code, message = error_of(exc)
             print(f"aiokpl local: cannot create the streams: {code}: {message}", file=stderr)
             return EXIT_SERVICE_ERROR
-        for line in usage_lines(endpoint, region, streams):
+        for line in usage_lines(endpoint, region, streams, limits, faults):
             print(line, file=stdout)
         stdout.flush()
         threading.Event().wait()  # until a signal handler raises _Stopped
@@ -326,5 +421,63 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         "--log-requests",
         action="store_true",
         help="print the web server's line for every request on stderr (default: errors only)",
+    )
+    limits = local.add_argument_group("throttling and faults")
+    limits.add_argument(
+        "--throttle",
+        action="store_true",
+        help="enforce AWS's per-shard write limits: 1000 records/s and 1 MiB/s per shard "
+        "(data + partition key), one second of burst; over them a record fails with "
+        "ProvisionedThroughputExceededException, as on AWS",
+    )
+    limits.add_argument(
+        "--shard-records-per-sec",
+        type=positive_float,
+        metavar="N",
+        help="records per second a shard takes (implies --throttle; default: 1000)",
+    )
+    limits.add_argument(
+        "--shard-bytes-per-sec",
+        type=positive_float,
+        metavar="N",
+        help="bytes (data + partition key) per second a shard takes (implies --throttle; "
+        "default: 1048576)",
+    )
+    limits.add_argument(
+        "--burst-seconds",
+        type=positive_float,
+        metavar="S",
+        help="seconds of each rate a quiet shard takes at once (implies --throttle; default: 1)",
+    )
+    limits.add_argument(
+        "--fault-rate",
+        type=fault_rate,
+        default=0.0,
+        metavar="P",
+        help="fraction of requests (PutRecord(s), ListShards, DescribeStream*, GetRecords, "
+        "GetShardIterator) that fail at random with InternalFailure (HTTP 500) or "
+        "ServiceUnavailable (HTTP 503) (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--fail-stream",
+        dest="fail_streams",
+        action="append",
+        metavar="NAME",
+        help="every request naming this stream fails with InternalFailure; repeatable",
+    )
+    limits.add_argument(
+        "--hang-stream",
+        dest="hang_streams",
+        action="append",
+        metavar="NAME",
+        help="every request naming this stream is answered --hang-seconds late (other streams "
+        "are served meanwhile); repeatable",
+    )
+    limits.add_argument(
+        "--hang-seconds",
+        type=seconds,
+        default=10.0,
+        metavar="S",
+        help="how late a --hang-stream's requests are answered (default: %(default)g)",
     )
     local.set_defaults(handler=run_local_command)

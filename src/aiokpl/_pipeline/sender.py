@@ -32,20 +32,45 @@ stream costs one request and at most one connection per backoff period (100 ms d
 5 s), the backoff grows one step per period as designed, and a recovered stream loses one
 request's round trip before its backlog flows again.
 
+The connection budget (invariants):
+
+* **fair share**: with S streams *having work*, a stream takes a new connection only while it
+  holds fewer than ``ceil(max_connections / S)``. A stream has work while it has requests
+  queued (ready, parked or behind a probe) or in flight, and for ``active_window`` after its
+  last answer (1 s plus the buffered time: a stream with steady traffic sends at least once
+  per buffered time, so it keeps its share between two requests). A lane at its share leaves
+  the ring until one of its own requests is answered (or it submits another); connections its
+  share leaves free stay free for the others. A lone stream (S = 1) uses every connection;
+* **overdue requests are given up for others**: a request is *overdue* once it has been under
+  way longer than its stream's round trips predict: ``srtt + 4 * rttvar`` (RFC 6298's
+  retransmission timeout, from the stream's answered requests), at least 1 s (the floor, and
+  the whole estimate before the first answer) and at most ``request_timeout_ms``. When every
+  connection is taken and a stream within its share waits, the oldest overdue request of the
+  stream holding the most connections beyond its share is cancelled; it fails as
+  ``("Internal", "request given up …")``, an unknown outcome like a timeout, and its records
+  are retried after the stream's backoff. One such request at a time; with none overdue yet,
+  the scheduler looks again when the first one will be.
+
+Why both: connections in use cannot be taken back without cancelling, and HTTP connections are
+the real limit (the SDK's pool has ``max_connections`` of them), so a slot "released" while its
+request goes on would only queue the next request in the pool. The fair share keeps a stream
+that starts hanging from taking more than its share in the first place, at the cost of
+reserving connections for streams that had work within the window; giving up overdue requests
+covers a stream that took every connection while it was alone, and costs only requests that are
+late by their own stream's standard. A stream whose requests hang is thus held to its share
+(and to one probe per backoff period once its requests time out), and a healthy stream beside
+it is not delayed.
+
 The KPL (``pipeline.h``, ``send_put_records_request``) hands every request to the SDK's
 client at once; its pool of ``MaxConnections`` serves them first come, first served, whatever
-their stream, and nothing backs off. Three things we do that it does not: the lanes and their
-turns, the backoff above, and records whose TTL passed while they queued here fail as
-``"Expired"`` instead of being sent.
-
-What round-robin cannot do: take back a connection already in use. A stream whose requests
-hang holds the connections it took until ``request_timeout_ms``; from its first failure on it
-is held to one probe at a time. Reserving connections per stream would cap a lone stream's
-throughput, so we do not.
+their stream, and nothing backs off. What we do that it does not: the lanes and their turns,
+the backoff above, the connection budget, and records whose TTL passed while they queued here
+fail as ``"Expired"`` instead of being sent.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -63,6 +88,10 @@ if TYPE_CHECKING:
     from .scheduler import Scheduler
 
 __all__ = ("Sender",)
+
+# A request is overdue, at the earliest, this long after it was sent (before its stream's
+# first answer, it is the whole estimate): RFC 6298's minimum retransmission timeout.
+_OVERDUE_FLOOR = 1.0
 
 
 class Destination(Protocol):
@@ -116,10 +145,34 @@ class _Request:
         self._expiry = None
 
 
-class _Lane:
-    """One stream's requests waiting to be sent, in FIFO order."""
+class _Flight:
+    """One request in flight: when it started, and how to give it up."""
 
-    __slots__ = ("destination", "in_ring", "probe", "probing", "requests", "state", "wake")
+    __slots__ = ("preempted", "scope", "started")
+
+    def __init__(self, started: float, scope: anyio.CancelScope) -> None:
+        self.started = started
+        self.scope = scope
+        self.preempted = False  # cancelled to free its connection for another stream
+
+
+class _Lane:
+    """One stream's requests waiting to be sent, in FIFO order, and those in flight."""
+
+    __slots__ = (
+        "active_until",
+        "destination",
+        "flights",
+        "held",
+        "in_ring",
+        "probe",
+        "probing",
+        "requests",
+        "rttvar",
+        "srtt",
+        "state",
+        "wake",
+    )
 
     def __init__(self, destination: Destination) -> None:
         self.destination = destination
@@ -129,6 +182,34 @@ class _Lane:
         self.probe = False  # the next request sent is a probe (the lane was parked)
         self.probing: list[KinesisRecord] | None = None  # the probe in flight
         self.wake: _Wake | None = None  # the scheduler entry that counts; older ones are stale
+        # The budget's state: connections held (requests taken off the queue, not answered),
+        # those under way, oldest first (by id), and until when the stream counts as having
+        # work once it has nothing queued or in flight.
+        self.held = 0
+        self.flights: dict[int, _Flight] = {}
+        self.active_until = -math.inf
+        # Smoothed round trip and its mean deviation (RFC 6298), NaN before the first answer.
+        self.srtt = math.nan
+        self.rttvar = math.nan
+
+    def overdue_after(self, floor: float, ceiling: float) -> float:
+        """Seconds after which a request of this stream is past what its round trips predict:
+        ``srtt + 4 * rttvar`` (RFC 6298's retransmission timeout), within ``floor`` …
+        ``ceiling``; ``floor`` before the first answer."""
+        srtt = self.srtt
+        if srtt != srtt:  # NaN: nothing answered yet
+            return min(floor, ceiling)
+        return min(max(srtt + 4.0 * self.rttvar, floor), ceiling)
+
+    def sample(self, rtt: float) -> None:
+        """Fold one answered request's round trip into the estimate (RFC 6298, §2)."""
+        srtt = self.srtt
+        if srtt != srtt:
+            self.srtt = rtt
+            self.rttvar = rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(srtt - rtt)
+            self.srtt = 0.875 * srtt + 0.125 * rtt
 
 
 class _Wake:
@@ -148,6 +229,22 @@ class _Wake:
             self.sender._on_wake(lane, now)
 
 
+class _Recheck:
+    """The sender's scheduler entry: look again for a request to give up, once one may be
+    overdue. One instance, scheduled at the earliest such time known; an entry that comes due
+    after an earlier one only looks again, which changes nothing if nothing is due."""
+
+    __slots__ = ("sender",)
+
+    def __init__(self, sender: Sender) -> None:
+        self.sender = sender
+
+    def on_due(self, now: float) -> None:
+        sender = self.sender
+        sender._recheck_at = math.inf
+        sender._preempt(now)
+
+
 def _earliest_expiry(requests: deque[_Request]) -> float:
     return min(request.expiry() for request in requests)
 
@@ -164,6 +261,7 @@ class Sender:
         *,
         max_connections: int,
         request_timeout: float,
+        active_window: float = 1.0,
     ) -> None:
         self._client = client
         self._task_group = task_group
@@ -171,6 +269,11 @@ class Sender:
         self._scheduler = scheduler
         self._max_connections = max_connections
         self._request_timeout = request_timeout
+        self._active_window = active_window
+        self._preempting = 0  # requests given up whose tasks have not finished yet
+        self._recheck = _Recheck(self)
+        self._recheck_at = math.inf  # when it is due next, if it is scheduled
+        self.requests_preempted = 0
         # One lane per stream, kept for the producer's life (as its stream pipelines are).
         self._lanes: dict[Destination, _Lane] = {}
         self._ring: deque[_Lane] = deque()
@@ -200,7 +303,7 @@ class Sender:
     def forget(self, destination: Destination) -> None:
         """Drop the lane of a stream whose idle pipeline was released (it holds nothing)."""
         lane = self._lanes.get(destination)
-        if lane is not None and not lane.requests and lane.probing is None:
+        if lane is not None and not lane.requests and lane.probing is None and not lane.held:
             del self._lanes[destination]
             lane.wake = None  # a pending wake-up finds itself stale
 
@@ -226,18 +329,77 @@ class Sender:
         if not lane.in_ring:
             lane.in_ring = True
             self._ring.append(lane)
-        if self.in_flight < self._max_connections:
-            self._dispatch(self._clock())
+        self._dispatch(self._clock())
 
     # --- choosing what to send (synchronous) ---------------------------------------------
     def _dispatch(self, now: float) -> None:
-        """Start a sending task for each free connection that has a request to take."""
+        """Start a sending task for each free connection that has a request to take; with
+        none free and streams waiting, give up a request over its stream's share."""
         while self.in_flight < self._max_connections:
             item = self._next(now)
             if item is None:
                 return
             self.in_flight += 1
             self._task_group.start_soon(self._run, *item)
+        if self._ring:
+            self._preempt(now)
+
+    # --- the budget ----------------------------------------------------------------------
+    def _share(self, now: float) -> int:
+        """Connections each stream with work may hold: ``ceil(max_connections / S)``, where S
+        counts the streams with requests queued or in flight, or answered within the active
+        window (so a stream between two requests keeps its share)."""
+        streams = sum(
+            1
+            for lane in self._lanes.values()
+            if lane.requests or lane.held or lane.active_until > now
+        )
+        return -(-self._max_connections // max(streams, 1))
+
+    def _within_share(self, lane: _Lane, now: float) -> bool:
+        """Whether ``lane`` may take one more connection."""
+        held = lane.held
+        # Counting the streams with work only when it can matter: S is at most the lanes.
+        if held < -(-self._max_connections // len(self._lanes)):
+            return True
+        return held < self._share(now)
+
+    def _preempt(self, now: float) -> None:
+        """With every connection taken and a stream within its share waiting: give up the
+        oldest overdue request of the stream holding the most beyond its share, if any; if
+        none is overdue yet, look again when the first may be."""
+        if (
+            self._preempting
+            or self.in_flight < self._max_connections
+            or len(self._lanes) == 1  # a lone stream is never its own victim
+        ):
+            return  # (or a freed connection is on its way to the waiting stream)
+        share = self._share(now)
+        if not any(
+            lane.state == _READY and lane.held < share and lane.destination.resume_at <= now
+            for lane in self._ring
+        ):
+            return
+        victim: _Flight | None = None
+        most = share
+        recheck = math.inf
+        for lane in self._lanes.values():
+            if lane.held <= most or not lane.flights:
+                continue
+            oldest = next(iter(lane.flights.values()))
+            due = oldest.started + lane.overdue_after(_OVERDUE_FLOOR, self._request_timeout)
+            if due <= now:
+                victim, most = oldest, lane.held
+            else:
+                recheck = min(recheck, due)
+        if victim is not None:
+            victim.preempted = True
+            victim.scope.cancel()
+            self._preempting += 1
+            self.requests_preempted += 1
+        elif recheck < self._recheck_at:
+            self._recheck_at = recheck
+            self._scheduler.call_at(recheck, self._recheck)
 
     def _next(self, now: float) -> tuple[_Lane, list[KinesisRecord]] | None:
         """The next request in round-robin order, or ``None``; parks lanes backing off."""
@@ -249,6 +411,8 @@ class Sender:
             if destination.resume_at > now:
                 self._park(lane)
                 continue
+            if lane.held and not self._within_share(lane, now):
+                continue  # off the ring until one of its requests is answered
             records = lane.requests.popleft().records
             if lane.probe:
                 lane.probe = False
@@ -263,6 +427,7 @@ class Sender:
                     lane.probing = records
                     if lane.requests:  # held behind the probe, they still expire on time
                         self._wake_at(lane, _earliest_expiry(lane.requests))
+                lane.held += 1
                 return lane, records
             if lane.state == _PROBING:  # nothing left to probe with: the next one is
                 lane.state = _READY
@@ -323,6 +488,8 @@ class Sender:
 
     def _answered(self, lane: _Lane, records: list[KinesisRecord], now: float) -> None:
         """After ``records`` of ``lane`` were answered: end its probe, park it if it backs off."""
+        lane.held -= 1
+        lane.active_until = now + self._active_window
         if lane.probing is records:
             lane.probing = None
             lane.state = _READY
@@ -345,23 +512,33 @@ class Sender:
             item: tuple[_Lane, list[KinesisRecord]] | None = (lane, records)
             while item is not None:
                 lane, records = item
-                await self._send(lane.destination, records)
+                preempted = await self._send(lane, records)
                 now = self._clock()
                 self._answered(lane, records, now)
                 item = self._next(now)
-                if item is not None and self._ring and self.in_flight < self._max_connections:
-                    self._dispatch(now)  # a probe's success may have released a backlog
+                if preempted:
+                    # Only now is its connection passed on (callbacks of its records' results
+                    # may have submitted requests, seeing every connection still taken).
+                    self._preempting -= 1
+                if item is not None and self._ring:
+                    # A probe's success may have released a backlog; or every connection is
+                    # taken and a stream waits.
+                    self._dispatch(now)
         finally:
             self.in_flight -= 1
 
-    async def _send(self, destination: Destination, records: list[KinesisRecord]) -> None:
+    async def _send(self, lane: _Lane, records: list[KinesisRecord]) -> bool:
+        """Send one request and hand its result to its stream; whether it was given up."""
+        destination = lane.destination
         entries = [record.entry() for record in records]
         started = self._clock()
         answer: object = ("Internal", f"request timed out after {self._request_timeout:g} s")
         unanswered = self._unanswered
         key = id(records)
         unanswered[key] = records  # stays there if this task is cancelled in the call
-        with anyio.move_on_after(self._request_timeout):
+        scope = anyio.CancelScope(deadline=anyio.current_time() + self._request_timeout)
+        flight = lane.flights[key] = _Flight(started, scope)
+        with scope:
             try:
                 answer = await self._client.put_records(
                     **stream_argument(destination.stream), Records=entries
@@ -369,6 +546,15 @@ class Sender:
             except Exception as exc:
                 answer = error_of(exc)
         del unanswered[key]
+        del lane.flights[key]
+        if not scope.cancelled_caught:
+            lane.sample(self._clock() - started)
+        elif flight.preempted:
+            answer = (
+                "Internal",
+                f"request given up after {self._clock() - started:.3g} s, past what its "
+                "stream's round trips predict, to free its connection for another stream",
+            )
         self.requests_sent += 1
         result: dict[str, Any] | tuple[str, str]
         if isinstance(answer, dict):
@@ -381,6 +567,7 @@ class Sender:
                 else ("Internal", f"malformed PutRecords response: {type(answer).__name__}")
             )
         destination.handle_result(records, result, started, self._clock())
+        return flight.preempted
 
     def statistics(self) -> SenderStatistics:
         """A snapshot of the requests: answered or failed so far, under way, waiting."""

@@ -14,12 +14,17 @@ server can hand out the same number twice and overwrite a stored record (seen he
 records lost with 24 connections, none with one; ``docs/local-development.md`` has the figures
 for stock ``python -m moto.server``). :func:`make_moto_server` therefore serves moto's WSGI
 application behind a lock: HTTP stays concurrent, the model sees one request at a time.
+
+Given :class:`~aiokpl.testing._throttling.ShardLimits` (or :class:`~aiokpl.testing._throttling.
+ServerFaults`), the same server enforces AWS's per-shard write limits (or adds faults): see
+:mod:`aiokpl.testing._throttling`, which then serves moto behind the same lock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -29,8 +34,12 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
+from urllib.request import urlopen
+
+from ._throttling import THROUGHPUT_PATH, ServerFaults, ShardLimits, ThrottlingApp
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -40,13 +49,17 @@ __all__ = (
     "DUMMY_CREDENTIALS",
     "KINESALITE_VERSION",
     "MOTO_MISSING",
+    "THROUGHPUT_PATH",
     "LocalServerError",
+    "ServerFaults",
+    "ShardLimits",
     "free_port",
     "kinesalite_dir",
     "kinesalite_server",
     "make_moto_server",
     "moto_installed",
     "moto_server",
+    "throughput",
 )
 
 DUMMY_CREDENTIALS = {
@@ -70,12 +83,21 @@ def moto_installed() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("moto", "werkzeug", "flask"))
 
 
-def make_moto_server(host: str, port: int) -> BaseWSGIServer:
+def make_moto_server(
+    host: str,
+    port: int,
+    *,
+    limits: ShardLimits | None = None,
+    faults: ServerFaults | None = None,
+) -> BaseWSGIServer:
     """moto's server, bound to ``host:port`` and ready to ``serve_forever()``.
 
     The socket is listening when this returns (port 0: the kernel picks one; read it from the
     server's ``server_port``). Requests are served on threads, and moto's WSGI application
-    runs behind one lock (see the module header for why).
+    runs behind one lock (see the module header for why). With ``limits`` every shard takes
+    at most that much, with ``faults`` requests fail or hang as they say; then the server also
+    counts, per second, what it stored and refused (``GET`` :data:`THROUGHPUT_PATH`, or
+    :func:`throughput`).
 
     Raises:
         LocalServerError: moto's server is not installed.
@@ -98,6 +120,10 @@ def make_moto_server(host: str, port: int) -> BaseWSGIServer:
         with lock:
             return list(app(environ, start_response))
 
+    served: Any = serialized
+    if limits is not None or (faults is not None and faults.any):
+        served = ThrottlingApp(app, lock, limits, faults)
+
     # Bound here, not by werkzeug, which prints its own message and exits on a bind error.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
@@ -108,23 +134,42 @@ def make_moto_server(host: str, port: int) -> BaseWSGIServer:
         return make_server(
             host,
             int(sock.getsockname()[1]),
-            serialized,
+            served,
             threaded=True,
             request_handler=MotoRequestHandler,
             fd=sock.fileno(),
         )
 
 
-# argv[1] is this file, argv[2] the port. The file is loaded by its path, not imported as
-# aiokpl.testing._servers, so the child needs no sys.path set up for aiokpl (and skips importing
-# the package and its dependencies).
+# argv[1] is the folder this package is in, put first on sys.path so the child imports this
+# very aiokpl (a source checkout or an installed one); argv[2] the port; argv[3] the limits and
+# faults, as JSON.
 _SERIALIZED_MOTO = """
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("aiokpl_local_kinesis", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-module.make_moto_server("127.0.0.1", int(sys.argv[2])).serve_forever()
+import sys
+sys.path.insert(0, sys.argv[1])
+from aiokpl.testing._servers import _serve_child
+_serve_child(int(sys.argv[2]), sys.argv[3])
 """
+
+
+def _serve_child(port: int, settings: str) -> None:
+    """The body of the server process :func:`moto_server` starts."""
+    parsed = json.loads(settings)
+    limits = None if parsed["limits"] is None else ShardLimits(**parsed["limits"])
+    faults = None if parsed["faults"] is None else ServerFaults(**parsed["faults"])
+    make_moto_server("127.0.0.1", port, limits=limits, faults=faults).serve_forever()
+
+
+def throughput(endpoint: str, timeout: float = 10.0) -> dict[str, Any]:
+    """What a throttling server (or one with faults) reports at :data:`THROUGHPUT_PATH`.
+
+    Returns the JSON document: ``limits`` and ``faults`` as set, and ``series``, one row per
+    second (of the server's wall clock, ``int(time.time())``) and stream, with the records
+    ``delivered`` (stored), ``throttled`` and ``failed`` (by a fault) in that second.
+    """
+    with urlopen(endpoint.rstrip("/") + THROUGHPUT_PATH, timeout=timeout) as answer:
+        document: dict[str, Any] = json.loads(answer.read())
+    return document
 
 
 def free_port() -> int:
@@ -166,8 +211,16 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def moto_server(timeout: float = 30.0) -> Iterator[str]:
+def moto_server(
+    timeout: float = 30.0,
+    *,
+    limits: ShardLimits | None = None,
+    faults: ServerFaults | None = None,
+) -> Iterator[str]:
     """Run moto's server on a free 127.0.0.1 port; yields its endpoint URL; stops it on exit.
+
+    ``limits`` and ``faults`` are as for :func:`make_moto_server`: AWS's per-shard limits are
+    ``ShardLimits()``.
 
     Raises:
         LocalServerError: moto is not installed or the server did not start.
@@ -179,7 +232,19 @@ def moto_server(timeout: float = 30.0) -> Iterator[str]:
     # moto logs every request: its output goes to a file, never to a pipe nobody reads.
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
-            [sys.executable, "-c", _SERIALIZED_MOTO, __file__, str(port)],
+            [
+                sys.executable,
+                "-c",
+                _SERIALIZED_MOTO,
+                str(Path(__file__).resolve().parents[2]),
+                str(port),
+                json.dumps(
+                    {
+                        "limits": None if limits is None else asdict(limits),
+                        "faults": None if faults is None else asdict(faults),
+                    }
+                ),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

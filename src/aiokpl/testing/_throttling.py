@@ -1,0 +1,666 @@
+"""AWS's per-shard write limits and a few faults, in front of moto's server (``aiokpl local
+--throttle``, :func:`aiokpl.testing._servers.moto_server`).
+
+moto, kinesalite and LocalStack store every record they are sent; Kinesis does not. A shard
+takes 1,000 records and 1 MiB (data plus partition key) per second, and a client that sends
+more sees ``ProvisionedThroughputExceededException``: per record in a ``PutRecords`` answer
+(HTTP 200, ``FailedRecordCount`` above 0), as the whole answer to ``PutRecord`` (HTTP 400).
+:class:`ThrottlingApp` is a WSGI application in front of moto's that does the same:
+
+* every shard has a token bucket of records and one of bytes (:class:`ShardThrottle`, over
+  :class:`aiokpl._core.token_bucket.TokenBucket`), filled at :class:`ShardLimits`' rates,
+  holding ``burst_seconds`` of each, full when the shard is first written to;
+* which shard a record goes to is moto's own answer (``Stream.get_shard_for_key`` on moto's
+  model, under the same lock that serialises moto), so a throttled record is refused by the
+  shard moto would have stored it on;
+* records that fit are passed to moto (the request unchanged when all fit, else rewritten
+  without the others), records that do not are answered with AWS's error code and message,
+  at their positions; tokens taken for records moto then refuses are given back;
+* optional faults (:class:`ServerFaults`): a fraction of Kinesis requests fail at random with
+  ``InternalFailure`` (HTTP 500) or ``ServiceUnavailable`` (HTTP 503); requests naming a
+  *failing* stream fail with ``InternalFailure``; requests naming a *hanging* stream are
+  answered only after ``hang_seconds`` (waited outside moto's lock, so other streams go on);
+* per second of the wall clock and per stream, the records stored, throttled and failed
+  (:class:`ThroughputCounts`), served as JSON at :data:`THROUGHPUT_PATH`: a benchmark reads
+  the server's own counts, not the producers' accounting.
+
+Everything else (other operations, other services such as the DynamoDB table of
+``aiokpl.coordination``) goes to moto untouched, behind the same lock as before.
+
+What it does not model: read limits (``GetRecords``: 5 calls and 2 MiB per second per shard),
+control-plane limits (``ListShards`` at 100 calls per second per stream, ...), on-demand
+streams' own scaling, and the service's habit of refusing a whole ``PutRecords`` request with
+``ProvisionedThroughputExceededException`` when the stream, not one shard, is far over.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+import os
+import random
+import re
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._core.decoder import decode
+from .._core.token_bucket import TokenBucket
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+__all__ = (
+    "THROTTLED",
+    "THROUGHPUT_PATH",
+    "ServerFaults",
+    "ShardLimits",
+    "ShardThrottle",
+    "ThrottlingApp",
+    "ThroughputCounts",
+    "throttled_message",
+)
+
+THROTTLED = "ProvisionedThroughputExceededException"
+"""The error code of a record (or a ``PutRecord`` request) over its shard's limit."""
+
+THROUGHPUT_PATH = "/_local/throughput"
+"""``GET`` this path of the server: its limits, faults and per-second counts, as JSON."""
+
+_TARGET_PREFIX = "Kinesis_20131202."
+_WRITES = frozenset({"PutRecord", "PutRecords"})
+# What a fault may hit: the calls an application makes while it runs. Creating, deleting and
+# resharding streams are left alone, so a server with faults can still be set up.
+_FAULTED = _WRITES | {
+    "DescribeStream",
+    "DescribeStreamSummary",
+    "GetRecords",
+    "GetShardIterator",
+    "ListShards",
+}
+_RANDOM_FAULTS = (
+    (500, "InternalFailure", "Internal service failure (injected: --fault-rate)."),
+    (503, "ServiceUnavailable", "Service is unavailable (injected: --fault-rate)."),
+)
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+# The service's limits of one request, checked before any shard's: 500 records, 1 MiB a
+# record, 5 MiB in all (data plus partition keys).
+_MAX_RECORDS = 500
+_MAX_RECORD = 1024 * 1024
+_MAX_REQUEST = 5 * 1024 * 1024
+# The base64 of the KPL aggregate's magic (F3 89 9A C2) starts with these characters.
+_AGGREGATE_PREFIX = "84ma"
+_ARN_STREAM = re.compile(r"^arn:[^:]+:kinesis:[^:]*:[^:]*:stream/(?P<name>.+)$")
+_ACCESS_KEY = re.compile(r"Credential=([^/,]+)/")
+
+
+def _positive(name: str, value: float) -> None:
+    if not 0.0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ShardLimits:
+    """The write limits of every shard, AWS's by default.
+
+    Args:
+        records_per_second: Records a shard takes per second (AWS: 1,000).
+        bytes_per_second: Bytes (data plus partition key, UTF-8) a shard takes per second
+            (AWS: 1 MiB).
+        burst_seconds: How many seconds of each rate a shard's buckets hold; they start full,
+            so a quiet shard takes this much at once (AWS's documented limit is per second;
+            one second of burst is what clients observe).
+
+    Raises:
+        ValueError: A number is not positive and finite.
+    """
+
+    records_per_second: float = 1000.0
+    bytes_per_second: float = 1024.0 * 1024.0
+    burst_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        _positive("records_per_second", self.records_per_second)
+        _positive("bytes_per_second", self.bytes_per_second)
+        _positive("burst_seconds", self.burst_seconds)
+
+    def describe(self) -> str:
+        """One line: what a shard takes."""
+        mib = self.bytes_per_second / (1024.0 * 1024.0)
+        return (
+            f"{self.records_per_second:g} records/s and {self.bytes_per_second:,.0f} bytes/s "
+            f"({mib:.3g} MiB/s) per shard, {self.burst_seconds:g} s of burst"
+        )
+
+
+@dataclass(frozen=True)
+class ServerFaults:
+    """Faults the server adds to Kinesis requests (none by default).
+
+    Args:
+        fault_rate: The fraction (0 … 1) of requests that fail at random, half with
+            ``InternalFailure`` (HTTP 500), half with ``ServiceUnavailable`` (HTTP 503).
+        fail_streams: Streams whose every request fails with ``InternalFailure``.
+        hang_streams: Streams whose every request is answered only after ``hang_seconds``
+            (then served as usual: a client that gave up meanwhile does not know whether its
+            records were stored).
+        hang_seconds: How long a hanging stream's requests wait.
+        seed: Seed of the random faults (``None``: a new sequence every run).
+
+    Faults hit the calls an application makes while it runs (``PutRecord``, ``PutRecords``,
+    ``ListShards``, ``DescribeStream``, ``DescribeStreamSummary``, ``GetShardIterator``,
+    ``GetRecords``), never creating, deleting or resharding a stream.
+
+    Raises:
+        ValueError: ``fault_rate`` is outside 0 … 1, or ``hang_seconds`` is negative.
+    """
+
+    fault_rate: float = 0.0
+    fail_streams: tuple[str, ...] = ()
+    hang_streams: tuple[str, ...] = ()
+    hang_seconds: float = 10.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fault_rate <= 1.0:
+            raise ValueError(f"fault_rate must be within 0 … 1, got {self.fault_rate!r}")
+        if not 0.0 <= self.hang_seconds < math.inf:
+            raise ValueError(f"hang_seconds must be 0 or more seconds, got {self.hang_seconds!r}")
+        object.__setattr__(self, "fail_streams", tuple(self.fail_streams))
+        object.__setattr__(self, "hang_streams", tuple(self.hang_streams))
+
+    @property
+    def any(self) -> bool:
+        """Whether any fault is set."""
+        return bool(self.fault_rate or self.fail_streams or self.hang_streams)
+
+    def describe(self) -> list[str]:
+        """One line per fault that is set."""
+        lines = []
+        if self.fault_rate:
+            lines.append(
+                f"{self.fault_rate * 100:g}% of requests fail at random "
+                "(InternalFailure HTTP 500, ServiceUnavailable HTTP 503)"
+            )
+        lines += [
+            f"stream {name}: every request fails (InternalFailure)" for name in self.fail_streams
+        ]
+        lines += [
+            f"stream {name}: every request is answered {self.hang_seconds:g} s late"
+            for name in self.hang_streams
+        ]
+        return lines
+
+
+def throttled_message(shard_id: str, stream: str, account: str) -> str:
+    """AWS's message for a record (or request) over its shard's limit."""
+    return f"Rate exceeded for shard {shard_id} in stream {stream} under account {account}."
+
+
+class ShardThrottle:
+    """One token bucket per shard, paying records and bytes; pure, ``now`` is given.
+
+    A shard's bucket is made on its first write, full. Not thread-safe: the server calls it
+    under moto's lock.
+    """
+
+    __slots__ = ("_buckets", "limits")
+
+    def __init__(self, limits: ShardLimits) -> None:
+        self.limits = limits
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+
+    def _bucket(self, stream: str, shard_id: str) -> TokenBucket:
+        key = (stream, shard_id)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            limits = self.limits
+            bucket = self._buckets[key] = TokenBucket(
+                [
+                    (limits.records_per_second, limits.records_per_second * limits.burst_seconds),
+                    (limits.bytes_per_second, limits.bytes_per_second * limits.burst_seconds),
+                ]
+            )
+        return bucket
+
+    def admit(self, stream: str, shard_id: str, size: int, now: float) -> bool:
+        """Take one record of ``size`` bytes from the shard's buckets if both have enough."""
+        return self._bucket(stream, shard_id).try_take((1.0, float(size)), now)
+
+    def give_back(self, stream: str, shard_id: str, size: int, now: float) -> None:
+        """Return what :meth:`admit` took for a record that was not stored after all."""
+        self._bucket(stream, shard_id).refund((1.0, float(size)), now)
+
+
+class ThroughputCounts:
+    """Records stored, throttled and failed, per whole second and per stream; thread-safe.
+
+    Kinesis records, and the user records in them (a KPL aggregate holds many; any other
+    record is one).
+    """
+
+    __slots__ = ("_counts", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0] * 5)
+
+    def add(
+        self,
+        second: int,
+        stream: str,
+        *,
+        delivered: int = 0,
+        throttled: int = 0,
+        failed: int = 0,
+        delivered_user: int = 0,
+        throttled_user: int = 0,
+    ) -> None:
+        """Count records of ``stream`` in ``second``."""
+        with self._lock:
+            counts = self._counts[(second, stream)]
+            counts[0] += delivered
+            counts[1] += throttled
+            counts[2] += failed
+            counts[3] += delivered_user
+            counts[4] += throttled_user
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every (second, stream) counted, in order: ``second``, ``stream``, ``delivered``,
+        ``throttled``, ``failed`` (Kinesis records), ``delivered_user_records``,
+        ``throttled_user_records``."""
+        with self._lock:
+            items = sorted(self._counts.items())
+        return [
+            {
+                "second": second,
+                "stream": stream,
+                "delivered": d,
+                "throttled": t,
+                "failed": f,
+                "delivered_user_records": du,
+                "throttled_user_records": tu,
+            }
+            for (second, stream), (d, t, f, du, tu) in items
+        ]
+
+
+def _stream_named(body: Mapping[str, Any]) -> str | None:
+    name = body.get("StreamName")
+    if isinstance(name, str):
+        return name
+    arn = body.get("StreamARN")
+    if isinstance(arn, str):
+        found = _ARN_STREAM.match(arn)
+        if found is not None:
+            return found.group("name")
+    return None
+
+
+def _decoded_size(data: Any) -> int:
+    """Bytes of base64 ``data`` once decoded (without decoding it)."""
+    if not isinstance(data, str):
+        return 0
+    length = len(data)
+    return length // 4 * 3 - data.endswith("=") - data.endswith("==")
+
+
+def _json_response(
+    start_response: StartResponse,
+    status: int,
+    document: Mapping[str, Any],
+    error: str = "",
+    content_type: str = "application/x-amz-json-1.1",
+) -> list[bytes]:
+    body = json.dumps(document).encode()
+    headers = [
+        ("Content-Type", content_type),
+        ("Content-Length", str(len(body))),
+        ("x-amzn-RequestId", str(uuid.uuid4())),
+    ]
+    if error:
+        headers.append(("x-amzn-ErrorType", error))
+    start_response(f"{status} {_REASONS[status]}", headers)
+    return [body]
+
+
+def _error(start_response: StartResponse, status: int, code: str, message: str) -> list[bytes]:
+    return _json_response(start_response, status, {"__type": code, "message": message}, code)
+
+
+class ThrottlingApp:
+    """moto's WSGI application behind its lock, with per-shard limits and faults in front.
+
+    Args:
+        app: moto's WSGI application.
+        lock: The lock moto's model is used under (every request goes through it).
+        limits: The per-shard limits; ``None`` throttles nothing.
+        faults: The faults to add; ``None`` adds none.
+        clock: Monotonic seconds, for the buckets.
+        wall: Wall-clock seconds, for the per-second counts.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApplication,
+        lock: threading.Lock,
+        limits: ShardLimits | None = None,
+        faults: ServerFaults | None = None,
+        *,
+        # A server on real threads, outside any event loop: the system's clocks.
+        clock: Callable[[], float] = time.monotonic,  # noqa: TID251 - a threaded WSGI server
+        wall: Callable[[], float] = time.time,  # noqa: TID251 - seconds other processes share
+    ) -> None:
+        self._app = app
+        self._lock = lock
+        self.limits = limits
+        self.faults = faults or ServerFaults()
+        self._throttle = ShardThrottle(limits) if limits is not None else None
+        self._random = random.Random(self.faults.seed)
+        self._clock = clock
+        self._wall = wall
+        self.counts = ThroughputCounts()
+        self._closing = threading.Event()
+
+    def close(self) -> None:
+        """Release every request waiting on a hanging stream (they are then served)."""
+        self._closing.set()
+
+    # -- WSGI ----------------------------------------------------------------------------------
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == THROUGHPUT_PATH:
+            return self._report(start_response)
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        operation = target[len(_TARGET_PREFIX) :] if target.startswith(_TARGET_PREFIX) else ""
+        if operation not in _FAULTED:
+            return self._moto(environ, start_response)
+        raw = _read_body(environ)
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return self._moto(environ, start_response)  # moto answers what is malformed
+        stream = _stream_named(body)
+        records = _records_of(operation, body)
+        failed = self._fault(stream, start_response)
+        if failed is not None:
+            if stream is not None and records:
+                self.counts.add(int(self._wall()), stream, failed=len(records))
+            return failed
+        if self._throttle is None or stream is None or not records:
+            users = sum(_user_records(record) for record in records)
+            return self._counted(environ, start_response, stream, len(records), users)
+        return self._throttled(environ, start_response, operation, raw, body, records)
+
+    def _report(self, start_response: StartResponse) -> list[bytes]:
+        return _json_response(
+            start_response,
+            200,
+            {
+                "limits": None if self.limits is None else asdict(self.limits),
+                "faults": asdict(self.faults),
+                "series": self.counts.rows(),
+                # The server's own CPU time so far: whether it, not the clients, was the limit.
+                "cpu_seconds": time.process_time(),
+            },
+            content_type="application/json",
+        )
+
+    def _moto(self, environ: WSGIEnvironment, start_response: StartResponse) -> list[bytes]:
+        with self._lock:
+            return list(self._app(environ, start_response))
+
+    def _fault(self, stream: str | None, start_response: StartResponse) -> list[bytes] | None:
+        """The error answer of a request a fault hits, or ``None``; waits out a hang."""
+        faults = self.faults
+        if stream is not None and stream in faults.hang_streams:
+            self._closing.wait(faults.hang_seconds)
+        if stream is not None and stream in faults.fail_streams:
+            return _error(
+                start_response,
+                500,
+                "InternalFailure",
+                f"Internal service failure (injected: stream {stream} fails every request).",
+            )
+        if faults.fault_rate and self._random.random() < faults.fault_rate:
+            status, code, message = self._random.choice(_RANDOM_FAULTS)
+            return _error(start_response, status, code, message)
+        return None
+
+    def _counted(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        stream: str | None,
+        n: int,
+        users: int,
+    ) -> list[bytes]:
+        """moto answers; its stored records are counted (not throttled, nothing to decide)."""
+        status: list[str] = []
+
+        def capture(value: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            status.append(value)
+            return start_response(value, headers, exc_info)
+
+        answer = self._moto(environ, capture)
+        if stream is not None and n and status and status[0].startswith("200"):
+            self.counts.add(int(self._wall()), stream, delivered=n, delivered_user=users)
+        return answer
+
+    def _throttled(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        operation: str,
+        raw: bytes,
+        body: dict[str, Any],
+        records: list[Mapping[str, Any]],
+    ) -> list[bytes]:
+        throttle = self._throttle
+        assert throttle is not None
+        sizes = [_record_size(record) for record in records]
+        users = [_user_records(record) for record in records]
+        if len(records) > _MAX_RECORDS or max(sizes) > _MAX_RECORD or sum(sizes) > _MAX_REQUEST:
+            # The service refuses such a request whole, before any shard's limit: moto's error.
+            return self._moto(environ, start_response)
+        with self._lock:
+            now = self._clock()
+            located = _locate(environ, body, records)
+            if located is None:
+                # moto cannot place a record (no such stream, a bad key): its own error.
+                return list(self._app(environ, start_response))
+            stream_arn, stream_name, account, shards = located
+            admitted: list[int] = []
+            refused: dict[int, str] = {}
+            for index, shard_id in enumerate(shards):
+                if throttle.admit(stream_arn, shard_id, sizes[index], now):
+                    admitted.append(index)
+                else:
+                    refused[index] = shard_id
+            second = int(self._wall())
+            if operation == "PutRecord":
+                if refused:
+                    self.counts.add(second, stream_name, throttled=1, throttled_user=users[0])
+                    message = throttled_message(refused[0], stream_name, account)
+                    return _error(start_response, 400, THROTTLED, message)
+                paid = [(stream_arn, shards[0], sizes[0])]
+                return self._stored(
+                    environ, start_response, stream_name, second, paid, users[0], now
+                )
+            if not admitted:
+                self.counts.add(
+                    second, stream_name, throttled=len(records), throttled_user=sum(users)
+                )
+                entries = [
+                    {
+                        "ErrorCode": THROTTLED,
+                        "ErrorMessage": throttled_message(s, stream_name, account),
+                    }
+                    for s in shards
+                ]
+                return _json_response(
+                    start_response, 200, {"FailedRecordCount": len(records), "Records": entries}
+                )
+            if not refused:
+                paid = [(stream_arn, shards[i], sizes[i]) for i in admitted]
+                return self._stored(
+                    environ, start_response, stream_name, second, paid, sum(users), now
+                )
+            # Some fit: moto stores those, and the answer lists every record where it was sent.
+            partial = dict(body, Records=[records[i] for i in admitted])
+            _set_body(environ, json.dumps(partial).encode())
+            captured: list[Any] = []
+
+            def capture(value: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+                captured.append(value)
+                return lambda _: None
+
+            answer = b"".join(self._app(environ, capture))
+            if not captured or not captured[0].startswith("200"):
+                # moto refused the rewritten request: nothing stored, the tokens go back, and
+                # the client gets moto's error for its original request.
+                for index in admitted:
+                    throttle.give_back(stream_arn, shards[index], sizes[index], now)
+                _set_body(environ, raw)
+                return list(self._app(environ, start_response))
+            stored = iter(json.loads(answer)["Records"])
+            entries = [
+                {
+                    "ErrorCode": THROTTLED,
+                    "ErrorMessage": throttled_message(refused[index], stream_name, account),
+                }
+                if index in refused
+                else next(stored)
+                for index in range(len(records))
+            ]
+            self.counts.add(
+                second,
+                stream_name,
+                delivered=len(admitted),
+                throttled=len(refused),
+                delivered_user=sum(users[i] for i in admitted),
+                throttled_user=sum(users[i] for i in refused),
+            )
+            return _json_response(
+                start_response, 200, {"FailedRecordCount": len(refused), "Records": entries}
+            )
+
+    def _stored(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        stream: str,
+        second: int,
+        paid: list[tuple[str, str, int]],
+        users: int,
+        now: float,
+    ) -> list[bytes]:
+        """moto serves the request as sent (under the lock already held): its records are
+        counted if stored, else what they took from their shards is given back."""
+        status: list[str] = []
+
+        def capture(value: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            status.append(value)
+            return start_response(value, headers, exc_info)
+
+        answer = list(self._app(environ, capture))
+        if status and status[0].startswith("200"):
+            self.counts.add(second, stream, delivered=len(paid), delivered_user=users)
+        else:
+            throttle = self._throttle
+            assert throttle is not None
+            for stream_arn, shard_id, size in paid:
+                throttle.give_back(stream_arn, shard_id, size, now)
+        return answer
+
+
+def _user_records(record: Mapping[str, Any]) -> int:
+    """How many user records a Kinesis record holds: those of a KPL aggregate, else one."""
+    data = record.get("Data")
+    if not isinstance(data, str) or not data.startswith(_AGGREGATE_PREFIX):
+        return 1
+    try:
+        return len(decode(base64.b64decode(data)))
+    except ValueError:  # AggregationFormatError too: only looks like one, a record of its own
+        return 1
+
+
+def _record_size(record: Mapping[str, Any]) -> int:
+    """What a record counts against its shard: data plus partition key, in bytes."""
+    key = record.get("PartitionKey")
+    return _decoded_size(record.get("Data")) + (len(key.encode()) if isinstance(key, str) else 0)
+
+
+def _records_of(operation: str, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The records a write carries (none for other operations, or a malformed write)."""
+    if operation == "PutRecord":
+        return [body]
+    if operation == "PutRecords":
+        records = body.get("Records")
+        if isinstance(records, list) and all(isinstance(r, dict) for r in records):
+            return records
+    return []
+
+
+def _read_body(environ: WSGIEnvironment) -> bytes:
+    """The request body, read once; ``environ`` is left able to give it again."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)  # werkzeug has checked it is a number
+    raw = environ["wsgi.input"].read(length) if length > 0 else b""
+    _set_body(environ, raw)
+    return raw
+
+
+def _set_body(environ: WSGIEnvironment, raw: bytes) -> None:
+    environ["wsgi.input"] = io.BytesIO(raw)
+    environ["CONTENT_LENGTH"] = str(len(raw))
+
+
+def _locate(
+    environ: WSGIEnvironment, body: Mapping[str, Any], records: list[Mapping[str, Any]]
+) -> tuple[str, str, str, list[str]] | None:
+    """``(stream ARN, stream name, account, shard id of each record)`` as moto sees them, or
+    ``None`` when moto cannot place every record (it then answers the request itself).
+
+    The backend is found as moto finds it for the request: the account from
+    ``MOTO_ACCOUNT_ID``, else the ``x-moto-account-id`` header, else the access key; the
+    region from the signature's credential scope.
+    """
+    from moto.iam.models import get_account_id_from
+    from moto.kinesis.models import kinesis_backends
+
+    authorization = str(environ.get("HTTP_AUTHORIZATION", ""))
+    account = os.environ.get("MOTO_ACCOUNT_ID") or environ.get("HTTP_X_MOTO_ACCOUNT_ID")
+    if not account:
+        found = _ACCESS_KEY.search(authorization)
+        account = get_account_id_from(found.group(1) if found else "AKIAEXAMPLE")
+    scope = authorization.split(",")[0].split("/")
+    region = scope[2] if "AWS4" in authorization and len(scope) >= 3 else "us-east-1"
+    try:
+        stream = kinesis_backends[str(account)][region].describe_stream(
+            stream_arn=body.get("StreamARN"), stream_name=body.get("StreamName")
+        )
+        shards = []
+        for record in records:
+            key: Any = record.get("PartitionKey")
+            explicit: Any = record.get("ExplicitHashKey")
+            shard = stream.get_shard_for_key(key, explicit)
+            if shard is None:
+                return None
+            shards.append(shard.shard_id)
+    except Exception:  # moto's own errors: let moto answer the request
+        return None
+    return stream.arn, stream.stream_name, stream.account_id, shards

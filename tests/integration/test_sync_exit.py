@@ -1,0 +1,331 @@
+"""``SyncProducer`` at interpreter exit and under Ctrl-C, as real processes against moto's server.
+
+Each test runs a small program in a child interpreter (``sys.executable``, so the same tests
+run on every Python a venv is built for), with the producer's loop on asyncio or on trio,
+talking HTTP to moto's server on 127.0.0.1. Signals are sent at points the child announces on
+its standard output (a line once ``close()`` has begun), and every record is read back from
+the stream and checked against what the futures said: a record whose future says delivered is
+in the stream once; one that failed with a known outcome is not in it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokpl._exit_executor import THREADS_AT_EXIT
+from aiokpl.testing import read_stream
+
+from .helpers import admin_client, create_stream, stream_name, user_records
+
+pytestmark = pytest.mark.integration
+
+BACKENDS = ("asyncio", "trio")
+WAIT = 60.0  # bound on every wait for the child; never reached
+
+# The child's set-up: a Config for moto's server at sys.argv[1]; the stream is sys.argv[2], the
+# backend sys.argv[3]. `extra` is more Config fields.
+PRELUDE = """
+import atexit, json, sys, threading, time
+
+# Functions the program runs at its very end: registered before aiokpl is imported, this runs
+# after aiokpl's own exit function (atexit runs the last registered first).
+at_the_very_end = []
+atexit.register(lambda: [function() for function in at_the_very_end])
+
+from aiokpl import Config, SyncProducer
+from aiokpl.testing._servers import DUMMY_CREDENTIALS as D
+
+endpoint, stream, backend = sys.argv[1:4]
+config = Config(
+    endpoint_url=endpoint, region=D["region"], aws_access_key_id=D["aws_access_key_id"],
+    aws_secret_access_key=D["aws_secret_access_key"], {extra}
+)
+
+
+def announce_close(producer):
+    # One line once close() has begun (at exit too): the test then sends its signal.
+    def watch():
+        while not producer._closing:
+            time.sleep(0.001)
+        print("closing", flush=True)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def summary(futures):
+    return json.dumps({{
+        "unresolved": sum(not f.done() for f in futures),
+        "results": [
+            [f.result().success, f.result().error_code, f.result().outcome_unknown]
+            for f in futures if f.done()
+        ],
+    }})
+"""
+
+# Slow enough that a close() started now is still sending when the next signal comes: one shard,
+# records sent one by one (no aggregation) at 100 a second, so 3,000 take 30 s.
+SLOW = "aggregation_enabled=False, rate_limit_records_per_sec_per_shard=100"
+
+
+def skip_if_no_thread_can_start_at_exit(backend: str) -> None:
+    """On asyncio, a producer that connects at exit needs a thread (aiohttp builds its SSL
+    contexts in the loop's executor): Python 3.12.0 to 3.12.2 refuse to start any."""
+    if backend == "asyncio" and not THREADS_AT_EXIT:
+        pytest.skip("Python 3.12.0 to 3.12.2 start no thread at exit (CPython gh-113964)")
+
+
+def new_stream(endpoint: str, backend: str) -> str:
+    stream = stream_name("sync-exit")
+
+    async def create() -> None:
+        async with admin_client(endpoint) as admin:
+            await create_stream(admin, stream, 1)
+
+    anyio.run(create, backend=backend)
+    return stream
+
+
+def stored(endpoint: str, stream: str) -> Counter[bytes]:
+    """The data of every user record the stream holds, counted."""
+
+    async def read() -> Counter[bytes]:
+        async with admin_client(endpoint) as admin:
+            return Counter(r.data for r in user_records(await read_stream(admin, stream)))
+
+    return anyio.run(read)
+
+
+class Child:
+    """A child interpreter running ``script``, whose standard output is read line by line."""
+
+    def __init__(self, script: str, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def expect(self, line: str) -> None:
+        """Wait (bounded) for the next line of output, which must be ``line``."""
+        stdout = self.process.stdout
+        assert stdout is not None
+        ready, _, _ = select.select([stdout], [], [], WAIT)
+        assert ready, f"no {line!r} from the child in {WAIT} s"
+        assert stdout.readline() == line + "\n"
+
+    def interrupt(self) -> None:
+        self.process.send_signal(signal.SIGINT)
+
+    def finish(self) -> tuple[int, str, str]:
+        """Wait for the exit: (status, the rest of stdout, all of stderr)."""
+        out, err = self.process.communicate(timeout=WAIT)
+        return self.process.returncode, out, err
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
+
+def run(script: str, *args: str) -> tuple[int, str, str]:
+    child = Child(script, *args)
+    try:
+        return child.finish()
+    finally:
+        child.kill()
+
+
+def program(body: str, extra: str = "") -> str:
+    return PRELUDE.format(extra=extra) + textwrap.dedent(body)
+
+
+def check_against_the_stream(
+    endpoint: str, stream: str, report: dict[str, Any], count: int
+) -> tuple[int, int]:
+    """Every future resolved; the stream holds exactly what they say. (delivered, failed)."""
+    assert report["unresolved"] == 0
+    results = report["results"]
+    assert len(results) == count
+    in_stream = stored(endpoint, stream)
+    assert set(in_stream.values()) <= {1}  # nothing twice
+    delivered = {b"%d" % i for i, (success, _, _) in enumerate(results) if success}
+    unknown = {b"%d" % i for i, (success, _, u) in enumerate(results) if not success and u}
+    assert delivered <= set(in_stream)  # what a future says is delivered is there
+    assert set(in_stream) <= delivered | unknown  # a known failure is not
+    failed = [code for success, code, _ in results if not success]
+    assert set(failed) <= {"Cancelled"}
+    return len(delivered), len(failed)
+
+
+# --- a producer left open ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_producer_left_open_delivers_what_it_buffered_at_exit(
+    moto_endpoint: str, backend: str
+) -> None:
+    # The script never connects before its end: at exit, the producer must open its client
+    # (aiohttp builds its SSL contexts in the loop's executor) and load the shard map. Before:
+    # "can't register atexit after shutdown", 30 s, and 100 records expired.
+    skip_if_no_thread_can_start_at_exit(backend)
+    stream = new_stream(moto_endpoint, backend)
+    script = program(
+        """
+        at_the_very_end.append(lambda: print(summary(futures), flush=True))
+        producer = SyncProducer(config, backend=backend)
+        futures = [
+            producer.put_record(stream=stream, partition_key=f"k{i}", data=b"%d" % i)
+            for i in range(100)
+        ]
+        print("pending:", sum(not f.done() for f in futures), flush=True)
+        """
+    )
+    status, out, err = run(script, moto_endpoint, stream, backend)
+    assert status == 0, err
+    assert err == ""  # no warning: nothing failed, nothing was retried
+    pending, report = out.splitlines()
+    assert pending == "pending: 100"
+    assert check_against_the_stream(moto_endpoint, stream, json.loads(report), 100) == (100, 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_at_exit_worker_threads_and_atexit_functions_still_put_before_the_close(
+    moto_endpoint: str, backend: str
+) -> None:
+    # The close at exit comes after the non-daemon threads are joined and after the program's
+    # own atexit functions: a worker still putting when the main thread ends, and an exit
+    # function that puts a last record, find the producer open.
+    skip_if_no_thread_can_start_at_exit(backend)
+    stream = new_stream(moto_endpoint, backend)
+    script = program(
+        """
+        at_the_very_end.append(lambda: print(summary(futures), flush=True))
+        producer = SyncProducer(config, backend=backend)
+        futures = []
+
+        def worker():
+            threading.main_thread().join()  # the main thread has ended: the interpreter exits
+            for i in range(50):
+                futures.append(
+                    producer.put_record(stream=stream, partition_key=f"k{i}", data=b"%d" % i)
+                )
+
+        threading.Thread(target=worker).start()  # not a daemon: the interpreter waits for it
+        def last_put():
+            futures.append(producer.put_record(stream=stream, partition_key="k", data=b"50"))
+
+        atexit.register(last_put)  # registered after aiokpl's exit function: runs before it
+        """
+    )
+    status, out, err = run(script, moto_endpoint, stream, backend)
+    assert status == 0, err
+    assert err == ""
+    assert check_against_the_stream(moto_endpoint, stream, json.loads(out), 51) == (51, 0)
+
+
+# --- Ctrl-C -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("caught", [True, False], ids=["caught", "uncaught"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_second_ctrl_c_during_close_resolves_every_future(
+    moto_endpoint: str, backend: str, caught: bool
+) -> None:
+    # The first Ctrl-C leaves the `with` block, whose close() waits for 3,000 records to be
+    # sent; the second interrupts that wait. The program's `except KeyboardInterrupt` (or, when
+    # it has none, its last exit function) must find every future resolved, and a summary on
+    # stderr. Before: 950 to 2,850 futures unresolved, AssertionError at exit, no summary.
+    stream = new_stream(moto_endpoint, backend)
+    body = """
+        futures = []
+        if not {caught}:
+            at_the_very_end.append(lambda: print(summary(futures), flush=True))
+        try:
+            with SyncProducer(config, backend=backend) as producer:
+                announce_close(producer)
+                for i in range(3000):
+                    futures.append(
+                        producer.put_record(stream=stream, partition_key=f"k{{i}}", data=b"%d" % i)
+                    )
+                futures[99].result()  # some are delivered before the first Ctrl-C
+                print("put", flush=True)
+                threading.Event().wait()  # until Ctrl-C
+        except KeyboardInterrupt:
+            if not {caught}:
+                raise
+            print(summary(futures), flush=True)
+        """
+    child = Child(program(body.format(caught=caught), SLOW), moto_endpoint, stream, backend)
+    try:
+        child.expect("put")
+        child.interrupt()  # the first Ctrl-C: close() begins, and sends
+        child.expect("closing")
+        child.interrupt()  # the second, while close() waits
+        status, out, err = child.finish()
+    finally:
+        child.kill()
+    assert status == (0 if caught else -signal.SIGINT), err
+    assert "Exception ignored" not in err
+    assert "AssertionError" not in err
+    if caught:
+        assert "Traceback" not in err
+    else:  # Python's own report of the uncaught KeyboardInterrupt (chained), nothing else
+        raised = [line for line in err.splitlines() if re.match(r"\w+(Error|Interrupt)\b", line)]
+        assert raised == ["KeyboardInterrupt", "KeyboardInterrupt"]  # the first, then the second
+    assert "SyncProducer.close() was interrupted: the records still without a result were " in err
+    delivered, failed = check_against_the_stream(moto_endpoint, stream, json.loads(out), 3000)
+    assert delivered >= 100
+    assert failed > 0  # the second Ctrl-C came while records were still being sent
+    assert f"Of 3000 records put, {delivered} were delivered and {failed} failed" in err
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ctrl_c_while_a_producer_is_closed_at_exit_resolves_every_future(
+    moto_endpoint: str, backend: str
+) -> None:
+    # A producer left open is being closed at exit (3,000 records to send) when Ctrl-C comes:
+    # the rest is cancelled, a summary is logged, nothing is raised, and the program's own last
+    # exit function finds every future resolved.
+    skip_if_no_thread_can_start_at_exit(backend)
+    stream = new_stream(moto_endpoint, backend)
+    body = """
+        at_the_very_end.append(lambda: print(summary(futures), flush=True))
+        producer = SyncProducer(config, backend=backend)
+        announce_close(producer)
+        futures = [
+            producer.put_record(stream=stream, partition_key=f"k{i}", data=b"%d" % i)
+            for i in range(3000)
+        ]
+        print("put", flush=True)
+        """
+    child = Child(program(body, SLOW), moto_endpoint, stream, backend)
+    try:
+        child.expect("put")
+        child.expect("closing")  # the main thread ended: the exit's close has begun
+        child.interrupt()
+        status, out, err = child.finish()
+    finally:
+        child.kill()
+    assert status == 0, err
+    assert "Traceback" not in err
+    assert "Exception ignored" not in err
+    delivered, failed = check_against_the_stream(moto_endpoint, stream, json.loads(out), 3000)
+    assert failed > 0
+    assert (
+        "closing a SyncProducer at interpreter exit was interrupted: the records still without "
+        "a result were cancelled"
+    ) in err
+    assert f"Of 3000 records put, {delivered} were delivered and {failed} failed" in err

@@ -1,0 +1,406 @@
+"""The throttling server's pure parts (``aiokpl.testing._throttling``), with explicit ``now``.
+
+The server itself, over HTTP with aiobotocore, is in ``tests/integration/test_throttling.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import math
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from aiokpl.aggregation import encode
+from aiokpl.testing._throttling import (
+    THROTTLED,
+    ServerFaults,
+    ShardLimits,
+    ShardThrottle,
+    ThrottlingApp,
+    ThroughputCounts,
+    _decoded_size,
+    _records_of,
+    _stream_named,
+    _user_records,
+    throttled_message,
+)
+
+
+def admitted(throttle: ShardThrottle, count: int, now: float, size: int = 100) -> int:
+    """How many of ``count`` records of ``size`` bytes one shard takes at ``now``."""
+    return sum(throttle.admit("arn", "shardId-000000000000", size, now) for _ in range(count))
+
+
+def test_a_shard_starts_full_with_one_second_of_burst_then_takes_its_rate() -> None:
+    throttle = ShardThrottle(ShardLimits(records_per_second=250.0))
+    assert admitted(throttle, 300, now=10.0) == 250  # full at the first write, whenever it is
+    assert admitted(throttle, 300, now=10.5) == 125
+    assert admitted(throttle, 300, now=10.5) == 0
+    assert admitted(throttle, 300, now=11.0) == 125
+
+
+def test_a_quiet_shard_never_holds_more_than_its_burst() -> None:
+    throttle = ShardThrottle(ShardLimits(records_per_second=250.0))
+    assert admitted(throttle, 300, now=0.0) == 250
+    assert admitted(throttle, 1000, now=100.0) == 250
+    longer = ShardThrottle(ShardLimits(records_per_second=250.0, burst_seconds=2.0))
+    assert admitted(longer, 1000, now=0.0) == 500
+    assert admitted(longer, 1000, now=1.0) == 250
+
+
+def test_aws_defaults_are_a_thousand_records_and_one_mib_per_second() -> None:
+    assert ShardLimits() == ShardLimits(1000.0, 1_048_576.0, 1.0)
+    throttle = ShardThrottle(ShardLimits())
+    assert admitted(throttle, 2000, now=0.0, size=10) == 1000
+    by_bytes = ShardThrottle(ShardLimits())
+    # 1 MiB of 128 KiB records: eight fit, the ninth waits for the bytes, not the records.
+    assert admitted(by_bytes, 20, now=0.0, size=128 * 1024) == 8
+    assert admitted(by_bytes, 20, now=0.1, size=128 * 1024) == 0
+    assert admitted(by_bytes, 20, now=0.25, size=128 * 1024) == 2
+
+
+def test_shards_and_streams_have_buckets_of_their_own() -> None:
+    throttle = ShardThrottle(ShardLimits(records_per_second=10.0))
+    assert sum(throttle.admit("a", "shardId-000000000000", 1, 0.0) for _ in range(20)) == 10
+    assert sum(throttle.admit("a", "shardId-000000000001", 1, 0.0) for _ in range(20)) == 10
+    assert sum(throttle.admit("b", "shardId-000000000000", 1, 0.0) for _ in range(20)) == 10
+
+
+def test_what_is_given_back_can_be_taken_again_and_never_beyond_the_burst() -> None:
+    throttle = ShardThrottle(ShardLimits(records_per_second=10.0, bytes_per_second=1000.0))
+    assert admitted(throttle, 10, now=0.0, size=50) == 10
+    assert not throttle.admit("arn", "shardId-000000000000", 50, 0.0)
+    throttle.give_back("arn", "shardId-000000000000", 50, 0.0)
+    assert throttle.admit("arn", "shardId-000000000000", 50, 0.0)
+    fresh = ShardThrottle(ShardLimits(records_per_second=10.0))
+    fresh.give_back("arn", "shardId-000000000000", 1, 0.0)
+    assert admitted(fresh, 20, now=0.0, size=1) == 10
+
+
+@pytest.mark.parametrize("field", ["records_per_second", "bytes_per_second", "burst_seconds"])
+@pytest.mark.parametrize("value", [0.0, -1.0, math.inf, math.nan])
+def test_limits_are_positive_finite_numbers(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"{field} must be a positive finite number"):
+        ShardLimits(**{field: value})
+
+
+def test_limits_and_faults_describe_themselves() -> None:
+    assert ShardLimits().describe() == (
+        "1000 records/s and 1,048,576 bytes/s (1 MiB/s) per shard, 1 s of burst"
+    )
+    assert ShardLimits(250, 512 * 1024, 2).describe() == (
+        "250 records/s and 524,288 bytes/s (0.5 MiB/s) per shard, 2 s of burst"
+    )
+    assert ServerFaults().describe() == []
+    assert not ServerFaults().any
+    faults = ServerFaults(
+        fault_rate=0.05,
+        fail_streams=["a"],  # type: ignore[arg-type]  # as JSON gives it to the server process
+        hang_streams=("b",),
+        hang_seconds=3,
+    )
+    assert faults.any
+    assert faults.fail_streams == ("a",)  # a list (from JSON) is kept as a tuple
+    assert faults.describe() == [
+        "5% of requests fail at random (InternalFailure HTTP 500, ServiceUnavailable HTTP 503)",
+        "stream a: every request fails (InternalFailure)",
+        "stream b: every request is answered 3 s late",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"fault_rate": -0.1}, "fault_rate must be within 0 … 1"),
+        ({"fault_rate": 1.5}, "fault_rate must be within 0 … 1"),
+        ({"fault_rate": math.nan}, "fault_rate must be within 0 … 1"),
+        ({"hang_seconds": -1.0}, "hang_seconds must be 0 or more"),
+        ({"hang_seconds": math.inf}, "hang_seconds must be 0 or more"),
+    ],
+)
+def test_faults_are_checked(arguments: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ServerFaults(**arguments)  # type: ignore[arg-type]
+
+
+def test_the_throttled_message_is_aws_s() -> None:
+    assert throttled_message("shardId-000000000001", "events", "123456789012") == (
+        "Rate exceeded for shard shardId-000000000001 in stream events under account 123456789012."
+    )
+
+
+def test_counts_add_up_per_second_and_stream_in_order() -> None:
+    counts = ThroughputCounts()
+    counts.add(101, "b", delivered=3, delivered_user=30)
+    counts.add(100, "a", delivered=5, throttled=2, delivered_user=5, throttled_user=2)
+    counts.add(100, "a", throttled=1, failed=4, throttled_user=1)
+    assert counts.rows() == [
+        {
+            "second": 100,
+            "stream": "a",
+            "delivered": 5,
+            "throttled": 3,
+            "failed": 4,
+            "delivered_user_records": 5,
+            "throttled_user_records": 3,
+        },
+        {
+            "second": 101,
+            "stream": "b",
+            "delivered": 3,
+            "throttled": 0,
+            "failed": 0,
+            "delivered_user_records": 30,
+            "throttled_user_records": 0,
+        },
+    ]
+
+
+def test_an_aggregate_counts_its_user_records() -> None:
+    aggregate = encode([(f"k{i}", b"x" * 100) for i in range(7)])
+    assert _user_records({"Data": base64.b64encode(aggregate).decode()}) == 7
+    assert _user_records({"Data": base64.b64encode(b"plain").decode()}) == 1
+    # The magic without a valid aggregate behind it is a record of its own.
+    assert _user_records({"Data": base64.b64encode(aggregate[:-1]).decode()}) == 1
+    assert _user_records({"Data": None}) == 1
+
+
+@pytest.mark.parametrize("length", range(12))
+def test_the_size_of_base64_data_is_known_without_decoding_it(length: int) -> None:
+    text = base64.b64encode(bytes(range(length))).decode()
+    assert _decoded_size(text) == length
+
+
+def test_a_request_names_its_stream_by_name_or_arn() -> None:
+    assert _stream_named({"StreamName": "a"}) == "a"
+    arn = "arn:aws:kinesis:us-east-1:123456789012:stream/b.c"
+    assert _stream_named({"StreamARN": arn}) == "b.c"
+    assert _stream_named({"StreamARN": "nonsense"}) is None
+    assert _stream_named({}) is None
+    assert _decoded_size(None) == 0
+
+
+def test_the_records_of_a_write() -> None:
+    one = {"StreamName": "a", "Data": "eA==", "PartitionKey": "k"}
+    assert _records_of("PutRecord", one) == [one]
+    assert _records_of("PutRecords", {"Records": [one, one]}) == [one, one]
+    assert _records_of("PutRecords", {"Records": "nonsense"}) == []
+    assert _records_of("PutRecords", {"Records": [1]}) == []
+    assert _records_of("ListShards", one) == []
+
+
+# -- the WSGI application in front of moto's, in this process, with an explicit clock ----------
+
+AUTHORIZATION = (
+    "AWS4-HMAC-SHA256 Credential=testing/20261125/us-east-1/kinesis/aws4_request, "
+    "SignedHeaders=host, Signature=0"
+)
+ACCOUNT = "123456789012"  # moto's default account
+
+
+class Served:
+    """A :class:`ThrottlingApp` over moto's application, called through werkzeug's test client.
+
+    ``now`` is the buckets' clock; ``refuse`` makes moto's application answer every
+    ``PutRecords`` / ``PutRecord`` with HTTP 500 without storing anything (what a failure
+    inside moto looks like), so the tokens paid for the records must come back.
+    """
+
+    def __init__(self, limits: ShardLimits | None, faults: ServerFaults | None = None) -> None:
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+        from werkzeug.test import Client
+
+        self.now = 0.0
+        self.refuse = False
+        self.calls: list[str] = []
+        moto = DomainDispatcherApplication(create_backend_app)
+
+        def inner(environ: dict[str, Any], start_response: Any) -> Any:
+            target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+            self.calls.append(target.rpartition(".")[2])
+            if self.refuse and target.endswith(("PutRecords", "PutRecord")):
+                start_response("500 Internal Server Error", [("Content-Type", "text/plain")])
+                return [b"refused"]
+            return moto(environ, start_response)
+
+        self.app = ThrottlingApp(
+            inner, threading.Lock(), limits, faults, clock=lambda: self.now, wall=lambda: 7.5
+        )
+        self.client = Client(self.app)
+
+    def call(self, operation: str, **body: Any) -> tuple[int, dict[str, Any]]:
+        response = self.client.post(
+            "/",
+            data=json.dumps(body),
+            headers={
+                "X-Amz-Target": f"Kinesis_20131202.{operation}",
+                "Content-Type": "application/x-amz-json-1.1",
+                "Authorization": AUTHORIZATION,
+            },
+        )
+        try:
+            return response.status_code, json.loads(response.data)
+        except ValueError:  # moto's answer to what it cannot serve is not always JSON
+            return response.status_code, {"text": response.data.decode(errors="replace")}
+
+    def put(self, stream: str, count: int, key: str = "k") -> tuple[int, dict[str, Any]]:
+        records = [{"Data": "eA==", "PartitionKey": key} for _ in range(count)]
+        return self.call("PutRecords", StreamName=stream, Records=records)
+
+    def codes(self, stream: str, count: int) -> list[str | None]:
+        status, body = self.put(stream, count)
+        assert status == 200, body
+        return [entry.get("ErrorCode") for entry in body["Records"]]
+
+
+_streams = itertools.count()
+
+
+def new_stream(served: Served, shards: int = 1) -> str:
+    name = f"wsgi-{next(_streams)}"  # moto's model lives in this process: every name is new
+    assert served.call("CreateStream", StreamName=name, ShardCount=shards)[0] == 200
+    return name
+
+
+def test_the_app_refills_shards_by_its_clock() -> None:
+    served = Served(ShardLimits(records_per_second=100.0))
+    stream = new_stream(served)
+    assert served.codes(stream, 150) == [None] * 100 + [THROTTLED] * 50
+    served.now = 0.5
+    assert served.codes(stream, 60) == [None] * 50 + [THROTTLED] * 10
+    served.now = 0.5
+    status, body = served.call("PutRecord", StreamName=stream, Data="eA==", PartitionKey="k")
+    assert (status, body) == (
+        400,
+        {
+            "__type": THROTTLED,
+            "message": throttled_message("shardId-000000000000", stream, ACCOUNT),
+        },
+    )
+    served.now = 10.0
+    status, body = served.call("PutRecord", StreamName=stream, Data="eA==", PartitionKey="k")
+    assert status == 200
+    assert body["ShardId"] == "shardId-000000000000"
+    rows = [row for row in served.app.counts.rows() if row["stream"] == stream]
+    assert [tuple(row.values())[2:] for row in rows] == [(151, 61, 0, 151, 61)]
+    assert rows[0]["second"] == 7
+
+
+def test_a_request_the_service_refuses_whole_takes_nothing_from_the_shard() -> None:
+    served = Served(ShardLimits(records_per_second=10.0))
+    stream = new_stream(served)
+    status, body = served.put(stream, 501)
+    assert (status, body["__type"]) == (400, "ValidationException")
+    big = [{"Data": base64.b64encode(bytes(1024 * 1024)).decode(), "PartitionKey": "k"}]
+    assert served.call("PutRecords", StreamName=stream, Records=big)[0] == 400
+    status, body = served.put("no-such-stream", 1)
+    assert (status, body["__type"]) == (400, "ResourceNotFoundException")
+    # moto places no record whose explicit hash key is out of range: its own answer.
+    status, _ = served.call(
+        "PutRecords",
+        StreamName=stream,
+        Records=[{"Data": "", "PartitionKey": "k", "ExplicitHashKey": str(2**128)}],
+    )
+    assert status != 200
+    # moto counts a shard's ending hash key out of it, so the very last key has no shard: moto
+    # fails on it (HTTP 500 over a socket; here its exception comes through), as without us.
+    last = [{"Data": "", "PartitionKey": "k", "ExplicitHashKey": str(2**128 - 1)}]
+    with pytest.raises(AttributeError):
+        served.call("PutRecords", StreamName=stream, Records=last)
+    assert served.codes(stream, 12) == [None] * 10 + [THROTTLED] * 2
+
+
+def test_tokens_come_back_when_moto_stores_nothing() -> None:
+    served = Served(ShardLimits(records_per_second=10.0))
+    stream = new_stream(served)
+    served.refuse = True
+    assert served.put(stream, 10)[0] == 500  # all fit, moto refuses
+    assert served.put(stream, 15)[0] == 500  # some fit, moto refuses them
+    assert served.calls[-2:] == ["PutRecords", "PutRecords"]  # then the original, for its error
+    status, _ = served.call("PutRecord", StreamName=stream, Data="eA==", PartitionKey="k")
+    assert status == 500
+    served.refuse = False
+    assert served.codes(stream, 12) == [None] * 10 + [THROTTLED] * 2
+    assert all(
+        row["delivered"] == 10 for row in served.app.counts.rows() if row["stream"] == stream
+    )
+
+
+def test_a_whole_put_records_over_the_limit_never_reaches_moto() -> None:
+    served = Served(ShardLimits(records_per_second=5.0))
+    stream = new_stream(served, shards=2)
+    status, body = served.put(stream, 5)  # one key: one shard, now empty
+    assert (status, body["FailedRecordCount"]) == (200, 0)
+    shard = body["Records"][0]["ShardId"]
+    served.calls.clear()
+    _, body = served.put(stream, 3)
+    assert served.calls == []
+    assert body == {
+        "FailedRecordCount": 3,
+        "Records": [
+            {"ErrorCode": THROTTLED, "ErrorMessage": throttled_message(shard, stream, ACCOUNT)}
+        ]
+        * 3,
+    }
+
+
+def test_other_requests_pass_through_untouched() -> None:
+    served = Served(ShardLimits(records_per_second=1.0))
+    stream = new_stream(served)
+    status, body = served.call("ListShards", StreamName=stream)
+    assert status == 200
+    assert [shard["ShardId"] for shard in body["Shards"]] == ["shardId-000000000000"]
+    served.client.post(
+        "/", data=b"{not json", headers={"X-Amz-Target": "Kinesis_20131202.PutRecords"}
+    )
+    assert served.calls[-1] == "PutRecords"  # moto answers what is malformed
+    assert served.call("DescribeStreamSummary", StreamName=stream)[0] == 200
+    report = served.client.get("/_local/throughput").json
+    assert report is not None
+    assert report.pop("cpu_seconds") > 0
+    assert report == {
+        "limits": {"records_per_second": 1.0, "bytes_per_second": 1048576.0, "burst_seconds": 1.0},
+        "faults": {
+            "fault_rate": 0.0,
+            "fail_streams": [],
+            "hang_streams": [],
+            "hang_seconds": 10.0,
+            "seed": None,
+        },
+        "series": [],
+    }
+
+
+def test_faults_without_limits_count_what_is_stored_and_failed() -> None:
+    served = Served(None, ServerFaults(fault_rate=0.5, seed=3, fail_streams=("broken",)))
+    stream = new_stream(served)
+    statuses = Counter(served.put(stream, 2)[0] for _ in range(40))
+    assert set(statuses) == {200, 500, 503}
+    assert served.call(
+        "PutRecords", StreamName="broken", Records=[{"Data": "", "PartitionKey": "k"}]
+    ) == (
+        500,
+        {
+            "__type": "InternalFailure",
+            "message": "Internal service failure (injected: stream broken fails every request).",
+        },
+    )
+    assert served.call("ListShards", StreamName="broken")[0] == 500
+    [row] = [row for row in served.app.counts.rows() if row["stream"] == stream]
+    assert (row["delivered"], row["failed"]) == (2 * statuses[200], 80 - 2 * statuses[200])
+
+
+def test_closing_releases_a_hanging_request() -> None:
+    served = Served(None, ServerFaults(hang_streams=("stuck",), hang_seconds=600.0))
+    answers: list[int] = []
+    thread = threading.Thread(target=lambda: answers.append(served.put("stuck", 1)[0]))
+    thread.start()
+    served.app.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert answers == [400]  # served once released: moto has no stream "stuck"
