@@ -32,10 +32,11 @@ TYPE_COMPLETENESS_MIN := 100
 # backends. Left to `make pytest` alone, to keep `make test` within 20 minutes on 2 cores: the
 # quick benchmark run and the coordination processes (minutes of real time each), `put` and
 # `tail` end to end, the other servers' suites. PYTHONS_PYTEST overrides the selection (`make
-# pythons PYTHONS_PYTEST=tests` for all of it); PARALLEL=1 runs the two Pythons at once.
+# pythons PYTHONS_PYTEST=tests` for all of it); the two Pythons run at once (PARALLEL=0: one
+# after the other).
 CLAIMED_PYTHONS := $(shell sed -n 's/.*"Programming Language :: Python :: \(3\.[0-9]*\)".*/\1/p' pyproject.toml)
 PYTHONS_VENVS ?= .cache
-PARALLEL ?= 0
+PARALLEL ?= 1
 PYTHONS_INTEGRATION := test_cli_local.py test_demo.py test_moto.py
 PYTHONS_PYTEST ?= tests \
 	$(addprefix --ignore=,$(filter-out $(addprefix tests/integration/,$(PYTHONS_INTEGRATION)), \

@@ -11,6 +11,7 @@ summarised in one line. (That tracebacks name public classes by their public mod
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
 import logging
 import os
@@ -30,6 +31,7 @@ from aiokpl._cli.options import (
     EXIT_USAGE,
     MAX_SERVICE_MESSAGE,
     endpoint_url,
+    interrupted,
     service_message,
     setup_problem,
 )
@@ -299,3 +301,11 @@ def test_the_web_servers_log_keeps_errors_and_one_line_for_a_client_that_is_not_
     assert logger.propagate
     with _request_log(stderr, enabled=True):  # --log-requests: werkzeug's own handler
         assert not logger.handlers
+
+
+def test_an_interrupt_is_a_keyboard_interrupt_or_on_3_10_the_asyncio_runners_cancellation() -> None:
+    # Python 3.10's asyncio runner (anyio's backport) lets Ctrl-C out as the main task's
+    # CancelledError: the demo then printed a traceback and exited 1 (found by `make pythons`).
+    assert interrupted(KeyboardInterrupt())
+    assert interrupted(ExceptionGroup("g", [ValueError(), RuntimeError()])) is False
+    assert interrupted(asyncio.CancelledError()) is (sys.version_info < (3, 11))

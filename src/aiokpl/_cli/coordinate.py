@@ -23,6 +23,7 @@ from .options import (
     EXIT_USAGE,
     config_from_args,
     global_options_parent,
+    interrupted,
     service_message,
     setup_problem,
     usage_message,
@@ -99,8 +100,6 @@ def _coordinate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         anyio.run(_run, args, backend=args.backend)
-    except KeyboardInterrupt:
-        return 0
     except ConfigError as exc:  # no region: said in the command line's words
         print(f"aiokpl coordinate: {usage_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -108,4 +107,7 @@ def _coordinate(args: argparse.Namespace) -> int:
         problem = setup_problem(exc) or f"{type(exc).__name__}: {service_message(str(exc))}"
         print(f"aiokpl coordinate: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    except BaseException as exc:
+        if not interrupted(exc):  # Ctrl-C stops the summary: a normal end
+            raise
     return 0

@@ -33,7 +33,7 @@ from .options import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     add_backend_option,
-    made_of,
+    interrupted,
 )
 
 __all__ = ("DemoReport", "add_parser", "run_demo")
@@ -251,7 +251,7 @@ def _demo(args: argparse.Namespace) -> int:
     except BaseException as exc:
         # Ctrl-C anywhere (in either event loop, or while the server starts or stops) arrives
         # as KeyboardInterrupt, possibly inside exception groups: one line, no traceback.
-        if not made_of(exc, KeyboardInterrupt):
+        if not interrupted(exc):
             raise
         end = "\n" if sys.stderr.isatty() else ""  # after the progress bar's line
         name = "SIGTERM" if received else "Ctrl-C"

@@ -23,9 +23,11 @@ page (an endpoint that is not Kinesis) is summarised in one line (:func:`service
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import math
 import re
+import sys
 from html import unescape
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,6 +50,7 @@ __all__ = (
     "config_from_args",
     "endpoint_url",
     "global_options_parent",
+    "interrupted",
     "made_of",
     "positive_float",
     "positive_int",
@@ -292,3 +295,15 @@ def made_of(exc: BaseException, kind: type[BaseException]) -> bool:
         return True
     inner: tuple[BaseException, ...] = getattr(exc, "exceptions", ())  # a group (3.10: backport)
     return bool(inner) and all(made_of(e, kind) for e in inner)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc``, out of ``anyio.run``, means Ctrl-C: :func:`made_of` ``KeyboardInterrupt``.
+
+    On Python 3.10, anyio's asyncio runner answers Ctrl-C by cancelling the main task and lets
+    the ``CancelledError`` out instead of a ``KeyboardInterrupt`` (3.11's runner turns it
+    into one); nothing else cancels that task from outside, so there it means the same.
+    """
+    if made_of(exc, KeyboardInterrupt):
+        return True
+    return sys.version_info < (3, 11) and made_of(exc, asyncio.CancelledError)

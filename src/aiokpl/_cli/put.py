@@ -66,7 +66,7 @@ from .options import (
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
     config_from_args,
-    made_of,
+    interrupted,
     positive_float,
     positive_int,
     service_message,
@@ -779,7 +779,7 @@ def run_put_command(args: argparse.Namespace, stderr: TextIO | None = None) -> i
         try:
             status = anyio.run(_put_main, config, args.stream, run, stderr, backend=args.backend)
         except BaseException as exc:
-            if not made_of(exc, KeyboardInterrupt):
+            if not interrupted(exc):
                 raise
             report.interrupted = True
             status = None

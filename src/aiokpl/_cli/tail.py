@@ -27,6 +27,7 @@ from .options import (
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
     config_from_args,
+    interrupted,
     made_of,
     positive_float,
     positive_int,
@@ -236,7 +237,7 @@ def run_tail_command(
     try:
         return anyio.run(_tail_main, config, args, stdout, stderr, backend=args.backend)
     except BaseException as exc:
-        if made_of(exc, KeyboardInterrupt):
+        if interrupted(exc):
             return EXIT_OK
         if not made_of(exc, BrokenPipeError):
             raise
