@@ -1,6 +1,8 @@
 # The two commands the README gives: `make test` and `make demo`. Both bootstrap .venv, each
 # with only what it needs: `make demo` the package and its `local` extra (moto's server);
 # `make test` the extras and the `dev` dependency group (pyproject.toml), added to the same .venv.
+# `make test` also bootstraps, under .cache: kinesalite and pyright (npm), and a venv for each
+# other Python it runs the tests on (`make pythons`).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -17,11 +19,40 @@ KINESALITE_VERSION := 3.3.3
 KINESALITE_DIR := .cache/kinesalite
 KINESALITE_STAMP := $(KINESALITE_DIR)/.installed-$(KINESALITE_VERSION)
 LINT_PATHS := src tests $(wildcard bench) docs/_hooks.py
+# pyright, for `make typecompleteness`: an npm package, installed once into a cache folder like
+# kinesalite. Its figure for the public API, in %, must not fall below TYPE_COMPLETENESS_MIN.
+PYRIGHT_VERSION := 1.1.414
+PYRIGHT_DIR := .cache/pyright
+PYRIGHT_STAMP := $(PYRIGHT_DIR)/.installed-$(PYRIGHT_VERSION)
+TYPE_COMPLETENESS_MIN := 100
+# `make pythons`: the suite on the lowest and highest other Pythons the classifiers claim (see
+# .ci/other-pythons), without coverage, each in .cache/venv-X.Y: every unit test (the command
+# line's errors through its console script among them), and of the integration tests those of
+# processes and signals (`aiokpl local`, the demo) and of HTTP to moto's server on both
+# backends. Left to `make pytest` alone, to keep `make test` within 20 minutes on 2 cores: the
+# quick benchmark run and the coordination processes (minutes of real time each), `put` and
+# `tail` end to end, the other servers' suites. PYTHONS_PYTEST overrides the selection (`make
+# pythons PYTHONS_PYTEST=tests` for all of it); the two Pythons run at once (PARALLEL=0: one
+# after the other).
+CLAIMED_PYTHONS := $(shell sed -n 's/.*"Programming Language :: Python :: \(3\.[0-9]*\)".*/\1/p' pyproject.toml)
+PYTHONS_VENVS ?= .cache
+PARALLEL ?= 1
+PYTHONS_INTEGRATION := test_cli_local.py test_demo.py test_moto.py
+PYTHONS_PYTEST ?= tests \
+	$(addprefix --ignore=,$(filter-out $(addprefix tests/integration/,$(PYTHONS_INTEGRATION)), \
+		$(wildcard tests/integration/test_*.py))) \
+	--deselect tests/test_bench_smoke.py::test_quick_benchmark_runs_and_reports_every_scenario \
+	$(addprefix --deselect tests/test_docs_cli.py::,$(PYTHONS_NOT_DOCS))
+# docs/cli.md holds the usage text argparse writes on make pytest's Python; 3.13's wraps it
+# differently, so the page's freshness is checked there only.
+PYTHONS_NOT_DOCS := test_the_page_holds_its_tables_as_the_parsers_give_them \
+	test_make_docs_tables_rewrites_only_stale_pages
 # `make package`: the built wheel and sdist, and the clean virtualenv the wheel is tried in.
 DIST := dist
 PACKAGE_VENV := .cache/package-venv
 
-.PHONY: test demo lint typecheck pytest kinesalite docs docs-tables package coverage bench clean
+.PHONY: test demo lint typecheck typecompleteness pytest pythons kinesalite pyright docs \
+	docs-tables package coverage bench clean
 
 $(PIP_STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,7 +67,7 @@ $(DEMO_STAMP): pyproject.toml | $(PIP_STAMP)
 	$(PY) -m pip install --quiet -e '.[local]'
 	touch $(DEMO_STAMP)
 
-test: lint typecheck package pytest docs
+test: lint typecheck typecompleteness package pytest pythons docs
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
@@ -44,6 +75,19 @@ lint: $(DEV_STAMP)
 
 typecheck: $(DEV_STAMP)
 	$(PY) -m mypy
+
+$(PYRIGHT_STAMP):
+	$(NPM) install --prefix $(PYRIGHT_DIR) --no-save --no-audit --no-fund --loglevel=error \
+		pyright@$(PYRIGHT_VERSION)
+	touch $(PYRIGHT_STAMP)
+
+pyright: $(PYRIGHT_STAMP)
+
+# The public API's typing as another type checker sees it (pyright --verifytypes): every name
+# exported has a known type, and the package ships py.typed as its classifier says.
+typecompleteness: $(DEV_STAMP) $(PYRIGHT_STAMP)
+	$(PY) tests/type_completeness.py $(PYRIGHT_DIR)/node_modules/.bin/pyright \
+		$(TYPE_COMPLETENESS_MIN)
 
 $(KINESALITE_STAMP):
 	$(NPM) install --prefix $(KINESALITE_DIR) --no-save --no-audit --no-fund --omit=optional \
@@ -72,6 +116,11 @@ pytest: $(DEV_STAMP) $(KINESALITE_STAMP)
 	$(PY) -m coverage erase
 	$(PY) -m coverage run -m pytest
 	@$(COVERAGE_FLOORS)
+
+# The suite on the other Pythons (the lowest and highest claimed and present).
+pythons: $(KINESALITE_STAMP)
+	PYTHON=$(PYTHON) VENVS=$(PYTHONS_VENVS) CLAIMED="$(CLAIMED_PYTHONS)" EXTRAS=$(DEV_EXTRAS) \
+		PIP_MIN=$(PIP_MIN) PARALLEL=$(PARALLEL) .ci/other-pythons $(PYTHONS_PYTEST)
 
 # The floors alone, on the data the last `make pytest` left.
 coverage: $(DEV_STAMP)
@@ -107,4 +156,4 @@ bench: $(DEV_STAMP)
 
 clean:
 	rm -rf $(VENV) site $(DIST) .coverage .pytest_cache .mypy_cache .ruff_cache .hypothesis \
-		$(KINESALITE_DIR) $(PACKAGE_VENV)
+		$(KINESALITE_DIR) $(PACKAGE_VENV) $(PYRIGHT_DIR) .cache/venv-3.*

@@ -214,8 +214,17 @@ def test_pyproject_publishes_no_development_extra(check: ModuleType) -> None:
     extras = set(project["project"]["optional-dependencies"])
     assert not extras & check.DEVELOPMENT_EXTRAS
     groups = project["dependency-groups"]
-    tools = {r for r in groups["dev"] if isinstance(r, str)}
+
+    def requirements(group: str) -> set[str]:  # with the groups it includes
+        found: set[str] = set()
+        for item in groups[group]:
+            found |= requirements(item["include-group"]) if isinstance(item, dict) else {item}
+        return found
+
+    tools = requirements("dev")
     assert {"pytest>=8.3", "mypy>=1.13", "ruff>=0.8", "build>=1.2", "twine>=6.1"} <= tools
+    # The other Pythons' venvs get the test group alone: the suite needs nothing else.
+    assert {"pytest>=8.3", "hypothesis>=6.100", "matplotlib>=3.8"} <= requirements("test")
     # A group naming the project would fetch it from the index (another project's 0.2.0).
     for requirement in (r for group in groups.values() for r in group if isinstance(r, str)):
         assert check._requirement_name(requirement) != "aiokpl", requirement

@@ -1,15 +1,23 @@
 """Errors and reprs a user can meet name public types (``Outcome``, ``Future``), never the
-private classes behind them (``UserRecord``, ``TaggedRecord``, ``_RecordFuture``)."""
+private classes behind them (``UserRecord``, ``TaggedRecord``, ``_RecordFuture``), and name
+them by the module they are imported from (``aiokpl.ConfigError``, not
+``aiokpl._core.errors.ConfigError``)."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Literal
 
 import pytest
 
+import aiokpl
+import aiokpl.aggregation
+import aiokpl.coordination
+import aiokpl.testing
 from aiokpl import Config, Outcome, RecordResult, SyncProducer
 from aiokpl._producer import Producer
 from aiokpl.testing import FakeKinesis
@@ -73,3 +81,37 @@ def test_a_sync_future_names_itself_future(backend: Literal["asyncio", "trio"]) 
     assert messages[0].startswith("<Future at 0x")
     assert messages[2] == "Future"
     assert all(not PRIVATE.search(text) for text in messages), messages
+
+
+@pytest.mark.parametrize(
+    "module", [aiokpl, aiokpl.aggregation, aiokpl.coordination, aiokpl.testing], ids=str
+)
+def test_public_classes_name_their_public_module(module: object) -> None:
+    name = getattr(module, "__name__", "")
+    classes = [
+        getattr(module, attr)
+        for attr in getattr(module, "__all__", ())
+        if isinstance(getattr(module, attr), type)
+    ]
+    assert classes
+    for cls in classes:
+        # A class exported by aiokpl and a submodule (AggregationFormatError) is aiokpl's.
+        expected = "aiokpl" if cls.__name__ in aiokpl.__all__ else name
+        assert cls.__module__ == expected, cls
+
+
+def test_a_traceback_names_the_public_exception() -> None:
+    finished = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import aiokpl; aiokpl.Config(region='us-east-1', max_connections=0)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == 1
+    last = finished.stderr.splitlines()[-1]
+    assert last.startswith("aiokpl.ConfigError: "), finished.stderr

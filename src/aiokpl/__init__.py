@@ -26,6 +26,7 @@ from ._metrics.recorder import CloudWatchSink as CloudWatchSink
 from ._metrics.recorder import MetricsSink as MetricsSink
 from ._outcome import Outcome as Outcome
 from ._producer import Producer as Producer
+from ._public import present_as_public as _present_as_public
 from ._rate_limiter import RateLimiter as RateLimiter
 from ._rate_limiter import RateLimiterStatistics as RateLimiterStatistics
 from ._sync import SyncProducer as SyncProducer
@@ -59,3 +60,6 @@ __all__ = (
     "TokenBucket",
     "__version__",
 )
+
+# Tracebacks and reprs name aiokpl.X, the name to import, not the private module.
+_present_as_public(__name__, globals(), __all__)

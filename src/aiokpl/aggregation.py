@@ -41,6 +41,7 @@ from ._core.wire import DeaggregatedRecord as DeaggregatedRecord
 from ._core.wire import Record as Record
 from ._core.wire import Tag as Tag
 from ._core.wire import Tags as Tags
+from ._public import present_as_public as _present_as_public
 
 __all__ = (
     "FRAMING_OVERHEAD",
@@ -57,3 +58,6 @@ __all__ = (
     "encode",
     "is_aggregated",
 )
+
+# Tracebacks and reprs name aiokpl.aggregation.X, the name to import, not the private module.
+_present_as_public(__name__, globals(), __all__)

@@ -9,5 +9,9 @@ from ._coordination.coordinator import run_summarizer as run_summarizer
 from ._coordination.stores import CoordinationStore as CoordinationStore
 from ._coordination.stores import DynamoDBStore as DynamoDBStore
 from ._coordination.stores import S3Store as S3Store
+from ._public import present_as_public as _present_as_public
 
 __all__ = ("Coordination", "CoordinationStore", "DynamoDBStore", "S3Store", "run_summarizer")
+
+# Tracebacks and reprs name aiokpl.coordination.X, the name to import, not the private module.
+_present_as_public(__name__, globals(), __all__)

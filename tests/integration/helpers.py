@@ -6,6 +6,7 @@ import base64
 import itertools
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import anyio
@@ -17,6 +18,16 @@ from aiokpl.testing._servers import DUMMY_CREDENTIALS
 
 # Servers live for the whole session and serve both backends: every stream name is new.
 _names = itertools.count()
+
+
+AIOKPL_SCRIPT = Path(sys.executable).with_name("aiokpl")
+"""The ``aiokpl`` console script installed next to this interpreter, which a user runs."""
+
+
+def aiokpl_script() -> str:
+    """:data:`AIOKPL_SCRIPT`, checked to exist."""
+    assert AIOKPL_SCRIPT.exists(), f"{AIOKPL_SCRIPT} is missing: pip install -e ."
+    return str(AIOKPL_SCRIPT)
 
 
 def stream_name(prefix: str = "integration") -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from aiokpl import Producer
 from aiokpl.testing import read_stream
 from aiokpl.testing._servers import throughput
 
-from .helpers import admin_client, config, user_records
+from .helpers import admin_client, aiokpl_script, config, user_records
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +130,43 @@ def test_a_port_in_use_is_one_line_and_exit_2(start_local: StartLocal) -> None:
     assert finished.returncode == 2
     assert finished.stderr.startswith(f"aiokpl local: cannot listen on 127.0.0.1:{port}: ")
     assert len(finished.stderr.splitlines()) == 1
+
+
+# The first bytes of a TLS ClientHello: what a client given https://127.0.0.1:PORT sends.
+TLS_HELLO = bytes.fromhex("16030100a5010000a10303") + bytes(range(32)) + b"\x00\x20\xc0\x2b"
+
+
+def _send_raw(endpoint: str, data: bytes) -> None:
+    host, port = endpoint.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        while sock.recv(4096):  # until the server answers (400) and closes
+            pass
+
+
+def test_requests_are_not_logged_and_a_tls_client_gets_one_line(start_local: StartLocal) -> None:
+    process, endpoint, _ = start_local("--stream", "events", command=[aiokpl_script(), "local"])
+    _send_raw(endpoint, TLS_HELLO)
+    _send_raw(endpoint, TLS_HELLO + b"\r\n")
+    assert len(anyio.run(_put_and_read, endpoint, "events", 10)) == 10
+    _, err = _stop(process, signal.SIGINT)
+    assert process.returncode == 0, err
+    assert err.splitlines() == [
+        "aiokpl local: a client sent something that is not HTTP: an https:// URL? This server "
+        "speaks plain http://",
+        "aiokpl local: stopped (Ctrl-C); its streams are gone",
+    ]
+
+
+def test_log_requests_prints_a_line_per_request(start_local: StartLocal) -> None:
+    process, endpoint, _ = start_local(
+        "--stream", "events", "--log-requests", command=[aiokpl_script(), "local"]
+    )
+    assert len(anyio.run(_put_and_read, endpoint, "events", 10)) == 10
+    _, err = _stop(process, signal.SIGINT)
+    assert process.returncode == 0, err
+    assert re.search(r'"POST / HTTP/1\.1" 200 -$', err, re.M), err
 
 
 def _console_script() -> str:

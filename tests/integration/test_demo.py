@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,6 +11,8 @@ import sys
 import pytest
 
 from aiokpl._cli import build_parser, main
+
+from .helpers import aiokpl_script
 
 pytestmark = pytest.mark.integration
 
@@ -20,9 +23,35 @@ def test_demo_verifies_every_record(backend: str, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert status == 0, out
     assert "every record landed once, intact, where predicted" in out
-    assert "records put  3,000" in out
+    assert "stream  aiokpl-demo-7-3000, 3 shards\n" in out
+    assert "records put  3,000 of 100 bytes each, partition keys user-0 … user-4095\n" in out
+    assert re.search(r"throughput  [\d,]+ records/s \(", out), out
+    assert re.search(r"read back  3,000 user records in [\d,]+ Kinesis records\n", out), out
     assert "delivered  3,000" in out
     assert "missing / duplicated  0 / 0" in out
+
+
+def test_the_summary_of_one_record_through_the_console_script() -> None:
+    finished = subprocess.run(
+        [aiokpl_script(), "demo", "--count", "1", "--shards", "1", "--size", "1", "--keys", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr
+    summary = {
+        name: value
+        for name, _, value in (
+            line.strip().partition("  ") for line in finished.stdout.splitlines()
+        )
+    }
+    assert summary["stream"] == "aiokpl-demo-7-1, 1 shard"
+    assert summary["records put"] == "1 of 1 byte each, partition key user-0"
+    assert summary["read back"] == "1 user record in 1 Kinesis record"
+    # A whole number of records per second, with the noun that number takes.
+    rate, _, rest = summary["throughput"].partition(" ")
+    assert rest.startswith("record/s (" if rate == "1" else "records/s ("), summary
 
 
 def test_demo_options_are_validated() -> None:

@@ -19,16 +19,29 @@ from .._coordination.coordinator import run_summarizer
 from .._coordination.stores import DynamoDBStore, S3Store
 from .._core.errors import ConfigError
 from .._kinesis import create_client
-from .options import EXIT_USAGE, config_from_args, usage_message
+from .options import (
+    EXIT_USAGE,
+    config_from_args,
+    global_options_parent,
+    interrupted,
+    service_message,
+    setup_problem,
+    usage_message,
+)
 
 __all__ = ("add_parser",)
 
 
 def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
-    """Register ``coordinate`` with the subcommands of the ``aiokpl`` parser."""
+    """Register ``coordinate`` with the subcommands of the ``aiokpl`` parser.
+
+    ``parents`` is not used: this command's ``--endpoint-url`` is S3's or DynamoDB's, so it
+    takes the global options from a parent whose help says so.
+    """
+    endpoint_help = "S3 or DynamoDB endpoint instead of the region's (e.g. a local server)"
     parser: argparse.ArgumentParser = commands.add_parser(
         "coordinate",
-        parents=parents,
+        parents=[global_options_parent(endpoint_help=endpoint_help)],
         help="run the summary of a coordination group (S3 or DynamoDB) until interrupted",
         description=(
             "Summarize the reports of the producers of one coordination group every "
@@ -87,12 +100,14 @@ def _coordinate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         anyio.run(_run, args, backend=args.backend)
-    except KeyboardInterrupt:
-        return 0
     except ConfigError as exc:  # no region: said in the command line's words
         print(f"aiokpl coordinate: {usage_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:
-        print(f"aiokpl coordinate: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        problem = setup_problem(exc) or f"{type(exc).__name__}: {service_message(str(exc))}"
+        print(f"aiokpl coordinate: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    except BaseException as exc:
+        if not interrupted(exc):  # Ctrl-C stops the summary: a normal end
+            raise
     return 0

@@ -33,7 +33,7 @@ from .options import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     add_backend_option,
-    made_of,
+    interrupted,
 )
 
 __all__ = ("DemoReport", "add_parser", "run_demo")
@@ -44,6 +44,10 @@ class DemoReport:
     """What the demo found; ``ok`` is false if any record is missing, duplicated or altered."""
 
     records: int
+    stream: str = ""
+    shards: int = 0
+    size: int = 0
+    keys: int = 0
     seconds: float = 0.0
     succeeded: int = 0
     failed: Counter[str] = field(default_factory=Counter)
@@ -106,7 +110,7 @@ async def run_demo(
 ) -> DemoReport:
     """Produce ``count`` records to a new stream at ``endpoint_url``, then verify them all."""
     stream = f"aiokpl-demo-{seed}-{count}"
-    report = DemoReport(records=count)
+    report = DemoReport(records=count, stream=stream, shards=shards, size=size, keys=keys)
     rng = random.Random(seed)
     config = Config(
         endpoint_url=endpoint_url,
@@ -180,18 +184,32 @@ async def run_demo(
     return report
 
 
+def _count(number: float, noun: str) -> str:
+    """``number`` (rounded to a whole one) and ``noun``, plural unless that is 1."""
+    return f"{number:,.0f} {noun}{'' if round(number) == 1 else 's'}"
+
+
 def _print_report(report: DemoReport, backend: str) -> None:
     rate = report.records / report.seconds if report.seconds else 0.0
     per_kinesis = report.read_back / report.kinesis_records if report.kinesis_records else 0.0
+    keys = "key user-0" if report.keys == 1 else f"keys user-0 … user-{report.keys - 1}"
     lines = [
         ("backend", backend),
-        ("records put", f"{report.records:,}"),
+        ("stream", f"{report.stream}, {_count(report.shards, 'shard')}"),
+        (
+            "records put",
+            f"{report.records:,} of {_count(report.size, 'byte')} each, partition {keys}",
+        ),
         ("delivered", f"{report.succeeded:,}"),
         ("failed", ", ".join(f"{c}: {n}" for c, n in report.failed.items()) or "0"),
-        ("throughput", f"{rate:,.0f} records/s ({report.seconds:.2f} s, put to last result)"),
+        (
+            "throughput",
+            f"{_count(rate, 'record')}/s ({report.seconds:.2f} s, put to last result)",
+        ),
         (
             "read back",
-            f"{report.read_back:,} user records in {report.kinesis_records:,} Kinesis records",
+            f"{_count(report.read_back, 'user record')} in "
+            f"{_count(report.kinesis_records, 'Kinesis record')}",
         ),
         ("user records per Kinesis record", f"{per_kinesis:.1f}"),
         ("retries", f"{report.retries:,}"),
@@ -233,7 +251,7 @@ def _demo(args: argparse.Namespace) -> int:
     except BaseException as exc:
         # Ctrl-C anywhere (in either event loop, or while the server starts or stops) arrives
         # as KeyboardInterrupt, possibly inside exception groups: one line, no traceback.
-        if not made_of(exc, KeyboardInterrupt):
+        if not interrupted(exc):
             raise
         end = "\n" if sys.stderr.isatty() else ""  # after the progress bar's line
         name = "SIGTERM" if received else "Ctrl-C"

@@ -21,12 +21,17 @@ exits 2, as it does when the address cannot be bound.
 and ``--burst-seconds`` change them and imply ``--throttle``); ``--fault-rate``,
 ``--fail-stream`` and ``--hang-stream`` add faults. Both are
 :mod:`aiokpl.testing._throttling`'s; the banner then says what the server enforces.
+
+The web server's line per request is printed only with ``--log-requests``; without it, its
+errors still are, and a request that is not HTTP at all (an ``https://`` URL sends a TLS
+handshake) gets one line saying so, instead of the bytes it sent (:class:`_RequestErrors`).
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import re
 import signal
 import sys
@@ -75,6 +80,55 @@ class _Stopped(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+class _RequestErrors(logging.Handler):
+    """The web server's log (werkzeug's logger) without its line per request.
+
+    Errors are printed, except a request werkzeug cannot parse (``Bad request version``,
+    ``Bad request syntax``, ...: a TLS handshake, or another protocol), which is said once, in
+    words, without the bytes.
+    """
+
+    def __init__(self, stderr: TextIO) -> None:
+        # Level NOTSET: werkzeug adds a handler of its own unless one takes its INFO lines.
+        super().__init__()
+        self._stderr = stderr
+        self._warned = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.ERROR:
+            return
+        message = record.getMessage()
+        if "code 400, message Bad " in message:
+            if self._warned:
+                return
+            self._warned = True
+            message = (
+                "aiokpl local: a client sent something that is not HTTP: an https:// URL? "
+                "This server speaks plain http://"
+            )
+        print(message.rstrip(), file=self._stderr, flush=True)
+
+
+@contextmanager
+def _request_log(stderr: TextIO, *, enabled: bool) -> Iterator[None]:
+    """Unless ``enabled``, werkzeug logs through :class:`_RequestErrors` only while entered."""
+    if enabled:
+        yield  # werkzeug's own handler: a line per request on stderr
+        return
+    logger = logging.getLogger("werkzeug")
+    handler = _RequestErrors(stderr)
+    saved = logger.level, logger.propagate
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 def stream_spec(text: str) -> tuple[str, int]:
@@ -245,7 +299,7 @@ def run_local_command(
             file=stderr,
         )
     limits, faults = limits_and_faults(args)
-    with _stop_on_signals():
+    with _stop_on_signals(), _request_log(stderr, enabled=args.log_requests):
         try:
             return _serve(args.host, args.port, region, streams, limits, faults, stdout, stderr)
         except BaseException as exc:
@@ -362,6 +416,11 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         default=argparse.SUPPRESS,
         help="region the streams are created in: moto keeps streams per region, and a client "
         f"in another region does not see them (default: {DUMMY_CREDENTIALS['region']})",
+    )
+    local.add_argument(
+        "--log-requests",
+        action="store_true",
+        help="print the web server's line for every request on stderr (default: errors only)",
     )
     limits = local.add_argument_group("throttling and faults")
     limits.add_argument(

@@ -13,15 +13,26 @@ Credentials are never taken on the command line: the default chain (environment 
 Errors meant for a program are reworded for a command line user here: the producer's "no
 region" error names ``Config(region=...)``, the command line's names ``--region``
 (:func:`usage_message`), and ``--backend trio`` without trio installed is a usage error naming
-the extra to install (:func:`backend_problem`), not anyio's ``LookupError``.
+the extra to install (:func:`backend_problem`), not anyio's ``LookupError``. An endpoint without
+a scheme is a usage error of ``--endpoint-url`` (:func:`endpoint_url`); a profile that does not
+exist, or an endpoint set badly in the environment or the profile, is one line and exit status 2
+(:func:`setup_problem`), not botocore's traceback; and a service error whose message is a web
+page (an endpoint that is not Kinesis) is summarised in one line (:func:`service_message`).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import math
+import re
+import sys
+from html import unescape
 from typing import Any
+from urllib.parse import urlsplit
+
+import botocore.exceptions
 
 from .._core.config import Config
 from .._core.errors import ConfigError
@@ -37,10 +48,14 @@ __all__ = (
     "add_global_options",
     "backend_problem",
     "config_from_args",
+    "endpoint_url",
     "global_options_parent",
+    "interrupted",
     "made_of",
     "positive_float",
     "positive_int",
+    "service_message",
+    "setup_problem",
     "usage_message",
 )
 
@@ -57,13 +72,22 @@ EXIT_INTERRUPTED = 130
 
 BACKENDS = ("asyncio", "trio")
 
+MAX_SERVICE_MESSAGE = 200
+"""Longest service error message printed (an endpoint that is not Kinesis may send pages)."""
 
-def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
-    """Add the global options to ``parser``.
+
+def add_global_options(
+    parser: argparse.ArgumentParser,
+    *,
+    top_level: bool,
+    endpoint_help: str = "Kinesis endpoint instead of the region's (e.g. a local server)",
+) -> argparse._ArgumentGroup:
+    """Add the global options to ``parser``; returns their group.
 
     Args:
         parser: the top-level parser, or a subcommand's parent parser.
         top_level: whether ``parser`` is the top-level one, which holds the defaults.
+        endpoint_help: ``--endpoint-url``'s help: which service's endpoint it is.
     """
 
     def default(value: Any) -> Any:
@@ -76,8 +100,9 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool) -> N
     group.add_argument(
         "--endpoint-url",
         default=default(None),
+        type=endpoint_url,
         metavar="URL",
-        help="Kinesis endpoint instead of the region's (e.g. a local server)",
+        help=endpoint_help,
     )
     group.add_argument(
         "--profile", default=default(None), help="named profile of your AWS configuration"
@@ -90,6 +115,80 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool) -> N
         help="do not verify the endpoint's TLS certificate",
     )
     add_backend_option(group, top_level=top_level)
+    return group
+
+
+def endpoint_url(text: str) -> str:
+    """An argparse type: an ``http://`` or ``https://`` URL with a host.
+
+    botocore refuses anything else only once a client is created, with a ``ValueError``
+    traceback; ``127.0.0.1:4567`` (no scheme) is the usual slip.
+    """
+    try:
+        parts = urlsplit(text)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        valid = False
+    if valid:
+        return text
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no scheme: give the whole URL, e.g. http://{text}"
+        )
+    raise argparse.ArgumentTypeError(f"not an http:// or https:// URL: {text!r}")
+
+
+def setup_problem(exc: BaseException) -> str | None:
+    """What is wrong with the AWS setup, in one line, if ``exc`` (or a group of it) says so.
+
+    botocore raises these while a client is created, before any request: a profile that does
+    not exist (``--profile``, ``AWS_PROFILE``) and an endpoint it cannot use (set in
+    ``AWS_ENDPOINT_URL...`` or the profile; ``--endpoint-url`` is checked by its type first).
+    Anything else is None: not a setup problem.
+    """
+    for inner in getattr(exc, "exceptions", ()):  # a group (3.10: the backport)
+        found = setup_problem(inner)
+        if found is not None:
+            return found
+    if isinstance(exc, botocore.exceptions.ProfileNotFound):
+        profile = exc.kwargs.get("profile", "")
+        return (
+            f"no AWS profile named {profile!r} (from --profile or AWS_PROFILE) in "
+            "~/.aws/config or ~/.aws/credentials"
+        )
+    prefix = "Invalid endpoint: "
+    if isinstance(exc, ValueError) and str(exc).startswith(prefix):
+        return (
+            f"invalid endpoint {str(exc)[len(prefix) :]!r} (from the environment or the "
+            "profile): an endpoint URL starts with http:// or https://"
+        )
+    return None
+
+
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
+_NOT_TEXT = re.compile(r"<(head|script|style)\b.*?</\1\s*>", re.I | re.S)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def service_message(message: str) -> str:
+    """A service error's message on one line of at most :data:`MAX_SERVICE_MESSAGE` characters.
+
+    An endpoint that is not Kinesis (a web server, another service) answers with an HTML page,
+    which botocore passes on whole as the message: it is summarised as its title and text.
+    """
+    if re.match(r"\s*<(!doctype|html|head|body)", message, re.I):
+        found = _TITLE.search(message)
+        title = " ".join(unescape(found.group(1)).split()) if found else ""
+        text = " ".join(unescape(_TAG.sub(" ", _NOT_TEXT.sub(" ", message))).split())
+        if title and text.startswith(title):  # the page's heading repeats its title
+            text = text[len(title) :].lstrip()
+        summary = f"{title}: {text}" if title and text else title or text
+        message = f"the endpoint answered with a web page, not as Kinesis does: {summary}"
+    message = " ".join(message.split())
+    if len(message) > MAX_SERVICE_MESSAGE:
+        message = message[: MAX_SERVICE_MESSAGE - 1] + "…"
+    return message
 
 
 def add_backend_option(parser: Any, *, top_level: bool) -> None:
@@ -127,10 +226,13 @@ def usage_message(exc: ConfigError) -> str:
     return message
 
 
-def global_options_parent() -> argparse.ArgumentParser:
-    """A parent parser giving a subcommand the global options (see ``add_parser(parents=)``)."""
+def global_options_parent(**options: Any) -> argparse.ArgumentParser:
+    """A parent parser giving a subcommand the global options (see ``add_parser(parents=)``).
+
+    ``options`` go to :func:`add_global_options` (``endpoint_help``).
+    """
     parent = argparse.ArgumentParser(add_help=False)
-    add_global_options(parent, top_level=False)
+    add_global_options(parent, top_level=False, **options)
     return parent
 
 
@@ -193,3 +295,15 @@ def made_of(exc: BaseException, kind: type[BaseException]) -> bool:
         return True
     inner: tuple[BaseException, ...] = getattr(exc, "exceptions", ())  # a group (3.10: backport)
     return bool(inner) and all(made_of(e, kind) for e in inner)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc``, out of ``anyio.run``, means Ctrl-C: :func:`made_of` ``KeyboardInterrupt``.
+
+    On Python 3.10, anyio's asyncio runner answers Ctrl-C by cancelling the main task and lets
+    the ``CancelledError`` out instead of a ``KeyboardInterrupt`` (3.11's runner turns it
+    into one); nothing else cancels that task from outside, so there it means the same.
+    """
+    if made_of(exc, KeyboardInterrupt):
+        return True
+    return sys.version_info < (3, 11) and made_of(exc, asyncio.CancelledError)

@@ -66,9 +66,10 @@ from .options import (
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
     config_from_args,
-    made_of,
+    interrupted,
     positive_float,
     positive_int,
+    service_message,
     usage_message,
 )
 
@@ -778,7 +779,7 @@ def run_put_command(args: argparse.Namespace, stderr: TextIO | None = None) -> i
         try:
             status = anyio.run(_put_main, config, args.stream, run, stderr, backend=args.backend)
         except BaseException as exc:
-            if not made_of(exc, KeyboardInterrupt):
+            if not interrupted(exc):
                 raise
             report.interrupted = True
             status = None
@@ -800,6 +801,7 @@ async def _put_main(config: Config, stream: str, run: PutRun, stderr: TextIO) ->
             refused = await _stream_check(client, stream)
             if refused is not None:
                 code, message = refused
+                message = service_message(message)
                 print(f"aiokpl put: cannot write to {stream!r}: {code}: {message}", file=stderr)
                 return EXIT_SERVICE_ERROR
             # Signals can be caught only in the main thread (main() may run in another).

@@ -27,9 +27,11 @@ from .options import (
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
     config_from_args,
+    interrupted,
     made_of,
     positive_float,
     positive_int,
+    service_message,
     usage_message,
 )
 from .reader import StartPosition, TailError, tail_stream
@@ -235,7 +237,7 @@ def run_tail_command(
     try:
         return anyio.run(_tail_main, config, args, stdout, stderr, backend=args.backend)
     except BaseException as exc:
-        if made_of(exc, KeyboardInterrupt):
+        if interrupted(exc):
             return EXIT_OK
         if not made_of(exc, BrokenPipeError):
             raise
@@ -276,6 +278,7 @@ async def _tail_main(
         print(f"aiokpl tail: {usage_message(exc)}", file=stderr)
         return EXIT_USAGE
     except TailError as exc:
-        print(f"aiokpl tail: cannot read {args.stream!r}: {exc}", file=stderr)
+        message = f"{exc.code}: {service_message(exc.message)}"
+        print(f"aiokpl tail: cannot read {args.stream!r}: {message}", file=stderr)
         return EXIT_SERVICE_ERROR
     return EXIT_OK

@@ -129,7 +129,7 @@ class S3Store:
         self.bucket = bucket
         self.prefix = prefix
         self.page_size = page_size
-        self.server_clock = _ServerClock()
+        self.server_clock: _ServerClock = _ServerClock()
 
     def __repr__(self) -> str:
         return f"S3Store(bucket={self.bucket!r}, prefix={self.prefix!r})"
@@ -223,7 +223,7 @@ class DynamoDBStore:
         self.table = table
         self.group = group
         self.ttl_seconds = ttl_seconds
-        self.server_clock = _ServerClock()
+        self.server_clock: _ServerClock = _ServerClock()
 
     def __repr__(self) -> str:
         return f"DynamoDBStore(table={self.table!r}, group={self.group!r})"

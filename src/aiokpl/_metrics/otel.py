@@ -42,7 +42,7 @@ class OpenTelemetrySink:
     def __init__(self, *, meter_provider: Any = None, prefix: str = "aiokpl") -> None:
         self._provider = meter_provider
         self._prefix = prefix
-        self.totals = RunningTotals()
+        self.totals: RunningTotals = RunningTotals()
         self._instruments: list[Any] = []
 
     def __repr__(self) -> str:

@@ -43,7 +43,7 @@ class PrometheusSink:
     def __init__(self, *, registry: Any = None, prefix: str = "aiokpl") -> None:
         self._registry = registry
         self._prefix = prefix
-        self.totals = RunningTotals()
+        self.totals: RunningTotals = RunningTotals()
         self._registered: Any = None
 
     def __repr__(self) -> str:

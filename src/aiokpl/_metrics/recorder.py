@@ -467,8 +467,8 @@ class CloudWatchSink:
         self._retry_delay = retry_delay
         self._stack: contextlib.AsyncExitStack | None = None
         self._namespace = "KinesisProducerLibrary"
-        self.requests_sent = 0
-        self.requests_failed = 0
+        self.requests_sent: int = 0
+        self.requests_failed: int = 0
 
     def __repr__(self) -> str:
         return (

@@ -73,6 +73,7 @@ stream), then the random ones of :attr:`FakeKinesis.faults`.
 
 from __future__ import annotations
 
+from .._public import present_as_public as _present_as_public
 from ._fake import FakeKinesis as FakeKinesis
 from ._fake import Request as Request
 from ._faults import FaultPlan as FaultPlan
@@ -94,3 +95,6 @@ __all__ = (
     "StoredRecord",
     "read_stream",
 )
+
+# Tracebacks and reprs name aiokpl.testing.X, the name to import, not the private module.
+_present_as_public(__name__, globals(), __all__)
