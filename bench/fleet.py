@@ -671,8 +671,11 @@ def series_text(result: CellResult) -> str:
     )
 
 
-def plot(results: Sequence[CellResult], path: Path) -> None:
-    """One panel per cell: user records stored and Kinesis records throttled per second."""
+def plot(results: Sequence[CellResult], path: Path, labels: Sequence[str] | None = None) -> None:
+    """One panel per cell: user records stored and Kinesis records throttled per second.
+
+    ``labels``, one per result, go before each panel's title (e.g. which code ran it).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -683,7 +686,8 @@ def plot(results: Sequence[CellResult], path: Path) -> None:
     figure, axes = plt.subplots(
         rows, columns, figsize=(6 * columns, 2.6 * rows), sharex=True, squeeze=False
     )
-    for axis, result in zip(axes.flat, results, strict=False):
+    names = list(labels) if labels is not None else [""] * len(results)
+    for axis, result, label in zip(axes.flat, results, names, strict=False):
         seconds = list(range(len(result.delivered_per_second)))
         axis.plot(seconds, result.delivered_user_per_second, color="tab:blue", label="stored")
         axis.plot(seconds, result.throttled_per_second, color="tab:red", label="throttled")
@@ -692,7 +696,7 @@ def plot(results: Sequence[CellResult], path: Path) -> None:
         if result.cell.swap_at is not None:
             axis.axvline(result.cell.swap_at, color="black", linestyle=":", linewidth=1)
         axis.set_title(
-            f"{result.cell.name}\n{_percent(result.delivered)} delivered, "
+            f"{label}{result.cell.name}\n{_percent(result.delivered)} delivered, "
             f"{_percent(result.throttled)} throttled",
             fontsize="small",
         )

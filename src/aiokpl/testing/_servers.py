@@ -340,4 +340,12 @@ def kinesalite_server(timeout: float = 30.0) -> Iterator[str]:
             port = _wait_for_ready_line(process, timeout, log)
             yield f"http://127.0.0.1:{port}"
         finally:
+            died = process.poll()
             _stop(process)
+        if died is not None:
+            # It ended while in use: the tests that used it saw only refused connections.
+            log.seek(0)
+            output = log.read().decode(errors="replace")
+            raise LocalServerError(
+                f"kinesalite exited while in use (status {died}); its output:\n{output[-4000:]}"
+            )
