@@ -78,6 +78,11 @@ _CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 recor
 # How long an interrupted close() waits beyond request_timeout_ms for the cancelled producer's
 # exit (its async failure callbacks are bounded by request_timeout_ms) before it gives up.
 _ABANDON_MARGIN = 5.0
+# How often a thread waiting for the loop to stop looks for a pending signal. The kernel may
+# deliver SIGINT to any thread of the process; Python then runs its handler (KeyboardInterrupt)
+# in the main thread at its next bytecode, but a main thread blocked in a lock without timeout
+# was not woken, and raised only when the whole close was over. Waiting in slices bounds that.
+_SIGNAL_CHECK = 0.1
 
 # future, stream, partition key, size (key UTF-8 + data), data, hash key, explicit hash key, seq
 # future, stream, partition key, size, data, hash key, explicit hash key, encoded tags, seq
@@ -658,7 +663,8 @@ class SyncProducer:
                     self._room.notify_all()
                     if not self._loop_done:
                         self._call_soon(partial(self._on_close, timeout))
-            self._stopped.wait()
+            while not self._stopped.wait(_SIGNAL_CHECK):
+                pass  # a slice at a time, so that a Ctrl-C is seen (see _SIGNAL_CHECK)
             self._thread.join()  # at once: the loop has ended
         except BaseException:
             self._abandon(what)

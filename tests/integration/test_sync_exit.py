@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -26,6 +27,8 @@ import pytest
 
 from aiokpl._exit_executor import THREADS_AT_EXIT
 from aiokpl.testing import read_stream
+from aiokpl.testing._servers import moto_server
+from aiokpl.testing._throttling import ShardLimits
 
 from .helpers import admin_client, create_stream, stream_name, user_records
 
@@ -73,9 +76,20 @@ def summary(futures):
     }})
 """
 
-# Slow enough that a close() started now is still sending when the next signal comes: one shard,
-# records sent one by one (no aggregation) at 100 a second, so 3,000 take 30 s.
+# Slow enough that a close() started now is still sending when the next signal comes. The
+# producer's own rate limit cannot do it: close() flushes, and a flush sends at once whatever
+# the limiter holds (3,000 records in six requests: on a loaded machine they were all delivered
+# before the signal arrived). The server's limit does: one shard (`new_stream`) that takes 100
+# records a second (`slow_endpoint`), so 3,000 records take about 30 s, however they are sent.
+# Records sent one by one (no aggregation), at the producer at the server's rate.
 SLOW = "aggregation_enabled=False, rate_limit_records_per_sec_per_shard=100"
+
+
+@pytest.fixture(scope="module")
+def slow_endpoint() -> Iterator[str]:
+    """moto's server with AWS's write limits at 100 records a second per shard."""
+    with moto_server(limits=ShardLimits(records_per_second=100.0)) as endpoint:
+        yield endpoint
 
 
 def skip_if_no_thread_can_start_at_exit(backend: str) -> None:
@@ -242,13 +256,13 @@ def test_at_exit_worker_threads_and_atexit_functions_still_put_before_the_close(
 @pytest.mark.parametrize("caught", [True, False], ids=["caught", "uncaught"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_second_ctrl_c_during_close_resolves_every_future(
-    moto_endpoint: str, backend: str, caught: bool
+    slow_endpoint: str, backend: str, caught: bool
 ) -> None:
     # The first Ctrl-C leaves the `with` block, whose close() waits for 3,000 records to be
     # sent; the second interrupts that wait. The program's `except KeyboardInterrupt` (or, when
     # it has none, its last exit function) must find every future resolved, and a summary on
     # stderr. Before: 950 to 2,850 futures unresolved, AssertionError at exit, no summary.
-    stream = new_stream(moto_endpoint, backend)
+    stream = new_stream(slow_endpoint, backend)
     body = """
         futures = []
         if not {caught}:
@@ -268,7 +282,7 @@ def test_a_second_ctrl_c_during_close_resolves_every_future(
                 raise
             print(summary(futures), flush=True)
         """
-    child = Child(program(body.format(caught=caught), SLOW), moto_endpoint, stream, backend)
+    child = Child(program(body.format(caught=caught), SLOW), slow_endpoint, stream, backend)
     try:
         child.expect("put")
         child.interrupt()  # the first Ctrl-C: close() begins, and sends
@@ -286,7 +300,7 @@ def test_a_second_ctrl_c_during_close_resolves_every_future(
         raised = [line for line in err.splitlines() if re.match(r"\w+(Error|Interrupt)\b", line)]
         assert raised == ["KeyboardInterrupt", "KeyboardInterrupt"]  # the first, then the second
     assert "SyncProducer.close() was interrupted: the records still without a result were " in err
-    delivered, failed = check_against_the_stream(moto_endpoint, stream, json.loads(out), 3000)
+    delivered, failed = check_against_the_stream(slow_endpoint, stream, json.loads(out), 3000)
     assert delivered >= 100
     assert failed > 0  # the second Ctrl-C came while records were still being sent
     assert f"Of 3000 records put, {delivered} were delivered and {failed} failed" in err
@@ -294,13 +308,13 @@ def test_a_second_ctrl_c_during_close_resolves_every_future(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ctrl_c_while_a_producer_is_closed_at_exit_resolves_every_future(
-    moto_endpoint: str, backend: str
+    slow_endpoint: str, backend: str
 ) -> None:
     # A producer left open is being closed at exit (3,000 records to send) when Ctrl-C comes:
     # the rest is cancelled, a summary is logged, nothing is raised, and the program's own last
     # exit function finds every future resolved.
     skip_if_no_thread_can_start_at_exit(backend)
-    stream = new_stream(moto_endpoint, backend)
+    stream = new_stream(slow_endpoint, backend)
     body = """
         at_the_very_end.append(lambda: print(summary(futures), flush=True))
         producer = SyncProducer(config, backend=backend)
@@ -311,7 +325,7 @@ def test_ctrl_c_while_a_producer_is_closed_at_exit_resolves_every_future(
         ]
         print("put", flush=True)
         """
-    child = Child(program(body, SLOW), moto_endpoint, stream, backend)
+    child = Child(program(body, SLOW), slow_endpoint, stream, backend)
     try:
         child.expect("put")
         child.expect("closing")  # the main thread ended: the exit's close has begun
@@ -322,7 +336,7 @@ def test_ctrl_c_while_a_producer_is_closed_at_exit_resolves_every_future(
     assert status == 0, err
     assert "Traceback" not in err
     assert "Exception ignored" not in err
-    delivered, failed = check_against_the_stream(moto_endpoint, stream, json.loads(out), 3000)
+    delivered, failed = check_against_the_stream(slow_endpoint, stream, json.loads(out), 3000)
     assert failed > 0
     assert (
         "closing a SyncProducer at interpreter exit was interrupted: the records still without "
