@@ -35,7 +35,6 @@ import math
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -43,6 +42,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ._processes import LineProcess, processes
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = "coordination"
@@ -203,34 +204,11 @@ async def _worker(args: argparse.Namespace) -> None:
 # -- the experiment ----------------------------------------------------------------------------
 
 
-@dataclass
-class _Process:
-    name: str
-    process: subprocess.Popen[str]
-    lines: list[dict[str, Any]] = field(default_factory=list)
-    thread: threading.Thread | None = None
-
-    def start_reader(self) -> None:
-        def read() -> None:
-            assert self.process.stdout is not None
-            for line in self.process.stdout:
-                with contextlib.suppress(ValueError):
-                    self.lines.append(json.loads(line))
-
-        self.thread = threading.Thread(target=read, daemon=True)
-        self.thread.start()
-
-    def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not any("ready" in line for line in self.lines):
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"producer {self.name} did not start")
-            time.sleep(0.05)
+class _Process(LineProcess):
+    """A producer process of this benchmark."""
 
     def go(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write("go\n")
-        self.process.stdin.flush()
+        self.send("go")
 
     def attempts_at(self, at: float) -> tuple[float, int]:
         """Its (summed attempt durations, attempts) as of its last line at or before ``at``."""
@@ -253,20 +231,7 @@ class _Process:
         return next((line["final"] for line in self.lines if "final" in line), None)
 
 
-@contextlib.contextmanager
-def _processes() -> Iterator[list[_Process]]:
-    started: list[_Process] = []
-    try:
-        yield started
-    finally:
-        for item in started:
-            if item.process.poll() is None:
-                item.process.kill()
-            item.process.wait()
-            for pipe in (item.process.stdin, item.process.stdout):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
+_processes = processes
 
 
 def _environment() -> dict[str, str]:

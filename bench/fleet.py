@@ -60,14 +60,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
+
+from ._processes import LineProcess, processes
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "bench" / "results" / "fleet.json"
@@ -230,34 +231,11 @@ async def _worker(args: argparse.Namespace) -> None:
 # -- processes ---------------------------------------------------------------------------------
 
 
-@dataclass
-class _Process:
-    name: str
-    process: subprocess.Popen[str]
-    lines: list[dict[str, Any]] = field(default_factory=list)
-    thread: threading.Thread | None = None
-
-    def start_reader(self) -> None:
-        def read() -> None:
-            assert self.process.stdout is not None
-            for line in self.process.stdout:
-                with contextlib.suppress(ValueError):
-                    self.lines.append(json.loads(line))
-
-        self.thread = threading.Thread(target=read, daemon=True)
-        self.thread.start()
-
-    def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not any("ready" in line for line in self.lines):
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"producer {self.name} did not start")
-            time.sleep(0.05)
+class _Process(LineProcess):
+    """A producer process of this benchmark."""
 
     def go(self, start: float) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(f"go {start}\n")
-        self.process.stdin.flush()
+        self.send(f"go {start}")
 
     def codes_at(self, at: float) -> Counter[str]:
         """Its outcome counts as of its last line at or before ``at`` (wall clock)."""
@@ -283,21 +261,7 @@ def _environment() -> dict[str, str]:
     return env
 
 
-@contextlib.contextmanager
-def _processes() -> Iterator[list[_Process]]:
-    """Every process started into the list is killed (if still running) on leaving."""
-    started: list[_Process] = []
-    try:
-        yield started
-    finally:
-        for item in started:
-            if item.process.poll() is None:
-                item.process.kill()
-            item.process.wait()
-            for pipe in (item.process.stdin, item.process.stdout):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
+_processes = processes
 
 
 def _spawn(name: str, arguments: list[str], into: list[_Process]) -> _Process:

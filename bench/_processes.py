@@ -1,0 +1,69 @@
+"""What the many-process benchmarks share (``bench.coordination``, ``bench.fleet``): producer
+processes that write one JSON object a line, and a context that kills them all on leaving.
+
+A process is started by the benchmark with its standard output piped; a reader thread keeps
+every line it could parse (a line that is not JSON, half written at a kill, is skipped). The
+process says ``{"ready": ...}`` once its producer is up, and waits for a ``go`` line on its
+standard input, so that all of them start their load together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class LineProcess:
+    """A producer process and the JSON lines it has written so far."""
+
+    name: str
+    process: subprocess.Popen[str]
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    thread: threading.Thread | None = None
+
+    def start_reader(self) -> None:
+        def read() -> None:
+            assert self.process.stdout is not None
+            for line in self.process.stdout:
+                with contextlib.suppress(ValueError):
+                    self.lines.append(json.loads(line))
+
+        self.thread = threading.Thread(target=read, daemon=True)
+        self.thread.start()
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not any("ready" in line for line in self.lines):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError(f"producer {self.name} did not start")
+            time.sleep(0.05)
+
+    def send(self, line: str) -> None:
+        """Write ``line`` to the process's standard input (``go``, say)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+
+@contextlib.contextmanager
+def processes() -> Iterator[list[Any]]:
+    """Every process started into the list is killed (if still running) on leaving."""
+    started: list[LineProcess] = []
+    try:
+        yield started
+    finally:
+        for item in started:
+            if item.process.poll() is None:
+                item.process.kill()
+            item.process.wait()
+            for pipe in (item.process.stdin, item.process.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
