@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 
 @dataclass
@@ -67,3 +69,32 @@ def processes() -> Iterator[list[Any]]:
                 if pipe is not None:
                     with contextlib.suppress(OSError):
                         pipe.close()
+
+
+_P = TypeVar("_P", bound=LineProcess)
+
+
+def spawn(
+    kind: type[_P],
+    module: str,
+    name: str,
+    arguments: list[str],
+    into: list[Any],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+) -> _P:
+    """Start ``python -m MODULE worker ARGUMENTS`` as a ``kind`` (its lines read) into ``into``."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, "worker", *arguments],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
+        text=True,
+        env=dict(env),
+    )
+    item = kind(name, process)
+    into.append(item)
+    item.start_reader()
+    return item

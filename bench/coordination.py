@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._processes import LineProcess, processes
+from ._processes import LineProcess, processes, spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = "coordination"
@@ -241,19 +241,8 @@ def _environment() -> dict[str, str]:
 
 
 def _spawn(name: str, arguments: list[str], into: list[_Process]) -> _Process:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.coordination", "worker", *arguments],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.PIPE,
-        text=True,
-        env=_environment(),
-    )
-    item = _Process(name, process)
-    into.append(item)
-    item.start_reader()
-    return item
+    environment = _environment()
+    return spawn(_Process, "bench.coordination", name, arguments, into, cwd=ROOT, env=environment)
 
 
 @dataclass

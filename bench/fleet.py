@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ._processes import LineProcess, processes
+from ._processes import LineProcess, processes, spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "bench" / "results" / "fleet.json"
@@ -265,19 +265,7 @@ _processes = processes
 
 
 def _spawn(name: str, arguments: list[str], into: list[_Process]) -> _Process:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.fleet", "worker", *arguments],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.PIPE,
-        text=True,
-        env=_environment(),
-    )
-    item = _Process(name, process)
-    into.append(item)
-    item.start_reader()
-    return item
+    return spawn(_Process, "bench.fleet", name, arguments, into, cwd=ROOT, env=_environment())
 
 
 def _summarizer(endpoint: str, table: str, into: list[_Process]) -> None:
