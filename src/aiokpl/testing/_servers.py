@@ -164,7 +164,7 @@ def throughput(endpoint: str, timeout: float = 10.0) -> dict[str, Any]:
     """What a throttling server (or one with faults) reports at :data:`THROUGHPUT_PATH`.
 
     Returns the JSON document: ``limits`` and ``faults`` as set, and ``series``, one row per
-    second (of the server's wall clock, ``int(time.time())``) and stream, with the records
+    second (whole seconds of the server's wall clock, since the epoch) and stream, with the records
     ``delivered`` (stored), ``throttled`` and ``failed`` (by a fault) in that second.
     """
     with urlopen(endpoint.rstrip("/") + THROUGHPUT_PATH, timeout=timeout) as answer:
