@@ -77,7 +77,7 @@ from .._public import present_as_public as _present_as_public
 from ._fake import FakeKinesis as FakeKinesis
 from ._fake import Request as Request
 from ._faults import FaultPlan as FaultPlan
-from ._loopback import HttpFaultPlan as HttpFaultPlan
+from ._http_faults import HttpFaultPlan as HttpFaultPlan
 from ._loopback import LoopbackKinesis as LoopbackKinesis
 from ._loopback import LoopbackStatistics as LoopbackStatistics
 from ._model import FakeShard as FakeShard
