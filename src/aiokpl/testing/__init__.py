@@ -80,9 +80,9 @@ from ._faults import FaultPlan as FaultPlan
 from ._http_faults import HttpFaultPlan as HttpFaultPlan
 from ._loopback import LoopbackKinesis as LoopbackKinesis
 from ._loopback import LoopbackStatistics as LoopbackStatistics
-from ._model import FakeShard as FakeShard
-from ._model import StoredRecord as StoredRecord
 from ._read import read_stream as read_stream
+from ._streams import FakeShard as FakeShard
+from ._streams import StoredRecord as StoredRecord
 
 __all__ = (
     "FakeKinesis",

@@ -36,8 +36,9 @@ import anyio.lowlevel
 from .._kinesis import client_error
 from ._api import ClientApi
 from ._faults import FaultPlan, _fault_stream, _FaultState, _ScriptedFault
-from ._model import _ACCOUNT_ID, _REGION, FakeShard, StoredRecord, _Model
+from ._model import _ACCOUNT_ID, _REGION, _Model
 from ._operations import _Operations
+from ._streams import FakeShard, StoredRecord
 from ._validation import _DEFAULT_MAX_RECORD_SIZE, _check_operation, _Rejected
 
 __all__ = ("FakeKinesis", "Request")
