@@ -29,7 +29,7 @@ import math
 import re
 import sys
 from html import unescape
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import botocore.exceptions
@@ -76,12 +76,19 @@ MAX_SERVICE_MESSAGE = 200
 """Longest service error message printed (an endpoint that is not Kinesis may send pages)."""
 
 
+class ArgumentGroup(Protocol):
+    """Where options are added: a parser or one of its groups (argparse's group class is
+    private, so its one method used here is named instead)."""
+
+    def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action: ...
+
+
 def add_global_options(
     parser: argparse.ArgumentParser,
     *,
     top_level: bool,
     endpoint_help: str = "Kinesis endpoint instead of the region's (e.g. a local server)",
-) -> argparse._ArgumentGroup:
+) -> ArgumentGroup:
     """Add the global options to ``parser``; returns their group.
 
     Args:
@@ -191,7 +198,7 @@ def service_message(message: str) -> str:
     return message
 
 
-def add_backend_option(parser: Any, *, top_level: bool) -> None:
+def add_backend_option(parser: ArgumentGroup, *, top_level: bool) -> None:
     """Add ``--backend asyncio|trio`` (alone: ``demo`` takes it without the AWS options)."""
     parser.add_argument(
         "--backend",
