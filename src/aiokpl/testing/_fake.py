@@ -1,13 +1,14 @@
 """The API facade of the fake: :class:`FakeKinesis`, the client a test hands to a producer.
 
 What is here: :class:`FakeKinesis`, with the setup helpers a test calls directly (streams,
-resharding, faults, read-back; they raise ``ValueError``) and the coroutine methods of an
-aiobotocore Kinesis client (``put_records``, ``list_shards``, ``get_records`` …), each of which
-goes through one call path, :meth:`FakeKinesis._call` (the methods themselves, signatures
-and documentation, are in ``_api``); and :class:`Request`, the log of
-calls. The service model lives in ``_model``, the operations over it in ``_operations``, request
-checks and tokens in ``_validation``, and faults in ``_faults``; the package documentation
-(``aiokpl.testing``) says what is modelled and what is not.
+resharding, faults, read-back; they raise ``ValueError``) and the one call path,
+:meth:`FakeKinesis._call`, that every coroutine method of an aiobotocore Kinesis client
+(``put_records``, ``list_shards``, ``get_records`` …) goes through: those methods, their
+signatures and documentation, are its base class's, in ``_api``. And :class:`Request`, the log
+of calls. The service model lives in ``_model`` (its streams and shards in ``_streams``), the
+operations over it in ``_operations``, request checks and tokens in ``_validation``, and faults
+in ``_faults``; the package documentation (``aiokpl.testing``) says what is modelled and what
+is not.
 
 The call path, in order: log the call in :attr:`FakeKinesis.requests`; pass exactly one
 checkpoint, or sleep :attr:`FakeKinesis.latency`, so concurrent callers interleave as they do

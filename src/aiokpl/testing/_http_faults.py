@@ -27,6 +27,8 @@ __all__ = (
     "FaultQueue",
     "HttpFaultPlan",
     "MalformedKind",
+    "draw",
+    "rates_of",
 )
 
 MalformedKind = Literal["not-json", "truncated", "missing-records", "wrong-count"]
@@ -100,6 +102,9 @@ DEFAULT_MESSAGES = {
 
 @dataclass(frozen=True)
 class Fault:
+    """One fault: its kind (``"fail_http"``, ``"reset_connection"``, ``"delay_response"`` or
+    ``"malformed_body"``), whether the request is applied first, and what the kind needs."""
+
     kind: str
     after_processing: bool = False
     status: int = 500
