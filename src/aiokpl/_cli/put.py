@@ -72,6 +72,7 @@ from .options import (
     service_message,
     usage_message,
 )
+from .options import run as run_async
 
 __all__ = ("DeadLetters", "Input", "PutReport", "PutRun", "add_parser", "run_put_command")
 
@@ -777,7 +778,7 @@ def run_put_command(args: argparse.Namespace, stderr: TextIO | None = None) -> i
             progress=not args.no_progress and stderr.isatty(),
         )
         try:
-            status = anyio.run(_put_main, config, args.stream, run, stderr, backend=args.backend)
+            status = run_async(_put_main, config, args.stream, run, stderr, backend=args.backend)
         except BaseException as exc:
             if not interrupted(exc):
                 raise
