@@ -213,6 +213,9 @@ def main() -> None:
     parser.add_argument("--service", type=float, default=0.0)
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--coordination", action="store_true")
+    parser.add_argument(
+        "--churn", action="store_true", help="the last producer leaves at half time; one joins"
+    )
     parser.add_argument("--backend", default="trio")
     parser.add_argument("--rates", action="store_true", help="print producer 0's rates")
     parser.add_argument("--seed", type=int, default=0)
@@ -234,8 +237,13 @@ def main() -> None:
             summarize=index == 0,
         )
 
+    members = [Member(each, coordination=coordination_of(i)) for i in range(args.producers)]
+    if args.churn:
+        half = args.seconds / 2
+        members[-1].stop = half
+        members.append(Member(each, start=half, coordination=coordination_of(args.producers)))
     fleet = Fleet(
-        [Member(each, coordination=coordination_of(i)) for i in range(args.producers)],
+        members,
         shards=shards,
         shard_rate=shard_rate,
         producer_limit=args.limit,
