@@ -28,10 +28,13 @@ import importlib.util
 import math
 import re
 import sys
+import warnings
+from collections.abc import Awaitable, Callable
 from html import unescape
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+import anyio
 import botocore.exceptions
 
 from .._core.config import Config
@@ -314,3 +317,20 @@ def interrupted(exc: BaseException) -> bool:
     if made_of(exc, KeyboardInterrupt):
         return True
     return sys.version_info < (3, 11) and made_of(exc, asyncio.CancelledError)
+
+
+_T = TypeVar("_T")
+
+
+def run(func: Callable[..., Awaitable[_T]], *args: object, backend: str) -> _T:
+    """``anyio.run(func, *args, backend=backend)``, quiet about the coroutine a Ctrl-C orphans.
+
+    Trio delivers ``KeyboardInterrupt`` wherever the program stands, so it can strike between
+    ``producer.put_record(...)`` making its coroutine and the ``await`` that would start it;
+    Python then warns that the coroutine "was never awaited", a second line after the
+    command's one-line "interrupted" (seen on Python 3.10). Only that warning, only during the
+    run, is silenced: the interrupt itself is reported as always.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"coroutine '.*' was never awaited", RuntimeWarning)
+        return anyio.run(func, *args, backend=backend)

@@ -63,6 +63,7 @@ from .options import (
     service_message,
     usage_message,
 )
+from .options import run as run_async
 from .put_options import DESCRIPTION, add_put_arguments
 from .put_report import DeadLetters, PutReport, progress_line
 
@@ -427,7 +428,7 @@ def run_put_command(args: argparse.Namespace, stderr: TextIO | None = None) -> i
             progress=not args.no_progress and stderr.isatty(),
         )
         try:
-            status = anyio.run(_put_main, config, args.stream, run, stderr, backend=args.backend)
+            status = run_async(_put_main, config, args.stream, run, stderr, backend=args.backend)
         except BaseException as exc:
             if not interrupted(exc):
                 raise
