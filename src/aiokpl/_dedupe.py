@@ -138,12 +138,12 @@ class JsonFileStore:
     fsyncs the directory, so a crash at any step leaves the previous state in ``PATH`` (a torn
     ``PATH.tmp`` is never read, and the next ``save`` overwrites it). One writer per file: two
     ``Deduper`` objects must not share a path.
+
+    Args:
+        path: the file; its directory must exist.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        """Args:
-        path: the file; its directory must exist.
-        """
         self.path = Path(path)
         self._temporary = self.path.with_name(self.path.name + ".tmp")
 
@@ -226,8 +226,22 @@ class Deduper:
     for its producer (the producer's numbers count all its records, on every shard); records
     further back, without identity, or of a producer evicted from the table pass, counted (see
     :class:`DeduperStatistics`). Nothing is ever dropped that was not committed. Not
-    thread-safe: one ``Deduper`` per consumer of a shard (a KCL record processor, a Lambda
-    execution environment).
+    thread-safe: one ``Deduper`` per consumer of a shard (a Lambda execution environment, a
+    shard reader).
+
+    Args:
+        window: how many of a producer's sequence numbers below its highest committed one are
+            remembered: a power of two, 64 … 2**24 (``window / 8`` bytes per producer; the
+            default, 131,072, costs 16 KiB and is more than a producer's default
+            ``max_outstanding_records``, 100,000).
+        max_producers: how many producer ids are tracked at once, the least recently
+            committed evicted first (each run of a producer has its own id).
+        store: where to load the state from now and save it at every ``commit``
+            (:class:`JsonFileStore`, or your own :class:`DeduperStore`); ``None`` keeps it in
+            memory only.
+
+    Raises:
+        ValueError: ``window`` or ``max_producers`` is out of range.
     """
 
     def __init__(
@@ -237,20 +251,6 @@ class Deduper:
         max_producers: int = 1024,
         store: DeduperStore | None = None,
     ) -> None:
-        """Args:
-            window: how many of a producer's sequence numbers below its highest committed one
-                are remembered: a power of two, 64 … 2**24 (``window / 8`` bytes per producer;
-                the default, 131,072, covers ``Config.max_outstanding_records`` and costs
-                16 KiB).
-            max_producers: how many producer ids are tracked at once, least recently committed
-                evicted first (each run of a producer has its own id).
-            store: where to load the state from now and save it at every ``commit``
-                (:class:`JsonFileStore`, or your own :class:`DeduperStore`); ``None`` keeps it
-                in memory only.
-
-        Raises:
-            ValueError: ``window`` or ``max_producers`` is out of range.
-        """
         if type(window) is not int or window < 64 or window > 1 << 24 or window & (window - 1):
             raise ValueError(f"window must be a power of two in 64 … 2**24, got {window!r}")
         if type(max_producers) is not int or max_producers < 1:

@@ -31,10 +31,11 @@ machine) stays safe too: two processes replaying the same records give them the 
 (copies of the same records), and their new records get different ids. An epoch is what a new
 id already is.
 
-**Reserved keys.** Every tag key starting with ``aiokpl.`` (``RESERVED_PREFIX``) is reserved: a
-user's tag with such a key would be read as an identity, or as a malformed one, so the put paths
-refuse it (``is_reserved_key``). The format writers (``encode``, ``AggregateBuilder``) write any
-key, so tests and consumers can build records that carry identities.
+**Reserved keys.** Every tag key starting with ``aiokpl.`` (``RESERVED_PREFIX``) is aiokpl's:
+a user's tag with such a key would be read as an identity, or as a malformed one.
+``is_reserved_key`` is the check the put paths are to make, to refuse it (today they accept any
+key: the producer writes no identity). The format writers (``encode``, ``AggregateBuilder``)
+write any key, so tests and consumers can build records that carry identities.
 
 Reading: ``identity_of`` returns ``None`` for a record without the tag and raises
 :class:`IdentityTagError` for a malformed one (a value that is not ``ID.SEQUENCE`` in the form
@@ -224,17 +225,17 @@ class IdentityEncoder:
     The producer's put path calls :meth:`encode` once per record and appends the bytes to the
     record's encoded user tags: the same bytes ``encode_tags([identity_tag(id, sequence)])``
     gives, with only the digits formatted per record.
+
+    Args:
+        producer_id: the producer's id (from :func:`new_producer_id`).
+
+    Raises:
+        ValueError: ``producer_id`` is not a producer id.
     """
 
     __slots__ = ("_head", "producer_id")
 
     def __init__(self, producer_id: str) -> None:
-        """Args:
-            producer_id: the producer's id (from :func:`new_producer_id`).
-
-        Raises:
-            ValueError: ``producer_id`` is not a producer id.
-        """
         _check_producer_id(producer_id)
         self.producer_id = producer_id
         # The key field and the value field's tag; the value's length and the message's follow.
