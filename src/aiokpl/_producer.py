@@ -38,7 +38,7 @@ import logging
 import math
 import random
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -46,23 +46,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from ._admission import Accepted, Admission, check_records_argument
 from ._backend import current_clock
 from ._coordination.coordinator import Coordination, _ProducerCoordinator
 from ._core.config import Config
-from ._core.encoder import check_tags
 from ._core.errors import (
     BufferFullError,
     ConfigError,
-    InvalidRecordError,
-    InvalidRecordTypeError,
     ProducerClosedError,
 )
-from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
+from ._core.hashing import check_user_record
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
 from ._core.results import RecordResult
 from ._core.statistics import ProducerStatistics, SenderStatistics, StreamStatistics
 from ._core.wire import Tags
-from ._kinesis import KinesisClient, RegionalClients, check_region, create_client, fixed_region
+from ._kinesis import KinesisClient, RegionalClients, create_client, fixed_region
 from ._metrics.recorder import MetricsRecorder, MetricsSink
 from ._metrics.runner import MetricsRunner
 from ._outcome import Outcome
@@ -76,7 +74,7 @@ from ._record import TaggedRecord, UserRecord
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-__all__ = ("Producer", "ProducerPort", "ProducerStatistics", "StreamStatistics")
+__all__ = ("HostedProducer", "Producer", "ProducerPort", "ProducerStatistics", "StreamStatistics")
 
 logger = logging.getLogger("aiokpl")
 
@@ -86,41 +84,6 @@ logger = logging.getLogger("aiokpl")
 _STAMP_RESOLUTION = 0.001
 _thread_id = threading.get_ident
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
-
-
-_RECORD_SHAPES = (
-    "a record is a (partition_key, data), (partition_key, data, explicit_hash_key) or "
-    "(partition_key, data, explicit_hash_key, tags) sequence"
-)
-
-
-def _check_records_argument(records: object) -> None:
-    """Refuse a ``records`` argument that is not a collection of records, naming it.
-
-    ``None`` or a number would fail with Python's bare "not iterable"; a string, bytes or a
-    mapping would be iterated into characters, ints or keys, each then refused as a record
-    with a message about ``records[0]`` that hides the real mistake.
-    """
-    if isinstance(records, str | bytes | bytearray | memoryview | Mapping) or not isinstance(
-        records, Iterable
-    ):
-        raise InvalidRecordTypeError(
-            "records must be an iterable (a list, say) of records, where "
-            f"{_RECORD_SHAPES}; got {type(records).__name__}"
-        )
-
-
-def _fields_of(record: Any) -> tuple[Any, Any, Any, Any]:
-    """``(partition_key, data, explicit_hash_key, tags)`` of one item given to ``put_records``."""
-    if isinstance(record, str | bytes | bytearray | memoryview) or not isinstance(record, Sequence):
-        raise InvalidRecordTypeError(f"{_RECORD_SHAPES}, not {type(record).__name__}")
-    if len(record) == 2:
-        return record[0], record[1], None, None
-    if len(record) == 3:
-        return record[0], record[1], record[2], None
-    if len(record) == 4:
-        return record[0], record[1], record[2], record[3]
-    raise InvalidRecordTypeError(f"{_RECORD_SHAPES}, not one of length {len(record)}")
 
 
 # A stream's pipeline with no record outstanding, and none put through it between two looks
@@ -235,7 +198,6 @@ class Producer:
         self._given_client = client
         self._client: Any = client
         self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit
-        self._region: str | None = None  # the only region it writes to; None: any ARN's
         self._task_group: TaskGroup | None = None
         self._scheduler = Scheduler()
         self._missing_streams = MissingStreamsLog(self._scheduler)
@@ -261,7 +223,9 @@ class Producer:
         self._ttl = ttl
         # (arrival, deadline, expiry) of the latest millisecond's puts; see _enqueue.
         self._stamps = (-math.inf, -math.inf, -math.inf)
-        self._max_records = config.max_outstanding_records
+        # The rules a put must pass; its region is known once the producer starts.
+        self._admission = Admission(config)
+        self._max_records = config.max_outstanding_records  # hot path: read in put_record
         self._max_bytes = config.max_outstanding_bytes
         self._max_record_size = config.max_record_size
 
@@ -286,7 +250,7 @@ class Producer:
             clients = RegionalClients(self.config, create_client)
             self._client = await clients.__aenter__()
             stack.push_async_callback(_shielded, clients.__aexit__, None, None, None)
-        self._region = fixed_region(self.config, self._client)
+        self._admission.region = fixed_region(self.config, self._client)
         self._clock = self._ledger.clock = current_clock()
         self._thread = _thread_id()
         runner = None
@@ -375,10 +339,7 @@ class Producer:
             raise ProducerClosedError("the producer is closed; create a new one to put records")
         if self._task_group is None:
             raise RuntimeError("the producer is not started: use it with `async with`")
-        check_stream_name(stream)
-        arn = parse_stream_arn(stream)
-        if arn is not None:
-            check_region(arn, stream, self._region)
+        self._admission.check_stream(stream)
 
     async def _wait_for_room(self, size: int, count: int = 1) -> None:
         """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
@@ -450,20 +411,9 @@ class Producer:
         return pipeline
 
     def _has_room(self, size: int, count: int = 1) -> bool:
-        return (
-            len(self._outstanding) + count <= self._max_records
-            and self._ledger.outstanding_bytes + size <= self._max_bytes
+        return self._admission.fits(
+            len(self._outstanding), self._ledger.outstanding_bytes, size, count
         )
-
-    def _check_tags(self, tags: Tags, key: str, size: int, ehk: str | None) -> tuple[bytes, int]:
-        """Validate a put's ``tags`` (not ``None``): their encoding, and the record's size."""
-        encoded, size = check_tags(tags, key, size, ehk, self._max_record_size)
-        if encoded and not self.config.aggregation_enabled:
-            raise InvalidRecordError(
-                "tags need aggregation (Config.aggregation_enabled is False): a record sent "
-                "raw has no place for them"
-            )
-        return encoded, size
 
     def _enqueue(
         self,
@@ -547,7 +497,7 @@ class Producer:
         )
         encoded_tags = b""
         if tags is not None:
-            encoded_tags, size = self._check_tags(tags, key, size, ehk)
+            encoded_tags, size = self._admission.check_tags(tags, key, size, ehk)
         self._puts += 1
         if not self._puts & _YIELD_EVERY_MASK:
             # A tight loop of puts must let the stages run (sends, deadlines, the shard map).
@@ -589,12 +539,10 @@ class Producer:
         )
         encoded_tags = b""
         if tags is not None:
-            encoded_tags, size = self._check_tags(tags, key, size, ehk)
+            encoded_tags, size = self._admission.check_tags(tags, key, size, ehk)
         if not self._has_room(size):
             raise BufferFullError(
-                f"the producer holds {len(self._outstanding)} records / "
-                f"{self._ledger.outstanding_bytes} bytes (max_outstanding_records="
-                f"{self._max_records}, max_outstanding_bytes={self._max_bytes})"
+                self._admission.holds(len(self._outstanding), self._ledger.outstanding_bytes)
             )
         return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
 
@@ -633,7 +581,7 @@ class Producer:
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         self._accept_stream(stream)
-        _check_records_argument(records)
+        check_records_argument(records)
         if stream not in self._streams:
             # A new stream: start loading its shard map now, before a large group takes its
             # time to be validated and enqueued, so that the group finds the map loaded (or
@@ -641,55 +589,19 @@ class Producer:
             self._pipeline_of(stream)
             await anyio.lowlevel.checkpoint()
             self._check_still_open()
-        accepted, size, tagged = self._accept_many(stream, records)
+        self._accept_stream(stream)  # again: the producer may have closed meanwhile
+        accepted, size, tagged = self._admission.check_many(records)
         count = len(accepted)
-        if count > self._max_records or size > self._max_bytes:
-            raise InvalidRecordError(
-                f"records: {count} records of {size} bytes can never be outstanding at once "
-                f"(max_outstanding_records={self._max_records}, max_outstanding_bytes="
-                f"{self._max_bytes}); put them in smaller groups"
-            )
+        self._admission.check_group(count, size)
         await anyio.lowlevel.checkpoint()
         self._check_still_open()
         await self._wait_for_room(size, count)
         return self._enqueue_many(stream, accepted, size, tagged)
 
-    def _accept_many(
-        self, stream: str, records: Iterable[Sequence[Any]]
-    ) -> tuple[list[tuple[str, int, bytes, int, str | None]], int, dict[int, bytes] | None]:
-        """Validate a group of puts; returns them as ``check_user_record`` does, their size,
-        and the encoded tags of those that have some, by index (``None`` if none has)."""
-        self._accept_stream(stream)
-        check = check_user_record
-        limit = self._max_record_size
-        accepted = []
-        tagged: dict[int, bytes] | None = None
-        size = 0
-        index = 0
-        try:
-            for index, record in enumerate(records):
-                if type(record) is tuple and len(record) == 2:
-                    item = check(record[0], record[1], None, limit)
-                else:
-                    key, data, ehk, tags = _fields_of(record)
-                    item = check(key, data, ehk, limit)
-                    if tags is not None:
-                        encoded, record_size = self._check_tags(tags, item[0], item[1], item[4])
-                        if encoded:
-                            item = (item[0], record_size, item[2], item[3], item[4])
-                            if tagged is None:
-                                tagged = {}
-                            tagged[index] = encoded
-                size += item[1]
-                accepted.append(item)
-        except (InvalidRecordError, InvalidRecordTypeError) as exc:
-            raise type(exc)(f"records[{index}]: {exc}") from None
-        return accepted, size, tagged
-
     def _enqueue_many(
         self,
         stream: str,
-        accepted: list[tuple[str, int, bytes, int, str | None]],
+        accepted: list[Accepted],
         size: int,
         tagged: dict[int, bytes] | None = None,
     ) -> list[Outcome[RecordResult]]:
@@ -747,6 +659,20 @@ class Producer:
         """
         if not force and not self._has_room(size):
             return None
+        return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
+
+    async def _put_when_room(
+        self,
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        hash_key: int,
+        ehk: str | None,
+        tags: bytes,
+    ) -> Outcome[RecordResult]:
+        """Put a record validated elsewhere once there is room for it."""
+        await self._wait_for_room(size)
         return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
 
     # --- flushing -------------------------------------------------------------------------
@@ -865,17 +791,27 @@ class ProducerPort:
     65 vs 124 ns, timeit).
 
     Attributes:
-        put_validated: put a record validated elsewhere (in the caller's thread); ``None``
-            when there is no room, unless ``force``.
+        put_validated: put a record checked elsewhere (by the same :class:`Admission`, in the
+            caller's thread); ``None`` when there is no room, unless ``force``.
+        put_when_room: the same, waiting for room (while failure callbacks hold records).
         flush_now: send everything buffered (of a stream, or all) without waiting.
-        region: the one region the producer writes to; ``None`` if any ARN's.
     """
 
     put_validated: _PutValidated
+    put_when_room: Callable[
+        [str, str, int, bytes, int, str | None, bytes], Awaitable[Outcome[RecordResult]]
+    ]
     flush_now: Callable[[str | None], None]
-    region: str | None
 
-    @classmethod
-    def of(cls, producer: Producer) -> ProducerPort:
-        """The port of ``producer``, entered (its region is known once it started)."""
-        return cls(producer._put_validated, producer._flush_now, producer._region)
+
+class HostedProducer(Producer):
+    """The :class:`Producer` a :class:`~aiokpl.SyncProducer` runs on its loop: the same
+    producer, with the :class:`ProducerPort` its host puts checked records through."""
+
+    async def __aenter__(self) -> HostedProducer:
+        await super().__aenter__()
+        return self
+
+    def port(self) -> ProducerPort:
+        """The port of this producer (bound methods: call once, not per record)."""
+        return ProducerPort(self._put_validated, self._put_when_room, self._flush_now)

@@ -37,13 +37,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
-import sys
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
-from concurrent.futures._base import FINISHED, RUNNING
+from concurrent.futures import Future
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -51,18 +49,18 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import anyio
 from anyio.from_thread import BlockingPortal
 
+from ._admission import Admission
 from ._backend import BACKENDS, current_backend, current_clock, threadsafe_scheduler
 from ._core.config import Config
 from ._core.decoder import decode_tags
-from ._core.encoder import check_tags
-from ._core.errors import BufferFullError, InvalidRecordError, ProducerClosedError
-from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
+from ._core.errors import BufferFullError, ProducerClosedError
+from ._core.hashing import check_user_record
 from ._core.results import Attempt, FailedRecord, RecordResult
 from ._core.statistics import ProducerStatistics
 from ._core.wire import Tags
 from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
-from ._kinesis import check_region, fixed_region
-from ._producer import Producer, ProducerPort
+from ._kinesis import fixed_region
+from ._producer import HostedProducer, ProducerPort
 
 if TYPE_CHECKING:
     from ._kinesis import KinesisClient
@@ -84,141 +82,28 @@ _ABANDON_MARGIN = 5.0
 # was not woken, and raised only when the whole close was over. Waiting in slices bounds that.
 _SIGNAL_CHECK = 0.1
 
-# future, stream, partition key, size (key UTF-8 + data), data, hash key, explicit hash key, seq
-# future, stream, partition key, size, data, hash key, explicit hash key, encoded tags, seq
-_Item = tuple["_RecordFuture", str, str, int, bytes, int, "str | None", bytes, int]
+# future, stream, partition key, size (key UTF-8 + data + tags), data, hash key, explicit hash
+# key, encoded tags, seq
+_Item = tuple["Future[RecordResult]", str, str, int, bytes, int, "str | None", bytes, int]
 
-# SyncProducers not closed yet; closed at interpreter exit (see _close_forgotten).
-_open_producers: weakref.WeakSet[SyncProducer] = weakref.WeakSet()
-
-
-# See _RecordFuture: without the GIL, its unlocked paths would need their own proof.
-_GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
-# Guards what _RecordFuture creates on first use, and the build of a result by Outcome (not
-# safe from two threads at once).
-_LAZY_LOCK = threading.Lock()
-
-
-class _Resolved:
-    """A result given as it is, with the ``result()`` method of an ``Outcome``."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: RecordResult) -> None:
-        self._value = value
-
-    def result(self) -> RecordResult:
-        return self._value
+# SyncProducers not closed yet, each with its way to close (a weak reference to its bound
+# method, so that neither keeps it alive); closed at interpreter exit (see _close_forgotten).
+_open_producers: weakref.WeakKeyDictionary[
+    SyncProducer, weakref.WeakMethod[Callable[[float | None, str], None]]
+] = weakref.WeakKeyDictionary()
 
 
 class _RecordFuture(Future[RecordResult]):
-    """A ``concurrent.futures.Future`` that costs little to hold by the hundred thousand.
+    """The future of one record: a plain ``concurrent.futures.Future``, running from the start.
 
-    Why not a plain ``Future``: its ``__init__`` builds a ``threading.Condition``, a dozen
-    objects the garbage collector tracks, and its result would have to be built at once. With
-    100k futures held by the caller, the collections these objects cause took the blocking API
-    from about 2.7 to about 5.6 times the async producer's time (the ``bench/sync.py``
-    scenario, with plain futures swapped in). So this one:
-
-    * creates its condition, and its lists of waiters and callbacks, only when a method must
-      wait or lock (``result()`` on a pending future, ``add_done_callback``,
-      ``concurrent.futures.wait``, …);
-    * keeps the record's ``Outcome`` and builds the :class:`~aiokpl.RecordResult` from it when
-      first asked for, as the async producer does;
-    * answers ``done()`` and ``result()`` on a resolved future without a lock.
-
-    Why the unlocked paths are safe: resolving stores the outcome and the state *before* it
-    looks for a condition, and every waiter creates the condition *before* it looks at the
-    state, under the condition's lock. Under the GIL's sequentially consistent ordering either
-    the resolver sees the condition (and notifies under its lock, as ``Future`` does) or the
-    waiter sees ``FINISHED`` and does not wait. Without the GIL, every path takes the lock.
-    The future starts ``RUNNING``: a record in the pipeline cannot be cancelled.
+    Running, because a record in the pipeline cannot be taken back: ``cancel()`` returns
+    ``False``. Only public methods are used: the loop's thread resolves it with
+    ``set_result``, which wakes whoever waits and runs the done-callbacks there.
     """
 
-    def __init__(self) -> None:  # not Future.__init__: no condition yet
-        self._state = RUNNING
-        self._source: Outcome[RecordResult] | _Resolved | None = None
-        self._exception = None
-        # Plain attributes, never self.__dict__: reading that would give every future a
-        # dictionary object of its own (CPython keeps attribute values inline until then).
-        self._lazy_condition: threading.Condition | None = None
-        self._lazy_waiters: list[Any] | None = None
-        self._lazy_callbacks: list[Callable[[Future[RecordResult]], object]] | None = None
-
-    @property  # read-only on purpose: created on first use
-    def _condition(self) -> threading.Condition:  # type: ignore[override]
-        condition = self._lazy_condition
-        if condition is None:
-            with _LAZY_LOCK:  # two threads racing here must end up with the same one
-                condition = self._lazy_condition
-                if condition is None:
-                    condition = self._lazy_condition = threading.Condition()
-        return condition
-
-    # Future's lists of waiters (of concurrent.futures.wait) and of callbacks, on first use;
-    # only ever touched under the condition's lock, like Future's own.
-    @property
-    def _waiters(self) -> list[Any]:  # type: ignore[override]
-        if self._lazy_waiters is None:
-            self._lazy_waiters = []
-        return self._lazy_waiters
-
-    @property
-    def _done_callbacks(self) -> list[Callable[[Future[RecordResult]], object]]:
-        if self._lazy_callbacks is None:
-            self._lazy_callbacks = []
-        return self._lazy_callbacks
-
-    @property  # read by Future's methods
-    def _result(self) -> RecordResult | None:  # type: ignore[override]
-        source = self._source
-        if source is None:
-            return None
-        with _LAZY_LOCK:
-            return source.result()
-
-    def done(self) -> bool:
-        if _GIL and self._state == FINISHED:
-            return True
-        return super().done()
-
-    def result(self, timeout: float | None = None) -> RecordResult:
-        if _GIL and self._state == FINISHED:
-            return self._result  # type: ignore[return-value]
-        return super().result(timeout)
-
-    def set_result(self, result: RecordResult) -> None:
-        self._resolve(_Resolved(result))
-
-    def _resolve(self, source: Outcome[RecordResult] | _Resolved) -> None:
-        if not _GIL or self._has_condition():
-            with self._condition:
-                self._finish_locked(source)
-        else:
-            if self._state == FINISHED:
-                raise InvalidStateError(f"{self._state}: {self!r}")
-            self._source = source
-            self._state = FINISHED
-            if self._has_condition():  # a waiter came meanwhile (another thread): wake it
-                with self._condition:
-                    self._notify_locked()
-        if self._lazy_callbacks is not None:
-            self._invoke_callbacks()  # type: ignore[attr-defined]
-
-    def _has_condition(self) -> bool:
-        return self._lazy_condition is not None
-
-    def _finish_locked(self, source: Outcome[RecordResult] | _Resolved) -> None:
-        if self._state == FINISHED:
-            raise InvalidStateError(f"{self._state}: {self!r}")
-        self._source = source
-        self._state = FINISHED
-        self._notify_locked()
-
-    def _notify_locked(self) -> None:
-        for waiter in self._waiters:
-            waiter.add_result(self)
-        self._condition.notify_all()
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_running_or_notify_cancel()
 
 
 # What a caller sees is a concurrent.futures.Future: errors and reprs name that public type
@@ -276,16 +161,15 @@ class SyncProducer:
             raise ValueError(f"backend must be 'asyncio' or 'trio'; got {backend!r}")
         self.config = config
         self.backend = backend
-        self._max_records = config.max_outstanding_records
-        self._max_bytes = config.max_outstanding_bytes
-        self._max_record_size = config.max_record_size
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._queue: deque[_Item] = deque()
         self._known_streams: set[str] = set()
-        # The one region its producer writes to (None: any ARN's), as the producer decides it:
-        # Config.region, else a given client's region; a put checks an ARN against it.
-        self._region = config.region if client is None else fixed_region(config, client)
+        # The producer's rules, checked in the caller's thread. Its region (None: any ARN's) as
+        # the producer decides it: Config.region, else a given client's region.
+        region = config.region if client is None else fixed_region(config, client)
+        self._admission = Admission(config, region)
+        self._max_record_size = config.max_record_size  # hot path: read in put_record
         self._pending_records = 0
         self._pending_bytes = 0
         self._room_waiters = 0
@@ -300,7 +184,7 @@ class SyncProducer:
         self._wakeup: anyio.Event | None = None
         self._clock: Callable[[], float] = _not_running_clock
         self._scope: anyio.CancelScope | None = None
-        self._producer: Producer | None = None
+        self._producer: HostedProducer | None = None
         self._portal: BlockingPortal | None = None
         self._final_statistics: ProducerStatistics | None = None
         # Set once the loop has ended and every future is resolved: what close() waits for.
@@ -328,7 +212,7 @@ class SyncProducer:
             if started.done():
                 self._stopped.wait()
             raise
-        _open_producers.add(self)
+        _open_producers[self] = weakref.WeakMethod(self._close)
 
     # --- the background thread ----------------------------------------------------------
     def _thread_main(
@@ -362,7 +246,7 @@ class SyncProducer:
                 asyncio.get_running_loop().set_default_executor(ExitSafeExecutor())
             with anyio.CancelScope() as scope:  # close(timeout=…) sets its deadline
                 self._scope = scope
-                async with Producer(self.config, client=client) as producer:
+                async with HostedProducer(self.config, client=client) as producer:
                     self._producer = producer
                     async with BlockingPortal() as portal:  # for statistics() only
                         self._portal = portal
@@ -371,10 +255,10 @@ class SyncProducer:
                                 started.set_result(None)
                         try:
                             if started.done():
-                                await self._pump(producer, ProducerPort.of(producer))
+                                await self._pump(producer.port())
                         finally:
                             self._portal = None
-                            self._hand_over_the_rest(ProducerPort.of(producer))
+                            self._hand_over_the_rest(producer.port())
         finally:
             with self._lock:
                 self._closing = self._loop_done = True
@@ -384,10 +268,11 @@ class SyncProducer:
             if self._producer is not None:  # last: every future is resolved, whatever happens
                 self._final_statistics = self._producer.statistics()
 
-    async def _pump(self, producer: Producer, port: ProducerPort) -> None:
+    async def _pump(self, port: ProducerPort) -> None:
         """Move queued records into the pipeline, a batch per wake-up, until closed."""
         queue = self._queue
         put_validated = port.put_validated
+        settle = self._on_outcome  # bound once: a partial per record is all a callback costs
         moved = 0
         while True:
             assert self._wakeup is not None
@@ -402,15 +287,11 @@ class SyncProducer:
                 future, stream, key, size, payload, hash_key, ehk, tags, seq = queue[0]
                 outcome = put_validated(stream, key, size, payload, hash_key, ehk, tags)
                 if outcome is None:  # no room: only while failure callbacks hold records
-                    outcome = await producer.put_record(
-                        stream=stream,
-                        partition_key=key,
-                        data=payload,
-                        explicit_hash_key=ehk,
-                        tags=decode_tags(tags) if tags else None,
+                    outcome = await port.put_when_room(
+                        stream, key, size, payload, hash_key, ehk, tags
                     )
                 queue.popleft()
-                outcome.add_done_callback(partial(_settle_outcome, self, future, size, seq))
+                outcome.add_done_callback(partial(settle, future, size, seq))
                 moved += 1
                 if not moved & _CHECKPOINT_EVERY_MASK:
                     await anyio.lowlevel.checkpoint()  # let the stages run during a long batch
@@ -436,7 +317,7 @@ class SyncProducer:
             )
             assert outcome is not None
             queue.popleft()  # only now: if that raised, _fail_the_rest still has it
-            outcome.add_done_callback(partial(_settle_outcome, self, future, size, seq))
+            outcome.add_done_callback(partial(self._on_outcome, future, size, seq))
 
     def _fail_the_rest(self) -> None:
         """Fail whatever never reached the pipeline (only if the loop itself failed)."""
@@ -449,21 +330,18 @@ class SyncProducer:
             record = None
             if self.config.return_record_on_failure:
                 record = FailedRecord(stream, key, payload, ehk, decode_tags(tags) if tags else ())
-            self._settle(
-                future,
-                _Resolved(RecordResult(False, None, None, (attempt,), record)),
-                size,
-                seq,
-            )
+            self._settle(future, RecordResult(False, None, None, (attempt,), record), size, seq)
+
+    def _on_outcome(
+        self, future: Future[RecordResult], size: int, seq: int, outcome: Outcome[RecordResult]
+    ) -> None:
+        """A record's outcome is resolved: so is its future (in the loop's thread)."""
+        self._settle(future, outcome.result(), size, seq)
 
     def _settle(
-        self,
-        future: _RecordFuture,
-        source: Outcome[RecordResult] | _Resolved,
-        size: int,
-        seq: int,
+        self, future: Future[RecordResult], result: RecordResult, size: int, seq: int
     ) -> None:
-        future._resolve(source)  # first: a flush that returns sees this future done
+        future.set_result(result)  # first: a flush that returns sees this future done
         with self._lock:
             self._pending_records -= 1
             self._pending_bytes -= size
@@ -539,21 +417,14 @@ class SyncProducer:
         if self._closing:
             raise ProducerClosedError("the SyncProducer is closed; create a new one")
         if not (type(stream) is str and stream in self._known_streams):
-            arn = parse_stream_arn(check_stream_name(stream))
-            if arn is not None:
-                check_region(arn, stream, self._region)
+            self._admission.check_stream(stream)
             self._known_streams.add(stream)
         key, size, payload, hash_key, ehk = check_user_record(
             partition_key, data, explicit_hash_key, self._max_record_size
         )
         encoded_tags = b""
         if tags is not None:
-            encoded_tags, size = check_tags(tags, key, size, ehk, self._max_record_size)
-            if encoded_tags and not self.config.aggregation_enabled:
-                raise InvalidRecordError(
-                    "tags need aggregation (Config.aggregation_enabled is False): a record "
-                    "sent raw has no place for them"
-                )
+            encoded_tags, size = self._admission.check_tags(tags, key, size, ehk)
         future = _RecordFuture()
         with self._lock:
             if not self._has_room(size):
@@ -570,10 +441,7 @@ class SyncProducer:
         return future
 
     def _has_room(self, size: int) -> bool:
-        return (
-            self._pending_records < self._max_records
-            and self._pending_bytes + size <= self._max_bytes
-        )
+        return self._admission.fits(self._pending_records, self._pending_bytes, size)
 
     def _wait_for_room(self, size: int, timeout: float | None) -> None:
         """Wait, holding the lock's condition, until the record fits (or fail)."""
@@ -591,10 +459,8 @@ class SyncProducer:
             raise ProducerClosedError("the SyncProducer closed while this put waited for room")
         if not fits:
             raise BufferFullError(
-                f"no room for the record within timeout={timeout} s: the producer holds "
-                f"{self._pending_records} records / {self._pending_bytes} bytes "
-                f"(max_outstanding_records={self._max_records}, "
-                f"max_outstanding_bytes={self._max_bytes})"
+                f"no room for the record within timeout={timeout} s: "
+                + self._admission.holds(self._pending_records, self._pending_bytes)
             )
 
     def flush(self, timeout: float | None = None) -> None:
@@ -669,7 +535,7 @@ class SyncProducer:
         except BaseException:
             self._abandon(what)
             raise
-        _open_producers.discard(self)
+        _open_producers.pop(self, None)
 
     def _abandon(self, what: str) -> None:
         """Cancel whatever is left, now, and wait until every future is resolved.
@@ -687,7 +553,7 @@ class SyncProducer:
         stopped = _uninterrupted(partial(self._stopped.wait, bound))
         if stopped:
             _uninterrupted(self._thread.join)  # at once: the loop has ended
-        _open_producers.discard(self)
+        _open_producers.pop(self, None)
         _uninterrupted(partial(self._report_abandon, what, stopped, pending, bound))
 
     def _request_abandon(self) -> int:
@@ -774,18 +640,6 @@ class SyncProducer:
         )
 
 
-def _settle_outcome(
-    sync: SyncProducer,
-    future: _RecordFuture,
-    size: int,
-    seq: int,
-    outcome: Outcome[RecordResult],
-) -> None:
-    """The done-callback of a record's outcome (a function, not a bound method: one object
-    fewer per record in flight)."""
-    sync._settle(future, outcome, size, seq)
-
-
 def _uninterrupted(step: Callable[[], _T]) -> _T:
     """Run ``step`` to its end, again after each interruption that cut it short.
 
@@ -823,12 +677,12 @@ def _close_forgotten() -> None:
     and a warning sums up. Nothing is raised: there is nobody left to raise it to.
     """
     interrupted = False
-    for producer in list(_open_producers):
+    for producer, close_method in list(_open_producers.items()):
+        close = close_method()
+        if close is None:  # pragma: no cover - the producer is alive: it is the key
+            continue
         try:
-            if interrupted:
-                producer._close(0.0, "closing a SyncProducer at interpreter exit")
-            else:
-                producer._close(None, "closing a SyncProducer at interpreter exit")
+            close(0.0 if interrupted else None, "closing a SyncProducer at interpreter exit")
             # Nobody may be left to look at the futures: say what failed.
             statistics = producer.statistics()
             if statistics.records_failed:
