@@ -67,9 +67,8 @@ from ._outcome import Outcome
 from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
-from ._pipeline.shard_map import MissingStreamsLog
-from ._pipeline.stream import StreamPipeline
 from ._record import TaggedRecord, UserRecord
+from ._streams import Streams
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -84,12 +83,6 @@ logger = logging.getLogger("aiokpl")
 _STAMP_RESOLUTION = 0.001
 _thread_id = threading.get_ident
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
-
-
-# A stream's pipeline with no record outstanding, and none put through it between two looks
-# this far apart, is released (its shard map, limiter state and connection lane): state does
-# not grow with every stream name ever used. A later put builds it again.
-IDLE_SWEEP_SECONDS = 60.0
 
 
 # What a producer not started yet reports of its requests.
@@ -108,18 +101,6 @@ async def _close_task_group(task_group: TaskGroup) -> None:
     """Cancel ``task_group`` and wait for its tasks (given no exception: it has its own)."""
     task_group.cancel_scope.cancel()
     await task_group.__aexit__(None, None, None)
-
-
-class _IdleSweep:
-    """The scheduler entry that looks for idle stream pipelines, every IDLE_SWEEP_SECONDS."""
-
-    __slots__ = ("producer",)
-
-    def __init__(self, producer: Producer) -> None:
-        self.producer = producer
-
-    def on_due(self, now: float) -> None:
-        self.producer._release_idle_streams(now)
 
 
 class Producer:
@@ -200,12 +181,14 @@ class Producer:
         self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit
         self._task_group: TaskGroup | None = None
         self._scheduler = Scheduler()
-        self._missing_streams = MissingStreamsLog(self._scheduler)
         self._clock: Callable[[], float] = anyio.current_time
         self._sender: Sender | None = None
-        self._streams: dict[str, StreamPipeline] = {}
+        self._stream_set = streams = Streams(
+            config, self._scheduler, self._metrics, self._jitter.random
+        )
+        self._streams = streams.pipelines  # hot path: one lookup from a put
+        self._pipeline_of = streams.pipeline_of
         self._thread: int | None = None  # the event loop's thread, from __aenter__ on
-        self._released_expired_unsent = 0  # of the pipelines released while idle
         self._started = False
         self._closed = False
         self._ledger = ledger = ResultLedger(config, self._metrics, self._clock)
@@ -213,7 +196,6 @@ class Producer:
         # two (one lookup, about 15 ns of a put, timeit).
         self._outstanding = ledger.outstanding
         self._failures = ledger.failures
-        self._finish = ledger.finish
         self._exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
         self._seq = 0
         self._puts = 0
@@ -276,12 +258,20 @@ class Producer:
             active_window=1.0 + self.config.record_max_buffered_time_ms / 1000,
         )
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
-        self._scheduler.call_at(self._clock() + IDLE_SWEEP_SECONDS, _IdleSweep(self))
         if self._coordination is not None:
             self._coordinator = _ProducerCoordinator(
                 self._coordination, self.config, self._clock, self._jitter
             )
             task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
+        self._stream_set.start(
+            self._client,
+            task_group,
+            self._sender,
+            self._clock,
+            self._ledger.finish,
+            self._coordinator,
+            self._ledger.streams_busy,
+        )
         if runner is not None:
             runner.start(task_group)
 
@@ -322,7 +312,7 @@ class Producer:
         code, message = self._exit_code
         sender = self._sender
         self._ledger.fail_outstanding(code, message, sender.unanswered() if sender else ())
-        self._missing_streams.on_due(self._clock())  # a warning still gathering streams
+        self._stream_set.missing.on_due(self._clock())  # a warning still gathering streams
         self._scheduler.clear()
         await self._failures.drain(self.config.request_timeout_ms / 1000)
 
@@ -347,25 +337,6 @@ class Producer:
             await self._ledger.wait_for_room()
             self._check_still_open()
 
-    def _release_idle_streams(self, now: float) -> None:
-        """Release the pipelines of streams idle since the last sweep; schedule the next."""
-        streams = self._streams
-        busy = self._ledger.streams_busy()
-        for name, pipeline in list(streams.items()):
-            # idle_since_last_look runs for every stream: each look records what it saw.
-            if pipeline.idle_since_last_look() and name not in busy:
-                del streams[name]
-                pipeline.close()
-                self._released_expired_unsent += pipeline.retrier.expired
-                if self._sender is not None:
-                    self._sender.forget(pipeline.retrier)
-                if self._coordinator is not None:
-                    self._coordinator.detach(name)
-                logger.debug("released the idle pipeline of stream %r", name)
-        if self._metrics is not None:
-            self._metrics.prune(now)
-        self._scheduler.call_at(now + IDLE_SWEEP_SECONDS, _IdleSweep(self))
-
     def _check_thread(self) -> None:
         """Refuse a call from another thread than the event loop's that entered the producer.
 
@@ -382,33 +353,6 @@ class Producer:
         """After every await on a put path: the producer may have closed meanwhile."""
         if self._closed:
             raise ProducerClosedError("the producer closed while this put waited")
-
-    def _client_for(self, stream: str) -> Any:
-        """The client that serves ``stream``: its region's, when the producer opened them."""
-        client = self._client
-        return client.client_for(stream) if isinstance(client, RegionalClients) else client
-
-    def _pipeline_of(self, stream: str) -> StreamPipeline:
-        """The stream's pipeline, started on its first record."""
-        pipeline = self._streams.get(stream)
-        if pipeline is None:
-            assert self._task_group is not None
-            assert self._sender is not None
-            pipeline = self._streams[stream] = StreamPipeline(
-                stream,
-                self.config,
-                client=self._client_for(stream),
-                task_group=self._task_group,
-                scheduler=self._scheduler,
-                clock=self._clock,
-                sender=self._sender,
-                finish=self._finish,
-                metrics=self._metrics,
-                coordinator=self._coordinator,
-                random_value=self._jitter.random,
-                missing_log=self._missing_streams,
-            )
-        return pipeline
 
     def _has_room(self, size: int, count: int = 1) -> bool:
         return self._admission.fits(
@@ -676,12 +620,6 @@ class Producer:
         return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
 
     # --- flushing -------------------------------------------------------------------------
-    def _flush_now(self, stream: str | None) -> None:
-        now = self._clock()
-        for name, pipeline in list(self._streams.items()):
-            if stream is None or name == stream:
-                pipeline.flush(now)
-
     async def flush(self, stream: str | None = None) -> None:
         """Send everything buffered now and wait for the results of all earlier puts.
 
@@ -691,7 +629,7 @@ class Producer:
         longer than one request. Bound it with ``anyio.fail_after`` if needed.
         """
         self._check_thread()
-        self._flush_now(stream)
+        self._stream_set.flush(stream)
         await self._ledger.wait_flushed(stream)
 
     # --- introspection --------------------------------------------------------------------
@@ -739,7 +677,7 @@ class Producer:
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the producer's counters and of every stream's pipeline."""
         sender = self._sender.statistics() if self._sender is not None else _NO_REQUESTS
-        streams = tuple(p.statistics() for p in self._streams.values())
+        streams = self._stream_set.statistics()
         return ProducerStatistics(
             outstanding_records=len(self._outstanding),
             outstanding_bytes=self._ledger.outstanding_bytes,
@@ -753,7 +691,7 @@ class Producer:
             streams=streams,
             failure_callbacks_pending=self._failures.pending,
             failure_callback_errors=self._failures.callback_errors,
-            records_expired_unsent=self._released_expired_unsent
+            records_expired_unsent=self._stream_set.released_expired_unsent
             + sum(s.expired_unsent for s in streams),
             requests_backing_off=sender.backing_off,
         )
@@ -814,4 +752,4 @@ class HostedProducer(Producer):
 
     def port(self) -> ProducerPort:
         """The port of this producer (bound methods: call once, not per record)."""
-        return ProducerPort(self._put_validated, self._put_when_room, self._flush_now)
+        return ProducerPort(self._put_validated, self._put_when_room, self._stream_set.flush)
