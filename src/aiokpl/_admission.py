@@ -18,17 +18,20 @@ directly (``tests/test_admission.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ._core.config import Config
 from ._core.encoder import check_tags
 from ._core.errors import InvalidRecordError, InvalidRecordTypeError
 from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
+from ._core.results import RecordResult
 from ._core.wire import Tags
 from ._kinesis import check_region
+from ._outcome import Outcome
+from ._record import TaggedRecord, UserRecord
 
-__all__ = ("Accepted", "Admission", "check_records_argument", "fields_of")
+__all__ = ("Accepted", "Admission", "build_group", "check_records_argument", "fields_of")
 
 # A checked record, as check_user_record returns it: partition key, size (the key's UTF-8
 # length plus the data's, the tags' encoding included once checked), data, hash key, and the
@@ -191,3 +194,41 @@ class Admission:
             f"(max_outstanding_records={self.max_records}, "
             f"max_outstanding_bytes={self.max_bytes})"
         )
+
+
+def build_group(
+    stream: str,
+    accepted: list[Accepted],
+    tagged: dict[int, bytes] | None,
+    stamps: tuple[float, float, float],
+    epoch: int,
+    outstanding: dict[UserRecord, None],
+    put: Callable[[UserRecord, int], object],
+) -> list[Outcome[RecordResult]]:
+    """Build the records of a checked ``put_records`` group, count each outstanding and put it.
+
+    The group shares one arrival, deadline and expiry (``stamps``): 96 bytes fewer a record
+    than four floats of its own (``sys.getsizeof``). ``put(record, hash_key)`` is the stream's
+    aggregator's ``put``; ``outstanding`` the producer's ledger of outstanding records.
+    """
+    now, deadline, expires_at = stamps
+    records: list[Outcome[RecordResult]] = []
+    if tagged is None:
+        for key, size, payload, hash_key, ehk in accepted:
+            record = UserRecord(stream, key, payload, ehk, size, now, deadline, expires_at, epoch)
+            outstanding[record] = None
+            put(record, hash_key)
+            records.append(record)
+        return records
+    for index, (key, size, payload, hash_key, ehk) in enumerate(accepted):
+        tags = tagged.get(index)
+        if tags is None:
+            record = UserRecord(stream, key, payload, ehk, size, now, deadline, expires_at, epoch)
+        else:
+            record = TaggedRecord(
+                stream, key, payload, ehk, size, now, deadline, expires_at, epoch, tags
+            )
+        outstanding[record] = None
+        put(record, hash_key)
+        records.append(record)
+    return records

@@ -40,13 +40,12 @@ import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._admission import Accepted, Admission, check_records_argument
+from ._admission import Accepted, Admission, build_group, check_records_argument
 from ._backend import current_clock
 from ._coordination.coordinator import Coordination, _ProducerCoordinator
 from ._core.config import Config
@@ -73,7 +72,7 @@ from ._streams import Streams
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-__all__ = ("HostedProducer", "Producer", "ProducerPort", "ProducerStatistics", "StreamStatistics")
+__all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
 
 logger = logging.getLogger("aiokpl")
 
@@ -549,41 +548,14 @@ class Producer:
         size: int,
         tagged: dict[int, bytes] | None = None,
     ) -> list[Outcome[RecordResult]]:
-        pipeline = self._pipeline_of(stream)
-        # Hot path: one set of timestamps for the group, shared by its records (96 bytes per
-        # record, as in _enqueue, sys.getsizeof).
+        put = self._pipeline_of(stream).aggregator.put
         now = self._clock()
-        deadline = now + self._buffered
-        expires_at = now + self._ttl
-        epoch = self._ledger.epoch
-        outstanding = self._outstanding
-        put = pipeline.aggregator.put
         self._seq += len(accepted)
         self._ledger.outstanding_bytes += size
-        outcomes: list[Outcome[RecordResult]] = []
-        if tagged is None:
-            for key, record_size, payload, hash_key, ehk in accepted:
-                record = UserRecord(
-                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
-                )
-                outstanding[record] = None
-                put(record, hash_key)
-                outcomes.append(record)
-            return outcomes
-        for index, (key, record_size, payload, hash_key, ehk) in enumerate(accepted):
-            tags = tagged.get(index)
-            if tags is None:
-                record = UserRecord(
-                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
-                )
-            else:
-                record = TaggedRecord(
-                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch, tags
-                )
-            outstanding[record] = None
-            put(record, hash_key)
-            outcomes.append(record)
-        return outcomes
+        stamps = (now, now + self._buffered, now + self._ttl)  # shared by the group
+        return build_group(
+            stream, accepted, tagged, stamps, self._ledger.epoch, self._outstanding, put
+        )
 
     def _put_validated(
         self,
@@ -603,20 +575,6 @@ class Producer:
         """
         if not force and not self._has_room(size):
             return None
-        return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
-
-    async def _put_when_room(
-        self,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes,
-    ) -> Outcome[RecordResult]:
-        """Put a record validated elsewhere once there is room for it."""
-        await self._wait_for_room(size)
         return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
 
     # --- flushing -------------------------------------------------------------------------
@@ -703,53 +661,3 @@ class Producer:
             f"outstanding_records={len(self._outstanding)} "
             f"outstanding_bytes={self._ledger.outstanding_bytes}>"
         )
-
-
-class _PutValidated(Protocol):
-    def __call__(
-        self,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes = b"",
-        *,
-        force: bool = False,
-    ) -> Outcome[RecordResult] | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerPort:
-    """What :class:`aiokpl.SyncProducer` needs of a running producer beyond its public API.
-
-    The bound methods themselves, not wrappers: the sync pump calls ``put_validated`` once
-    per record, and a port adds no call to that (59 ns per record against a wrapper method,
-    65 vs 124 ns, timeit).
-
-    Attributes:
-        put_validated: put a record checked elsewhere (by the same :class:`Admission`, in the
-            caller's thread); ``None`` when there is no room, unless ``force``.
-        put_when_room: the same, waiting for room (while failure callbacks hold records).
-        flush_now: send everything buffered (of a stream, or all) without waiting.
-    """
-
-    put_validated: _PutValidated
-    put_when_room: Callable[
-        [str, str, int, bytes, int, str | None, bytes], Awaitable[Outcome[RecordResult]]
-    ]
-    flush_now: Callable[[str | None], None]
-
-
-class HostedProducer(Producer):
-    """The :class:`Producer` a :class:`~aiokpl.SyncProducer` runs on its loop: the same
-    producer, with the :class:`ProducerPort` its host puts checked records through."""
-
-    async def __aenter__(self) -> HostedProducer:
-        await super().__aenter__()
-        return self
-
-    def port(self) -> ProducerPort:
-        """The port of this producer (bound methods: call once, not per record)."""
-        return ProducerPort(self._put_validated, self._put_when_room, self._stream_set.flush)

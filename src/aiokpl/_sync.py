@@ -59,8 +59,8 @@ from ._core.results import Attempt, FailedRecord, RecordResult
 from ._core.statistics import ProducerStatistics
 from ._core.wire import Tags
 from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
+from ._hosted import HostedProducer, ProducerPort
 from ._kinesis import fixed_region
-from ._producer import HostedProducer, ProducerPort
 
 if TYPE_CHECKING:
     from ._kinesis import KinesisClient
