@@ -35,21 +35,19 @@ the counts, the flush waiters and the wake-up flag.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
 import threading
-import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import anyio
 from anyio.from_thread import BlockingPortal
 
-from ._admission import Admission
+from ._admission import Admission, ThreadRoom
 from ._backend import BACKENDS, current_backend, current_clock, threadsafe_scheduler
 from ._core.config import Config
 from ._core.decoder import decode_tags
@@ -61,6 +59,7 @@ from ._core.wire import Tags
 from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
 from ._hosted import HostedProducer, ProducerPort
 from ._kinesis import fixed_region
+from ._sync_exit import close_forgotten, forget, remember, report_abandon, uninterrupted
 
 if TYPE_CHECKING:
     from ._kinesis import KinesisClient
@@ -68,9 +67,9 @@ if TYPE_CHECKING:
 
 __all__ = ("SyncProducer",)
 
-logger = logging.getLogger("aiokpl")
+_close_forgotten = close_forgotten  # the atexit function, by its old name (tests call it)
 
-_T = TypeVar("_T")
+logger = logging.getLogger("aiokpl")
 
 _CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 records
 # How long an interrupted close() waits beyond request_timeout_ms for the cancelled producer's
@@ -82,24 +81,13 @@ _ABANDON_MARGIN = 5.0
 # was not woken, and raised only when the whole close was over. Waiting in slices bounds that.
 _SIGNAL_CHECK = 0.1
 
-# future, stream, partition key, size (key UTF-8 + data + tags), data, hash key, explicit hash
-# key, encoded tags, seq
+# future, stream, partition key, size, data, hash key, explicit hash key, encoded tags, seq
 _Item = tuple["Future[RecordResult]", str, str, int, bytes, int, "str | None", bytes, int]
-
-# SyncProducers not closed yet, each with its way to close (a weak reference to its bound
-# method, so that neither keeps it alive); closed at interpreter exit (see _close_forgotten).
-_open_producers: weakref.WeakKeyDictionary[
-    SyncProducer, weakref.WeakMethod[Callable[[float | None, str], None]]
-] = weakref.WeakKeyDictionary()
 
 
 class _RecordFuture(Future[RecordResult]):
-    """The future of one record: a plain ``concurrent.futures.Future``, running from the start.
-
-    Running, because a record in the pipeline cannot be taken back: ``cancel()`` returns
-    ``False``. Only public methods are used: the loop's thread resolves it with
-    ``set_result``, which wakes whoever waits and runs the done-callbacks there.
-    """
+    """A record's future: running from the start, as a record in the pipeline cannot be taken
+    back (``cancel()`` returns ``False``); the loop's thread resolves it with ``set_result``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -162,7 +150,6 @@ class SyncProducer:
         self.config = config
         self.backend = backend
         self._lock = threading.Lock()
-        self._room = threading.Condition(self._lock)
         self._queue: deque[_Item] = deque()
         self._known_streams: set[str] = set()
         # The producer's rules, checked in the caller's thread. Its region (None: any ARN's) as
@@ -170,9 +157,7 @@ class SyncProducer:
         region = config.region if client is None else fixed_region(config, client)
         self._admission = Admission(config, region)
         self._max_record_size = config.max_record_size  # hot path: read in put_record
-        self._pending_records = 0
-        self._pending_bytes = 0
-        self._room_waiters = 0
+        self._room = ThreadRoom(self._admission, self._lock)
         self._seq = 0
         self._flush_waiters: list[_FlushWaiter] = []
         self._flush_requested = False
@@ -180,9 +165,9 @@ class SyncProducer:
         self._closing = False
         self._loop_done = False
         self._loop_thread: int | None = None
-        self._call_soon: Callable[[Callable[[], object]], object] = _not_started
+        self._call_soon: Callable[[Callable[[], object]], object] = _not_running
         self._wakeup: anyio.Event | None = None
-        self._clock: Callable[[], float] = _not_running_clock
+        self._clock: Callable[[], float] = _not_running
         self._scope: anyio.CancelScope | None = None
         self._producer: HostedProducer | None = None
         self._portal: BlockingPortal | None = None
@@ -207,12 +192,12 @@ class SyncProducer:
             # that has not got that far stops once it sees _closing).
             with self._lock:
                 self._closing = True
-                if self._call_soon is not _not_started and not self._loop_done:
+                if self._call_soon is not _not_running and not self._loop_done:
                     self._call_soon(self._on_abandon)
             if started.done():
                 self._stopped.wait()
             raise
-        _open_producers[self] = weakref.WeakMethod(self._close)
+        remember(self, self._close)
 
     # --- the background thread ----------------------------------------------------------
     def _thread_main(
@@ -262,7 +247,7 @@ class SyncProducer:
         finally:
             with self._lock:
                 self._closing = self._loop_done = True
-                self._room.notify_all()
+                self._room.wake_all()
             self._fail_the_rest()
             self._loop_thread = None  # a later thread may reuse the identifier
             if self._producer is not None:  # last: every future is resolved, whatever happens
@@ -343,10 +328,7 @@ class SyncProducer:
     ) -> None:
         future.set_result(result)  # first: a flush that returns sees this future done
         with self._lock:
-            self._pending_records -= 1
-            self._pending_bytes -= size
-            if self._room_waiters:
-                self._room.notify_all()
+            self._room.give_back(size)
             if self._flush_waiters:
                 for waiter in list(self._flush_waiters):
                     if seq <= waiter.horizon:
@@ -427,21 +409,17 @@ class SyncProducer:
             encoded_tags, size = self._admission.check_tags(tags, key, size, ehk)
         future = _RecordFuture()
         with self._lock:
-            if not self._has_room(size):
+            if not self._room.fits(size):
                 self._wait_for_room(size, timeout)
             if self._closing:
                 raise ProducerClosedError("the SyncProducer is closed; create a new one")
             self._seq += 1
-            self._pending_records += 1
-            self._pending_bytes += size
+            self._room.take(size)
             self._queue.append(
                 (future, stream, key, size, payload, hash_key, ehk, encoded_tags, self._seq)
             )
             self._wake_locked()
         return future
-
-    def _has_room(self, size: int) -> bool:
-        return self._admission.fits(self._pending_records, self._pending_bytes, size)
 
     def _wait_for_room(self, size: int, timeout: float | None) -> None:
         """Wait, holding the lock's condition, until the record fits (or fail)."""
@@ -450,17 +428,12 @@ class SyncProducer:
                 "the producer is full and put_record was called from its own thread (a "
                 "future's done-callback), which must not wait; put from another thread"
             )
-        self._room_waiters += 1
-        try:
-            fits = self._room.wait_for(lambda: self._closing or self._has_room(size), timeout)
-        finally:
-            self._room_waiters -= 1
+        fits = self._room.wait(size, timeout, lambda: self._closing)
         if self._closing:
             raise ProducerClosedError("the SyncProducer closed while this put waited for room")
         if not fits:
             raise BufferFullError(
-                f"no room for the record within timeout={timeout} s: "
-                + self._admission.holds(self._pending_records, self._pending_bytes)
+                f"no room for the record within timeout={timeout} s: " + self._room.holds()
             )
 
     def flush(self, timeout: float | None = None) -> None:
@@ -476,9 +449,9 @@ class SyncProducer:
         """
         self._refuse_own_thread("flush")
         with self._lock:
-            if not self._pending_records:
+            if not self._room.records:
                 return
-            waiter = _FlushWaiter(self._seq, self._pending_records)
+            waiter = _FlushWaiter(self._seq, self._room.records)
             self._flush_waiters.append(waiter)
             self._flush_requested = True
             self._wake_locked()
@@ -526,7 +499,7 @@ class SyncProducer:
             with self._lock:
                 if not self._closing:
                     self._closing = True
-                    self._room.notify_all()
+                    self._room.wake_all()
                     if not self._loop_done:
                         self._call_soon(partial(self._on_close, timeout))
             while not self._stopped.wait(_SIGNAL_CHECK):
@@ -535,7 +508,7 @@ class SyncProducer:
         except BaseException:
             self._abandon(what)
             raise
-        _open_producers.pop(self, None)
+        forget(self)
 
     def _abandon(self, what: str) -> None:
         """Cancel whatever is left, now, and wait until every future is resolved.
@@ -548,44 +521,22 @@ class SyncProducer:
         bound (a failure callback blocking the loop's thread), this gives up, and says how
         many futures have no result.
         """
-        pending = _uninterrupted(self._request_abandon)
+        pending = uninterrupted(self._request_abandon)
         bound = self.config.request_timeout_ms / 1000 + _ABANDON_MARGIN
-        stopped = _uninterrupted(partial(self._stopped.wait, bound))
+        stopped = uninterrupted(partial(self._stopped.wait, bound))
         if stopped:
-            _uninterrupted(self._thread.join)  # at once: the loop has ended
-        _open_producers.pop(self, None)
-        _uninterrupted(partial(self._report_abandon, what, stopped, pending, bound))
+            uninterrupted(self._thread.join)  # at once: the loop has ended
+        forget(self)
+        unresolved = None if stopped else self._room.records
+        uninterrupted(partial(report_abandon, what, pending, bound, unresolved, self.statistics))
 
     def _request_abandon(self) -> int:
         with self._lock:
             self._closing = True
-            self._room.notify_all()
+            self._room.wake_all()
             if not self._loop_done:
                 self._call_soon(self._on_abandon)
-            return self._pending_records
-
-    def _report_abandon(self, what: str, stopped: bool, pending: int, bound: float) -> None:
-        if not stopped:
-            logger.error(
-                "%s was interrupted and the producer's thread did not stop within %.1f s: %d "
-                "futures still have no result",
-                what,
-                bound,
-                self._pending_records,
-            )
-            return
-        statistics = self.statistics()
-        logger.warning(
-            "%s was interrupted: the records still without a result were cancelled (%d had "
-            "none then). Of %d records put, %d were delivered and %d failed; each future holds "
-            'its record\'s result and error code ("Cancelled" for those the interruption '
-            "stopped)",
-            what,
-            pending,
-            statistics.records_put,
-            statistics.records_succeeded,
-            statistics.records_failed,
-        )
+            return self._room.records
 
     def __enter__(self) -> SyncProducer:
         return self
@@ -607,14 +558,18 @@ class SyncProducer:
 
     # --- introspection --------------------------------------------------------------------
     @property
+    def _room_waiters(self) -> int:  # what the tests watch for: a thread waits for room
+        return self._room.waiters
+
+    @property
     def outstanding_records(self) -> int:
         """Records put and not resolved yet (including those still being handed over)."""
-        return self._pending_records
+        return self._room.records
 
     @property
     def outstanding_bytes(self) -> int:
         """Partition key plus data bytes of the outstanding records."""
-        return self._pending_bytes
+        return self._room.bytes
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the underlying producer (its last one once closed)."""
@@ -635,67 +590,11 @@ class SyncProducer:
         state = "closed" if self._closing else "running"
         return (
             f"<SyncProducer {state} backend={self.backend!r} "
-            f"outstanding_records={self._pending_records} "
-            f"outstanding_bytes={self._pending_bytes}>"
+            f"outstanding_records={self._room.records} "
+            f"outstanding_bytes={self._room.bytes}>"
         )
 
 
-def _uninterrupted(step: Callable[[], _T]) -> _T:
-    """Run ``step`` to its end, again after each interruption that cut it short.
-
-    For the steps of an abandon, which are idempotent and short: a Ctrl-C (or a signal
-    handler's ``SystemExit``) during them is held back; the caller raises the first one.
-    """
-    while True:
-        try:
-            return step()
-        except (KeyboardInterrupt, SystemExit):
-            continue
-
-
-def _not_started(function: Callable[[], object]) -> object:
+def _not_running(*args: object) -> NoReturn:
+    """What scheduling a call on the loop, or reading its clock, does before the loop runs."""
     raise RuntimeError("the SyncProducer's event loop is not running")
-
-
-def _not_running_clock() -> float:
-    raise RuntimeError("the SyncProducer's event loop is not running")
-
-
-@atexit.register
-def _close_forgotten() -> None:
-    """Close producers still open at interpreter exit, so their records are delivered.
-
-    A plain ``atexit`` function, on purpose: it runs after the non-daemon threads are joined
-    and after the ``atexit`` functions registered later than aiokpl's import (atexit runs them
-    last first), so a worker thread or an exit function of the program may still put records,
-    or close the producer itself; the producer's daemon thread still runs. What its loop needs
-    from the interpreter then is in :mod:`aiokpl._exit_executor` (which also says why not
-    ``threading``'s earlier hook).
-
-    A Ctrl-C during this close abandons what is left, of this producer and of the others
-    (``close(timeout=0)``), as a second Ctrl-C does in ``close()``: every future is resolved
-    and a warning sums up. Nothing is raised: there is nobody left to raise it to.
-    """
-    interrupted = False
-    for producer, close_method in list(_open_producers.items()):
-        close = close_method()
-        if close is None:  # pragma: no cover - the producer is alive: it is the key
-            continue
-        try:
-            close(0.0 if interrupted else None, "closing a SyncProducer at interpreter exit")
-            # Nobody may be left to look at the futures: say what failed.
-            statistics = producer.statistics()
-            if statistics.records_failed:
-                logger.warning(
-                    "a SyncProducer still open at interpreter exit was closed: of %d records "
-                    "put, %d were delivered and %d failed (%d of them expired before they "
-                    "could be sent); each future holds its record's result and error code. "
-                    "Close the producer yourself (or use Config.on_record_failure) to handle "
-                    "failures",
-                    statistics.records_put,
-                    statistics.records_succeeded,
-                    statistics.records_failed,
-                    statistics.records_expired_unsent,
-                )
-        except BaseException:  # interrupted: _close abandoned the rest, and said so
-            interrupted = True
