@@ -35,7 +35,6 @@ flush waits for the results.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -45,20 +44,20 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._admission import Accepted, Admission, build_group, check_records_argument
+from ._admission import Admission, check_records_argument
 from ._backend import current_clock
 from ._coordination.coordinator import Coordination, _ProducerCoordinator
 from ._core.config import Config
 from ._core.errors import (
     BufferFullError,
     ConfigError,
-    ProducerClosedError,
 )
 from ._core.hashing import check_user_record
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
 from ._core.results import RecordResult
 from ._core.statistics import ProducerStatistics, SenderStatistics, StreamStatistics
 from ._core.wire import Tags
+from ._intake import Intake
 from ._kinesis import KinesisClient, RegionalClients, create_client, fixed_region
 from ._metrics.recorder import MetricsRecorder, MetricsSink
 from ._metrics.runner import MetricsRunner
@@ -66,7 +65,6 @@ from ._outcome import Outcome
 from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
 from ._pipeline.sender import Sender
-from ._record import TaggedRecord, UserRecord
 from ._streams import Streams
 
 if TYPE_CHECKING:
@@ -77,10 +75,6 @@ __all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
 logger = logging.getLogger("aiokpl")
 
 
-# Seconds: a record's arrival is the time of the first put of the millisecond it was put
-# in (at most 1 ms early), so its deadline and expiry err early, never late.
-_STAMP_RESOLUTION = 0.001
-_thread_id = threading.get_ident
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
 
 
@@ -187,25 +181,27 @@ class Producer:
         )
         self._streams = streams.pipelines  # hot path: one lookup from a put
         self._pipeline_of = streams.pipeline_of
-        self._thread: int | None = None  # the event loop's thread, from __aenter__ on
         self._started = False
-        self._closed = False
         self._ledger = ledger = ResultLedger(config, self._metrics, self._clock)
         # Hot path: the ledger's dict, shared, so a put reaches it in one attribute lookup, not
         # two (one lookup, about 15 ns of a put, timeit).
         self._outstanding = ledger.outstanding
         self._failures = ledger.failures
         self._exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
-        self._seq = 0
         self._puts = 0
-        buffered = config.record_max_buffered_time_ms / 1000
-        ttl = config.record_ttl_ms / 1000
-        self._buffered = buffered
-        self._ttl = ttl
-        # (arrival, deadline, expiry) of the latest millisecond's puts; see _enqueue.
-        self._stamps = (-math.inf, -math.inf, -math.inf)
-        # The rules a put must pass; its region is known once the producer starts.
+        self._ttl = config.record_ttl_ms / 1000
+        # The rules a put must pass (its region is known once the producer starts), and the
+        # way in of what passes; the put paths' steps, bound once.
         self._admission = Admission(config)
+        self._intake = intake = Intake(
+            config, self._admission, ledger, streams.pipelines, streams.pipeline_of, self._clock
+        )
+        self._accept_stream = intake.accept_stream
+        self._check_thread = intake.check_thread
+        self._check_still_open = intake.check_still_open
+        self._has_room = intake.has_room
+        self._wait_for_room = intake.wait_for_room
+        self._enqueue = intake.enqueue
         self._max_records = config.max_outstanding_records  # hot path: read in put_record
         self._max_bytes = config.max_outstanding_bytes
         self._max_record_size = config.max_record_size
@@ -220,7 +216,7 @@ class Producer:
         try:
             await self._start(stack)
         except BaseException:
-            self._closed = True
+            self._intake.closed = True
             await stack.aclose()
             raise
         self._stack = stack
@@ -232,8 +228,8 @@ class Producer:
             self._client = await clients.__aenter__()
             stack.push_async_callback(_shielded, clients.__aexit__, None, None, None)
         self._admission.region = fixed_region(self.config, self._client)
-        self._clock = self._ledger.clock = current_clock()
-        self._thread = _thread_id()
+        self._clock = self._ledger.clock = self._intake.clock = current_clock()
+        self._intake.thread = threading.get_ident()
         runner = None
         if self._metrics is not None:
             runner = MetricsRunner(
@@ -245,6 +241,7 @@ class Producer:
         await task_group.__aenter__()
         stack.push_async_callback(_close_task_group, task_group)
         self._task_group = task_group
+        self._intake.running = True
         self._failures.task_group = task_group
         self._sender = Sender(
             self._client,
@@ -283,7 +280,7 @@ class Producer:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool | None:
-        self._closed = True
+        self._intake.closed = True
         stack = self._stack
         assert stack is not None
         cancelled = anyio.get_cancelled_exc_class()
@@ -316,83 +313,6 @@ class Producer:
         await self._failures.drain(self.config.request_timeout_ms / 1000)
 
     # --- putting --------------------------------------------------------------------------
-    def _accept_stream(self, stream: str) -> None:
-        """Check that a put to ``stream`` may go ahead: at once for a stream already in use."""
-        try:
-            if stream in self._streams and not self._closed and _thread_id() == self._thread:
-                return  # most puts
-        except TypeError:  # unhashable: certainly not a stream name, as the check says
-            pass
-        self._check_thread()
-        if self._closed:
-            raise ProducerClosedError("the producer is closed; create a new one to put records")
-        if self._task_group is None:
-            raise RuntimeError("the producer is not started: use it with `async with`")
-        self._admission.check_stream(stream)
-
-    async def _wait_for_room(self, size: int, count: int = 1) -> None:
-        """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
-        while not self._has_room(size, count):
-            await self._ledger.wait_for_room()
-            self._check_still_open()
-
-    def _check_thread(self) -> None:
-        """Refuse a call from another thread than the event loop's that entered the producer.
-
-        Its stages are not thread-safe, and a record put from a foreign loop would never get
-        its result (or crash that loop, on trio).
-        """
-        if self._thread is not None and _thread_id() != self._thread:
-            raise RuntimeError(
-                "this Producer runs on the event loop of another thread; call it only from "
-                "that loop. To put records from other threads, use aiokpl.SyncProducer"
-            )
-
-    def _check_still_open(self) -> None:
-        """After every await on a put path: the producer may have closed meanwhile."""
-        if self._closed:
-            raise ProducerClosedError("the producer closed while this put waited")
-
-    def _has_room(self, size: int, count: int = 1) -> bool:
-        return self._admission.fits(
-            len(self._outstanding), self._ledger.outstanding_bytes, size, count
-        )
-
-    def _enqueue(
-        self,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes = b"",
-    ) -> Outcome[RecordResult]:
-        # Hot path: the stream's pipeline read inline, the call only for a new stream (37 ns
-        # per put, 39 vs 75 ns, timeit).
-        pipeline = self._streams.get(stream) or self._pipeline_of(stream)
-        # Hot path: records put within the same millisecond share one arrival, deadline and
-        # expiry (96 bytes less per record: four 24-byte floats with last_end, sys.getsizeof).
-        now = self._clock()
-        stamps = self._stamps
-        if now - stamps[0] >= _STAMP_RESOLUTION:
-            stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
-        arrival, deadline, expires_at = stamps
-        self._seq += 1
-        ledger = self._ledger
-        if tags:
-            record: UserRecord = TaggedRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, ledger.epoch, tags
-            )
-        else:
-            record = UserRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, ledger.epoch
-            )
-        self._outstanding[record] = None
-        ledger.outstanding_bytes += size
-        pipeline.aggregator.put(record, hash_key)
-        return record
-
     async def put_record(
         self,
         *,
@@ -539,23 +459,7 @@ class Producer:
         await anyio.lowlevel.checkpoint()
         self._check_still_open()
         await self._wait_for_room(size, count)
-        return self._enqueue_many(stream, accepted, size, tagged)
-
-    def _enqueue_many(
-        self,
-        stream: str,
-        accepted: list[Accepted],
-        size: int,
-        tagged: dict[int, bytes] | None = None,
-    ) -> list[Outcome[RecordResult]]:
-        put = self._pipeline_of(stream).aggregator.put
-        now = self._clock()
-        self._seq += len(accepted)
-        self._ledger.outstanding_bytes += size
-        stamps = (now, now + self._buffered, now + self._ttl)  # shared by the group
-        return build_group(
-            stream, accepted, tagged, stamps, self._ledger.epoch, self._outstanding, put
-        )
+        return self._intake.enqueue_many(stream, accepted, size, tagged)
 
     def _put_validated(
         self,
@@ -639,7 +543,7 @@ class Producer:
         return ProducerStatistics(
             outstanding_records=len(self._outstanding),
             outstanding_bytes=self._ledger.outstanding_bytes,
-            records_put=self._seq,
+            records_put=self._intake.seq,
             records_succeeded=self._ledger.succeeded,
             records_failed=self._ledger.failed,
             requests_sent=sender.requests_sent,
@@ -655,7 +559,7 @@ class Producer:
         )
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "running" if self._started else "not started"
+        state = "closed" if self._intake.closed else "running" if self._started else "not started"
         return (
             f"<Producer {state} streams={len(self._streams)} "
             f"outstanding_records={len(self._outstanding)} "
