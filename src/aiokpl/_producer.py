@@ -36,8 +36,7 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -45,55 +44,36 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._admission import Admission, check_records_argument
-from ._backend import current_clock
 from ._coordination.coordinator import Coordination, _ProducerCoordinator
 from ._core.config import Config
 from ._core.errors import (
     BufferFullError,
-    ConfigError,
 )
 from ._core.hashing import check_user_record
-from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
+from ._core.metrics import METRICS, WINDOW_SECONDS, MetricStatistics
 from ._core.results import RecordResult
-from ._core.statistics import ProducerStatistics, SenderStatistics, StreamStatistics
+from ._core.statistics import ProducerStatistics, StreamStatistics
 from ._core.wire import Tags
 from ._intake import Intake
-from ._kinesis import KinesisClient, RegionalClients, create_client, fixed_region
-from ._metrics.recorder import MetricsRecorder, MetricsSink
-from ._metrics.runner import MetricsRunner
+from ._kinesis import KinesisClient, create_client
+from ._metrics.recorder import MetricsSink
 from ._outcome import Outcome
 from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
-from ._pipeline.sender import Sender
+from ._runtime import Runtime, check_arguments
 from ._streams import Streams
 
 if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
+    from ._pipeline.sender import Sender
 
 __all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
 
 logger = logging.getLogger("aiokpl")
 
 
+# The code and message of the records still outstanding when the producer is cancelled.
+_CANCELLED = ("Cancelled", "the producer was cancelled before delivery")
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
-
-
-# What a producer not started yet reports of its requests.
-_NO_REQUESTS = SenderStatistics(
-    requests_sent=0, requests_failed=0, in_flight=0, queued=0, backing_off=0
-)
-
-
-async def _shielded(close: Callable[..., Awaitable[Any]], *args: Any) -> None:
-    """Run ``close(*args)`` shielded from cancellation (an exit that must finish)."""
-    with anyio.CancelScope(shield=True):
-        await close(*args)
-
-
-async def _close_task_group(task_group: TaskGroup) -> None:
-    """Cancel ``task_group`` and wait for its tasks (given no exception: it has its own)."""
-    task_group.cancel_scope.cancel()
-    await task_group.__aexit__(None, None, None)
 
 
 class Producer:
@@ -142,59 +122,27 @@ class Producer:
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
-        if jitter_source is not None and not isinstance(jitter_source, random.Random):
-            raise TypeError(
-                f"jitter_source must be a random.Random, not {type(jitter_source).__name__}"
-            )
-        # One generator for all of this producer's jitter: the global one is shared with the
-        # rest of the process, so a schedule drawn from it could never be replayed.
-        self._jitter = random.Random() if jitter_source is None else jitter_source
-        if coordination is not None and not isinstance(coordination, Coordination):
-            raise TypeError(
-                "coordination must be an aiokpl.coordination.Coordination, "
-                f"not {type(coordination).__name__}"
-            )
-        self._coordination = coordination
-        self._coordinator: _ProducerCoordinator | None = None
-        self._sinks = tuple(metrics_sinks)
-        for sink in self._sinks:
-            if not isinstance(sink, MetricsSink):
-                raise TypeError(f"{sink!r} is not a MetricsSink (open, publish, aclose)")
-        self._metrics: MetricsRecorder | None = None
-        if config.metrics_level != "none":
-            table = MetricsTable(config.metrics_level, config.metrics_granularity)
-            self._metrics = MetricsRecorder(table)
-        elif self._sinks:
-            raise ConfigError(
-                "metrics_sinks need Config.metrics_level 'summary' or 'detailed'; it is 'none'"
-            )
-        self.config = config
-        self._given_client = client
-        self._client: Any = client
-        self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit
-        self._task_group: TaskGroup | None = None
-        self._scheduler = Scheduler()
-        self._clock: Callable[[], float] = anyio.current_time
-        self._sender: Sender | None = None
-        self._stream_set = streams = Streams(
-            config, self._scheduler, self._metrics, self._jitter.random
+        jitter, sinks, self._metrics = check_arguments(
+            config, coordination, metrics_sinks, jitter_source
         )
-        self._streams = streams.pipelines  # hot path: one lookup from a put
-        self._pipeline_of = streams.pipeline_of
+        self.config = config
+        self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit
         self._started = False
-        self._ledger = ledger = ResultLedger(config, self._metrics, self._clock)
+        scheduler = Scheduler()
+        self._ledger = ledger = ResultLedger(config, self._metrics, anyio.current_time)
         # Hot path: the ledger's dict, shared, so a put reaches it in one attribute lookup, not
         # two (one lookup, about 15 ns of a put, timeit).
         self._outstanding = ledger.outstanding
-        self._failures = ledger.failures
-        self._exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
+        self._finish = ledger.finish
+        self._stream_set = streams = Streams(config, scheduler, self._metrics, jitter.random)
+        self._streams = streams.pipelines  # hot path: one lookup from a put
+        self._pipeline_of = streams.pipeline_of
         self._puts = 0
-        self._ttl = config.record_ttl_ms / 1000
         # The rules a put must pass (its region is known once the producer starts), and the
         # way in of what passes; the put paths' steps, bound once.
-        self._admission = Admission(config)
+        self._admission = admission = Admission(config)
         self._intake = intake = Intake(
-            config, self._admission, ledger, streams.pipelines, streams.pipeline_of, self._clock
+            config, admission, ledger, streams.pipelines, streams.pipeline_of, anyio.current_time
         )
         self._accept_stream = intake.accept_stream
         self._check_thread = intake.check_thread
@@ -205,6 +153,8 @@ class Producer:
         self._max_records = config.max_outstanding_records  # hot path: read in put_record
         self._max_bytes = config.max_outstanding_bytes
         self._max_record_size = config.max_record_size
+        parts = (admission, ledger, streams, intake, scheduler)
+        self._runtime = Runtime(config, client, coordination, sinks, self._metrics, jitter, parts)
 
     # --- lifecycle ------------------------------------------------------------------------
     async def __aenter__(self) -> Producer:
@@ -223,56 +173,8 @@ class Producer:
         return self
 
     async def _start(self, stack: AsyncExitStack) -> None:
-        if self._client is None:
-            clients = RegionalClients(self.config, create_client)
-            self._client = await clients.__aenter__()
-            stack.push_async_callback(_shielded, clients.__aexit__, None, None, None)
-        self._admission.region = fixed_region(self.config, self._client)
-        self._clock = self._ledger.clock = self._intake.clock = current_clock()
-        self._intake.thread = threading.get_ident()
-        runner = None
-        if self._metrics is not None:
-            runner = MetricsRunner(
-                self._metrics, self._sinks, self.config, self._clock, self._outstanding_by_stream
-            )
-            await stack.enter_async_context(runner)  # opens the sinks; the last upload at exit
-        stack.push_async_callback(self._settle_outstanding)
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        stack.push_async_callback(_close_task_group, task_group)
-        self._task_group = task_group
-        self._intake.running = True
-        self._failures.task_group = task_group
-        self._sender = Sender(
-            self._client,
-            task_group,
-            self._clock,
-            self._scheduler,
-            max_connections=self.config.max_connections,
-            request_timeout=self.config.request_timeout_ms / 1000,
-            # A stream with steady traffic sends at least once per buffered time.
-            active_window=1.0 + self.config.record_max_buffered_time_ms / 1000,
-        )
-        task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
-        if self._coordination is not None:
-            self._coordinator = _ProducerCoordinator(
-                self._coordination, self.config, self._clock, self._jitter
-            )
-            task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
-        self._stream_set.start(
-            self._client,
-            task_group,
-            self._sender,
-            self._clock,
-            self._ledger.finish,
-            self._coordinator,
-            self._ledger.streams_busy,
-        )
-        if runner is not None:
-            runner.start(task_group)
-
-    def _outstanding_by_stream(self) -> dict[str, int]:
-        return self._ledger.outstanding_by_stream(self._streams)
+        # This module's names, where tests replace them.
+        await self._runtime.start(stack, create_client, _ProducerCoordinator)
 
     async def __aexit__(
         self,
@@ -287,30 +189,21 @@ class Producer:
         try:
             if exc_type is None or not issubclass(exc_type, cancelled):
                 # Every record gets its chance: at most its TTL plus one request.
-                limit = self._ttl + self.config.request_timeout_ms / 1000 + 1.0
+                config = self.config
+                limit = config.record_ttl_ms / 1000 + config.request_timeout_ms / 1000 + 1.0
                 with anyio.move_on_after(limit):
                     await self.flush()  # no put can come in now: this waits for all
         except cancelled:
-            self._exit_code = ("Cancelled", "the producer was cancelled before delivery")
+            self._runtime.exit_code = _CANCELLED
             raise
         finally:
             if exc_type is not None and issubclass(exc_type, cancelled):
-                self._exit_code = ("Cancelled", "the producer was cancelled before delivery")
+                self._runtime.exit_code = _CANCELLED
             # Unwinds what __aenter__ started, last first: the task group is cancelled and
             # waited for, outstanding records fail with the exit code and their failure
             # callbacks drain, the metrics make their last upload, the owned client closes.
             await stack.aclose()
         return None
-
-    async def _settle_outstanding(self) -> None:
-        """At exit, once the task group has ended: fail what is outstanding, drain callbacks."""
-        self._failures.task_group = None
-        code, message = self._exit_code
-        sender = self._sender
-        self._ledger.fail_outstanding(code, message, sender.unanswered() if sender else ())
-        self._stream_set.missing.on_due(self._clock())  # a warning still gathering streams
-        self._scheduler.clear()
-        await self._failures.drain(self.config.request_timeout_ms / 1000)
 
     # --- putting --------------------------------------------------------------------------
     async def put_record(
@@ -495,6 +388,19 @@ class Producer:
         await self._ledger.wait_flushed(stream)
 
     # --- introspection --------------------------------------------------------------------
+    # The running parts as the tests look at them (read-only).
+    @property
+    def _clock(self) -> Callable[[], float]:
+        return self._intake.clock
+
+    @property
+    def _sender(self) -> Sender | None:
+        return self._runtime.sender
+
+    @property
+    def _coordinator(self) -> _ProducerCoordinator | None:
+        return self._runtime.coordinator
+
     @property
     def outstanding_records(self) -> int:
         """Records between ``put_record`` and their result."""
@@ -531,14 +437,14 @@ class Producer:
         metrics = self._metrics
         if metrics is None:
             return []
-        now = self._clock()
-        if self._task_group is not None:
-            metrics.sample(self._outstanding_by_stream(), now, pending=False)
+        now = self._intake.clock()
+        if self._intake.running:
+            metrics.sample(self._runtime.outstanding_by_stream(), now, pending=False)
         return metrics.table.window(now, window, name)
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the producer's counters and of every stream's pipeline."""
-        sender = self._sender.statistics() if self._sender is not None else _NO_REQUESTS
+        sender = self._runtime.sender_statistics()
         streams = self._stream_set.statistics()
         return ProducerStatistics(
             outstanding_records=len(self._outstanding),
@@ -551,8 +457,8 @@ class Producer:
             requests_in_flight=sender.in_flight,
             requests_queued=sender.queued,
             streams=streams,
-            failure_callbacks_pending=self._failures.pending,
-            failure_callback_errors=self._failures.callback_errors,
+            failure_callbacks_pending=self._ledger.failures.pending,
+            failure_callback_errors=self._ledger.failures.callback_errors,
             records_expired_unsent=self._stream_set.released_expired_unsent
             + sum(s.expired_unsent for s in streams),
             requests_backing_off=sender.backing_off,
