@@ -27,7 +27,9 @@ from aiokpl._core.encoder import encode_tags
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._hosted import HostedProducer
 from aiokpl._intake import Intake
+from aiokpl._pipeline.scheduler import Scheduler
 from aiokpl._record import TaggedRecord, UserRecord
+from aiokpl._streams import Streams
 from aiokpl.aggregation import Tag, deaggregate
 from aiokpl.testing import FakeKinesis, read_stream
 
@@ -75,12 +77,18 @@ def test_tags_need_aggregation_unless_there_are_none() -> None:
 def test_a_group_is_checked_whole_and_its_errors_say_which_record() -> None:
     admission = Admission(CONFIG)
     accepted, size, tagged = admission.check_many(
-        [("a", b"1"), ["b", b"22", "5"], ("c", b"3", None, {"t": None}), ("d", b"4", None, {})]
+        [
+            ("a", b"1"),
+            ["b", b"22", "5"],
+            ("c", b"3", None, {"t": None}),
+            ("d", b"4", None, {}),
+            ["e", b"5"],
+        ]
     )
-    assert [item[0] for item in accepted] == ["a", "b", "c", "d"]
+    assert [item[0] for item in accepted] == ["a", "b", "c", "d", "e"]
     assert accepted[1] == ("b", 3, b"22", 5, "5")
     assert tagged == {2: encode_tags({"t": None})}  # only the record with tags
-    assert size == sum(item[1] for item in accepted) == 2 + 3 + 2 + len(tagged[2]) + 2
+    assert size == sum(item[1] for item in accepted) == 2 + 3 + 2 + len(tagged[2]) + 2 + 2
     assert admission.check_many([("a", b"1")])[2] is None
     with pytest.raises(InvalidRecordError, match=r"^records\[1\]: partition_key must be 1"):
         admission.check_many([("a", b"1"), ("", b"2")])
@@ -272,6 +280,13 @@ def test_the_intake_stamps_each_millisecond_once_and_counts_what_it_puts() -> No
     assert (intake.seq, ledger.outstanding_bytes, list(ledger.outstanding)[-1]) == (4, 10, fourth)
     assert isinstance(fourth, UserRecord)
     assert fourth.last_end == 10.002
+
+
+def test_streams_not_started_hold_nothing_to_flush() -> None:
+    streams = Streams(CONFIG, Scheduler(), None, lambda: 0.5)
+    streams.flush(None)  # before the start: nothing buffered, nothing to send
+    assert streams.statistics() == ()
+    assert streams.pipelines == {}
 
 
 # --- the blocking producer's futures ---------------------------------------------------------
