@@ -59,8 +59,7 @@ from ._core.wire import Tags
 from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
 from ._hosted import HostedProducer, ProducerPort
 from ._kinesis import fixed_region
-from ._sync_exit import close_forgotten as _close_forgotten  # noqa: F401 (tests call it here)
-from ._sync_exit import forget, remember, report_abandon, uninterrupted
+from ._sync_exit import close_forgotten, forget, remember, report_abandon, uninterrupted
 
 if TYPE_CHECKING:
     from ._kinesis import KinesisClient
@@ -69,6 +68,7 @@ if TYPE_CHECKING:
 __all__ = ("SyncProducer",)
 
 logger = logging.getLogger("aiokpl")
+_close_forgotten = close_forgotten  # the exit function, where tests call it
 
 _CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 records
 # How long an interrupted close() waits beyond request_timeout_ms for the cancelled producer's
