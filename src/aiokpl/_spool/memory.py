@@ -8,6 +8,8 @@ Faults:
 
 - :meth:`MemoryFiles.fail`: the next call of an operation raises ``OSError(errno)``; an
   ``append`` first writes ``written`` bytes of its buffer (a short write).
+- a failed ``fsync`` drops the file's unsynced bytes from the disk: the process still sees them,
+  a later fsync writes zeros in their place (what Linux does after a failed writeback).
 - ``capacity_bytes``: the bytes all files may hold; an append past it writes what fits and
   raises ``ENOSPC``, as a full disk does. Raise it again and writes go through.
 - ``crash_at``: the operation with this number (counting from 1) raises :class:`SimulatedCrash`
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import errno as errnos
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 
 __all__ = ("MemoryFiles", "SimulatedCrash")
@@ -32,6 +35,17 @@ class SimulatedCrash(BaseException):
 class _File:
     content: bytearray = field(default_factory=bytearray)
     synced: bytes = b""
+    dropped: tuple[int, int] | None = None
+    """Bytes a failed fsync dropped: still seen by the process, never reaching the disk (as
+    Linux marks the pages clean after a failed writeback); zeros on the disk from then on."""
+
+    def sync(self) -> None:
+        data = bytearray(self.content)
+        if self.dropped is not None:
+            start, end = self.dropped
+            data[start:end] = bytes(len(data[start:end]))
+            self.dropped = None
+        self.synced = bytes(data)
 
 
 @dataclass
@@ -57,6 +71,7 @@ class MemoryFiles:
         self.crash_at: int | None = None
         self.torn_bytes = 0
         self.operations = 0
+        self.operation_counts: Counter[str] = Counter()
         self.fsyncs = 0
         self._faults: dict[str, list[_Fault]] = {}
 
@@ -83,10 +98,17 @@ class MemoryFiles:
 
     def _step(self, operation: str) -> _Fault | None:
         self.operations += 1
+        self.operation_counts[operation] += 1
         if self.crash_at is not None and self.operations >= self.crash_at:
             raise SimulatedCrash(f"crash at operation {self.operations} ({operation})")
         pending = self._faults.get(operation)
         return pending.pop(0) if pending else None
+
+    def _check(self, operation: str, path: str) -> None:
+        """One step of an operation that fails whole."""
+        fault = self._step(operation)
+        if fault is not None:
+            raise OSError(fault.errno, os.strerror(fault.errno), path)
 
     def _used_bytes(self) -> int:
         return sum(len(f.content) for f in self.files.values())
@@ -106,9 +128,7 @@ class MemoryFiles:
         return bytes(self._file(path).content)
 
     def create(self, path: str) -> object:
-        fault = self._step("create")
-        if fault is not None:
-            raise OSError(fault.errno, os.strerror(fault.errno), path)
+        self._check("create", path)
         if path in self.files:
             raise FileExistsError(errnos.EEXIST, "file exists", path)
         self.files[path] = _File()
@@ -135,18 +155,18 @@ class MemoryFiles:
     def fsync(self, handle: object) -> None:
         assert isinstance(handle, _Handle)
         assert not handle.closed
-        fault = self._step("fsync")
-        if fault is not None:
-            raise OSError(fault.errno, os.strerror(fault.errno), handle.path)
-        handle.file.synced = bytes(handle.file.content)
+        try:
+            self._check("fsync", handle.path)
+        except OSError:
+            handle.file.dropped = (len(handle.file.synced), len(handle.file.content))
+            raise
+        handle.file.sync()
         self.fsyncs += 1
 
     def truncate(self, handle: object, size: int) -> None:
         assert isinstance(handle, _Handle)
         assert not handle.closed
-        fault = self._step("truncate")
-        if fault is not None:
-            raise OSError(fault.errno, os.strerror(fault.errno), handle.path)
+        self._check("truncate", handle.path)
         del handle.file.content[size:]
 
     def close(self, handle: object) -> None:
@@ -154,24 +174,24 @@ class MemoryFiles:
         handle.closed = True
 
     def truncate_path(self, path: str, size: int) -> None:
-        self._step("truncate_path")
+        self._check("truncate_path", path)
         file = self._file(path)
         del file.content[size:]
-        file.synced = bytes(file.content)
+        file.sync()
 
     def write_file(self, path: str, data: bytes) -> None:
-        self._step("write_file")
+        self._check("write_file", path)
         if path in self.files:
             raise FileExistsError(errnos.EEXIST, "file exists", path)
         self.files[path] = _File(bytearray(data), bytes(data))
 
     def rename(self, source: str, target: str) -> None:
-        self._step("rename")
+        self._check("rename", source)
         self.files[target] = self._file(source)
         del self.files[source]
 
     def unlink(self, path: str) -> None:
-        self._step("unlink")
+        self._check("unlink", path)
         self._file(path)
         del self.files[path]
 

@@ -129,6 +129,7 @@ class SpoolWriter:
         if len(self.producer_id) != PRODUCER_ID_BYTES:
             raise ValueError(f"a producer id is {PRODUCER_ID_BYTES} bytes")
         self.full = False
+        self._closed = False
         self._segments: list[SegmentState] = list(recovery.segments)
         self._resolved = recovery.resolved
         self._mine = self._resolved.setdefault(self.producer_id, SequenceSet())
@@ -174,7 +175,12 @@ class SpoolWriter:
         explicit_hash_key: str | None = None,
         tags: tuple[tuple[str, str], ...] = (),
     ) -> int:
-        """Accept a record (in memory; :meth:`flush` writes it); returns its sequence number."""
+        """Accept a record (in memory; :meth:`flush` writes it); returns its sequence number.
+
+        Raises:
+            SpoolError: the writer is closed.
+        """
+        self._check_open()
         seq = self._next_seq
         record = SpoolRecord(
             self.producer_id, seq, accepted_at, stream, partition_key, explicit_hash_key, data, tags
@@ -187,7 +193,11 @@ class SpoolWriter:
         """Resolve records (this writer's or recovered ones) so they are never replayed.
 
         Each record is acknowledged once; a repeat is ignored. Written at the next flush.
+
+        Raises:
+            SpoolError: the writer is closed.
         """
+        self._check_open()
         runs = runs_of(seqs)
         if not runs:
             return
@@ -222,7 +232,9 @@ class SpoolWriter:
         Raises:
             SpoolFullError: the disk is full; nothing was lost, flush again later.
             SpoolIOError: another file system error; nothing was lost, flush again later.
+            SpoolError: the writer is closed.
         """
+        self._check_open()
         try:
             if self._in_doubt or self._handle is None or self._size() >= self.segment_size_bytes:
                 self._rotate(now)
@@ -247,6 +259,8 @@ class SpoolWriter:
             SpoolFullError: as :meth:`flush`; the writer stays open.
             SpoolIOError: as :meth:`flush`; the writer stays open.
         """
+        if self._closed:
+            return
         self.flush(now)
         try:
             if self._unsynced:
@@ -254,9 +268,10 @@ class SpoolWriter:
                 self._delete_finished()
         except OSError as exc:
             self._raise(exc)
-        if self._handle is not None:
-            self.files.close(self._handle)
-            self._handle = None
+        assert self._handle is not None  # a flush that returned left a segment open
+        self.files.close(self._handle)
+        self._handle = None
+        self._closed = True
 
     def statistics(self) -> SpoolStatistics:
         """A snapshot of the writer's counts."""
@@ -275,6 +290,10 @@ class SpoolWriter:
         )
 
     # -- the steps ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SpoolError(f"the spool writer of {self.directory} is closed")
 
     def _raise(self, exc: OSError) -> None:
         self.full = exc.errno in _FULL
