@@ -506,3 +506,17 @@ def test_checking_counts_damage_and_changes_nothing() -> None:
         files.write_file(f"{D}/{segment_name(0)}", b"")
     with pytest.raises(FileExistsError):
         files.create(f"{D}/{segment_name(0)}")
+
+
+def test_a_torn_tail_is_truncated_and_the_frames_before_it_recovered() -> None:
+    files = MemoryFiles()
+    written_spool(files, n=3)
+    path = f"{D}/{segment_name(0)}"
+    whole = files.content(path)
+    files.files[path].content += b"\x40\x00\x00\x00\x01\x02"  # a frame's first bytes
+    recovery = scan(D, files)
+    assert (recovery.statistics.torn_tails, recovery.statistics.bytes_truncated) == (1, 6)
+    assert not recovery.statistics.corrupt
+    assert [r.data[0] for r in recovery.unresolved()] == [0, 1, 2]
+    assert files.content(path) == whole
+    assert scan(D, files).statistics.torn_tails == 0
