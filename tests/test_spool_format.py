@@ -22,7 +22,9 @@ from aiokpl._spool.format import (
     HeaderError,
     SpoolAck,
     SpoolRecord,
+    checked_records,
     decode_header,
+    decode_record,
     encode_ack,
     encode_header,
     encode_record,
@@ -69,6 +71,16 @@ def test_an_entry_decodes_to_what_was_encoded(entry: SpoolRecord | SpoolAck) -> 
     assert found.status is FrameStatus.OK
     assert found.entry == entry
     assert found.end == len(data)
+    checked = read_frame(data, HEADER_BYTES, PID, decode_records=False)
+    if isinstance(entry, SpoolRecord):
+        assert (checked.entry, checked.sequence_number) == (None, entry.sequence_number)
+        assert list(checked_records(data, len(data))) == [
+            (entry.sequence_number, HEADER_BYTES + 8, len(data))
+        ]
+        assert decode_record(data, HEADER_BYTES + 8, len(data), PID) == entry
+    else:
+        assert (checked.entry, checked.sequence_number) == (entry, None)
+        assert list(checked_records(data, len(data))) == []
     assert read_frame(data, found.end, PID).status is FrameStatus.END
 
 
@@ -112,6 +124,10 @@ def test_a_zero_filled_tail_is_torn_and_a_bad_length_or_kind_is_corrupt() -> Non
     # whose inner lengths do not add up to the frame's. Kept apart, never decoded.
     assert status(framed(b"\x09junk")) is FrameStatus.CORRUPT
     assert status(framed(encode_record(SAMPLE)[8:-1])) is FrameStatus.CORRUPT
+    unchecked = segment_with(framed(encode_record(SAMPLE)[8:-1]))  # checked, though not decoded
+    assert read_frame(unchecked, HEADER_BYTES, PID, decode_records=False).status is (
+        FrameStatus.CORRUPT
+    )
     ack = encode_ack(SpoolAck(PID, AckOutcome.DELIVERED, ((1, 1),)))
     assert status(framed(ack[8:-1])) is FrameStatus.CORRUPT
     assert status(framed(ack[8:25] + b"\x07" + ack[26:])) is FrameStatus.CORRUPT  # outcome 7

@@ -36,6 +36,7 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = (
@@ -51,10 +52,13 @@ __all__ = (
     "HeaderError",
     "SpoolAck",
     "SpoolRecord",
+    "checked_records",
     "decode_header",
+    "decode_record",
     "encode_ack",
     "encode_header",
     "encode_record",
+    "encode_record_fields",
     "read_frame",
     "segment_name",
     "segment_number",
@@ -77,6 +81,7 @@ _RECORD = struct.Struct("<BQdHHHHI")  # kind, seq, accepted_at, 4 lengths + tag 
 _ACK = struct.Struct(f"<B{PRODUCER_ID_BYTES}sBI")  # kind, producer id, outcome, run count
 _RUN = struct.Struct("<QI")  # first sequence number, count
 _TAG = struct.Struct("<HH")
+_SEQUENCE = struct.Struct("<Q")
 
 _KIND_RECORD = 1
 _KIND_ACK = 2
@@ -126,7 +131,7 @@ class FrameStatus(enum.Enum):
     CORRUPT = "corrupt"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one is made per frame, and frozen ones cost twice
 class Frame:
     """One :func:`read_frame` result: the entry (when ``OK``) and where the next frame starts."""
 
@@ -134,6 +139,8 @@ class Frame:
     offset: int
     end: int
     entry: SpoolRecord | SpoolAck | None = None
+    sequence_number: int | None = None
+    """A record's sequence number (also when it was checked but not decoded)."""
 
 
 def segment_name(number: int) -> str:
@@ -182,31 +189,68 @@ def _frame(body: bytes) -> bytes:
 
 def encode_record(record: SpoolRecord) -> bytes:
     """One framed record entry (its producer id is the segment's, so not written)."""
-    stream = record.stream.encode()
-    key = record.partition_key.encode()
-    hash_key = (record.explicit_hash_key or "").encode()
-    tags = [(k.encode(), v.encode()) for k, v in record.tags]
-    fixed = _RECORD.pack(
-        _KIND_RECORD,
+    return encode_record_fields(
         record.sequence_number,
         record.accepted_at,
-        len(stream),
+        record.stream,
+        record.partition_key,
+        record.explicit_hash_key,
+        record.data,
+        record.tags,
+    )
+
+
+def encode_record_fields(
+    sequence_number: int,
+    accepted_at: float,
+    stream: str,
+    partition_key: str,
+    explicit_hash_key: str | None,
+    data: bytes,
+    tags: tuple[tuple[str, str], ...],
+) -> bytes:
+    """:func:`encode_record` without building a :class:`SpoolRecord` (the writer's hot path)."""
+    stream_bytes = stream.encode()
+    key = partition_key.encode()
+    hash_key = explicit_hash_key.encode() if explicit_hash_key else b""
+    fixed = _RECORD.pack(
+        _KIND_RECORD,
+        sequence_number,
+        accepted_at,
+        len(stream_bytes),
         len(key),
         len(hash_key),
         len(tags),
-        len(record.data),
+        len(data),
     )
-    parts = [fixed, stream, key, hash_key]
-    for k, v in tags:
-        parts += (_TAG.pack(len(k), len(v)), k, v)
-    parts.append(record.data)
-    return _frame(b"".join(parts))
+    if tags:
+        parts = [fixed, stream_bytes, key, hash_key]
+        for k, v in tags:
+            k_bytes, v_bytes = k.encode(), v.encode()
+            parts += (_TAG.pack(len(k_bytes), len(v_bytes)), k_bytes, v_bytes)
+        body = b"".join((*parts, data))
+    else:
+        body = b"".join((fixed, stream_bytes, key, hash_key, data))
+    length = _LENGTH.pack(len(body))
+    return b"".join((length, _LENGTH.pack(zlib.crc32(body, zlib.crc32(length))), body))
 
 
 def encode_ack(ack: SpoolAck) -> bytes:
     """One framed acknowledgement entry."""
     fixed = _ACK.pack(_KIND_ACK, ack.producer_id, ack.outcome, len(ack.runs))
     return _frame(fixed + b"".join(_RUN.pack(first, count) for first, count in ack.runs))
+
+
+def _check_record(body: memoryview) -> int:
+    """A record's sequence number, once its lengths are checked to add up to the frame's."""
+    _kind, seq, _at, n_stream, n_key, n_hash, n_tags, n_data = _RECORD.unpack_from(body)
+    at = _RECORD.size + n_stream + n_key + n_hash
+    for _ in range(n_tags):
+        n_k, n_v = _TAG.unpack_from(body, at)
+        at += _TAG.size + n_k + n_v
+    if at + n_data != len(body):
+        raise ValueError("record lengths do not add up to the frame")
+    return int(seq)
 
 
 def _decode_record(body: memoryview, producer_id: bytes) -> SpoolRecord:
@@ -240,10 +284,14 @@ def _decode_ack(body: memoryview) -> SpoolAck:
     return SpoolAck(bytes(producer_id), AckOutcome(outcome), runs)
 
 
-def read_frame(data: bytes | memoryview, offset: int, producer_id: bytes) -> Frame:
+def read_frame(
+    data: bytes | memoryview, offset: int, producer_id: bytes, *, decode_records: bool = True
+) -> Frame:
     """The frame at ``offset`` of a segment's bytes ``data``, decoded and classified.
 
-    Pure: recovery and the ``aiokpl spool`` tools both walk segments with it.
+    With ``decode_records=False`` a record is checked (CRC, lengths) but not decoded: the
+    frame has its ``sequence_number`` and no ``entry`` (recovery decodes only the records it
+    replays). Pure: recovery and the ``aiokpl spool`` tools both walk segments with it.
     """
     view = memoryview(data)
     size = len(view)
@@ -257,9 +305,10 @@ def read_frame(data: bytes | memoryview, offset: int, producer_id: bytes) -> Fra
     if plausible and end <= size:
         body = view[offset + _FRAME.size : end]
         if zlib.crc32(body, zlib.crc32(view[offset : offset + _LENGTH.size])) == crc:
-            entry = _decode(body, producer_id)
-            if entry is not None:
-                return Frame(FrameStatus.OK, offset, end, entry)
+            frame = _decode(body, producer_id, decode_records)
+            if frame is not None:
+                entry, seq = frame
+                return Frame(FrameStatus.OK, offset, end, entry, seq)
         status = FrameStatus.CORRUPT
     else:
         status = FrameStatus.TORN if plausible else FrameStatus.CORRUPT
@@ -268,12 +317,37 @@ def read_frame(data: bytes | memoryview, offset: int, producer_id: bytes) -> Fra
     return Frame(status, offset, size)
 
 
-def _decode(body: memoryview, producer_id: bytes) -> SpoolRecord | SpoolAck | None:
+def checked_records(data: bytes | memoryview, size: int) -> Iterator[tuple[int, int, int]]:
+    """``(sequence number, body start, body end)`` of each record among the frames between the
+    header and ``size``, frames :func:`read_frame` has already checked (no CRC again)."""
+    view = memoryview(data)
+    offset = HEADER_BYTES
+    while offset < size:
+        (length,) = _LENGTH.unpack_from(view, offset)
+        start = offset + _FRAME.size
+        offset = start + length
+        if view[start] == _KIND_RECORD:
+            yield _SEQUENCE.unpack_from(view, start + 1)[0], start, offset
+
+
+def decode_record(
+    data: bytes | memoryview, start: int, end: int, producer_id: bytes
+) -> SpoolRecord:
+    """The record whose body is ``data[start:end]``, a body :func:`read_frame` checked."""
+    return _decode_record(memoryview(data)[start:end], producer_id)
+
+
+def _decode(
+    body: memoryview, producer_id: bytes, decode_records: bool
+) -> tuple[SpoolRecord | SpoolAck | None, int | None] | None:
     try:
         if body[0] == _KIND_RECORD:
-            return _decode_record(body, producer_id)
+            if not decode_records:
+                return None, _check_record(body)
+            record = _decode_record(body, producer_id)
+            return record, record.sequence_number
         if body[0] == _KIND_ACK:
-            return _decode_ack(body)
+            return _decode_ack(body), None
     except (ValueError, struct.error):
         # The CRC matched, so a writer wrote these bytes: a bug or another version, not
         # damage. Kept apart like damage all the same, rather than refusing to start.

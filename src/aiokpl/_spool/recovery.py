@@ -36,7 +36,9 @@ from .format import (
     HeaderError,
     SpoolAck,
     SpoolRecord,
+    checked_records,
     decode_header,
+    decode_record,
     read_frame,
     segment_number,
 )
@@ -133,22 +135,18 @@ class Recovery:
             except FileNotFoundError:
                 continue
             resolved = self.resolved.get(segment.producer_id, SequenceSet())
-            for frame in walk(data[: segment.size], segment.producer_id):
-                entry = frame.entry
-                if (
-                    isinstance(entry, SpoolRecord)
-                    and entry.sequence_number in segment.records
-                    and entry.sequence_number not in resolved
-                ):
-                    yield entry
+            for seq, start, end in checked_records(data, segment.size):
+                if seq in segment.records and seq not in resolved:
+                    yield decode_record(data, start, end, segment.producer_id)
 
 
-def walk(data: bytes, producer_id: bytes) -> Iterator[Frame]:
+def walk(data: bytes, producer_id: bytes, *, decode_records: bool = True) -> Iterator[Frame]:
     """Every frame of a segment's bytes after its header, up to and including the first one
     that is not ``OK`` (``END`` when the segment is whole)."""
     offset = HEADER_BYTES
+    view = memoryview(data)
     while True:
-        frame = read_frame(data, offset, producer_id)
+        frame = read_frame(view, offset, producer_id, decode_records=decode_records)
         yield frame
         if frame.status is not FrameStatus.OK:
             return
@@ -233,11 +231,11 @@ def _scan_segment(
     tally.segments += 1
     segment = SegmentState(number, path, producer_id, HEADER_BYTES)
     mine = seen.setdefault(producer_id, SequenceSet())
-    for frame in walk(data, producer_id):
+    for frame in walk(data, producer_id, decode_records=False):
         entry = frame.entry
-        if isinstance(entry, SpoolRecord):
-            if mine.add(entry.sequence_number):
-                segment.records.add(entry.sequence_number)
+        if frame.sequence_number is not None:
+            if mine.add(frame.sequence_number):
+                segment.records.add(frame.sequence_number)
         elif isinstance(entry, SpoolAck):
             done = resolved.setdefault(entry.producer_id, SequenceSet())
             for first, count in entry.runs:

@@ -51,7 +51,10 @@ class SequenceSet:
             return 0
         end = first + count
         starts, ends = self._starts, self._ends
-        if not starts or first > ends[-1]:  # the common case: past everything
+        if starts and first == ends[-1]:  # the common case: just after everything
+            ends[-1] = end
+            return count
+        if not starts or first > ends[-1]:
             starts.append(first)
             ends.append(end)
             return count

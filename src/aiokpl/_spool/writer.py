@@ -39,10 +39,9 @@ from .format import (
     PRODUCER_ID_BYTES,
     AckOutcome,
     SpoolAck,
-    SpoolRecord,
     encode_ack,
     encode_header,
-    encode_record,
+    encode_record_fields,
     segment_name,
 )
 from .policy import FsyncPolicy
@@ -182,10 +181,9 @@ class SpoolWriter:
         """
         self._check_open()
         seq = self._next_seq
-        record = SpoolRecord(
-            self.producer_id, seq, accepted_at, stream, partition_key, explicit_hash_key, data, tags
+        self._buffer += encode_record_fields(
+            seq, accepted_at, stream, partition_key, explicit_hash_key, data, tags
         )
-        self._buffer += encode_record(record)
         self._next_seq = seq + 1
         return seq
 
