@@ -162,6 +162,7 @@ def test_a_crash_at_every_step_loses_nothing_durable_and_replays_nothing_resolve
             writer.close(9.0)
             assert writer.statistics().records_unresolved == 0
             assert writer.statistics().segments == 1
+            assert writer.statistics().producers == 1  # earlier sessions' sets are dropped
             final = scan(D, files)
             assert list(final.unresolved()) == []
             assert final.statistics.torn_tails == 0  # the first recovery truncated them

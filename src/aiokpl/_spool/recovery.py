@@ -180,6 +180,8 @@ def scan(directory: str, files: SpoolFiles, *, repair: bool = True) -> Recovery:
         segment = _scan_segment(number, path, data, files, repair, taken, tally, seen, resolved)
         if segment is not None:
             segments.append(segment)
+    # Acknowledgements of producers with no segment left resolve nothing any more.
+    resolved = {p: resolved.get(p, SequenceSet()) for p in {s.producer_id for s in segments}}
     recovered = 0
     found = 0
     for segment in segments:
