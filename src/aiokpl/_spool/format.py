@@ -10,7 +10,7 @@ and goes on with frames, one per entry::
     length u32 | crc32 u32 | body (length bytes: kind u8, then the kind's fields)
 
 The CRC (``zlib.crc32``, the IEEE polynomial: in the standard library and in C, where crc32c
-would need a dependency and gives no stronger check for single-bit flips, which both detect)
+would be a runtime dependency, ``google-crc32c``, and finds single-bit flips no better)
 covers the length field and the body, so a flipped bit in either is seen. Integers are
 little-endian.
 
