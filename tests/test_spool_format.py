@@ -148,6 +148,11 @@ def test_a_header_names_its_producer_and_rejects_anything_else() -> None:
         decode_header(future + struct.pack("<I", zlib.crc32(future)))
     with pytest.raises(ValueError, match="16 bytes"):
         encode_header(b"short")
+    for bit in range(HEADER_BYTES * 8):  # every flipped bit of a header is seen
+        damaged = bytearray(header)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(HeaderError):
+            decode_header(bytes(damaged))
 
 
 def test_segment_names_sort_by_number_and_other_names_are_not_segments() -> None:
