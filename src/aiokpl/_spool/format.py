@@ -7,7 +7,7 @@ writer session and only appended to. A segment starts with a :data:`HEADER_BYTES
 
 and goes on with frames, one per entry::
 
-    length u32 | crc32 u32 | body (length bytes: kind u8, then the kind's fields)
+    length u24 + check u8 | crc32 u32 | body (length bytes: kind u8, then the kind's fields)
 
 The CRC (``zlib.crc32``, the IEEE polynomial: in the standard library and in C, where crc32c
 would be a runtime dependency, ``google-crc32c``, and finds single-bit flips no better)
@@ -23,11 +23,13 @@ these entries alone: there is no index to keep in agreement with them.
 
 How a frame that does not check is classified (:func:`read_frame`) decides what recovery does:
 
-- **torn** (the last write was cut off by a crash): the frame's header or body runs past the
-  end of the file with a plausible length, or everything from the frame on is zero bytes (a
-  file system that extended the file before its data reached the disk). Truncated.
-- **corrupt**: a complete frame whose CRC does not match, a length over
-  :data:`MAX_ENTRY_BYTES` or under one byte, or an unknown kind. Nothing after it in that
+- **torn** (the last write was cut off by a crash): the frame's header is cut, or its body
+  runs past the end of the file under a length whose check byte matches, or everything from
+  the frame on is zero bytes (a file system that extended the file before its data reached
+  the disk). Truncated.
+- **corrupt**: a length whose check byte does not match (so a damaged length is never taken
+  for a cut frame), a length over :data:`MAX_ENTRY_BYTES` or under one byte, a complete frame
+  whose CRC does not match, or an unknown kind. Nothing after it in that
   segment can be framed, so the segment is kept up to that point and a copy is moved aside.
 """
 
@@ -182,8 +184,20 @@ def decode_header(data: bytes) -> bytes:
     return bytes(producer_id)
 
 
+def _length_word(length: int) -> bytes:
+    """The frame's first word: the body's length (24 bits) and a check byte of it."""
+    return _LENGTH.pack(length | _length_check(length) << 24)
+
+
+def _length_check(length: int) -> int:
+    # The low byte of the length's CRC-32: every 1- and 2-bit flip of a 24-bit length changes
+    # it (tests/test_spool_format.py checks all of them), so a damaged length is never taken
+    # for a frame cut short by a crash.
+    return zlib.crc32(length.to_bytes(3, "little")) & 0xFF
+
+
 def _frame(body: bytes) -> bytes:
-    length = _LENGTH.pack(len(body))
+    length = _length_word(len(body))
     return length + _LENGTH.pack(zlib.crc32(body, zlib.crc32(length))) + body
 
 
@@ -231,7 +245,7 @@ def encode_record_fields(
         body = b"".join((*parts, data))
     else:
         body = b"".join((fixed, stream_bytes, key, hash_key, data))
-    length = _LENGTH.pack(len(body))
+    length = _length_word(len(body))
     return b"".join((length, _LENGTH.pack(zlib.crc32(body, zlib.crc32(length))), body))
 
 
@@ -299,9 +313,10 @@ def read_frame(
         return Frame(FrameStatus.END, offset, offset)
     if offset + _FRAME.size > size:
         return Frame(FrameStatus.TORN, offset, size)
-    length, crc = _FRAME.unpack_from(view, offset)
+    word, crc = _FRAME.unpack_from(view, offset)
+    length = word & 0xFFFFFF
     end = offset + _FRAME.size + length
-    plausible = 1 <= length <= MAX_ENTRY_BYTES
+    plausible = 1 <= length <= MAX_ENTRY_BYTES and word >> 24 == _length_check(length)
     if plausible and end <= size:
         body = view[offset + _FRAME.size : end]
         if zlib.crc32(body, zlib.crc32(view[offset : offset + _LENGTH.size])) == crc:
@@ -323,8 +338,9 @@ def checked_records(data: bytes | memoryview, size: int) -> Iterator[tuple[int, 
     view = memoryview(data)
     offset = HEADER_BYTES
     while offset < size:
-        (length,) = _LENGTH.unpack_from(view, offset)
+        (word,) = _LENGTH.unpack_from(view, offset)
         start = offset + _FRAME.size
+        length = word & 0xFFFFFF
         offset = start + length
         if view[start] == _KIND_RECORD:
             yield _SEQUENCE.unpack_from(view, start + 1)[0], start, offset

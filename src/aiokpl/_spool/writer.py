@@ -96,6 +96,9 @@ class SpoolStatistics:
     durable_through: int
     fsyncs: int
     full: bool
+    producers: int
+    """Producer ids whose resolved sequence numbers are kept (this session's and those of
+    earlier sessions with a segment left)."""
 
 
 class SpoolWriter:
@@ -285,6 +288,7 @@ class SpoolWriter:
             durable_through=self._durable_through,
             fsyncs=self._fsyncs,
             full=self.full,
+            producers=len(self._resolved),
         )
 
     # -- the steps ------------------------------------------------------------------------
@@ -383,7 +387,12 @@ class SpoolWriter:
         self._in_doubt = False
 
     def _delete_finished(self) -> None:
+        gone: set[bytes] = set()
         while len(self._segments) > 1 and self._segments[0].unresolved == 0:
             with contextlib.suppress(FileNotFoundError):
                 self.files.unlink(self._segments[0].path)
+            gone.add(self._segments[0].producer_id)
             del self._segments[0]
+        # An earlier session's resolved set is needed while a segment of it is left.
+        for producer_id in gone - {s.producer_id for s in self._segments}:
+            del self._resolved[producer_id]
