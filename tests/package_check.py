@@ -53,7 +53,7 @@ be these or under them. None today: the project has no public address yet, so it
 names none (``github.com/aiokpl/aiokpl``, once named everywhere, does not exist). Add one here
 and in ``pyproject.toml``'s ``[project.urls]`` together."""
 
-SUBCOMMANDS = ("demo", "local", "put", "tail", "coordinate")
+SUBCOMMANDS = ("demo", "local", "put", "tail", "coordinate", "spool")
 
 
 def tree_version(root: Path = ROOT) -> str:

@@ -83,7 +83,7 @@ def test_every_subcommand_has_a_section_a_usage_and_a_row(hooks: ModuleType) -> 
     page = PAGE.read_text(encoding="utf-8")
     rendered = page
     commands = [name for name in hooks.cli_parsers() if name != "aiokpl"]
-    assert commands == ["demo", "local", "put", "tail", "coordinate"]
+    assert commands == ["demo", "local", "put", "tail", "coordinate", "spool"]
     for name in commands:
         assert f"\n## `aiokpl {name}`\n" in page, name
         assert f"<!-- cli-usage: {name} -->" in page, name

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._version import __version__
-from . import coordinate, demo, local, put, tail
+from . import coordinate, demo, local, put, spool, tail
 from .options import (
     EXIT_USAGE,
     add_global_options,
@@ -43,6 +43,7 @@ SUBCOMMANDS: list[AddParser] = [
     put.add_parser,
     tail.add_parser,
     coordinate.add_parser,
+    spool.add_parser,
 ]
 """The ``add_parser(commands, parents)`` function of every subcommand, in ``--help`` order."""
 

@@ -1,0 +1,371 @@
+"""The spool's on-disk format: segment headers and length + CRC framed entries (pure).
+
+A spool is a directory of segment files named ``{number:020d}.seg``, each written by one
+writer session and only appended to. A segment starts with a :data:`HEADER_BYTES` header::
+
+    magic "AIOKPLSP" | version u16 | flags u16 (0) | producer id (16 bytes) | crc32 u32
+
+and goes on with frames, one per entry::
+
+    length u24 + check u8 | crc32 u32 | body (length bytes: kind u8, then the kind's fields)
+
+The CRC (``zlib.crc32``, the IEEE polynomial: in the standard library and in C, where crc32c
+would be a runtime dependency, ``google-crc32c``, and finds single-bit flips no better)
+covers the length field and the body, so a flipped bit in either is seen. Integers are
+little-endian.
+
+Two kinds of entry. A **record** (:class:`SpoolRecord`): its sequence number, the wall-clock
+time it was accepted, stream, partition key, explicit hash key, tags and data. Its producer id
+is the segment header's (every record of a segment has its writer's id, so writing it once per
+segment saves 16 bytes a record). An **acknowledgement** (:class:`SpoolAck`): a producer id, an
+outcome (delivered or failed) and runs of sequence numbers it resolves. State is rebuilt from
+these entries alone: there is no index to keep in agreement with them.
+
+How a frame that does not check is classified (:func:`read_frame`) decides what recovery does:
+
+- **torn** (the last write was cut off by a crash): the frame's header is cut, or its body
+  runs past the end of the file under a length whose check byte matches, or everything from
+  the frame on is zero bytes (a file system that extended the file before its data reached
+  the disk). Truncated.
+- **corrupt**: a length whose check byte does not match (so a damaged length is never taken
+  for a cut frame), a length over :data:`MAX_ENTRY_BYTES` or under one byte, a complete frame
+  whose CRC does not match, or an unknown kind. Nothing after it in that
+  segment can be framed, so the segment is kept up to that point and a copy is moved aside.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = (
+    "FORMAT_VERSION",
+    "HEADER_BYTES",
+    "MAGIC",
+    "MAX_ENTRY_BYTES",
+    "PRODUCER_ID_BYTES",
+    "SEGMENT_SUFFIX",
+    "AckOutcome",
+    "Frame",
+    "FrameStatus",
+    "HeaderError",
+    "SpoolAck",
+    "SpoolRecord",
+    "checked_records",
+    "decode_header",
+    "decode_record",
+    "encode_ack",
+    "encode_header",
+    "encode_record",
+    "encode_record_fields",
+    "read_frame",
+    "segment_name",
+    "segment_number",
+)
+
+MAGIC = b"AIOKPLSP"
+FORMAT_VERSION = 1
+PRODUCER_ID_BYTES = 16
+SEGMENT_SUFFIX = ".seg"
+MAX_ENTRY_BYTES = 8 * 1024 * 1024
+"""The longest body a frame may have: a record holds at most 1 MiB of data and short keys, so
+a longer length can only be a damaged length field."""
+
+_HEADER = struct.Struct(f"<8sHH{PRODUCER_ID_BYTES}s")
+_HEADER_CRC = struct.Struct("<I")
+HEADER_BYTES = _HEADER.size + _HEADER_CRC.size
+_FRAME = struct.Struct("<II")
+_LENGTH = struct.Struct("<I")
+_RECORD = struct.Struct("<BQdHHHHI")  # kind, seq, accepted_at, 4 lengths + tag count, data len
+_ACK = struct.Struct(f"<B{PRODUCER_ID_BYTES}sBI")  # kind, producer id, outcome, run count
+_RUN = struct.Struct("<QI")  # first sequence number, count
+_TAG = struct.Struct("<HH")
+_SEQUENCE = struct.Struct("<Q")
+
+_KIND_RECORD = 1
+_KIND_ACK = 2
+
+
+class AckOutcome(enum.IntEnum):
+    """How a record was resolved: either way it is not replayed."""
+
+    DELIVERED = 1
+    FAILED = 2
+
+
+@dataclass(frozen=True)
+class SpoolRecord:
+    """A record as the spool keeps it; ``(producer_id, sequence_number)`` is its identity."""
+
+    producer_id: bytes
+    sequence_number: int
+    accepted_at: float
+    """Wall-clock seconds since the epoch when the producer accepted it (given by the caller)."""
+    stream: str
+    partition_key: str
+    explicit_hash_key: str | None
+    data: bytes
+    tags: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SpoolAck:
+    """Sequence numbers of one producer resolved with one outcome, as runs ``(first, count)``."""
+
+    producer_id: bytes
+    outcome: AckOutcome
+    runs: tuple[tuple[int, int], ...]
+
+
+class HeaderError(ValueError):
+    """A segment header that is not one: wrong magic, version or CRC."""
+
+
+class FrameStatus(enum.Enum):
+    """What :func:`read_frame` found at an offset."""
+
+    OK = "ok"
+    END = "end"
+    TORN = "torn"
+    CORRUPT = "corrupt"
+
+
+@dataclass(slots=True)  # not frozen: one is made per frame, and frozen ones cost twice
+class Frame:
+    """One :func:`read_frame` result: the entry (when ``OK``) and where the next frame starts."""
+
+    status: FrameStatus
+    offset: int
+    end: int
+    entry: SpoolRecord | SpoolAck | None = None
+    sequence_number: int | None = None
+    """A record's sequence number (also when it was checked but not decoded)."""
+
+
+def segment_name(number: int) -> str:
+    """The file name of segment ``number``."""
+    return f"{number:020d}{SEGMENT_SUFFIX}"
+
+
+def segment_number(name: str) -> int | None:
+    """The number of a segment file name, or ``None`` for any other name."""
+    stem = name[: -len(SEGMENT_SUFFIX)]
+    if not name.endswith(SEGMENT_SUFFIX) or len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+def encode_header(producer_id: bytes) -> bytes:
+    """A segment header for a writer with ``producer_id``."""
+    if len(producer_id) != PRODUCER_ID_BYTES:
+        raise ValueError(f"a producer id is {PRODUCER_ID_BYTES} bytes, not {len(producer_id)}")
+    head = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, producer_id)
+    return head + _HEADER_CRC.pack(zlib.crc32(head))
+
+
+def decode_header(data: bytes) -> bytes:
+    """The producer id of a segment that starts with ``data`` (at least :data:`HEADER_BYTES`).
+
+    Raises:
+        HeaderError: not a header this version wrote.
+    """
+    head = data[: _HEADER.size]
+    magic, version, _flags, producer_id = _HEADER.unpack(head)
+    (crc,) = _HEADER_CRC.unpack_from(data, _HEADER.size)
+    if magic != MAGIC:
+        raise HeaderError(f"not a spool segment (magic {magic!r})")
+    if crc != zlib.crc32(head):
+        raise HeaderError("segment header CRC mismatch")
+    if version != FORMAT_VERSION:
+        raise HeaderError(f"segment format version {version}, this aiokpl reads {FORMAT_VERSION}")
+    return bytes(producer_id)
+
+
+def _length_word(length: int) -> bytes:
+    """The frame's first word: the body's length (24 bits) and a check byte of it."""
+    return _LENGTH.pack(length | _length_check(length) << 24)
+
+
+def _length_check(length: int) -> int:
+    # The low byte of the length's CRC-32: every 1- and 2-bit flip of a 24-bit length changes
+    # it (tests/test_spool_format.py checks all of them), so a damaged length is never taken
+    # for a frame cut short by a crash.
+    return zlib.crc32(length.to_bytes(3, "little")) & 0xFF
+
+
+def _frame(body: bytes) -> bytes:
+    length = _length_word(len(body))
+    return length + _LENGTH.pack(zlib.crc32(body, zlib.crc32(length))) + body
+
+
+def encode_record(record: SpoolRecord) -> bytes:
+    """One framed record entry (its producer id is the segment's, so not written)."""
+    return encode_record_fields(
+        record.sequence_number,
+        record.accepted_at,
+        record.stream,
+        record.partition_key,
+        record.explicit_hash_key,
+        record.data,
+        record.tags,
+    )
+
+
+def encode_record_fields(
+    sequence_number: int,
+    accepted_at: float,
+    stream: str,
+    partition_key: str,
+    explicit_hash_key: str | None,
+    data: bytes,
+    tags: tuple[tuple[str, str], ...],
+) -> bytes:
+    """:func:`encode_record` without building a :class:`SpoolRecord` (the writer's hot path)."""
+    stream_bytes = stream.encode()
+    key = partition_key.encode()
+    hash_key = explicit_hash_key.encode() if explicit_hash_key else b""
+    fixed = _RECORD.pack(
+        _KIND_RECORD,
+        sequence_number,
+        accepted_at,
+        len(stream_bytes),
+        len(key),
+        len(hash_key),
+        len(tags),
+        len(data),
+    )
+    if tags:
+        parts = [fixed, stream_bytes, key, hash_key]
+        for k, v in tags:
+            k_bytes, v_bytes = k.encode(), v.encode()
+            parts += (_TAG.pack(len(k_bytes), len(v_bytes)), k_bytes, v_bytes)
+        body = b"".join((*parts, data))
+    else:
+        body = b"".join((fixed, stream_bytes, key, hash_key, data))
+    length = _length_word(len(body))
+    return b"".join((length, _LENGTH.pack(zlib.crc32(body, zlib.crc32(length))), body))
+
+
+def encode_ack(ack: SpoolAck) -> bytes:
+    """One framed acknowledgement entry."""
+    fixed = _ACK.pack(_KIND_ACK, ack.producer_id, ack.outcome, len(ack.runs))
+    return _frame(fixed + b"".join(_RUN.pack(first, count) for first, count in ack.runs))
+
+
+def _check_record(body: memoryview) -> int:
+    """A record's sequence number, once its lengths are checked to add up to the frame's."""
+    _kind, seq, _at, n_stream, n_key, n_hash, n_tags, n_data = _RECORD.unpack_from(body)
+    at = _RECORD.size + n_stream + n_key + n_hash
+    for _ in range(n_tags):
+        n_k, n_v = _TAG.unpack_from(body, at)
+        at += _TAG.size + n_k + n_v
+    if at + n_data != len(body):
+        raise ValueError("record lengths do not add up to the frame")
+    return int(seq)
+
+
+def _decode_record(body: memoryview, producer_id: bytes) -> SpoolRecord:
+    _kind, seq, accepted_at, n_stream, n_key, n_hash, n_tags, n_data = _RECORD.unpack_from(body)
+    at = _RECORD.size
+    stream = str(body[at : at + n_stream], "utf-8")
+    at += n_stream
+    key = str(body[at : at + n_key], "utf-8")
+    at += n_key
+    hash_key = str(body[at : at + n_hash], "utf-8") or None
+    at += n_hash
+    tags = []
+    for _ in range(n_tags):
+        n_k, n_v = _TAG.unpack_from(body, at)
+        at += _TAG.size
+        tags.append(
+            (str(body[at : at + n_k], "utf-8"), str(body[at + n_k : at + n_k + n_v], "utf-8"))
+        )
+        at += n_k + n_v
+    if at + n_data != len(body):
+        raise ValueError("record lengths do not add up to the frame")
+    data = bytes(body[at:])
+    return SpoolRecord(producer_id, seq, accepted_at, stream, key, hash_key, data, tuple(tags))
+
+
+def _decode_ack(body: memoryview) -> SpoolAck:
+    _kind, producer_id, outcome, n_runs = _ACK.unpack_from(body)
+    if _ACK.size + n_runs * _RUN.size != len(body):
+        raise ValueError("acknowledgement lengths do not add up to the frame")
+    runs = tuple(_RUN.iter_unpack(body[_ACK.size :]))
+    return SpoolAck(bytes(producer_id), AckOutcome(outcome), runs)
+
+
+def read_frame(
+    data: bytes | memoryview, offset: int, producer_id: bytes, *, decode_records: bool = True
+) -> Frame:
+    """The frame at ``offset`` of a segment's bytes ``data``, decoded and classified.
+
+    With ``decode_records=False`` a record is checked (CRC, lengths) but not decoded: the
+    frame has its ``sequence_number`` and no ``entry`` (recovery decodes only the records it
+    replays). Pure: recovery and the ``aiokpl spool`` tools both walk segments with it.
+    """
+    view = memoryview(data)
+    size = len(view)
+    if offset == size:
+        return Frame(FrameStatus.END, offset, offset)
+    if offset + _FRAME.size > size:
+        return Frame(FrameStatus.TORN, offset, size)
+    word, crc = _FRAME.unpack_from(view, offset)
+    length = word & 0xFFFFFF
+    end = offset + _FRAME.size + length
+    plausible = 1 <= length <= MAX_ENTRY_BYTES and word >> 24 == _length_check(length)
+    if plausible and end <= size:
+        body = view[offset + _FRAME.size : end]
+        if zlib.crc32(body, zlib.crc32(view[offset : offset + _LENGTH.size])) == crc:
+            frame = _decode(body, producer_id, decode_records)
+            if frame is not None:
+                entry, seq = frame
+                return Frame(FrameStatus.OK, offset, end, entry, seq)
+        status = FrameStatus.CORRUPT
+    else:
+        status = FrameStatus.TORN if plausible else FrameStatus.CORRUPT
+    if not bytes(view[offset:]).strip(b"\x00"):
+        status = FrameStatus.TORN  # a zero-filled tail: space the file system gave, never written
+    return Frame(status, offset, size)
+
+
+def checked_records(data: bytes | memoryview, size: int) -> Iterator[tuple[int, int, int]]:
+    """``(sequence number, body start, body end)`` of each record among the frames between the
+    header and ``size``, frames :func:`read_frame` has already checked (no CRC again)."""
+    view = memoryview(data)
+    offset = HEADER_BYTES
+    while offset < size:
+        (word,) = _LENGTH.unpack_from(view, offset)
+        start = offset + _FRAME.size
+        length = word & 0xFFFFFF
+        offset = start + length
+        if view[start] == _KIND_RECORD:
+            yield _SEQUENCE.unpack_from(view, start + 1)[0], start, offset
+
+
+def decode_record(
+    data: bytes | memoryview, start: int, end: int, producer_id: bytes
+) -> SpoolRecord:
+    """The record whose body is ``data[start:end]``, a body :func:`read_frame` checked."""
+    return _decode_record(memoryview(data)[start:end], producer_id)
+
+
+def _decode(
+    body: memoryview, producer_id: bytes, decode_records: bool
+) -> tuple[SpoolRecord | SpoolAck | None, int | None] | None:
+    try:
+        if body[0] == _KIND_RECORD:
+            if not decode_records:
+                return None, _check_record(body)
+            record = _decode_record(body, producer_id)
+            return record, record.sequence_number
+        if body[0] == _KIND_ACK:
+            return _decode_ack(body), None
+    except (ValueError, struct.error):
+        # The CRC matched, so a writer wrote these bytes: a bug or another version, not
+        # damage. Kept apart like damage all the same, rather than refusing to start.
+        pass
+    return None

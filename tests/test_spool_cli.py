@@ -1,0 +1,183 @@
+"""``aiokpl spool check|repair|dump PATH`` on spools written to a real directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiokpl._cli import main
+from aiokpl._cli.spool import escaped
+from aiokpl._spool import AckOutcome, OsFiles, SpoolWriter, scan
+from aiokpl._spool.format import HEADER_BYTES, encode_header, segment_name
+
+SCRIPT = Path(sys.executable).with_name("aiokpl")
+"""The console script ``pip install`` put next to this interpreter (``[project.scripts]``)."""
+
+PID = bytes(range(16))
+
+
+def write_spool(directory: Path) -> Path:
+    """A spool of three records (the first acknowledged); returns its one segment's path."""
+    writer = SpoolWriter(scan(str(directory), OsFiles()), producer_id=PID)
+    writer.append(stream="s", partition_key="pk", data=b"plain text", accepted_at=0.0)
+    writer.append(
+        stream="s\x1b[2J",
+        partition_key="k\u00e9y",
+        explicit_hash_key="42",
+        data=b"\x1b[31mred\\" + bytes(range(40)),
+        accepted_at=1700000000.25,
+        tags=(("tag", "v"),),
+    )
+    writer.append(stream="s", partition_key="pk", data=b"third", accepted_at=0.0)
+    writer.acknowledge(PID, [0], AckOutcome.DELIVERED)
+    writer.close(0.0)
+    (segment,) = directory.glob("*.seg")
+    return segment
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(["spool", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_check_of_a_sound_spool_exits_0_and_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_spool(tmp_path)
+    status, out, _ = run_cli(capsys, "check", str(tmp_path))
+    assert status == 0
+    assert out.splitlines() == [
+        f"{tmp_path}: 1 segments",
+        "records: 2 to replay, 1 resolved",
+        "torn tails: 0 (0 bytes to truncate)",
+        "corrupt: 0 frames, 0 bytes lost, 0 segments to move aside",
+    ]
+
+
+def test_check_exits_1_on_corruption_and_repair_mends_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    segment = write_spool(tmp_path)
+    data = bytearray(segment.read_bytes())
+    data[HEADER_BYTES + 20] ^= 0x01  # inside the first record
+    segment.write_bytes(bytes(data))
+    status, out, _ = run_cli(capsys, "check", str(tmp_path))
+    assert status == 1
+    assert "corrupt: 1 frames" in out
+    assert "run 'aiokpl spool repair'" in out
+    assert segment.read_bytes() == bytes(data)  # check changes nothing
+    status, out, _ = run_cli(capsys, "repair", str(tmp_path))
+    assert status == 0
+    assert "1 segments moved aside" in out
+    assert Path(f"{segment}.corrupt").read_bytes() == bytes(data)
+    assert segment.stat().st_size == HEADER_BYTES
+    status, out, _ = run_cli(capsys, "check", str(tmp_path))
+    assert (status, "records: 0 to replay" in out) == (0, True)
+
+
+def test_a_torn_tail_is_reported_by_check_and_truncated_by_repair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    segment = write_spool(tmp_path)
+    size = segment.stat().st_size
+    with segment.open("ab") as file:
+        file.write(b"\x30\x00\x00")
+    status, out, _ = run_cli(capsys, "check", str(tmp_path))
+    assert status == 0  # a crash's normal mark, not corruption
+    assert "torn tails: 1 (3 bytes to truncate)" in out
+    status, out, _ = run_cli(capsys, "repair", str(tmp_path))
+    assert "torn tails: 1 (3 bytes truncated)" in out
+    assert segment.stat().st_size == size
+
+
+def test_dump_prints_one_escaped_line_per_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    segment = write_spool(tmp_path)
+    with segment.open("ab") as file:
+        file.write(b"\x30\x00\x00")
+    status, out, _ = run_cli(capsys, "dump", str(tmp_path))
+    assert status == 0
+    lines = out.splitlines()
+    name = segment.name
+    assert lines[0] == f"{name} segment producer_id='{PID.hex()}'"
+    assert lines[1] == (
+        f"{name}@{HEADER_BYTES} record sequence_number=0 accepted_at='1970-01-01T00:00:00.000Z' "
+        "stream='s' partition_key='pk' explicit_hash_key=None tags=[] data_bytes=10 "
+        "data_prefix='plain text'"
+    )
+    assert "stream='s\\x1b[2J'" in lines[2]
+    assert "partition_key='k\\xe9y'" in lines[2]
+    assert "tags=[['tag', 'v']]" in lines[2]
+    assert "accepted_at='2023-11-14T22:13:20.250Z'" in lines[2]
+    assert "\x1b" not in out
+    assert lines[4].split(" ", 1)[1].startswith("ack producer_id=")
+    assert "outcome='delivered' runs=[[0, 1]]" in lines[4]
+    assert lines[5].endswith(" torn bytes=3")
+    assert len(lines) == 6
+
+
+def test_dump_json_gives_one_object_per_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_spool(tmp_path)
+    (tmp_path / segment_name(7)).write_bytes(b"short")
+    (tmp_path / segment_name(8)).write_bytes(b"X" * HEADER_BYTES)
+    (tmp_path / "notes.txt").write_text("not a segment")
+    status, out, _ = run_cli(capsys, "dump", "--json", str(tmp_path))
+    assert status == 0
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert [e["kind"] for e in entries] == [
+        "segment",
+        "record",
+        "record",
+        "record",
+        "ack",
+        "torn",
+        "corrupt",
+    ]
+    second = entries[2]
+    assert second["data_bytes"] == 49
+    assert second["data_prefix"] == escaped(b"\x1b[31mred\\" + bytes(range(40)))
+    assert second["data_prefix"].startswith("\\x1b[31mred\\x5c\\x00\\x01")
+    assert second["data_prefix"].endswith("...")
+    assert second["explicit_hash_key"] == "42"
+    assert entries[4]["producer_id"] == PID.hex()
+    assert entries[5] == {"segment": segment_name(7), "kind": "torn", "bytes": 5}
+    assert "magic" in entries[6]["error"]
+
+
+def test_a_path_that_is_not_a_directory_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for action in ("check", "repair", "dump"):
+        status, out, err = run_cli(capsys, action, str(tmp_path / "missing"))
+        assert (status, out) == (2, "")
+        assert err == f"aiokpl spool: {tmp_path / 'missing'}: not a directory\n"
+    assert not (tmp_path / "missing").exists()
+
+
+def test_the_console_script_checks_a_spool(tmp_path: Path) -> None:
+    assert SCRIPT.exists(), f"{SCRIPT} is missing: install the project (pip install -e .)"
+    segment = write_spool(tmp_path)
+    data = segment.read_bytes()
+    segment.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # the last frame's data changed
+    (tmp_path / segment_name(5)).write_bytes(encode_header(PID)[:4])
+    finished = subprocess.run(
+        [str(SCRIPT), "spool", "check", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ},
+    )
+    assert finished.returncode == 1, finished.stderr
+    assert finished.stderr == ""
+    assert "torn tails: 1 (4 bytes to truncate)" in finished.stdout
+    assert "corrupt: 1 frames" in finished.stdout
