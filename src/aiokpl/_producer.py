@@ -310,6 +310,7 @@ class Producer:
             request_timeout=self.config.request_timeout_ms / 1000,
             # A stream with steady traffic sends at least once per buffered time.
             active_window=1.0 + self.config.record_max_buffered_time_ms / 1000,
+            random_value=self._jitter.random,
         )
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
         self._scheduler.call_at(self._clock() + IDLE_SWEEP_SECONDS, _IdleSweep(self))

@@ -66,6 +66,7 @@ __all__ = (
     "classify",
     "expire",
     "place",
+    "request_error",
 )
 
 THROTTLED = "ProvisionedThroughputExceededException"
@@ -221,6 +222,26 @@ def _expired_token_attempts(record: UserRecordLike) -> int:
     return sum(1 for attempt in record.attempts if attempt.error_code == EXPIRED_TOKEN)
 
 
+def request_error(result: dict[str, Any] | tuple[str, str], count: int) -> tuple[str, str] | None:
+    """The request-level ``(code, message)`` of ``result``, the answer to a request of
+    ``count`` Kinesis records; ``None`` if it answered each of them.
+
+    A response without a ``Records`` list, or with another count of them, is a request error
+    (``"Internal"``, ``"RecordCountMismatch"``): its records' fate is unknown.
+    """
+    if isinstance(result, tuple):
+        return result
+    entries = result.get("Records")
+    if not isinstance(entries, list):
+        return ("Internal", "malformed PutRecords response: no Records list")
+    if len(entries) != count:
+        return (
+            "RecordCountMismatch",
+            f"PutRecords answered with {len(entries)} results for {count} records",
+        )
+    return None
+
+
 def classify(
     sent: Sequence[KinesisRecord],
     result: dict[str, Any] | tuple[str, str],
@@ -242,19 +263,10 @@ def classify(
         hash_range: the known hash-key range of a shard id (open, or recently closed).
     """
     decisions = Decisions()
-    entries = None
-    if isinstance(result, dict):
-        entries = result.get("Records")
-        if not isinstance(entries, list):
-            result = ("Internal", "malformed PutRecords response: no Records list")
-        elif len(entries) != len(sent):
-            result = (
-                "RecordCountMismatch",
-                f"PutRecords answered with {len(entries)} results for {len(sent)} records",
-            )
-    if isinstance(result, tuple):
-        code, message = result
-        decisions.request_error = result
+    error = request_error(result, len(sent))
+    if error is not None:
+        code, message = error
+        decisions.request_error = error
         if code in NARROWED and len(sent) > 1:
             _split(decisions, sent, code, message, started, ended, now)
             return decisions
@@ -264,8 +276,8 @@ def classify(
                 _fail_or_retry(decisions, record, code, message, started, ended, now, policy)
         return decisions
 
-    assert entries is not None
-    for kinesis_record, entry in zip(sent, entries, strict=True):
+    assert isinstance(result, dict)
+    for kinesis_record, entry in zip(sent, result["Records"], strict=True):
         sequence_number = entry.get("SequenceNumber") if isinstance(entry, dict) else None
         shard_id = entry.get("ShardId") if isinstance(entry, dict) else None
         if not sequence_number or not isinstance(shard_id, str):

@@ -15,16 +15,19 @@ connection reset, a malformed response) is mapped once by ``_kinesis.error_of`` 
 
 Backoff (invariants):
 
-* a stream backing off after request-level failures (its destination's ``resume_at`` lies in
-  the future) holds **no connection and no task**: its lane is *parked* off the ring, and the
-  producer's scheduler wakes it when the backoff ends. Other streams' requests go on at once;
+* a stream backs off after each request that failed as a whole (exponential with jitter,
+  100 ms doubling to 5 s, reset by the next answered request), except with a code no retry
+  can fix (``FAIL_FAST``: those records fail at once). The backoff is its lane's;
+* a stream backing off (its lane's ``resume_at`` lies in the future) holds **no connection
+  and no task**: its lane is *parked* off the ring, and the producer's scheduler wakes it
+  when the backoff ends. Other streams' requests go on at once;
 * records whose TTL passes while parked fail as ``"Expired"`` at their TTL (the scheduler wakes
   the lane at ``min(resume_at, earliest expiry)``), not when the backoff ends;
 * a lane coming out of backoff sends **one probe request** first; the rest of its queue waits,
   still off the ring, for the probe's answer. An answer that does not back the stream off again
   releases the queue to the ring; a failed probe parks the lane for the next, longer, backoff.
 
-Why a probe rather than everything at once: the retrier grows the backoff once per failed
+Why a probe rather than everything at once: the backoff grows once per failed
 request, so releasing a backlog of N requests into a still-dead endpoint would fail N requests
 per backoff period, grow the delay N steps at once, and hold up to N connections for up to
 ``request_timeout_ms`` each when the endpoint hangs rather than refuses. With one probe, a dead
@@ -71,13 +74,16 @@ fail as ``"Expired"`` instead of being sent.
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from .._core.backoff import Backoff
 from .._core.records import KinesisRecord
+from .._core.retry_policy import FAIL_FAST, request_error
 from .._core.statistics import SenderStatistics
 from .._kinesis import error_of, stream_argument
 
@@ -95,14 +101,9 @@ _OVERDUE_FLOOR = 1.0
 
 
 class Destination(Protocol):
-    """What the sender needs from a stream's pipeline (its retrier).
-
-    ``resume_at`` is when the stream's backoff ends (``-inf`` when it is not backing off); it
-    changes only in ``handle_result``, which the sender calls.
-    """
+    """What the sender needs from a stream's pipeline (its retrier)."""
 
     stream: str
-    resume_at: float
 
     def expire_before_send(
         self, records: list[KinesisRecord], now: float
@@ -161,6 +162,7 @@ class _Lane:
 
     __slots__ = (
         "active_until",
+        "backoff",
         "destination",
         "flights",
         "held",
@@ -168,6 +170,7 @@ class _Lane:
         "probe",
         "probing",
         "requests",
+        "resume_at",
         "rttvar",
         "srtt",
         "state",
@@ -191,6 +194,19 @@ class _Lane:
         # Smoothed round trip and its mean deviation (RFC 6298), NaN before the first answer.
         self.srtt = math.nan
         self.rttvar = math.nan
+        # The stream's backoff after requests that failed as a whole: until when it holds.
+        self.backoff = Backoff(0.1, 2.0, 5.0, jitter=0.5)
+        self.resume_at = -math.inf
+
+    def back_off(
+        self, error: tuple[str, str] | None, now: float, draw: Callable[[], float]
+    ) -> None:
+        """Grow the stream's backoff after a request that failed as a whole with ``error``
+        (not with a code no retry can fix); reset it after an answered one (``None``)."""
+        if error is None:
+            self.backoff.reset()
+        elif error[0] not in FAIL_FAST:
+            self.resume_at = now + self.backoff.next_delay(draw())
 
     def overdue_after(self, floor: float, ceiling: float) -> float:
         """Seconds after which a request of this stream is past what its round trips predict:
@@ -262,6 +278,7 @@ class Sender:
         max_connections: int,
         request_timeout: float,
         active_window: float = 1.0,
+        random_value: Callable[[], float] = random.random,
     ) -> None:
         self._client = client
         self._task_group = task_group
@@ -270,6 +287,7 @@ class Sender:
         self._max_connections = max_connections
         self._request_timeout = request_timeout
         self._active_window = active_window
+        self._random = random_value  # the backoffs' jitter
         self._preempting = 0  # requests given up whose tasks have not finished yet
         self._recheck = _Recheck(self)
         self._recheck_at = math.inf  # when it is due next, if it is scheduled
@@ -376,7 +394,7 @@ class Sender:
             return  # (or a freed connection is on its way to the waiting stream)
         share = self._share(now)
         if not any(
-            lane.state == _READY and lane.held < share and lane.destination.resume_at <= now
+            lane.state == _READY and lane.held < share and lane.resume_at <= now
             for lane in self._ring
         ):
             return
@@ -407,8 +425,7 @@ class Sender:
         while ring:
             lane = ring.popleft()
             lane.in_ring = False
-            destination = lane.destination
-            if destination.resume_at > now:
+            if lane.resume_at > now:
                 self._park(lane)
                 continue
             if lane.held and not self._within_share(lane, now):
@@ -421,7 +438,7 @@ class Sender:
                 lane.in_ring = True
                 ring.append(lane)
             # The lane is consistent before any outcome resolves (a callback may put again).
-            records = destination.expire_before_send(records, now)
+            records = lane.destination.expire_before_send(records, now)
             if records:
                 if lane.state == _PROBING:
                     lane.probing = records
@@ -441,7 +458,7 @@ class Sender:
         """Hold ``lane`` off the ring until its stream's backoff ends (or a record's TTL)."""
         lane.state = _PARKED
         lane.probe = True
-        resume_at = lane.destination.resume_at
+        resume_at = lane.resume_at
         if lane.requests:
             resume_at = min(resume_at, _earliest_expiry(lane.requests))
         self._wake_at(lane, resume_at)
@@ -471,8 +488,8 @@ class Sender:
             if lane.requests:
                 self._wake_at(lane, _earliest_expiry(lane.requests))
             return
-        if destination.resume_at > now:
-            when = destination.resume_at
+        if lane.resume_at > now:
+            when = lane.resume_at
             if lane.requests:
                 when = min(when, _earliest_expiry(lane.requests))
             self._wake_at(lane, when)
@@ -494,7 +511,7 @@ class Sender:
             lane.probing = None
             lane.state = _READY
             lane.wake = None
-        if lane.destination.resume_at > now:
+        if lane.resume_at > now:
             if lane.state == _READY and lane.requests:
                 if lane.in_ring:
                     self._ring.remove(lane)
@@ -566,7 +583,10 @@ class Sender:
                 if isinstance(answer, tuple)
                 else ("Internal", f"malformed PutRecords response: {type(answer).__name__}")
             )
-        destination.handle_result(records, result, started, self._clock())
+        ended = self._clock()
+        # Before the records' outcomes resolve: a callback that puts again sees the backoff.
+        lane.back_off(request_error(result, len(records)), ended, self._random)
+        destination.handle_result(records, result, started, ended)
         return flight.preempted
 
     def statistics(self) -> SenderStatistics:

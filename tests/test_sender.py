@@ -1,0 +1,122 @@
+"""The sender on its own: its lanes' backoff, with a scripted client and destination.
+
+The end-to-end behaviour (isolation, probes, the connection budget) is proven through the
+producer in ``test_isolation.py``; these tests reach the lane directly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, cast
+
+import anyio
+import pytest
+
+from aiokpl._core.records import KinesisRecord
+from aiokpl._kinesis import client_error
+from aiokpl._pipeline.scheduler import Scheduler
+from aiokpl._pipeline.sender import Sender, _Lane
+
+EPS = 1e-9
+OK = {"Records": [{"SequenceNumber": "1", "ShardId": "shardId-000000000000"}]}
+
+
+class _Record:
+    """What the sender reads of a Kinesis record: its entry and its expiry."""
+
+    def __init__(self, expires_at: float = math.inf) -> None:
+        self.expires_at = expires_at
+
+    def entry(self) -> dict[str, Any]:
+        return {"Data": b"x", "PartitionKey": "k"}
+
+
+def records(count: int = 1) -> list[KinesisRecord]:
+    return cast("list[KinesisRecord]", [_Record() for _ in range(count)])
+
+
+class _Client:
+    """Answers ``PutRecords`` from a script (an exception is raised), noting when it was called."""
+
+    def __init__(self, answers: list[object]) -> None:
+        self.answers = answers
+        self.called_at: list[float] = []
+
+    async def put_records(self, **kwargs: Any) -> object:
+        self.called_at.append(anyio.current_time())
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+class _Destination:
+    """A stream's retrier as the sender sees it; ``then`` runs inside ``handle_result``, as a
+    record's done-callback would."""
+
+    stream = "s"
+
+    def __init__(self) -> None:
+        self.results: list[object] = []
+        self.then: Any = None
+
+    def expire_before_send(self, sent: list[KinesisRecord], now: float) -> list[KinesisRecord]:
+        return sent
+
+    def handle_result(self, sent: Any, result: object, started: float, ended: float) -> None:
+        self.results.append(result)
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+
+
+def test_the_lane_backs_off_after_request_failures_and_resets_when_answered() -> None:
+    lane = _Lane(_Destination())
+    draw = lambda: 0.0  # noqa: E731 (no jitter: the nominal delays)
+    assert lane.resume_at == -math.inf
+    lane.back_off(("InternalFailure", "x"), 10.0, draw)
+    assert lane.resume_at == pytest.approx(10.1)
+    lane.back_off(("Internal", "timed out"), 11.0, draw)
+    assert lane.resume_at == pytest.approx(11.2)
+    # A code no retry can fix fails its records at once: no backoff, and none grows.
+    lane.back_off(("AccessDeniedException", "no"), 12.0, draw)
+    assert lane.resume_at == pytest.approx(11.2)
+    lane.back_off(("Internal", "timed out"), 13.0, draw)
+    assert lane.resume_at == pytest.approx(13.4)
+    for _ in range(10):
+        lane.back_off(("Internal", "timed out"), 20.0, draw)
+    assert lane.resume_at == pytest.approx(25.0)  # capped at 5 s
+    lane.back_off(None, 30.0, draw)  # an answered request: from 100 ms again
+    lane.back_off(("Internal", "timed out"), 31.0, draw)
+    assert lane.resume_at == pytest.approx(31.1)
+    # The jitter takes up to half of the nominal delay.
+    lane.back_off(None, 40.0, draw)
+    lane.back_off(("Internal", "timed out"), 40.0, lambda: 1.0)
+    assert lane.resume_at == pytest.approx(40.05)
+
+
+@pytest.mark.anyio
+async def test_a_request_submitted_while_a_failure_resolves_waits_for_the_backoff() -> None:
+    # The backoff starts before the failed request's records resolve: a request their
+    # callbacks submit is held by it, not sent into the failing stream at once.
+    client = _Client([client_error("InternalFailure", "down", "PutRecords", http_status=500), OK])
+    destination = _Destination()
+    scheduler = Scheduler()
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(scheduler.run)
+        sender = Sender(
+            client,  # type: ignore[arg-type]
+            task_group,
+            anyio.current_time,
+            scheduler,
+            max_connections=2,
+            request_timeout=6.0,
+            random_value=lambda: 0.0,
+        )
+        destination.then = lambda: sender.submit(destination, records())
+        t0 = anyio.current_time()
+        sender.submit(destination, records())
+        await anyio.sleep(1)
+        task_group.cancel_scope.cancel()
+    assert client.called_at == pytest.approx([t0, t0 + 0.1], abs=EPS)
+    assert destination.results[1] == OK
