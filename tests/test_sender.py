@@ -12,6 +12,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
+from aiokpl._core.answers import Answered, Delivered, Malformed, RequestFailed
 from aiokpl._core.records import KinesisRecord
 from aiokpl._kinesis import client_error
 from aiokpl._pipeline.scheduler import Scheduler
@@ -70,28 +71,36 @@ class _Destination:
             then()
 
 
+def failed(code: str = "InternalFailure") -> RequestFailed:
+    return RequestFailed.of(code, "x")
+
+
+ANSWERED = Answered([Delivered("shardId-000000000000", "1")])
+
+
 def test_the_lane_backs_off_after_request_failures_and_resets_when_answered() -> None:
     lane = _Lane(_Destination())
     draw = lambda: 0.0  # noqa: E731 (no jitter: the nominal delays)
     assert lane.resume_at == -math.inf
-    lane.back_off(("InternalFailure", "x"), 10.0, draw)
+    lane.back_off(failed(), 10.0, draw)
     assert lane.resume_at == pytest.approx(10.1)
-    lane.back_off(("Internal", "timed out"), 11.0, draw)
+    lane.back_off(failed("Internal"), 11.0, draw)
     assert lane.resume_at == pytest.approx(11.2)
     # A code no retry can fix fails its records at once: no backoff, and none grows.
-    lane.back_off(("AccessDeniedException", "no"), 12.0, draw)
+    lane.back_off(failed("AccessDeniedException"), 12.0, draw)
     assert lane.resume_at == pytest.approx(11.2)
-    lane.back_off(("Internal", "timed out"), 13.0, draw)
+    # A malformed answer backs off like a failure.
+    lane.back_off(Malformed("RecordCountMismatch", "x"), 13.0, draw)
     assert lane.resume_at == pytest.approx(13.4)
     for _ in range(10):
-        lane.back_off(("Internal", "timed out"), 20.0, draw)
+        lane.back_off(failed(), 20.0, draw)
     assert lane.resume_at == pytest.approx(25.0)  # capped at 5 s
-    lane.back_off(None, 30.0, draw)  # an answered request: from 100 ms again
-    lane.back_off(("Internal", "timed out"), 31.0, draw)
+    lane.back_off(ANSWERED, 30.0, draw)  # an answered request: from 100 ms again
+    lane.back_off(failed(), 31.0, draw)
     assert lane.resume_at == pytest.approx(31.1)
     # The jitter takes up to half of the nominal delay.
-    lane.back_off(None, 40.0, draw)
-    lane.back_off(("Internal", "timed out"), 40.0, lambda: 1.0)
+    lane.back_off(ANSWERED, 40.0, draw)
+    lane.back_off(failed(), 40.0, lambda: 1.0)
     assert lane.resume_at == pytest.approx(40.05)
 
 
@@ -119,4 +128,66 @@ async def test_a_request_submitted_while_a_failure_resolves_waits_for_the_backof
         await anyio.sleep(1)
         task_group.cancel_scope.cancel()
     assert client.called_at == pytest.approx([t0, t0 + 0.1], abs=EPS)
-    assert destination.results[1] == OK
+    assert destination.results[1] == ANSWERED
+
+
+@pytest.mark.anyio
+async def test_a_bug_reading_an_answer_propagates_instead_of_failing_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Only the client call is caught: an exception from our own code reading its answer is
+    # a bug to see, not an "Internal" failure retried until the records expire.
+    def broken(response: object, count: int) -> Answered:
+        raise RuntimeError("bug in the parser")
+
+    monkeypatch.setattr("aiokpl._pipeline.sender.answer_of", broken)
+    client = _Client([OK])
+    destination = _Destination()
+    scheduler = Scheduler()
+    with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="bug in the parser")):
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(scheduler.run)
+            sender = Sender(
+                client,  # type: ignore[arg-type]
+                task_group,
+                anyio.current_time,
+                scheduler,
+                max_connections=2,
+                request_timeout=6.0,
+            )
+            sender.submit(destination, records())
+            await anyio.sleep(1)
+    assert destination.results == []
+
+
+@pytest.mark.anyio
+async def test_what_the_call_raises_is_a_typed_failure() -> None:
+    client = _Client(
+        [
+            client_error("ProvisionedThroughputExceededException", "slow", "PutRecords"),
+            ConnectionResetError("reset"),
+            {"Records": []},
+        ]
+    )
+    destination = _Destination()
+    scheduler = Scheduler()
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(scheduler.run)
+        sender = Sender(
+            client,  # type: ignore[arg-type]
+            task_group,
+            anyio.current_time,
+            scheduler,
+            max_connections=1,
+            request_timeout=6.0,
+        )
+        for _ in range(3):
+            sender.submit(destination, records())
+        await anyio.sleep(60)
+        task_group.cancel_scope.cancel()
+    assert destination.results == [
+        RequestFailed("ProvisionedThroughputExceededException", "slow", False),
+        RequestFailed("Internal", "ConnectionResetError: reset", True),
+        Malformed("RecordCountMismatch", "PutRecords answered with 0 results for 1 records"),
+    ]
+    assert sender.statistics().requests_failed == 3

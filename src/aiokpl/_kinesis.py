@@ -6,7 +6,9 @@ Everything the pipeline needs from the SDK passes through here:
   client satisfies it, and so does :class:`aiokpl.testing.FakeKinesis`;
 * :func:`error_of`, which turns any exception raised by a client call into ``(code, message)``
   data, once, in one place (like httpcore's ``map_exceptions``): the sender and retrier never
-  see an exception type;
+  see an exception type; :func:`failure_of` makes it a typed ``RequestFailed``;
+* :func:`answer_of`, which reads a ``PutRecords`` response once, into a typed answer
+  (``_core.answers``): answered record by record, or malformed; nothing below reads the dict;
 * :func:`client_error`, which builds the exception a real client raises for a service error, so
   fakes behave like the SDK;
 * :func:`create_client`, which opens the producer's own aiobotocore client with SDK retries
@@ -41,6 +43,16 @@ import anyio
 import botocore.exceptions
 
 from ._backend import current_backend
+from ._core.answers import (
+    COUNT_MISMATCH,
+    INTERNAL,
+    Answered,
+    Delivered,
+    Entry,
+    Malformed,
+    Refused,
+    RequestFailed,
+)
 from ._core.errors import ConfigError, InvalidRecordError
 from ._core.hashing import StreamArn
 
@@ -51,12 +63,14 @@ __all__ = (
     "KinesisClient",
     "KinesisReader",
     "RegionalClients",
+    "answer_of",
     "arn_argument",
     "check_region",
     "client_error",
     "create_client",
     "create_cloudwatch_client",
     "error_of",
+    "failure_of",
     "fixed_region",
     "never_sent",
     "stream_argument",
@@ -257,6 +271,44 @@ def error_of(exc: BaseException) -> tuple[str, str]:
     text = str(exc)
     described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return "Internal", described[:_MAX_MESSAGE]
+
+
+def failure_of(exc: BaseException) -> RequestFailed:
+    """A ``PutRecords`` call that raised ``exc``, as the typed failure (:func:`error_of`)."""
+    return RequestFailed.of(*error_of(exc))
+
+
+def answer_of(response: object, count: int) -> Answered | Malformed:
+    """Read the ``PutRecords`` ``response`` to a request of ``count`` Kinesis records.
+
+    Only a dict with a ``Records`` list of ``count`` results is an answer; anything else is
+    :class:`~aiokpl._core.answers.Malformed`, with the code and message its records' attempts
+    carry (``"Internal"``, or ``"RecordCountMismatch"``). A result entry is a delivery (a
+    sequence number and a shard id), else a refusal with its ``ErrorCode``, else (neither) a
+    refusal as ``"Internal"`` quoting the entry.
+    """
+    if not isinstance(response, dict):
+        return Malformed(INTERNAL, f"malformed PutRecords response: {type(response).__name__}")
+    entries = response.get("Records")
+    if not isinstance(entries, list):
+        return Malformed(INTERNAL, "malformed PutRecords response: no Records list")
+    if len(entries) != count:
+        return Malformed(
+            COUNT_MISMATCH, f"PutRecords answered with {len(entries)} results for {count} records"
+        )
+    return Answered([_entry_of(entry) for entry in entries])
+
+
+def _entry_of(entry: object) -> Entry:
+    if isinstance(entry, dict):
+        sequence_number = entry.get("SequenceNumber")
+        shard_id = entry.get("ShardId")
+        if sequence_number and isinstance(shard_id, str):
+            return Delivered(shard_id, str(sequence_number))
+        code = entry.get("ErrorCode")
+        if code:
+            return Refused(str(code), str(entry.get("ErrorMessage") or ""))
+    return Refused(INTERNAL, f"malformed PutRecords result entry: {entry!r:.200}")
 
 
 def client_error(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from .._core.ordering import regroup
 from .._core.records import KinesisRecord
@@ -44,6 +44,7 @@ from .limiter import OrderedLimiter
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .._core.answers import Answer
     from .._metrics.recorder import MetricsRecorder
     from .aggregator import Aggregator
     from .limiter import Limiter
@@ -106,20 +107,18 @@ class Retrier:
     def handle_result(
         self,
         records: list[KinesisRecord],
-        result: dict[str, Any] | tuple[str, str],
+        answer: Answer,
         started: float,
         ended: float,
     ) -> None:
         now = self._clock()
         decisions = classify(
-            records, result, started, ended, now, self._policy, self._shard_map.hash_range
+            records, answer, started, ended, now, self._policy, self._shard_map.hash_range
         )
         error = decisions.request_error
         counted = 0  # delivered user records whose metrics request_done has recorded
         if self._metrics is not None:
-            counted = self._metrics.request_done(
-                self.stream, records, result, error, started, ended, now
-            )
+            counted = self._metrics.request_done(self.stream, records, answer, started, ended, now)
         if error is not None and error[0] == MISSING:
             # The stream is gone: its map must not outlive it (it may come back another).
             self._shard_map.missing(started)

@@ -9,9 +9,11 @@ call completes, so there is never more than one task per connection and none per
 per request.
 
 Errors become data here, never exceptions: whatever the call raises (a service error, a
-connection reset, a malformed response) is mapped once by ``_kinesis.error_of`` to
-``(code, message)``; a call that outlives ``request_timeout_ms`` becomes ``("Internal",
-"request timed out …")``. The SDK's own retries are off: the retrier owns retries.
+connection reset) is mapped once by ``_kinesis.failure_of`` to a typed ``RequestFailed``, and
+its response is read once by ``_kinesis.answer_of`` (answered record by record, or
+``Malformed``); a call that outlives ``request_timeout_ms`` fails as ``"Internal"``, "request
+timed out …". Only the call is caught: an exception from our own code propagates. The SDK's
+own retries are off: the retrier owns retries.
 
 Backoff (invariants):
 
@@ -77,15 +79,16 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
+from .._core.answers import INTERNAL, Answer, Answered, RequestFailed
 from .._core.backoff import Backoff
 from .._core.records import KinesisRecord
-from .._core.retry_policy import FAIL_FAST, request_error
+from .._core.retry_policy import FAIL_FAST
 from .._core.statistics import SenderStatistics
-from .._kinesis import error_of, stream_argument
+from .._kinesis import answer_of, failure_of, stream_argument
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -112,7 +115,7 @@ class Destination(Protocol):
     def handle_result(
         self,
         records: list[KinesisRecord],
-        result: dict[str, Any] | tuple[str, str],
+        answer: Answer,
         started: float,
         ended: float,
     ) -> None: ...
@@ -198,14 +201,12 @@ class _Lane:
         self.backoff = Backoff(0.1, 2.0, 5.0, jitter=0.5)
         self.resume_at = -math.inf
 
-    def back_off(
-        self, error: tuple[str, str] | None, now: float, draw: Callable[[], float]
-    ) -> None:
-        """Grow the stream's backoff after a request that failed as a whole with ``error``
-        (not with a code no retry can fix); reset it after an answered one (``None``)."""
-        if error is None:
+    def back_off(self, answer: Answer, now: float, draw: Callable[[], float]) -> None:
+        """Reset the stream's backoff after an answered request; grow it after one that failed
+        as a whole or was answered malformed (not with a code no retry can fix)."""
+        if isinstance(answer, Answered):
             self.backoff.reset()
-        elif error[0] not in FAIL_FAST:
+        elif answer.code not in FAIL_FAST:
             self.resume_at = now + self.backoff.next_delay(draw())
 
     def overdue_after(self, floor: float, ceiling: float) -> float:
@@ -545,48 +546,44 @@ class Sender:
             self.in_flight -= 1
 
     async def _send(self, lane: _Lane, records: list[KinesisRecord]) -> bool:
-        """Send one request and hand its result to its stream; whether it was given up."""
+        """Send one request and hand its answer to its stream; whether it was given up."""
         destination = lane.destination
-        entries = [record.entry() for record in records]
+        arguments = {**stream_argument(destination.stream), "Records": [r.entry() for r in records]}
         started = self._clock()
-        answer: object = ("Internal", f"request timed out after {self._request_timeout:g} s")
+        answer: Answer = RequestFailed.of(
+            INTERNAL, f"request timed out after {self._request_timeout:g} s"
+        )
         unanswered = self._unanswered
         key = id(records)
         unanswered[key] = records  # stays there if this task is cancelled in the call
         scope = anyio.CancelScope(deadline=anyio.current_time() + self._request_timeout)
         flight = lane.flights[key] = _Flight(started, scope)
         with scope:
+            # Only the call is caught: what it raises is the service's or the network's
+            # doing; what reading its answer raises would be ours, and propagates.
             try:
-                answer = await self._client.put_records(
-                    **stream_argument(destination.stream), Records=entries
-                )
+                response = await self._client.put_records(**arguments)
             except Exception as exc:
-                answer = error_of(exc)
+                answer = failure_of(exc)
+            else:
+                answer = answer_of(response, len(records))
         del unanswered[key]
         del lane.flights[key]
         if not scope.cancelled_caught:
             lane.sample(self._clock() - started)
         elif flight.preempted:
-            answer = (
-                "Internal",
+            answer = RequestFailed.of(
+                INTERNAL,
                 f"request given up after {self._clock() - started:.3g} s, past what its "
                 "stream's round trips predict, to free its connection for another stream",
             )
         self.requests_sent += 1
-        result: dict[str, Any] | tuple[str, str]
-        if isinstance(answer, dict):
-            result = answer
-        else:
+        if type(answer) is not Answered:
             self.requests_failed += 1
-            result = (
-                answer
-                if isinstance(answer, tuple)
-                else ("Internal", f"malformed PutRecords response: {type(answer).__name__}")
-            )
         ended = self._clock()
         # Before the records' outcomes resolve: a callback that puts again sees the backoff.
-        lane.back_off(request_error(result, len(records)), ended, self._random)
-        destination.handle_result(records, result, started, ended)
+        lane.back_off(answer, ended, self._random)
+        destination.handle_result(records, answer, started, ended)
         return flight.preempted
 
     def statistics(self) -> SenderStatistics:
