@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -405,19 +405,25 @@ ClientOpener = Callable[["Config"], contextlib.AbstractAsyncContextManager[Any]]
 
 
 class _LazyClient:
-    """A client of one region, opened by its first call (and closed with the others)."""
+    """A client of one region, opened by its first call (and closed with the others).
 
-    def __init__(self, owner: RegionalClients, region: str) -> None:
+    ``opener`` opens the region's client; ``lock`` is the owner's, held while one opens.
+    """
+
+    def __init__(
+        self, region: str, lock: anyio.Lock, opener: Callable[[str], Awaitable[Any]]
+    ) -> None:
         self.region = region
-        self._owner = owner
+        self._lock = lock
+        self._open = opener
         self._client: Any = None
 
     async def _get(self) -> Any:
         client = self._client
         if client is None:
-            async with self._owner._lock:
+            async with self._lock:
                 if self._client is None:
-                    self._client = await self._owner._open(self.region)
+                    self._client = await self._open(self.region)
             client = self._client
         return client
 
@@ -494,7 +500,7 @@ class RegionalClients:
         client = self._regions.get(region)
         if client is None:
             # One per region ever named (a few dozen at most), not per stream.
-            client = self._regions[region] = _LazyClient(self, region)
+            client = self._regions[region] = _LazyClient(region, self._lock, self._open)
         return client
 
     def _route(self, kwargs: dict[str, Any]) -> Any:

@@ -29,6 +29,9 @@ Backoff (invariants):
   still off the ring, for the probe's answer. An answer that does not back the stream off again
   releases the queue to the ring; a failed probe parks the lane for the next, longer, backoff.
 
+A lane's state (ready, probe next, parked, probing) changes only through the transition table
+of ``lane_states``, which raises on a transition it does not list.
+
 Why a probe rather than everything at once: the backoff grows once per failed
 request, so releasing a backlog of N requests into a still-dead endpoint would fail N requests
 per backoff period, grow the delay N steps at once, and hold up to N connections for up to
@@ -89,6 +92,18 @@ from .._core.records import KinesisRecord
 from .._core.retry_policy import FAIL_FAST
 from .._core.statistics import SenderStatistics
 from .._kinesis import answer_of, failure_of, stream_argument
+from .lane_states import (
+    BACKED_OFF,
+    OFF_RING,
+    PARK,
+    PROBE_ANSWERED,
+    PROBE_EMPTY,
+    PROBING,
+    READY,
+    RESUME,
+    SEND,
+    step,
+)
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -119,12 +134,6 @@ class Destination(Protocol):
         started: float,
         ended: float,
     ) -> None: ...
-
-
-# Lane states.
-_READY = 0  # sends when its turn comes (in the ring while it has requests)
-_PARKED = 1  # its stream backs off: off the ring, woken by the scheduler
-_PROBING = 2  # its probe is in flight: the rest waits, off the ring, for the answer
 
 
 class _Request:
@@ -170,7 +179,6 @@ class _Lane:
         "flights",
         "held",
         "in_ring",
-        "probe",
         "probing",
         "requests",
         "resume_at",
@@ -183,9 +191,8 @@ class _Lane:
     def __init__(self, destination: Destination) -> None:
         self.destination = destination
         self.requests: deque[_Request] = deque()
-        self.state = _READY
+        self.state = READY  # changed only by step(): see lane_states
         self.in_ring = False
-        self.probe = False  # the next request sent is a probe (the lane was parked)
         self.probing: list[KinesisRecord] | None = None  # the probe in flight
         self.wake: _Wake | None = None  # the scheduler entry that counts; older ones are stale
         # The budget's state: connections held (requests taken off the queue, not answered),
@@ -232,10 +239,10 @@ class _Lane:
 class _Wake:
     """A scheduler entry for a parked (or probing) lane; stale once the lane has a newer one."""
 
-    __slots__ = ("lane", "sender", "when")
+    __slots__ = ("call", "lane", "when")
 
-    def __init__(self, sender: Sender, lane: _Lane, when: float) -> None:
-        self.sender = sender
+    def __init__(self, call: Callable[[_Lane, float], None], lane: _Lane, when: float) -> None:
+        self.call = call
         self.lane = lane
         self.when = when
 
@@ -243,23 +250,7 @@ class _Wake:
         lane = self.lane
         if lane.wake is self:
             lane.wake = None
-            self.sender._on_wake(lane, now)
-
-
-class _Recheck:
-    """The sender's scheduler entry: look again for a request to give up, once one may be
-    overdue. One instance, scheduled at the earliest such time known; an entry that comes due
-    after an earlier one only looks again, which changes nothing if nothing is due."""
-
-    __slots__ = ("sender",)
-
-    def __init__(self, sender: Sender) -> None:
-        self.sender = sender
-
-    def on_due(self, now: float) -> None:
-        sender = self.sender
-        sender._recheck_at = math.inf
-        sender._preempt(now)
+            self.call(lane, now)
 
 
 def _earliest_expiry(requests: deque[_Request]) -> float:
@@ -290,8 +281,7 @@ class Sender:
         self._active_window = active_window
         self._random = random_value  # the backoffs' jitter
         self._preempting = 0  # requests given up whose tasks have not finished yet
-        self._recheck = _Recheck(self)
-        self._recheck_at = math.inf  # when it is due next, if it is scheduled
+        self._recheck_at = math.inf  # when on_due is due next, if it is scheduled
         self.requests_preempted = 0
         # One lane per stream, kept for the producer's life (as its stream pipelines are).
         self._lanes: dict[Destination, _Lane] = {}
@@ -306,12 +296,14 @@ class Sender:
     @property
     def queued(self) -> int:
         """Requests waiting for a free connection (not those held back by a backoff)."""
-        return sum(len(lane.requests) for lane in self._lanes.values() if lane.state == _READY)
+        return sum(
+            len(lane.requests) for lane in self._lanes.values() if lane.state not in OFF_RING
+        )
 
     @property
     def backing_off(self) -> int:
         """Requests held back while their stream backs off (or waits for its probe)."""
-        return sum(len(lane.requests) for lane in self._lanes.values() if lane.state != _READY)
+        return sum(len(lane.requests) for lane in self._lanes.values() if lane.state in OFF_RING)
 
     def __repr__(self) -> str:
         return (
@@ -338,16 +330,14 @@ class Sender:
             lane = self._lanes[destination] = _Lane(destination)
         request = _Request(records)
         lane.requests.append(request)
-        if lane.state != _READY:
+        if lane.state in OFF_RING:
             # Parked or probing: its wake-up must come by the new records' TTL.
             wake = lane.wake
             earliest = request.expiry()
             if wake is None or earliest < wake.when:
                 self._wake_at(lane, earliest)
             return
-        if not lane.in_ring:
-            lane.in_ring = True
-            self._ring.append(lane)
+        self._enter_ring(lane)
         self._dispatch(self._clock())
 
     # --- choosing what to send (synchronous) ---------------------------------------------
@@ -395,7 +385,7 @@ class Sender:
             return  # (or a freed connection is on its way to the waiting stream)
         share = self._share(now)
         if not any(
-            lane.state == _READY and lane.held < share and lane.resume_at <= now
+            lane.state not in OFF_RING and lane.held < share and lane.resume_at <= now
             for lane in self._ring
         ):
             return
@@ -418,7 +408,14 @@ class Sender:
             self.requests_preempted += 1
         elif recheck < self._recheck_at:
             self._recheck_at = recheck
-            self._scheduler.call_at(recheck, self._recheck)
+            self._scheduler.call_at(recheck, self)
+
+    def on_due(self, now: float) -> None:
+        """The scheduler's call, once a request may be overdue: look again for one to give
+        up. Scheduled at the earliest such time known; an entry that comes due after an
+        earlier one only looks again, which changes nothing if nothing is due."""
+        self._recheck_at = math.inf
+        self._preempt(now)
 
     def _next(self, now: float) -> tuple[_Lane, list[KinesisRecord]] | None:
         """The next request in round-robin order, or ``None``; parks lanes backing off."""
@@ -432,45 +429,47 @@ class Sender:
             if lane.held and not self._within_share(lane, now):
                 continue  # off the ring until one of its requests is answered
             records = lane.requests.popleft().records
-            if lane.probe:
-                lane.probe = False
-                lane.state = _PROBING
-            elif lane.requests:
+            state = lane.state = step(lane.state, SEND)
+            probing = state is PROBING
+            if not probing and lane.requests:
                 lane.in_ring = True
                 ring.append(lane)
             # The lane is consistent before any outcome resolves (a callback may put again).
             records = lane.destination.expire_before_send(records, now)
             if records:
-                if lane.state == _PROBING:
+                if probing:
                     lane.probing = records
                     if lane.requests:  # held behind the probe, they still expire on time
                         self._wake_at(lane, _earliest_expiry(lane.requests))
                 lane.held += 1
                 return lane, records
-            if lane.state == _PROBING:  # nothing left to probe with: the next one is
-                lane.state = _READY
-                lane.probe = True
-                if lane.requests and not lane.in_ring:
-                    lane.in_ring = True
-                    ring.append(lane)
+            if probing:  # nothing left to probe with: the next one is
+                lane.state = step(lane.state, PROBE_EMPTY)
+                if lane.requests:
+                    self._enter_ring(lane)
         return None
+
+    def _enter_ring(self, lane: _Lane) -> None:
+        """Give ``lane`` a turn, if it has none yet."""
+        if not lane.in_ring:
+            lane.in_ring = True
+            self._ring.append(lane)
 
     def _park(self, lane: _Lane) -> None:
         """Hold ``lane`` off the ring until its stream's backoff ends (or a record's TTL)."""
-        lane.state = _PARKED
-        lane.probe = True
+        lane.state = step(lane.state, PARK)
         resume_at = lane.resume_at
         if lane.requests:
             resume_at = min(resume_at, _earliest_expiry(lane.requests))
         self._wake_at(lane, resume_at)
 
     def _wake_at(self, lane: _Lane, when: float) -> None:
-        wake = lane.wake = _Wake(self, lane, when)
+        wake = lane.wake = _Wake(self._on_wake, lane, when)
         self._scheduler.call_at(when, wake)
 
     def _on_wake(self, lane: _Lane, now: float) -> None:
         """The scheduler's call for a parked or probing lane: expire, then release or re-park."""
-        if lane.state == _READY:
+        if lane.state not in OFF_RING:
             return
         destination = lane.destination
         held = list(lane.requests)
@@ -485,7 +484,7 @@ class Sender:
             live.append(request)
         # Requests submitted by callbacks of the records just expired come after the older.
         lane.requests.extendleft(reversed(live))
-        if lane.state == _PROBING:
+        if lane.state is PROBING:
             if lane.requests:
                 self._wake_at(lane, _earliest_expiry(lane.requests))
             return
@@ -495,11 +494,10 @@ class Sender:
                 when = min(when, _earliest_expiry(lane.requests))
             self._wake_at(lane, when)
             return
-        lane.state = _READY
+        lane.state = step(lane.state, RESUME)
         lane.wake = None
         if lane.requests and not lane.in_ring:
-            lane.in_ring = True
-            self._ring.append(lane)
+            self._enter_ring(lane)
             # Not a fresh clock reading: ``now`` is at least ``resume_at``, so the lane is not
             # parked again for a rounding error (which would spin the scheduler).
             self._dispatch(now)
@@ -510,19 +508,20 @@ class Sender:
         lane.active_until = now + self._active_window
         if lane.probing is records:
             lane.probing = None
-            lane.state = _READY
+            lane.state = step(lane.state, PROBE_ANSWERED)
             lane.wake = None
+        if lane.state in OFF_RING:
+            return  # parked, or probing with another request: the wake-up or probe decides
         if lane.resume_at > now:
-            if lane.state == _READY and lane.requests:
+            if lane.requests:
                 if lane.in_ring:
                     self._ring.remove(lane)
                     lane.in_ring = False
                 self._park(lane)
-            elif lane.state == _READY:
-                lane.probe = True  # whatever the stream sends next after its backoff
-        elif lane.state == _READY and lane.requests and not lane.in_ring:
-            lane.in_ring = True
-            self._ring.append(lane)
+            else:  # whatever the stream sends next after its backoff is a probe
+                lane.state = step(lane.state, BACKED_OFF)
+        elif lane.requests:
+            self._enter_ring(lane)
 
     # --- sending (async) -----------------------------------------------------------------
     async def _run(self, lane: _Lane, records: list[KinesisRecord]) -> None:
