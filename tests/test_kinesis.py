@@ -16,7 +16,6 @@ from aiokpl import Config, ConfigError, Producer
 from aiokpl._core.answers import (
     UNKNOWN_OUTCOME,
     Answered,
-    Delivered,
     Malformed,
     Refused,
     RequestFailed,
@@ -230,9 +229,7 @@ SHARD = "shardId-000000000000"
                     {"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "x"},
                 ]
             },
-            Answered(
-                [Delivered(SHARD, "7"), Refused("ProvisionedThroughputExceededException", "x")]
-            ),
+            Answered([(SHARD, "7"), Refused("ProvisionedThroughputExceededException", "x")]),
         ),
         (
             {"Records": [{"ErrorCode": "InternalFailure"}, {"SequenceNumber": "1"}]},

@@ -12,7 +12,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from aiokpl._core.answers import Answered, Delivered, Malformed, RequestFailed
+from aiokpl._core.answers import Answered, Malformed, RequestFailed
 from aiokpl._core.records import KinesisRecord
 from aiokpl._kinesis import client_error
 from aiokpl._pipeline.scheduler import Scheduler
@@ -75,7 +75,7 @@ def failed(code: str = "InternalFailure") -> RequestFailed:
     return RequestFailed.of(code, "x")
 
 
-ANSWERED = Answered([Delivered("shardId-000000000000", "1")])
+ANSWERED = Answered([("shardId-000000000000", "1")])
 
 
 def test_the_lane_backs_off_after_request_failures_and_resets_when_answered() -> None:

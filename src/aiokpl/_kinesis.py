@@ -47,7 +47,6 @@ from ._core.answers import (
     COUNT_MISMATCH,
     INTERNAL,
     Answered,
-    Delivered,
     Entry,
     Malformed,
     Refused,
@@ -296,19 +295,24 @@ def answer_of(response: object, count: int) -> Answered | Malformed:
         return Malformed(
             COUNT_MISMATCH, f"PutRecords answered with {len(entries)} results for {count} records"
         )
-    return Answered([_entry_of(entry) for entry in entries])
-
-
-def _entry_of(entry: object) -> Entry:
-    if isinstance(entry, dict):
-        sequence_number = entry.get("SequenceNumber")
-        shard_id = entry.get("ShardId")
-        if sequence_number and isinstance(shard_id, str):
-            return Delivered(shard_id, str(sequence_number))
-        code = entry.get("ErrorCode")
-        if code:
-            return Refused(str(code), str(entry.get("ErrorMessage") or ""))
-    return Refused(INTERNAL, f"malformed PutRecords result entry: {entry!r:.200}")
+    # One pass, no call per entry: this runs for every Kinesis record answered.
+    read: list[Entry] = []
+    append = read.append
+    for entry in entries:
+        if isinstance(entry, dict):
+            sequence_number = entry.get("SequenceNumber")
+            shard_id = entry.get("ShardId")
+            if sequence_number and type(shard_id) is str:
+                if type(sequence_number) is not str:
+                    sequence_number = str(sequence_number)
+                append((shard_id, sequence_number))
+                continue
+            code = entry.get("ErrorCode")
+            if code:
+                append(Refused(str(code), str(entry.get("ErrorMessage") or "")))
+                continue
+        append(Refused(INTERNAL, f"malformed PutRecords result entry: {entry!r:.200}"))
+    return Answered(read)
 
 
 def client_error(

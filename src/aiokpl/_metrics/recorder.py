@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import anyio
 
-from .._core.answers import Answer, Answered, Delivered, Entry
+from .._core.answers import Answer, Answered, Entry, Refused
 from .._core.metrics import (
     MetricsTable,
     MetricStatistics,
@@ -155,10 +155,11 @@ class MetricsRecorder:
             tally[0].append(len(kr.records))
             if entry is None:
                 continue  # the request failed as a whole: counted above, without shard
-            if isinstance(entry, Delivered):
+            if not isinstance(entry, Refused):
+                actual = entry[0]  # (shard_id, sequence_number)
                 tally[1].append(len(kr.data))
-                if shard is None or shard == entry.shard_id:  # all its user records are delivered
-                    key = entry.shard_id if by_shard else None
+                if shard is None or shard == actual:  # all its user records are delivered
+                    key = actual if by_shard else None
                     users_here = delivered.get(key)
                     # The Kinesis record's own list when it is the shard's only one (the
                     # common case), never changed in place: no copy.
