@@ -106,7 +106,7 @@ async def test_a_malformed_listing_is_its_own_error_counted_and_retried(
 async def test_a_malformed_summary_is_counted_and_logged_and_the_mode_stays_unknown(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    fake = Garbled(None, summary={"StreamDescriptionSummary": {}})
+    fake = Garbled(None, summary={"StreamDescriptionSummary": {"StreamModeDetails": {}}})
     fake.heal()
     fake.add_stream("s", shard_count=1)
     async with Producer(CONFIG, client=fake) as producer:
@@ -209,7 +209,13 @@ def test_the_table_holds_the_open_shards_only() -> None:
 def test_the_capacity_mode() -> None:
     summary = {"StreamDescriptionSummary": {"StreamModeDetails": {"StreamMode": "ON_DEMAND"}}}
     assert capacity_mode_of(summary) == "ON_DEMAND"
-    garbled: list[object] = [None, {}, {"StreamDescriptionSummary": {"StreamModeDetails": []}}]
+    # A server older than capacity modes (kinesalite) says nothing of them: not malformed.
+    assert capacity_mode_of({"StreamDescriptionSummary": {"StreamStatus": "ACTIVE"}}) is None
+    garbled: list[object] = [None, {}, {"StreamDescriptionSummary": []}]
     for response in garbled:
-        with pytest.raises(UnusableAnswer, match=r"without StreamModeDetails\.StreamMode"):
+        with pytest.raises(UnusableAnswer, match="without a StreamDescriptionSummary"):
             capacity_mode_of(response)
+    odd_details: list[object] = [[], {}, {"StreamMode": 1}]
+    for details in odd_details:
+        with pytest.raises(UnusableAnswer, match=r"without StreamModeDetails\.StreamMode"):
+            capacity_mode_of({"StreamDescriptionSummary": {"StreamModeDetails": details}})

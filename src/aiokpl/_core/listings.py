@@ -7,8 +7,9 @@ nothing else; an answer that came back but cannot make a map is reported by thes
 
 * ``"MalformedResponse"``: not the shape the API documents (no ``Shards`` list, a shard without
   a hash-key range, no open shard at all, more pages announced without a shard to continue
-  from, no capacity mode): a proxy's page parsed as an empty document, a broken server. The
-  shard map logs it, counts it and retries after its backoff, like a failed call;
+  from, capacity-mode details without a mode): a proxy's page parsed as an empty document, a
+  broken server. The shard map logs it, counts it and retries after its backoff, like a
+  failed call;
 * ``"StreamNotActive"``: ``DescribeStream`` says the stream is being created or deleted: it has
   no shards to write to yet (or any more).
 
@@ -104,10 +105,18 @@ def open_shards_table(shards: list[dict[str, Any]], operation: str) -> ShardTabl
         raise UnusableAnswer(MALFORMED, f"{operation} answered {exc}") from exc
 
 
-def capacity_mode_of(response: object) -> str:
-    """``StreamModeDetails.StreamMode`` of a ``DescribeStreamSummary`` answer."""
+def capacity_mode_of(response: object) -> str | None:
+    """``StreamModeDetails.StreamMode`` of a ``DescribeStreamSummary`` answer; ``None`` if it
+    has no ``StreamModeDetails``: a server older than capacity modes (kinesalite), not a
+    malformed answer."""
     summary = response.get("StreamDescriptionSummary") if isinstance(response, dict) else None
-    details = summary.get("StreamModeDetails") if isinstance(summary, dict) else None
+    if not isinstance(summary, dict):
+        raise UnusableAnswer(
+            MALFORMED, "DescribeStreamSummary answered without a StreamDescriptionSummary"
+        )
+    details = summary.get("StreamModeDetails")
+    if details is None:
+        return None
     mode = details.get("StreamMode") if isinstance(details, dict) else None
     if not isinstance(mode, str):
         raise UnusableAnswer(

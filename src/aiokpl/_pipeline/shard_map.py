@@ -509,6 +509,9 @@ class ShardMap:
         except UnusableAnswer as failure:
             self._unusable(DESCRIBE_STREAM_SUMMARY, failure)  # asked again at the next install
             return
+        if mode is None:
+            logger.debug("the server of stream %r does not tell capacity modes", self.stream)
+            return
         if mode != self.capacity_mode:
             logger.info("stream %r is in %s capacity mode", self.stream, mode)
         self.capacity_mode = mode
