@@ -60,8 +60,13 @@ class _Destination:
     def __init__(self) -> None:
         self.results: list[object] = []
         self.then: Any = None
+        self.expire: list[list[KinesisRecord]] = []  # requests whose records expire on send
+        self.expired: list[list[KinesisRecord]] = []
 
     def expire_before_send(self, sent: list[KinesisRecord], now: float) -> list[KinesisRecord]:
+        if any(sent is request for request in self.expire):
+            self.expired.append(sent)
+            return []
         return sent
 
     def handle_result(self, sent: Any, result: object, started: float, ended: float) -> None:
@@ -191,3 +196,39 @@ async def test_what_the_call_raises_is_a_typed_failure() -> None:
         Malformed("RecordCountMismatch", "PutRecords answered with 0 results for 1 records"),
     ]
     assert sender.statistics().requests_failed == 3
+
+
+@pytest.mark.anyio
+async def test_a_probe_whose_records_expired_passes_the_probe_to_the_next_request() -> None:
+    client = _Client([client_error("InternalFailure", "down", "PutRecords", http_status=500), OK])
+    destination = _Destination()
+    scheduler = Scheduler()
+    b, c = records(), records()
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(scheduler.run)
+        sender = Sender(
+            client,  # type: ignore[arg-type]
+            task_group,
+            anyio.current_time,
+            scheduler,
+            max_connections=2,
+            request_timeout=6.0,
+            random_value=lambda: 0.0,
+        )
+
+        def submit_two() -> None:  # while the failure resolves: both wait for the backoff
+            sender.submit(destination, b)
+            sender.submit(destination, c)
+            assert sender.statistics().backing_off == 2
+
+        destination.then = submit_two
+        destination.expire = [b]  # the first after the backoff, the probe, has expired
+        t0 = anyio.current_time()
+        sender.submit(destination, records())
+        await anyio.sleep(1)
+        assert sender.statistics().backing_off == sender.statistics().queued == 0
+        task_group.cancel_scope.cancel()
+    # The next request went as the probe, alone, when the backoff ended.
+    assert client.called_at == pytest.approx([t0, t0 + 0.1], abs=EPS)
+    assert destination.expired == [b]
+    assert destination.results[1] == ANSWERED
