@@ -13,8 +13,21 @@ from typing import Any
 import pytest
 
 from aiokpl import Config, ConfigError, Producer
-from aiokpl._core.retry_policy import UNKNOWN_OUTCOME
-from aiokpl._kinesis import client_error, create_client, error_of, never_sent
+from aiokpl._core.answers import (
+    UNKNOWN_OUTCOME,
+    Answered,
+    Malformed,
+    Refused,
+    RequestFailed,
+)
+from aiokpl._kinesis import (
+    answer_of,
+    client_error,
+    create_client,
+    error_of,
+    failure_of,
+    never_sent,
+)
 
 ENDPOINT = "http://127.0.0.1:9"  # nothing listens there; no test sends a request
 
@@ -190,3 +203,72 @@ async def test_profile_name_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config_file))
     async with create_client(Config(profile_name="staging", endpoint_url=ENDPOINT)) as client:
         assert client.meta.region_name == "ap-southeast-2"
+
+
+SHARD = "shardId-000000000000"
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        (None, Malformed("Internal", "malformed PutRecords response: NoneType")),
+        ("<html>", Malformed("Internal", "malformed PutRecords response: str")),
+        ({}, Malformed("Internal", "malformed PutRecords response: no Records list")),
+        (
+            {"Records": None},
+            Malformed("Internal", "malformed PutRecords response: no Records list"),
+        ),
+        (
+            {"Records": [{"SequenceNumber": "1", "ShardId": SHARD}]},
+            Malformed("RecordCountMismatch", "PutRecords answered with 1 results for 2 records"),
+        ),
+        (
+            {
+                "Records": [
+                    {"SequenceNumber": 7, "ShardId": SHARD},
+                    {"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "x"},
+                ]
+            },
+            Answered([(SHARD, "7"), Refused("ProvisionedThroughputExceededException", "x")]),
+        ),
+        (
+            {"Records": [{"ErrorCode": "InternalFailure"}, {"SequenceNumber": "1"}]},
+            Answered(
+                [
+                    Refused("InternalFailure", ""),
+                    Refused(
+                        "Internal", "malformed PutRecords result entry: {'SequenceNumber': '1'}"
+                    ),
+                ]
+            ),
+        ),
+        (
+            {"Records": [None, "junk"]},
+            Answered(
+                [
+                    Refused("Internal", "malformed PutRecords result entry: None"),
+                    Refused("Internal", "malformed PutRecords result entry: 'junk'"),
+                ]
+            ),
+        ),
+    ],
+)
+def test_a_put_records_response_is_read_once_into_a_typed_answer(
+    response: object, expected: object
+) -> None:
+    assert answer_of(response, 2) == expected
+
+
+def test_a_failed_call_is_a_typed_failure_whose_outcome_is_unknown_only_if_it_may_have_left() -> (
+    None
+):
+    throttled = client_error("ProvisionedThroughputExceededException", "slow", "PutRecords")
+    assert failure_of(throttled) == RequestFailed(
+        "ProvisionedThroughputExceededException", "slow", outcome_unknown=False
+    )
+    assert failure_of(ConnectionResetError("reset")) == RequestFailed(
+        "Internal", "ConnectionResetError: reset", outcome_unknown=True
+    )
+    assert failure_of(ConnectionRefusedError("refused")) == RequestFailed(
+        "ConnectionRefusedError", "refused", outcome_unknown=False
+    )

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from aiokpl import CloudWatchSink, Config, ConfigError, MetricsSink, MetricStatistics, Producer
+from aiokpl._core.answers import Answered
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._core.metrics import METRICS, MetricsTable
 from aiokpl._core.records import KinesisRecord, UserRecordLike
@@ -564,8 +565,8 @@ def test_one_pass_finds_the_extremes_wherever_they_sit_in_a_request() -> None:
         record.predicted_shard = SHARD0
     aggregate = KinesisRecord(records, b"blob", "a", "1", SHARD0, 0.3, 30.1, 1)
     recorder = MetricsRecorder(MetricsTable("detailed", "shard"))
-    answer = {"Records": [{"ShardId": SHARD0, "SequenceNumber": "1"}], "FailedRecordCount": 0}
-    assert recorder.request_done("s", [aggregate], answer, None, 0.5, 0.6, 0.6) == 3
+    answer = Answered([(SHARD0, "1")])
+    assert recorder.request_done("s", [aggregate], answer, 0.5, 0.6, 0.6) == 3
     metrics = recorder.table.window(0.6, 1)
     # Waits: 0.5 less each last end: 300, 200 and 400 ms.
     assert values(series(metrics, "BufferingTime", "s", SHARD0)) == (3, 900, 200, 400)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from aiokpl import RecordResult
+from aiokpl._core.answers import Answer, RequestFailed
 from aiokpl._core.encoder import AggregateBuilder
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.records import IN_AGGREGATE, KinesisRecord
@@ -23,6 +24,7 @@ from aiokpl._core.retry_policy import (
     place,
 )
 from aiokpl._core.shards import ShardRange
+from aiokpl._kinesis import answer_of
 from aiokpl._record import UserRecord
 
 HALF = (MAX_HASH_KEY + 1) // 2
@@ -59,10 +61,18 @@ def result_of(record: UserRecord) -> RecordResult:
     return record.result()
 
 
+def answer(sent: list[KinesisRecord], result: Any) -> Answer:
+    """``result`` as the sender hands it over: a ``(code, message)`` failure, or a response
+    read at the boundary."""
+    if isinstance(result, tuple):
+        return RequestFailed.of(*result)
+    return answer_of(result, len(sent))
+
+
 def run(
     sent: list[KinesisRecord], result: Any, now: float = 1.0, policy: RetryPolicy = POLICY
 ) -> Decisions:
-    return classify(sent, result, 0.5, 0.75, now, policy, RANGES.get)
+    return classify(sent, answer(sent, result), 0.5, 0.75, now, policy, RANGES.get)
 
 
 def test_success_on_predicted_shard() -> None:
@@ -384,7 +394,8 @@ def test_retry_deadline_never_past_expiry() -> None:
 def test_attempt_delays_chain_from_previous_attempt() -> None:
     record = user_record(5)
     run([kinesis_record(record)], ("InternalFailure", "x"), now=1.0)
-    classify([kinesis_record(record)], {"Records": [ok()]}, 2.0, 2.5, 2.5, POLICY, RANGES.get)
+    sent = [kinesis_record(record)]
+    classify(sent, answer(sent, {"Records": [ok()]}), 2.0, 2.5, 2.5, POLICY, RANGES.get)
     assert [a.delay for a in result_of(record).attempts] == [0.5, 1.25]
 
 

@@ -365,7 +365,9 @@ class FirstListingMalformed(FakeKinesis):
         return {} if self.calls("ListShards") == 1 else answer
 
 
-async def test_an_answer_without_shards_is_a_failed_listing_not_an_empty_map() -> None:
+async def test_an_answer_without_shards_is_a_failed_listing_not_an_empty_map(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     fake = FirstListingMalformed()
     fake.add_stream("s", shard_count=2)
     async with Producer(CONFIG, client=fake) as producer:
@@ -374,11 +376,18 @@ async def test_an_answer_without_shards_is_a_failed_listing_not_an_empty_map() -
         # The malformed listing failed: the same attempt loaded the map with DescribeStream.
         assert (stats.shard_map_state, stats.open_shards) == ("READY", 2)
         assert stats.shard_map_source == "DescribeStream"
+        # A malformed answer is its own error (not "Internal", as a failed call), counted
+        # and logged as such.
         assert stats.shard_map_last_error == (
             "ListShards",
-            "Internal",
-            "ValueError: ListShards answered without any open shard",
+            "MalformedResponse",
+            "ListShards answered without any open shard",
         )
+        assert producer._streams["s"].shard_map.malformed_answers == 1
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+            "ListShards answered malformed for stream 's' (ListShards answered without any "
+            "open shard): the answer is not used"
+        ]
         # Not a denial: the next refresh asks ListShards again.
         fake.split("s", shard(0), HALF // 2)
         outcomes = [
@@ -412,8 +421,8 @@ async def test_describe_stream_of_a_stream_not_active_is_a_failed_load() -> None
         assert (stats.shard_map_state, stats.open_shards) == ("INVALID", 0)
         assert stats.shard_map_last_error == (
             "DescribeStream",
-            "Internal",
-            "ValueError: DescribeStream: stream 's' is CREATING",
+            "StreamNotActive",
+            "stream 's' is CREATING",
         )
         await anyio.sleep(1.0)  # the retry, after the first backoff (0.5 … 1 s)
         assert state(producer) == ("READY", 2)

@@ -14,7 +14,7 @@ import pytest
 
 from aiokpl import Config, Producer
 from aiokpl._kinesis import client_error
-from aiokpl._pipeline.shard_map import LOG_MESSAGE_MAX, MISSING_LOG_INTERVAL, MissingStreamsLog
+from aiokpl._pipeline.shard_map_logs import LOG_MESSAGE_MAX, MISSING_LOG_INTERVAL, MissingStreamsLog
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio

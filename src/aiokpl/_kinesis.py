@@ -6,7 +6,9 @@ Everything the pipeline needs from the SDK passes through here:
   client satisfies it, and so does :class:`aiokpl.testing.FakeKinesis`;
 * :func:`error_of`, which turns any exception raised by a client call into ``(code, message)``
   data, once, in one place (like httpcore's ``map_exceptions``): the sender and retrier never
-  see an exception type;
+  see an exception type; :func:`failure_of` makes it a typed ``RequestFailed``;
+* :func:`answer_of`, which reads a ``PutRecords`` response once, into a typed answer
+  (``_core.answers``): answered record by record, or malformed; nothing below reads the dict;
 * :func:`client_error`, which builds the exception a real client raises for a service error, so
   fakes behave like the SDK;
 * :func:`create_client`, which opens the producer's own aiobotocore client with SDK retries
@@ -34,13 +36,22 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import botocore.exceptions
 
 from ._backend import current_backend
+from ._core.answers import (
+    COUNT_MISMATCH,
+    INTERNAL,
+    Answered,
+    Entry,
+    Malformed,
+    Refused,
+    RequestFailed,
+)
 from ._core.errors import ConfigError, InvalidRecordError
 from ._core.hashing import StreamArn
 
@@ -51,12 +62,14 @@ __all__ = (
     "KinesisClient",
     "KinesisReader",
     "RegionalClients",
+    "answer_of",
     "arn_argument",
     "check_region",
     "client_error",
     "create_client",
     "create_cloudwatch_client",
     "error_of",
+    "failure_of",
     "fixed_region",
     "never_sent",
     "stream_argument",
@@ -259,6 +272,49 @@ def error_of(exc: BaseException) -> tuple[str, str]:
     return "Internal", described[:_MAX_MESSAGE]
 
 
+def failure_of(exc: BaseException) -> RequestFailed:
+    """A ``PutRecords`` call that raised ``exc``, as the typed failure (:func:`error_of`)."""
+    return RequestFailed.of(*error_of(exc))
+
+
+def answer_of(response: object, count: int) -> Answered | Malformed:
+    """Read the ``PutRecords`` ``response`` to a request of ``count`` Kinesis records.
+
+    Only a dict with a ``Records`` list of ``count`` results is an answer; anything else is
+    :class:`~aiokpl._core.answers.Malformed`, with the code and message its records' attempts
+    carry (``"Internal"``, or ``"RecordCountMismatch"``). A result entry is a delivery (a
+    sequence number and a shard id), else a refusal with its ``ErrorCode``, else (neither) a
+    refusal as ``"Internal"`` quoting the entry.
+    """
+    if not isinstance(response, dict):
+        return Malformed(INTERNAL, f"malformed PutRecords response: {type(response).__name__}")
+    entries = response.get("Records")
+    if not isinstance(entries, list):
+        return Malformed(INTERNAL, "malformed PutRecords response: no Records list")
+    if len(entries) != count:
+        return Malformed(
+            COUNT_MISMATCH, f"PutRecords answered with {len(entries)} results for {count} records"
+        )
+    # One pass, no call per entry: this runs for every Kinesis record answered.
+    read: list[Entry] = []
+    append = read.append
+    for entry in entries:
+        if isinstance(entry, dict):
+            sequence_number = entry.get("SequenceNumber")
+            shard_id = entry.get("ShardId")
+            if sequence_number and type(shard_id) is str:
+                if type(sequence_number) is not str:
+                    sequence_number = str(sequence_number)
+                append((shard_id, sequence_number))
+                continue
+            code = entry.get("ErrorCode")
+            if code:
+                append(Refused(str(code), str(entry.get("ErrorMessage") or "")))
+                continue
+        append(Refused(INTERNAL, f"malformed PutRecords result entry: {entry!r:.200}"))
+    return Answered(read)
+
+
 def client_error(
     code: str, message: str, operation: str, *, http_status: int = 400
 ) -> botocore.exceptions.ClientError:
@@ -353,19 +409,25 @@ ClientOpener = Callable[["Config"], contextlib.AbstractAsyncContextManager[Any]]
 
 
 class _LazyClient:
-    """A client of one region, opened by its first call (and closed with the others)."""
+    """A client of one region, opened by its first call (and closed with the others).
 
-    def __init__(self, owner: RegionalClients, region: str) -> None:
+    ``opener`` opens the region's client; ``lock`` is the owner's, held while one opens.
+    """
+
+    def __init__(
+        self, region: str, lock: anyio.Lock, opener: Callable[[str], Awaitable[Any]]
+    ) -> None:
         self.region = region
-        self._owner = owner
+        self._lock = lock
+        self._open = opener
         self._client: Any = None
 
     async def _get(self) -> Any:
         client = self._client
         if client is None:
-            async with self._owner._lock:
+            async with self._lock:
                 if self._client is None:
-                    self._client = await self._owner._open(self.region)
+                    self._client = await self._open(self.region)
             client = self._client
         return client
 
@@ -442,7 +504,7 @@ class RegionalClients:
         client = self._regions.get(region)
         if client is None:
             # One per region ever named (a few dozen at most), not per stream.
-            client = self._regions[region] = _LazyClient(self, region)
+            client = self._regions[region] = _LazyClient(region, self._lock, self._open)
         return client
 
     def _route(self, kwargs: dict[str, Any]) -> Any:

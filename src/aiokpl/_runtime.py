@@ -177,6 +177,7 @@ class Runtime:
             request_timeout=config.request_timeout_ms / 1000,
             # A stream with steady traffic sends at least once per buffered time.
             active_window=1.0 + config.record_max_buffered_time_ms / 1000,
+            random_value=self._jitter.random,
         )
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
         if self._coordination is not None:

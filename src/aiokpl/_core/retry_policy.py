@@ -1,7 +1,7 @@
 """What to do with each record after a ``PutRecords`` call: finish it, fail it, or retry it.
 
 This is the retrier's decision logic, pure: :func:`classify` takes the Kinesis records that were
-sent and what came back (a response, or a request-level ``(code, message)``), appends one
+sent and what came back (a typed answer, ``_core.answers``), appends one
 :class:`~aiokpl.Attempt` per user record, and returns :class:`Decisions` for the async shell to
 carry out. It never reads a clock (``now`` is passed in) and does no I/O.
 
@@ -50,8 +50,8 @@ once, with their code.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from .answers import UNKNOWN_OUTCOME, Answer, Answered, Entry, Refused, RequestFailed
 from .records import KinesisRecord, UserRecordLike
 from .results import Attempt
 from .shards import ShardRange
@@ -78,15 +78,6 @@ succeed; static credentials with an expired session token never will, and fail a
 many."""
 WRONG_SHARD = "Wrong Shard"
 EXPIRED = "Expired"
-
-UNKNOWN_OUTCOME = frozenset({"Internal", "RecordCountMismatch"})
-"""The producer's codes for a request sent and never properly answered (a timeout, a lost
-connection, a malformed answer): Kinesis may have stored its records all the same.
-
-A request that certainly never left (a refused connection, a name that did not resolve, a
-connect timeout: ``_kinesis.never_sent``) fails with the name of the exception instead
-(``"EndpointConnectionError"``, ``"ConnectTimeoutError"`` …), is retried like ``"Internal"``,
-and leaves the outcome known: the record is not in the stream."""
 
 NARROWED = frozenset({"ValidationException", "InvalidArgumentException"})
 """Request-level codes that one bad entry can cause: a request of several Kinesis records
@@ -185,6 +176,7 @@ def _fail_or_retry(
     record: UserRecordLike,
     code: str,
     message: str,
+    unknown: bool,
     started: float,
     ended: float,
     now: float,
@@ -198,7 +190,7 @@ def _fail_or_retry(
             False,
             code,
             message,
-            outcome_unknown=code in UNKNOWN_OUTCOME,
+            outcome_unknown=unknown,
         )
     )
     if (
@@ -223,7 +215,7 @@ def _expired_token_attempts(record: UserRecordLike) -> int:
 
 def classify(
     sent: Sequence[KinesisRecord],
-    result: dict[str, Any] | tuple[str, str],
+    answer: Answer,
     started: float,
     ended: float,
     now: float,
@@ -234,7 +226,8 @@ def classify(
 
     Args:
         sent: the Kinesis records of the request, in request order.
-        result: the ``PutRecords`` response, or ``(code, message)`` if the call failed.
+        answer: what the call came to: answered record by record, failed as a whole, or
+            malformed (``_core.answers``).
         started: when the request was sent.
         ended: when its answer arrived.
         now: the current time (for expiry and new deadlines).
@@ -242,46 +235,47 @@ def classify(
         hash_range: the known hash-key range of a shard id (open, or recently closed).
     """
     decisions = Decisions()
-    entries = None
-    if isinstance(result, dict):
-        entries = result.get("Records")
-        if not isinstance(entries, list):
-            result = ("Internal", "malformed PutRecords response: no Records list")
-        elif len(entries) != len(sent):
-            result = (
-                "RecordCountMismatch",
-                f"PutRecords answered with {len(entries)} results for {len(sent)} records",
-            )
-    if isinstance(result, tuple):
-        code, message = result
-        decisions.request_error = result
-        if code in NARROWED and len(sent) > 1:
-            _split(decisions, sent, code, message, started, ended, now)
-            return decisions
-        for kinesis_record in sent:
-            kinesis_record.restore_data()
-            for record in kinesis_record.records:
-                _fail_or_retry(decisions, record, code, message, started, ended, now, policy)
+    if isinstance(answer, Answered):
+        _judge_entries(decisions, sent, answer.entries, started, ended, now, policy, hash_range)
         return decisions
+    code, message = answer.code, answer.message
+    decisions.request_error = (code, message)
+    if code in NARROWED and len(sent) > 1:
+        _split(decisions, sent, code, message, started, ended, now)
+        return decisions
+    # A malformed answer is an answer to nothing: the outcome is unknown, as for a timeout.
+    unknown = answer.outcome_unknown if isinstance(answer, RequestFailed) else True
+    for kinesis_record in sent:
+        kinesis_record.restore_data()
+        for record in kinesis_record.records:
+            _fail_or_retry(decisions, record, code, message, unknown, started, ended, now, policy)
+    return decisions
 
-    assert entries is not None
+
+def _judge_entries(
+    decisions: Decisions,
+    sent: Sequence[KinesisRecord],
+    entries: Sequence[Entry],
+    started: float,
+    ended: float,
+    now: float,
+    policy: RetryPolicy,
+    hash_range: Callable[[str], ShardRange | None],
+) -> None:
+    """Judge each Kinesis record of an answered request by its own entry."""
     for kinesis_record, entry in zip(sent, entries, strict=True):
-        sequence_number = entry.get("SequenceNumber") if isinstance(entry, dict) else None
-        shard_id = entry.get("ShardId") if isinstance(entry, dict) else None
-        if not sequence_number or not isinstance(shard_id, str):
-            if isinstance(entry, dict) and entry.get("ErrorCode"):
-                code = str(entry["ErrorCode"])
-                message = str(entry.get("ErrorMessage") or "")
-            else:
-                code, message = "Internal", f"malformed PutRecords result entry: {entry!r:.200}"
+        if type(entry) is Refused:
+            code, message = entry
             if code == THROTTLED:
                 decisions.throttled_shards.add(kinesis_record.predicted_shard)
             kinesis_record.restore_data()
+            unknown = code in UNKNOWN_OUTCOME
             for record in kinesis_record.records:
-                _fail_or_retry(decisions, record, code, message, started, ended, now, policy)
+                _fail_or_retry(
+                    decisions, record, code, message, unknown, started, ended, now, policy
+                )
             continue
-
-        sequence_number = str(sequence_number)
+        shard_id, sequence_number = entry
         predicted = kinesis_record.predicted_shard
         if predicted is None or predicted == shard_id:
             # One tuple of plain values for all of them: it is what their results are built
@@ -298,7 +292,6 @@ def classify(
                 tally[0] += 1
                 tally[1] += kinesis_record.size
             continue
-
         # It landed on another shard than predicted: the shard map is stale.
         decisions.invalidate.append((started, predicted))
         actual_range = _range_that_routed(kinesis_record, hash_range(shard_id))
@@ -318,7 +311,6 @@ def classify(
             now,
             policy,
         )
-    return decisions
 
 
 def _split(
@@ -411,6 +403,7 @@ def place(
                 WRONG_SHARD,
                 f"record landed on {shard_id}, whose hash key range does not hold it "
                 f"(predicted {kinesis_record.predicted_shard})",
+                False,
                 started,
                 ended,
                 now,

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import anyio
 
+from .._core.answers import Answer, Answered, Entry, Refused
 from .._core.metrics import (
     MetricsTable,
     MetricStatistics,
@@ -116,8 +117,7 @@ class MetricsRecorder:
         self,
         stream: str,
         records: Sequence[KinesisRecord],
-        result: dict[str, Any] | tuple[str, str],
-        request_error: tuple[str, str] | None,
+        answer: Answer,
         started: float,
         ended: float,
         now: float,
@@ -134,14 +134,13 @@ class MetricsRecorder:
             self._series("KinesisRecordsPerPutRecordsRequest", stream).add(len(records), now)
             users = sum(map(len, map(_records_of, records)))
             self._series("UserRecordsPerPutRecordsRequest", stream).add(users, now)
-        if request_error is not None:
-            entries: list[Any] = [None] * len(records)
-            code = request_error[0]
-            self._series("ErrorsByCode", stream, None, code).add(1, now)
-            self._series("AllErrors", stream).add(1, now)
+        entries: Sequence[Entry | None]
+        if isinstance(answer, Answered):
+            entries = answer.entries
         else:
-            assert isinstance(result, dict)
-            entries = result["Records"]
+            entries = [None] * len(records)
+            self._series("ErrorsByCode", stream, None, answer.code).add(1, now)
+            self._series("AllErrors", stream).add(1, now)
         by_shard = self._by_shard
         # Per predicted shard: user records per Kinesis record, sizes of those delivered,
         # and how many failed; errors by (shard, code); user records delivered, by shard.
@@ -156,9 +155,8 @@ class MetricsRecorder:
             tally[0].append(len(kr.records))
             if entry is None:
                 continue  # the request failed as a whole: counted above, without shard
-            # As _core.retry_policy.classify judges an entry (malformed ones are "Internal").
-            actual = entry.get("ShardId") if isinstance(entry, dict) else None
-            if isinstance(actual, str) and entry.get("SequenceNumber"):
+            if not isinstance(entry, Refused):
+                actual = entry[0]  # (shard_id, sequence_number)
                 tally[1].append(len(kr.data))
                 if shard is None or shard == actual:  # all its user records are delivered
                     key = actual if by_shard else None
@@ -169,15 +167,14 @@ class MetricsRecorder:
                     delivered[key] = in_kr if users_here is None else users_here + in_kr
             else:
                 tally[2].append(1)
-                error_code = entry.get("ErrorCode") if isinstance(entry, dict) else None
-                error = (shard, str(error_code) if error_code else "Internal")
+                error = (shard, entry.code)  # a malformed entry's is "Internal"
                 errors[error] = errors.get(error, 0) + 1
         for shard, (users_per_kr, sizes, failed) in per_shard.items():
             put, all_errors, data_put, per_kr = self._request_series(stream, shard)
             if per_kr is not None:
                 self._put_many(per_kr, users_per_kr, now)
-            if request_error is not None:
-                continue
+            if not isinstance(answer, Answered):
+                continue  # failed as a whole
             ok, bad = len(sizes), len(failed)
             put.add_many(ok + bad, ok, 0 if bad else 1, 1 if ok else 0, now)
             all_errors.add_many(ok + bad, bad, 0 if ok else 1, 1 if bad else 0, now)

@@ -3,9 +3,8 @@
 For each answered request it asks the pure :func:`~aiokpl._core.retry_policy.classify` what to
 do, then does it: resolves finished records, sends retried ones back to the aggregator (whose
 prediction may have changed since), tells the shard map about records that landed elsewhere,
-tells the limiter about throttled shards, and backs the stream off after request-level
-failures (exponential with jitter, 100 ms doubling to 5 s; reset by the next answered
-request). Mirrors the KPL's ``retrier.cc``.
+and tells the limiter about throttled shards. The stream's backoff after request-level
+failures is the sender's (its lane's). Mirrors the KPL's ``retrier.cc``.
 
 Better than the KPL: an aggregate delivered to a shard the map does not know yet (a child
 created by a split or merge since the map loaded) is not retried whole. Its verdict waits for
@@ -24,16 +23,13 @@ is sent is settled as it fails.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
-from .._core.backoff import Backoff
 from .._core.ordering import regroup
 from .._core.records import KinesisRecord
 from .._core.retry_policy import (
-    FAIL_FAST,
     MISSING,
     Decisions,
     RetryPolicy,
@@ -48,6 +44,7 @@ from .limiter import OrderedLimiter
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .._core.answers import Answer
     from .._metrics.recorder import MetricsRecorder
     from .aggregator import Aggregator
     from .limiter import Limiter
@@ -88,7 +85,6 @@ class Retrier:
         clock: Callable[[], float],
         policy: RetryPolicy,
         *,
-        random_value: Callable[[], float] = random.random,
         metrics: MetricsRecorder | None = None,
         resend: Callable[[list[KinesisRecord]], None],
     ) -> None:
@@ -100,39 +96,30 @@ class Retrier:
         self._finish = finish
         self._clock = clock
         self._policy = policy
-        self._random = random_value
         self._metrics = metrics
         # Sends a group of Kinesis records as a request of its own (the sender's submit).
         self._resend = resend
-        self._backoff = Backoff(0.1, 2.0, 5.0, jitter=0.5)
         # With ordering="shard": the lanes that answered records are settled with.
         self._lanes = limiter if isinstance(limiter, OrderedLimiter) else None
-        self.resume_at = -float("inf")
         self.retries = 0
         self.expired = 0
 
     def handle_result(
         self,
         records: list[KinesisRecord],
-        result: dict[str, Any] | tuple[str, str],
+        answer: Answer,
         started: float,
         ended: float,
     ) -> None:
         now = self._clock()
         decisions = classify(
-            records, result, started, ended, now, self._policy, self._shard_map.hash_range
+            records, answer, started, ended, now, self._policy, self._shard_map.hash_range
         )
         error = decisions.request_error
         counted = 0  # delivered user records whose metrics request_done has recorded
         if self._metrics is not None:
-            counted = self._metrics.request_done(
-                self.stream, records, result, error, started, ended, now
-            )
-        if error is None:
-            self._backoff.reset()
-        elif error[0] not in FAIL_FAST:
-            self.resume_at = now + self._backoff.next_delay(self._random())
-        elif error[0] == MISSING:
+            counted = self._metrics.request_done(self.stream, records, answer, started, ended, now)
+        if error is not None and error[0] == MISSING:
             # The stream is gone: its map must not outlive it (it may come back another).
             self._shard_map.missing(started)
         for seen_at, predicted in decisions.invalidate:

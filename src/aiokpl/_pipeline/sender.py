@@ -9,22 +9,30 @@ call completes, so there is never more than one task per connection and none per
 per request.
 
 Errors become data here, never exceptions: whatever the call raises (a service error, a
-connection reset, a malformed response) is mapped once by ``_kinesis.error_of`` to
-``(code, message)``; a call that outlives ``request_timeout_ms`` becomes ``("Internal",
-"request timed out …")``. The SDK's own retries are off: the retrier owns retries.
+connection reset) is mapped once by ``_kinesis.failure_of`` to a typed ``RequestFailed``, and
+its response is read once by ``_kinesis.answer_of`` (answered record by record, or
+``Malformed``); a call that outlives ``request_timeout_ms`` fails as ``"Internal"``, "request
+timed out …". Only the call is caught: an exception from our own code propagates. The SDK's
+own retries are off: the retrier owns retries.
 
 Backoff (invariants):
 
-* a stream backing off after request-level failures (its destination's ``resume_at`` lies in
-  the future) holds **no connection and no task**: its lane is *parked* off the ring, and the
-  producer's scheduler wakes it when the backoff ends. Other streams' requests go on at once;
+* a stream backs off after each request that failed as a whole (exponential with jitter,
+  100 ms doubling to 5 s, reset by the next answered request), except with a code no retry
+  can fix (``FAIL_FAST``: those records fail at once). The backoff is its lane's;
+* a stream backing off (its lane's ``resume_at`` lies in the future) holds **no connection
+  and no task**: its lane is *parked* off the ring, and the producer's scheduler wakes it
+  when the backoff ends. Other streams' requests go on at once;
 * records whose TTL passes while parked fail as ``"Expired"`` at their TTL (the scheduler wakes
   the lane at ``min(resume_at, earliest expiry)``), not when the backoff ends;
 * a lane coming out of backoff sends **one probe request** first; the rest of its queue waits,
   still off the ring, for the probe's answer. An answer that does not back the stream off again
   releases the queue to the ring; a failed probe parks the lane for the next, longer, backoff.
 
-Why a probe rather than everything at once: the retrier grows the backoff once per failed
+A lane's state (ready, probe next, parked, probing) changes only through the transition table
+of ``lane_states``, which raises on a transition it does not list.
+
+Why a probe rather than everything at once: the backoff grows once per failed
 request, so releasing a backlog of N requests into a still-dead endpoint would fail N requests
 per backoff period, grow the delay N steps at once, and hold up to N connections for up to
 ``request_timeout_ms`` each when the endpoint hangs rather than refuses. With one probe, a dead
@@ -71,15 +79,31 @@ fail as ``"Expired"`` instead of being sent.
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
+from .._core.answers import INTERNAL, Answer, Answered, RequestFailed
+from .._core.backoff import Backoff
 from .._core.records import KinesisRecord
+from .._core.retry_policy import FAIL_FAST
 from .._core.statistics import SenderStatistics
-from .._kinesis import error_of, stream_argument
+from .._kinesis import answer_of, failure_of, stream_argument
+from .lane_states import (
+    BACKED_OFF,
+    OFF_RING,
+    PARK,
+    PROBE_ANSWERED,
+    PROBE_EMPTY,
+    PROBING,
+    READY,
+    RESUME,
+    SEND,
+    step,
+)
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -95,14 +119,9 @@ _OVERDUE_FLOOR = 1.0
 
 
 class Destination(Protocol):
-    """What the sender needs from a stream's pipeline (its retrier).
-
-    ``resume_at`` is when the stream's backoff ends (``-inf`` when it is not backing off); it
-    changes only in ``handle_result``, which the sender calls.
-    """
+    """What the sender needs from a stream's pipeline (its retrier)."""
 
     stream: str
-    resume_at: float
 
     def expire_before_send(
         self, records: list[KinesisRecord], now: float
@@ -111,16 +130,10 @@ class Destination(Protocol):
     def handle_result(
         self,
         records: list[KinesisRecord],
-        result: dict[str, Any] | tuple[str, str],
+        answer: Answer,
         started: float,
         ended: float,
     ) -> None: ...
-
-
-# Lane states.
-_READY = 0  # sends when its turn comes (in the ring while it has requests)
-_PARKED = 1  # its stream backs off: off the ring, woken by the scheduler
-_PROBING = 2  # its probe is in flight: the rest waits, off the ring, for the answer
 
 
 class _Request:
@@ -161,13 +174,14 @@ class _Lane:
 
     __slots__ = (
         "active_until",
+        "backoff",
         "destination",
         "flights",
         "held",
         "in_ring",
-        "probe",
         "probing",
         "requests",
+        "resume_at",
         "rttvar",
         "srtt",
         "state",
@@ -177,9 +191,8 @@ class _Lane:
     def __init__(self, destination: Destination) -> None:
         self.destination = destination
         self.requests: deque[_Request] = deque()
-        self.state = _READY
+        self.state = READY  # changed only by step(): see lane_states
         self.in_ring = False
-        self.probe = False  # the next request sent is a probe (the lane was parked)
         self.probing: list[KinesisRecord] | None = None  # the probe in flight
         self.wake: _Wake | None = None  # the scheduler entry that counts; older ones are stale
         # The budget's state: connections held (requests taken off the queue, not answered),
@@ -191,6 +204,17 @@ class _Lane:
         # Smoothed round trip and its mean deviation (RFC 6298), NaN before the first answer.
         self.srtt = math.nan
         self.rttvar = math.nan
+        # The stream's backoff after requests that failed as a whole: until when it holds.
+        self.backoff = Backoff(0.1, 2.0, 5.0, jitter=0.5)
+        self.resume_at = -math.inf
+
+    def back_off(self, answer: Answer, now: float, draw: Callable[[], float]) -> None:
+        """Reset the stream's backoff after an answered request; grow it after one that failed
+        as a whole or was answered malformed (not with a code no retry can fix)."""
+        if isinstance(answer, Answered):
+            self.backoff.reset()
+        elif answer.code not in FAIL_FAST:
+            self.resume_at = now + self.backoff.next_delay(draw())
 
     def overdue_after(self, floor: float, ceiling: float) -> float:
         """Seconds after which a request of this stream is past what its round trips predict:
@@ -215,10 +239,10 @@ class _Lane:
 class _Wake:
     """A scheduler entry for a parked (or probing) lane; stale once the lane has a newer one."""
 
-    __slots__ = ("lane", "sender", "when")
+    __slots__ = ("call", "lane", "when")
 
-    def __init__(self, sender: Sender, lane: _Lane, when: float) -> None:
-        self.sender = sender
+    def __init__(self, call: Callable[[_Lane, float], None], lane: _Lane, when: float) -> None:
+        self.call = call
         self.lane = lane
         self.when = when
 
@@ -226,23 +250,7 @@ class _Wake:
         lane = self.lane
         if lane.wake is self:
             lane.wake = None
-            self.sender._on_wake(lane, now)
-
-
-class _Recheck:
-    """The sender's scheduler entry: look again for a request to give up, once one may be
-    overdue. One instance, scheduled at the earliest such time known; an entry that comes due
-    after an earlier one only looks again, which changes nothing if nothing is due."""
-
-    __slots__ = ("sender",)
-
-    def __init__(self, sender: Sender) -> None:
-        self.sender = sender
-
-    def on_due(self, now: float) -> None:
-        sender = self.sender
-        sender._recheck_at = math.inf
-        sender._preempt(now)
+            self.call(lane, now)
 
 
 def _earliest_expiry(requests: deque[_Request]) -> float:
@@ -262,6 +270,7 @@ class Sender:
         max_connections: int,
         request_timeout: float,
         active_window: float = 1.0,
+        random_value: Callable[[], float] = random.random,
     ) -> None:
         self._client = client
         self._task_group = task_group
@@ -270,9 +279,9 @@ class Sender:
         self._max_connections = max_connections
         self._request_timeout = request_timeout
         self._active_window = active_window
+        self._random = random_value  # the backoffs' jitter
         self._preempting = 0  # requests given up whose tasks have not finished yet
-        self._recheck = _Recheck(self)
-        self._recheck_at = math.inf  # when it is due next, if it is scheduled
+        self._recheck_at = math.inf  # when on_due is due next, if it is scheduled
         self.requests_preempted = 0
         # One lane per stream, kept for the producer's life (as its stream pipelines are).
         self._lanes: dict[Destination, _Lane] = {}
@@ -287,12 +296,14 @@ class Sender:
     @property
     def queued(self) -> int:
         """Requests waiting for a free connection (not those held back by a backoff)."""
-        return sum(len(lane.requests) for lane in self._lanes.values() if lane.state == _READY)
+        return sum(
+            len(lane.requests) for lane in self._lanes.values() if lane.state not in OFF_RING
+        )
 
     @property
     def backing_off(self) -> int:
         """Requests held back while their stream backs off (or waits for its probe)."""
-        return sum(len(lane.requests) for lane in self._lanes.values() if lane.state != _READY)
+        return sum(len(lane.requests) for lane in self._lanes.values() if lane.state in OFF_RING)
 
     def __repr__(self) -> str:
         return (
@@ -319,16 +330,14 @@ class Sender:
             lane = self._lanes[destination] = _Lane(destination)
         request = _Request(records)
         lane.requests.append(request)
-        if lane.state != _READY:
+        if lane.state in OFF_RING:
             # Parked or probing: its wake-up must come by the new records' TTL.
             wake = lane.wake
             earliest = request.expiry()
             if wake is None or earliest < wake.when:
                 self._wake_at(lane, earliest)
             return
-        if not lane.in_ring:
-            lane.in_ring = True
-            self._ring.append(lane)
+        self._enter_ring(lane)
         self._dispatch(self._clock())
 
     # --- choosing what to send (synchronous) ---------------------------------------------
@@ -376,7 +385,7 @@ class Sender:
             return  # (or a freed connection is on its way to the waiting stream)
         share = self._share(now)
         if not any(
-            lane.state == _READY and lane.held < share and lane.destination.resume_at <= now
+            lane.state not in OFF_RING and lane.held < share and lane.resume_at <= now
             for lane in self._ring
         ):
             return
@@ -399,7 +408,14 @@ class Sender:
             self.requests_preempted += 1
         elif recheck < self._recheck_at:
             self._recheck_at = recheck
-            self._scheduler.call_at(recheck, self._recheck)
+            self._scheduler.call_at(recheck, self)
+
+    def on_due(self, now: float) -> None:
+        """The scheduler's call, once a request may be overdue: look again for one to give
+        up. Scheduled at the earliest such time known; an entry that comes due after an
+        earlier one only looks again, which changes nothing if nothing is due."""
+        self._recheck_at = math.inf
+        self._preempt(now)
 
     def _next(self, now: float) -> tuple[_Lane, list[KinesisRecord]] | None:
         """The next request in round-robin order, or ``None``; parks lanes backing off."""
@@ -407,52 +423,53 @@ class Sender:
         while ring:
             lane = ring.popleft()
             lane.in_ring = False
-            destination = lane.destination
-            if destination.resume_at > now:
+            if lane.resume_at > now:
                 self._park(lane)
                 continue
             if lane.held and not self._within_share(lane, now):
                 continue  # off the ring until one of its requests is answered
             records = lane.requests.popleft().records
-            if lane.probe:
-                lane.probe = False
-                lane.state = _PROBING
-            elif lane.requests:
+            state = lane.state = step(lane.state, SEND)
+            probing = state is PROBING
+            if not probing and lane.requests:
                 lane.in_ring = True
                 ring.append(lane)
             # The lane is consistent before any outcome resolves (a callback may put again).
-            records = destination.expire_before_send(records, now)
+            records = lane.destination.expire_before_send(records, now)
             if records:
-                if lane.state == _PROBING:
+                if probing:
                     lane.probing = records
                     if lane.requests:  # held behind the probe, they still expire on time
                         self._wake_at(lane, _earliest_expiry(lane.requests))
                 lane.held += 1
                 return lane, records
-            if lane.state == _PROBING:  # nothing left to probe with: the next one is
-                lane.state = _READY
-                lane.probe = True
-                if lane.requests and not lane.in_ring:
-                    lane.in_ring = True
-                    ring.append(lane)
+            if probing:  # nothing left to probe with: the next one is
+                lane.state = step(lane.state, PROBE_EMPTY)
+                if lane.requests:
+                    self._enter_ring(lane)
         return None
+
+    def _enter_ring(self, lane: _Lane) -> None:
+        """Give ``lane`` a turn, if it has none yet."""
+        if not lane.in_ring:
+            lane.in_ring = True
+            self._ring.append(lane)
 
     def _park(self, lane: _Lane) -> None:
         """Hold ``lane`` off the ring until its stream's backoff ends (or a record's TTL)."""
-        lane.state = _PARKED
-        lane.probe = True
-        resume_at = lane.destination.resume_at
+        lane.state = step(lane.state, PARK)
+        resume_at = lane.resume_at
         if lane.requests:
             resume_at = min(resume_at, _earliest_expiry(lane.requests))
         self._wake_at(lane, resume_at)
 
     def _wake_at(self, lane: _Lane, when: float) -> None:
-        wake = lane.wake = _Wake(self, lane, when)
+        wake = lane.wake = _Wake(self._on_wake, lane, when)
         self._scheduler.call_at(when, wake)
 
     def _on_wake(self, lane: _Lane, now: float) -> None:
         """The scheduler's call for a parked or probing lane: expire, then release or re-park."""
-        if lane.state == _READY:
+        if lane.state not in OFF_RING:
             return
         destination = lane.destination
         held = list(lane.requests)
@@ -467,21 +484,20 @@ class Sender:
             live.append(request)
         # Requests submitted by callbacks of the records just expired come after the older.
         lane.requests.extendleft(reversed(live))
-        if lane.state == _PROBING:
+        if lane.state is PROBING:
             if lane.requests:
                 self._wake_at(lane, _earliest_expiry(lane.requests))
             return
-        if destination.resume_at > now:
-            when = destination.resume_at
+        if lane.resume_at > now:
+            when = lane.resume_at
             if lane.requests:
                 when = min(when, _earliest_expiry(lane.requests))
             self._wake_at(lane, when)
             return
-        lane.state = _READY
+        lane.state = step(lane.state, RESUME)
         lane.wake = None
         if lane.requests and not lane.in_ring:
-            lane.in_ring = True
-            self._ring.append(lane)
+            self._enter_ring(lane)
             # Not a fresh clock reading: ``now`` is at least ``resume_at``, so the lane is not
             # parked again for a rounding error (which would spin the scheduler).
             self._dispatch(now)
@@ -492,19 +508,20 @@ class Sender:
         lane.active_until = now + self._active_window
         if lane.probing is records:
             lane.probing = None
-            lane.state = _READY
+            lane.state = step(lane.state, PROBE_ANSWERED)
             lane.wake = None
-        if lane.destination.resume_at > now:
-            if lane.state == _READY and lane.requests:
+        if lane.state in OFF_RING:
+            return  # parked, or probing with another request: the wake-up or probe decides
+        if lane.resume_at > now:
+            if lane.requests:
                 if lane.in_ring:
                     self._ring.remove(lane)
                     lane.in_ring = False
                 self._park(lane)
-            elif lane.state == _READY:
-                lane.probe = True  # whatever the stream sends next after its backoff
-        elif lane.state == _READY and lane.requests and not lane.in_ring:
-            lane.in_ring = True
-            self._ring.append(lane)
+            else:  # whatever the stream sends next after its backoff is a probe
+                lane.state = step(lane.state, BACKED_OFF)
+        elif lane.requests:
+            self._enter_ring(lane)
 
     # --- sending (async) -----------------------------------------------------------------
     async def _run(self, lane: _Lane, records: list[KinesisRecord]) -> None:
@@ -528,45 +545,44 @@ class Sender:
             self.in_flight -= 1
 
     async def _send(self, lane: _Lane, records: list[KinesisRecord]) -> bool:
-        """Send one request and hand its result to its stream; whether it was given up."""
+        """Send one request and hand its answer to its stream; whether it was given up."""
         destination = lane.destination
-        entries = [record.entry() for record in records]
+        arguments = {**stream_argument(destination.stream), "Records": [r.entry() for r in records]}
         started = self._clock()
-        answer: object = ("Internal", f"request timed out after {self._request_timeout:g} s")
+        answer: Answer = RequestFailed.of(
+            INTERNAL, f"request timed out after {self._request_timeout:g} s"
+        )
         unanswered = self._unanswered
         key = id(records)
         unanswered[key] = records  # stays there if this task is cancelled in the call
         scope = anyio.CancelScope(deadline=anyio.current_time() + self._request_timeout)
         flight = lane.flights[key] = _Flight(started, scope)
         with scope:
+            # Only the call is caught: what it raises is the service's or the network's
+            # doing; what reading its answer raises would be ours, and propagates.
             try:
-                answer = await self._client.put_records(
-                    **stream_argument(destination.stream), Records=entries
-                )
+                response = await self._client.put_records(**arguments)
             except Exception as exc:
-                answer = error_of(exc)
+                answer = failure_of(exc)
+            else:
+                answer = answer_of(response, len(records))
         del unanswered[key]
         del lane.flights[key]
         if not scope.cancelled_caught:
             lane.sample(self._clock() - started)
         elif flight.preempted:
-            answer = (
-                "Internal",
+            answer = RequestFailed.of(
+                INTERNAL,
                 f"request given up after {self._clock() - started:.3g} s, past what its "
                 "stream's round trips predict, to free its connection for another stream",
             )
         self.requests_sent += 1
-        result: dict[str, Any] | tuple[str, str]
-        if isinstance(answer, dict):
-            result = answer
-        else:
+        if type(answer) is not Answered:
             self.requests_failed += 1
-            result = (
-                answer
-                if isinstance(answer, tuple)
-                else ("Internal", f"malformed PutRecords response: {type(answer).__name__}")
-            )
-        destination.handle_result(records, result, started, self._clock())
+        ended = self._clock()
+        # Before the records' outcomes resolve: a callback that puts again sees the backoff.
+        lane.back_off(answer, ended, self._random)
+        destination.handle_result(records, answer, started, ended)
         return flight.preempted
 
     def statistics(self) -> SenderStatistics:

@@ -30,6 +30,12 @@ per second per account, shared with every other caller, so the producer returns 
 per stream, as a warning naming the missing permission (both, if ``DescribeStream`` is denied
 too); the retries it causes then log at debug level.
 
+Errors: only the client calls are caught (:meth:`ShardMap._call`), as ``(code, message)`` by
+``_kinesis.error_of``. An answer that came back but cannot make a map (``_core.listings``:
+``"MalformedResponse"``, ``"StreamNotActive"``) fails the attempt like a failed call, and a
+malformed one is also logged as such and counted (``malformed_answers``). An exception from
+our own code reading an answer propagates: a bug is not an outage to retry.
+
 Better than the KPL: while a refresh is running, predictions keep using the previous table, so
 aggregation and rate limiting continue (the KPL predicts nothing until the refresh completes).
 
@@ -77,15 +83,23 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._core.backoff import Backoff
+from .._core.listings import (
+    MALFORMED,
+    UnusableAnswer,
+    capacity_mode_of,
+    describe_stream_page,
+    list_shards_page,
+    open_shards_table,
+)
 from .._core.shards import ShardRange, ShardTable
 from .._core.statistics import ShardMapStatistics
 from .._kinesis import error_of, stream_argument
+from .shard_map_logs import MissingStreamsLog, brief, described
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from .._kinesis import KinesisClient
-    from .scheduler import Scheduler
 
 __all__ = ("MissingStreamsLog", "ShardMap", "ShardMapState")
 
@@ -106,110 +120,8 @@ DESCRIBE_STREAM = "DescribeStream"
 DESCRIBE_STREAM_SUMMARY = "DescribeStreamSummary"
 PUT_RECORDS = "PutRecords"
 
-# Log lines quote at most this many characters of an error's message.
-LOG_MESSAGE_MAX = 160
-# Streams found missing: the first warning waits this long for others, the next ones this
-# long after the previous one, and each names this many.
-MISSING_LOG_GATHER = 1.0
-MISSING_LOG_INTERVAL = 60.0
-MISSING_LOG_NAMES = 5
 _DENIED = "AccessDeniedException"
 _MISSING = "ResourceNotFoundException"
-# A stream in another state (CREATING, DELETING) has no shards to write to.
-_USABLE_STATUSES = ("ACTIVE", "UPDATING")
-
-
-def _is_closed(shard: dict[str, Any]) -> bool:
-    sequence_range = shard.get("SequenceNumberRange")
-    return isinstance(sequence_range, dict) and bool(sequence_range.get("EndingSequenceNumber"))
-
-
-def _open_shards(shards: list[dict[str, Any]], operation: str) -> list[dict[str, Any]]:
-    """The open shards of a listing; an answer without any is an error, not a map."""
-    # ListShards' AT_LATEST asks for open shards only, but local servers (moto, kinesalite)
-    # ignore the filter and list closed parents too, overlapping their children; DescribeStream
-    # always lists them. Drop them here.
-    open_shards = [shard for shard in shards if not _is_closed(shard)]
-    if not open_shards:
-        # A stream always has an open shard: an answer without any is malformed (a proxy's
-        # page parsed as an empty document, say), a failed attempt to retry, not a map.
-        raise ValueError(f"{operation} answered without any open shard")
-    return open_shards
-
-
-def _brief(message: str) -> str:
-    """A message fit for one log line: control characters and runs of blanks as one space,
-    and at most ``LOG_MESSAGE_MAX`` characters, saying how long it was. A proxy's or a broken
-    server's page can arrive whole as an error's message (up to 1000 characters, as
-    ``statistics()`` keeps it)."""
-    text = " ".join("".join(c if c.isprintable() else " " for c in message).split())
-    if len(text) <= LOG_MESSAGE_MAX:
-        return text
-    return f"{text[:LOG_MESSAGE_MAX]}… [{len(message)} characters]"
-
-
-def _described(error: tuple[str, str, str]) -> str:
-    """``operation: code: message`` of a ``last_error``, its message made :func:`_brief`."""
-    operation, code, message = error
-    return f"{operation}: {code}: {_brief(message)}"
-
-
-class MissingStreamsLog:
-    """The warning that streams were not found: one line per interval for all of them.
-
-    A producer given many names of streams that do not exist (a typo in a template, streams a
-    clean-up deleted) would otherwise warn once per stream per attempt. The first stream
-    reported is logged after ``MISSING_LOG_GATHER`` seconds, with every other one reported
-    meanwhile; later ones wait until ``MISSING_LOG_INTERVAL`` seconds after the last line, and
-    the producer logs what is still gathering as it exits. A line says how many streams, names
-    the first ``MISSING_LOG_NAMES`` in sorted order and gives the first one's error. Without a
-    scheduler (a shard map made on its own) each report is logged at once.
-
-    Args:
-        scheduler: the producer's scheduler, or ``None``.
-    """
-
-    __slots__ = ("_logged_at", "_pending", "_scheduled", "_scheduler")
-
-    def __init__(self, scheduler: Scheduler | None) -> None:
-        self._scheduler = scheduler
-        self._pending: dict[str, str] = {}
-        self._scheduled = False
-        self._logged_at = -float("inf")
-
-    def report(self, stream: str, error: str) -> None:
-        """``stream`` was not found (``error`` says how)."""
-        self._pending.setdefault(stream, error)
-        if self._scheduler is None:
-            self.on_due(anyio.current_time())
-        elif not self._scheduled:
-            self._scheduled = True
-            now = anyio.current_time()
-            when = max(now + MISSING_LOG_GATHER, self._logged_at + MISSING_LOG_INTERVAL)
-            self._scheduler.call_at(when, self)
-
-    def on_due(self, now: float) -> None:
-        self._scheduled = False
-        pending, self._pending = self._pending, {}
-        if not pending:
-            return
-        names = sorted(pending)  # in order, whatever order their tasks ran in
-        shown = ", ".join(repr(name) for name in names[:MISSING_LOG_NAMES])
-        if len(names) > MISSING_LOG_NAMES:
-            shown += f" and {len(names) - MISSING_LOG_NAMES} more"
-        logger.warning(
-            "%d %s not found%s: %s (%s). Records put to %s fail with "
-            "ResourceNotFoundException; %s loaded again with the next record put to %s",
-            len(names),
-            "stream was" if len(names) == 1 else "streams were",
-            "" if self._logged_at == -float("inf") else " since the last warning",
-            shown,
-            pending[names[0]],
-            "it" if len(names) == 1 else "them",
-            "its shard map is" if len(names) == 1 else "each one's shard map is",
-            "it" if len(names) == 1 else "that stream",
-        )
-        self._logged_at = now
 
 
 def _replaced(previous: ShardTable | None, table: ShardTable) -> frozenset[str]:
@@ -241,6 +153,7 @@ class ShardMap:
         first_attempt_pending: the first load attempt has not ended yet.
         capacity_mode: ``"PROVISIONED"`` or ``"ON_DEMAND"`` as ``DescribeStreamSummary`` last
             said, ``None`` until it has answered (or if it cannot be asked).
+        malformed_answers: answers of the three APIs that came back malformed.
     """
 
     def __init__(
@@ -288,6 +201,7 @@ class ShardMap:
         self._list_shards_denied_until = -float("inf")
         self._warned: frozenset[str] = frozenset()
         self.capacity_mode: str | None = None
+        self.malformed_answers = 0  # answers that came back unusable (logged, retried)
         self._summary_scope: anyio.CancelScope | None = None  # while one is asked
         self._summary_after = -float("inf")  # not asked again before this time
 
@@ -330,7 +244,7 @@ class ShardMap:
         self.last_error = (PUT_RECORDS, _MISSING, "the stream was not found")
         self.dormant = True
         self._retry_at = anyio.current_time()
-        self._missing_log.report(self.stream, _described(self.last_error))
+        self._missing_log.report(self.stream, described(self.last_error))
 
     def _drop(self) -> None:
         """Forget the table and the closed shards' ranges: the stream is missing."""
@@ -406,14 +320,14 @@ class ShardMap:
                     self.dormant = True
                     self._retry_at = anyio.current_time() + delay
                     # One line for all the streams found missing in a while, not one each.
-                    self._missing_log.report(self.stream, _described(self.last_error))
+                    self._missing_log.report(self.stream, described(self.last_error))
                     return
                 logger.log(
                     # A denial already warned about once: its retries say nothing new.
                     logging.DEBUG if explained else logging.WARNING,
                     "could not load the shard map of %r (%s); retrying in %.1f s",
                     self.stream,
-                    _described(self.last_error),
+                    described(self.last_error),
                     delay,
                 )
                 await anyio.sleep(delay)
@@ -431,9 +345,9 @@ class ShardMap:
         listed: tuple[str, str] | None = None
         if now >= self._list_shards_denied_until:
             try:
-                table = ShardTable.from_shards(await self._list_open_shards())
-            except Exception as exc:
-                listed = error_of(exc)
+                table = await self._list_open_shards()
+            except UnusableAnswer as failure:
+                listed = self._unusable(LIST_SHARDS, failure)
                 if listed[0] == _MISSING:
                     # The stream does not exist: DescribeStream would only say so again.
                     self.last_error = (LIST_SHARDS, *listed)
@@ -452,15 +366,28 @@ class ShardMap:
             listed = self._list_shards_denial
         assert listed is not None
         try:
-            table = ShardTable.from_shards(await self._describe_open_shards())
-        except Exception as exc:
-            described = error_of(exc)
+            table = await self._describe_open_shards()
+        except UnusableAnswer as failure:
+            described = self._unusable(DESCRIBE_STREAM, failure)
             self.last_error = (DESCRIBE_STREAM, *described)
             return None, self._note_denials(listed, described)
         self._note_denials(listed, None)
         self.source = DESCRIBE_STREAM
         self.last_error = (LIST_SHARDS, *listed)
         return table, False
+
+    def _unusable(self, operation: str, failure: UnusableAnswer) -> tuple[str, str]:
+        """``(code, message)`` of a failed call or an answer that cannot make a map; a
+        malformed answer is counted and logged as one (a failed call is logged by the retry)."""
+        if failure.code == MALFORMED:
+            self.malformed_answers += 1
+            logger.warning(
+                "%s answered malformed for stream %r (%s): the answer is not used",
+                operation,
+                self.stream,
+                brief(failure.message),
+            )
+        return failure.code, failure.message
 
     def _note_denials(self, listed: tuple[str, str], described: tuple[str, str] | None) -> bool:
         """Warn, once per stream, that ``ListShards`` (and ``DescribeStream``) are denied.
@@ -475,9 +402,9 @@ class ShardMap:
         if permissions <= self._warned:
             return both
         self._warned |= permissions
-        listed = (listed[0], _brief(listed[1]))
+        listed = (listed[0], brief(listed[1]))
         if described is not None:
-            described = (described[0], _brief(described[1]))
+            described = (described[0], brief(described[1]))
         if described is None:
             logger.warning(
                 "ListShards is denied for stream %r (%s: %s): the IAM policy lacks "
@@ -556,21 +483,20 @@ class ShardMap:
         assert scope is not None
         response: object = None
         try:
-            with scope, anyio.fail_after(self._request_timeout):
-                response = await self._client.describe_stream_summary(
-                    **stream_argument(self.stream)
+            with scope:
+                response = await self._call(
+                    "describe_stream_summary", **stream_argument(self.stream)
                 )
-        except Exception as exc:
-            code, message = error_of(exc)
-            if code == _DENIED or isinstance(exc, AttributeError):
+        except UnusableAnswer as failure:
+            if failure.code == _DENIED or isinstance(failure.__cause__, AttributeError):
                 # Not allowed (or not a method of this client): try again much later.
                 self._summary_after = anyio.current_time() + SUMMARY_MAX_AGE
             logger.debug(
                 "DescribeStreamSummary failed for stream %r (%s: %s); its capacity mode stays "
                 "unknown",
                 self.stream,
-                code,
-                message,
+                failure.code,
+                failure.message,
             )
             return
         finally:
@@ -578,54 +504,60 @@ class ShardMap:
                 self._summary_scope = None
         if scope.cancel_called:
             return  # closed meanwhile
-        summary = response.get("StreamDescriptionSummary") if isinstance(response, dict) else None
-        details = summary.get("StreamModeDetails") if isinstance(summary, dict) else None
-        mode = details.get("StreamMode") if isinstance(details, dict) else None
-        if isinstance(mode, str):
-            if mode != self.capacity_mode:
-                logger.info("stream %r is in %s capacity mode", self.stream, mode)
-            self.capacity_mode = mode
-            self._summary_after = anyio.current_time() + SUMMARY_MAX_AGE
+        try:
+            mode = capacity_mode_of(response)
+        except UnusableAnswer as failure:
+            self._unusable(DESCRIBE_STREAM_SUMMARY, failure)  # asked again at the next install
+            return
+        if mode is None:
+            logger.debug("the server of stream %r does not tell capacity modes", self.stream)
+            return
+        if mode != self.capacity_mode:
+            logger.info("stream %r is in %s capacity mode", self.stream, mode)
+        self.capacity_mode = mode
+        self._summary_after = anyio.current_time() + SUMMARY_MAX_AGE
 
     def _run_after_refresh(self) -> None:
         callbacks, self._after_refresh = self._after_refresh, []
         for callback in callbacks:
             callback()
 
-    async def _list_open_shards(self) -> list[dict[str, Any]]:
-        with anyio.fail_after(self._request_timeout):
-            response = await self._client.list_shards(
-                **stream_argument(self.stream),
-                ShardFilter={"Type": "AT_LATEST"},
-                MaxResults=PAGE_SIZE,
-            )
-        shards: list[dict[str, Any]] = list(response.get("Shards") or [])
-        token = response.get("NextToken")
+    async def _call(self, operation: str, **arguments: Any) -> object:
+        """Call ``operation`` of the client. Only the call is caught: what it raises becomes
+        :class:`UnusableAnswer` with :func:`error_of`'s code; reading its answer is not."""
+        try:
+            method = getattr(self._client, operation)  # a client may lack describe_stream
+            with anyio.fail_after(self._request_timeout):
+                response: object = await method(**arguments)
+        except Exception as exc:
+            raise UnusableAnswer(*error_of(exc)) from exc
+        return response
+
+    async def _list_open_shards(self) -> ShardTable:
+        response = await self._call(
+            "list_shards",
+            **stream_argument(self.stream),
+            ShardFilter={"Type": "AT_LATEST"},
+            MaxResults=PAGE_SIZE,
+        )
+        shards, token = list_shards_page(response)
         while token:
             # Later pages carry the token alone: the service rejects it with a stream name.
-            with anyio.fail_after(self._request_timeout):
-                response = await self._client.list_shards(NextToken=token, MaxResults=PAGE_SIZE)
-            shards.extend(response.get("Shards") or [])
-            token = response.get("NextToken")
-        return _open_shards(shards, LIST_SHARDS)
+            response = await self._call("list_shards", NextToken=token, MaxResults=PAGE_SIZE)
+            page, token = list_shards_page(response)
+            shards += page
+        return open_shards_table(shards, LIST_SHARDS)
 
-    async def _describe_open_shards(self) -> list[dict[str, Any]]:
+    async def _describe_open_shards(self) -> ShardTable:
         shards: list[dict[str, Any]] = []
         arguments: dict[str, Any] = {**stream_argument(self.stream), "Limit": DESCRIBE_PAGE_SIZE}
         while True:
-            with anyio.fail_after(self._request_timeout):
-                response = await self._client.describe_stream(**arguments)
-            description = response.get("StreamDescription") or {}
-            status = description.get("StreamStatus")
-            if status not in _USABLE_STATUSES:
-                raise ValueError(f"DescribeStream: stream {self.stream!r} is {status}")
-            page = list(description.get("Shards") or [])
-            shards.extend(page)
-            if not description.get("HasMoreShards"):
-                return _open_shards(shards, DESCRIBE_STREAM)
-            if not page:
-                raise ValueError("DescribeStream answered HasMoreShards without any shard")
-            arguments["ExclusiveStartShardId"] = page[-1]["ShardId"]
+            response = await self._call("describe_stream", **arguments)
+            page, last = describe_stream_page(self.stream, response)
+            shards += page
+            if last is None:
+                return open_shards_table(shards, DESCRIBE_STREAM)
+            arguments["ExclusiveStartShardId"] = last
 
     def __repr__(self) -> str:
         shards = len(self.table) if self.table is not None else 0

@@ -57,7 +57,7 @@ class StreamPipeline:
         metrics: the producer's metrics recorder, if any.
         coordinator: the producer's coordinator, if any: it meters and sets the limits.
         random_value: the producer's jitter generator (``jitter_source``), for the shard
-            map's and retrier's waits.
+            map's waits.
         missing_log: the producer's warning about streams not found (one line for many).
     """
 
@@ -110,7 +110,7 @@ class StreamPipeline:
         ordered = config.ordering == "shard"
         self.collector = (OrderedCollector if ordered else Collector)(
             scheduler,
-            # The retrier is the sender's destination: it owns the stream's backoff and verdicts.
+            # The retrier is the sender's destination: it owns the stream's verdicts.
             lambda records: sender.submit(self.retrier, records),
             clock,
             max_count=config.collection_max_count,
@@ -169,7 +169,6 @@ class StreamPipeline:
                 aggregation_enabled=config.aggregation_enabled,
                 retry_delay=buffered / 2,
             ),
-            random_value=random_value,
             metrics=metrics,
             resend=lambda records: sender.submit(self.retrier, records),
         )
