@@ -150,3 +150,37 @@ async def test_a_key_of_128_emoji_is_delivered_raw_and_129_are_refused_at_put(
         stored = await read_stream(admin, stream)
     assert outcome.result().success, outcome.result().attempts
     assert [record["PartitionKey"] for _, record in stored] == [longest]
+
+
+def test_kinesalite_survives_a_client_that_resets_mid_request() -> None:
+    # kinesalite rethrows a request stream's error: a client resetting its connection in the
+    # middle of a request body (a request cancelled at a producer's exit) killed the server,
+    # and every later test on it failed with "connection refused".
+    import socket
+    import struct
+    import time
+    from urllib.parse import urlsplit
+
+    from aiokpl.testing._servers import kinesalite_server
+
+    head = (
+        b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-amz-json-1.1\r\n"
+        b"X-Amz-Target: Kinesis_20131202.ListStreams\r\nContent-Length: 100\r\n\r\n{"
+    )
+    with kinesalite_server() as endpoint:
+        address = urlsplit(endpoint)
+        for _ in range(3):
+            with socket.create_connection((address.hostname, address.port), timeout=5) as sock:
+                sock.sendall(head)  # 1 byte of the 100 announced: the server waits for more
+                # Linger 0: close() sends a reset, as an aborted client does.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        time.sleep(0.2)  # the resets reach the server before the request below
+        with socket.create_connection((address.hostname, address.port), timeout=5) as sock:
+            sock.sendall(
+                b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/x-amz-json-1.1\r\n"
+                b"X-Amz-Target: Kinesis_20131202.ListStreams\r\nContent-Length: 2\r\n"
+                b"Connection: close\r\n\r\n{}"
+            )
+            answer = sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 "), answer[:80]

@@ -266,7 +266,19 @@ KINESALITE_VERSION = "3.3.3"
 # CREATING / UPDATING until its timer fires). Port 0 lets the kernel pick a free port, which is
 # then printed: no race with another process grabbing a port picked in advance. The server
 # exits when its stdin closes, so it cannot outlive the Python process that started it.
+# kinesalite rethrows a request's 'error' event (`req.on('error', function(err) { throw err })`),
+# so a client that resets its connection mid-request (a producer cancelling a request at exit,
+# a timed-out request) killed the whole server, and every later test on it saw "connection
+# refused". That one error is said on stderr and survived; anything else still ends the process.
 _KINESALITE = r"""
+process.on('uncaughtException', (err) => {
+  if (err && (err.code === 'ECONNRESET' || err.message === 'aborted')) {
+    console.error('kinesalite: a client aborted a request (' + err.message + ')')
+    return
+  }
+  console.error(err && err.stack ? err.stack : String(err))
+  process.exit(1)
+})
 const path = require('path')
 const kinesalite = require(path.join(process.argv[1], 'node_modules', 'kinesalite'))
 const server = kinesalite({
