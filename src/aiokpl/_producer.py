@@ -395,9 +395,9 @@ class Producer:
             if pipeline.idle_since_last_look() and name not in busy:
                 del streams[name]
                 pipeline.close()
-                self._released_expired_unsent += pipeline.retrier.expired
+                self._released_expired_unsent += pipeline.expired
                 if self._sender is not None:
-                    self._sender.forget(pipeline.retrier)
+                    self._sender.forget(pipeline)
                 if self._coordinator is not None:
                     self._coordinator.detach(name)
                 logger.debug("released the idle pipeline of stream %r", name)
@@ -441,7 +441,7 @@ class Producer:
                 scheduler=self._scheduler,
                 clock=self._clock,
                 sender=self._sender,
-                finish=self._finish,
+                ledger=self._ledger,
                 metrics=self._metrics,
                 coordinator=self._coordinator,
                 random_value=self._jitter.random,
@@ -497,7 +497,7 @@ class Producer:
             )
         self._outstanding[record] = None
         ledger.outstanding_bytes += size
-        pipeline.aggregator.put(record, hash_key)
+        pipeline.put(record, hash_key)
         return record
 
     async def put_record(
@@ -701,7 +701,7 @@ class Producer:
         expires_at = now + self._ttl
         epoch = self._ledger.epoch
         outstanding = self._outstanding
-        put = pipeline.aggregator.put
+        put = pipeline.put
         self._seq += len(accepted)
         self._ledger.outstanding_bytes += size
         outcomes: list[Outcome[RecordResult]] = []
