@@ -22,7 +22,7 @@ from aiokpl._core.coordination import (
 )
 from aiokpl._core.records import KinesisRecord
 from aiokpl._pipeline.limiter import Limiter, ShardLimiter
-from aiokpl._pipeline.scheduler import Deadlines, Scheduler
+from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl._producer import Producer
 from aiokpl.coordination import Coordination, DynamoDBStore, run_summarizer
 from aiokpl.testing import FakeKinesis
@@ -107,7 +107,7 @@ def test_a_ceiling_lowers_the_rates_and_throttle_feedback_recovers_to_it_not_abo
 
 def test_limiter_applies_a_ceiling_now_or_when_the_shard_first_appears() -> None:
     limiter = Limiter(
-        Deadlines(Scheduler(), lambda item, now: None),
+        RoutedDeadlines(Scheduler(), lambda item, now: None),
         lambda: 0.0,
         lanes=ShardLimiter,
         records_per_second=1000.0,

@@ -16,7 +16,7 @@ import pytest
 
 from aiokpl._core.records import KinesisRecord
 from aiokpl._pipeline.limiter import Limiter, ShardLimiter
-from aiokpl._pipeline.scheduler import Deadlines, Scheduler
+from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl.coordination import Coordination
 from fleet import Fleet, Member, Series, run
 from test_coordination import MemoryStore
@@ -68,7 +68,7 @@ def test_the_limiter_wakes_up_when_a_held_batch_is_due() -> None:
     now = [0.0]
     admitted: list[KinesisRecord] = []
     limiter = Limiter(
-        Deadlines(Scheduler(), lambda item, now: None),
+        RoutedDeadlines(Scheduler(), lambda item, now: None),
         lambda: now[0],
         lanes=ShardLimiter,
         records_per_second=10.0,

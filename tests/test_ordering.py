@@ -27,7 +27,7 @@ from aiokpl._core.shards import ShardRange
 from aiokpl._core.wire import Tag
 from aiokpl._pipeline.lanes import OrderedLimiter, OrderedShardLimiter
 from aiokpl._pipeline.limiter import Flow
-from aiokpl._pipeline.scheduler import Deadlines, Scheduler
+from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl._record import TaggedRecord, UserRecord
 from aiokpl.testing import FakeKinesis
 
@@ -180,7 +180,7 @@ class Lanes:
         self.expired: list[KinesisRecord] = []
         self.ranges = ranges or {}
         limiter = OrderedLimiter(
-            Deadlines(Scheduler(), lambda item, now: None),
+            RoutedDeadlines(Scheduler(), lambda item, now: None),
             lambda: self.now,
             records_per_second=1000.0,
             bytes_per_second=1_000_000.0,

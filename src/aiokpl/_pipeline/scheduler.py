@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import anyio
 
-__all__ = ("Deadlines", "DueTarget", "Scheduler")
+__all__ = ("Deadlines", "DueTarget", "RoutedDeadlines", "Scheduler")
 
 # Deadlines closer than this count as due: sleeping for a rounding error (deadline - now
 # can be 1e-17 s) would only spin.
@@ -53,12 +53,19 @@ class _Routed:
         self.event(self.item, now)
 
 
-class Deadlines:
-    """A stage's view of the scheduler: ``call_at(when, item)`` calls ``event(item, now)``
+class Deadlines(Protocol):
+    """A stage's view of the scheduler: ``call_at(when, item)`` asks to be told, through the
+    stream's router, once ``now >= when``: the router then asks the stage what of ``item``
+    is due (the stage's ``due(item, now)``) and routes it on. Stage tests pass a recorder."""
+
+    def call_at(self, when: float, item: Any) -> None: ...
+
+
+class RoutedDeadlines:
+    """The :class:`Deadlines` of a stage: ``call_at(when, item)`` calls ``event(item, now)``
     once ``now >= when``, where ``event`` is the router's method for that stage's deadlines.
 
-    So a stage holds no reference to the router nor to the next stage: its deadline comes
-    back through the router, which asks the stage what is due and routes it on.
+    So a stage holds no reference to the router nor to the next stage.
     """
 
     __slots__ = ("_event", "_scheduler")

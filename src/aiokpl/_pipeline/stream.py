@@ -48,7 +48,7 @@ from .collector import Collector
 from .limiter import Flow
 from .ordering import Route, ordering_of
 from .retrier import Retrier
-from .scheduler import Deadlines
+from .scheduler import RoutedDeadlines
 from .shard_map import MissingStreamsLog, ShardMap
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ class StreamPipeline:
             missing_log=missing_log,
         )
         self.aggregator = Aggregator(
-            Deadlines(scheduler, self._aggregator_due),
+            RoutedDeadlines(scheduler, self._aggregator_due),
             enabled=config.aggregation_enabled,
             max_size=config.aggregation_max_size,
             max_count=config.aggregation_max_count,
@@ -186,13 +186,13 @@ class StreamPipeline:
             release_lead=self._grace,
         )
         self.limiter = self.ordering.limiter(
-            Deadlines(scheduler, self._limiter_due),
+            RoutedDeadlines(scheduler, self._limiter_due),
             clock,
             self.shard_map.hash_range,
             _limits(config, self._grace),
         )
         self.collector = Collector(
-            Deadlines(scheduler, self._collector_due),
+            RoutedDeadlines(scheduler, self._collector_due),
             max_count=config.collection_max_count,
             max_size=config.collection_max_size,
         )
@@ -293,7 +293,7 @@ class StreamPipeline:
     def _await_verdict(self, verdict: _Verdict) -> None:
         # Decided by the next refresh attempt, or at the records' expiry if that is sooner.
         self.shard_map.after_refresh(partial(self._verdict_due, verdict, None))
-        Deadlines(self._scheduler, self._verdict_due).call_at(
+        RoutedDeadlines(self._scheduler, self._verdict_due).call_at(
             verdict.kinesis_record.expires_at, verdict
         )
 
