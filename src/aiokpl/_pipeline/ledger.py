@@ -73,6 +73,7 @@ class ResultLedger:
         "failed",
         "failures",
         "flush_waiters",
+        "held",
         "metrics",
         "outstanding",
         "outstanding_bytes",
@@ -95,6 +96,8 @@ class ResultLedger:
         self.room: anyio.Event | None = None
         self.flush_waiters: list[_FlushWaiter] = []
         self.failures = FailureHandler(config, self.release_held)
+        # Failed records kept outstanding while their async on_record_failure runs.
+        self.held: set[UserRecord] = set()
         # Pipeline steps under way (see enter), and what they resolved, in order.
         self.depth = 0
         self._deferred: list[tuple[list[UserRecord], bool]] = []
@@ -138,17 +141,18 @@ class ResultLedger:
         if not success and self.metrics is not None:
             # Failures are rare: counted record by record, those not finished yet only (a
             # record held for its on_record_failure is done already).
-            fresh = [r for r in records if r in self.outstanding and not r.done()]
+            fresh = [r for r in records if r in self.outstanding and r not in self.held]
             self.metrics.failed(fresh, self.clock())
         outstanding = self.outstanding
         pop = outstanding.pop
+        held = self.held
         waiters = self.flush_waiters
         failures = self.failures
         finished = 0
         for record in records:
             if pop(record, False) is False:
                 continue  # already finished
-            if record.done():
+            if held and record in held:
                 # Failed before, and held for its on_record_failure: still held.
                 outstanding[record] = None
                 continue
@@ -159,6 +163,7 @@ class ResultLedger:
                 record.resolve()
             elif failures.resolve(record):
                 outstanding[record] = None  # held until its async callback returns
+                held.add(record)
                 self.outstanding_bytes += record.size
                 continue
             if waiters:
@@ -173,6 +178,7 @@ class ResultLedger:
 
     def release_held(self, record: UserRecord) -> None:
         """A held failed record's callback has returned: it stops being outstanding."""
+        self.held.discard(record)
         del self.outstanding[record]
         self.outstanding_bytes -= record.size
         if self.flush_waiters:
@@ -196,7 +202,7 @@ class ResultLedger:
         was sent and not answered (in ``unanswered``) says its outcome is unknown."""
         now = self.clock()
         # Records already failed and held for their on_record_failure keep their result.
-        records = [record for record in self.outstanding if not record.done()]
+        records = [record for record in self.outstanding if record not in self.held]
         in_flight = {user for kinesis_record in unanswered for user in kinesis_record.records}
         unknown = (
             f"{message}; its request was sent and no answer was read, so it may be in the stream"
