@@ -425,13 +425,10 @@ class StreamPipeline:
 
     def _limit(self, kinesis_record: KinesisRecord, now: float) -> None:
         """A sealed Kinesis record: to the limiter, and on with what it admits or expires."""
-        admitted, expired = self.limiter.put(kinesis_record, now)
-        if admitted:
-            self._collect(admitted, now)
-        if expired:
-            self._expired_in_limiter(expired, now)
+        self._route_flow(self.limiter.put(kinesis_record, now), now)
 
     def _route_flow(self, flow: Flow, now: float) -> None:
+        """What the limiter admitted goes to the collector; what expired fails."""
         admitted, expired = flow
         if admitted:
             self._collect(admitted, now)
