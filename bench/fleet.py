@@ -19,7 +19,14 @@ A cell's axes (``Cell``):
 * ``limit``: ``matched`` sets each producer's ``rate_limit_records_per_sec_per_shard`` to the
   server's 250; ``default`` leaves it at the ``Config`` default (1,000, above the server's: a
   shard shared with writers a producer cannot see);
-* ``aggregation``: on or off (``aggregation_enabled``);
+* ``aggregation``: on or off (``aggregation_enabled``). With aggregation on, a shard is limited
+  by its bytes, not its records (an aggregate holds many user records): those cells scale AWS's
+  byte limits down by 16, as the record limits are scaled down by 4: the server takes 64 KiB/s
+  per shard (1 MiB/16) with one second of burst, the producers aggregate up to 3,200 bytes
+  (``aggregation_max_size``, 51,200/16, so an aggregate is a twentieth of a second of a shard,
+  as on AWS), and ``matched`` also sets ``rate_limit_bytes_per_sec_per_shard`` to 64 KiB. Their
+  capacity, in user records, is the byte limit over a user record's share of an aggregate
+  (about 124 bytes: computed with the encoder, see :func:`user_record_bytes`);
 * ``coordination``: ``off``; ``inside``: ``aiokpl.coordination`` with a ``DynamoDBStore`` on
   the same moto server, interval 1 s, ``shard_max_records_per_sec`` = 250, the summarizer in
   producer 0 (``summarize=True``); ``process``: the same with ``aiokpl coordinate`` as its own
@@ -31,8 +38,8 @@ Measured by the **server** (its per-second counts at ``/_local/throughput``, nev
 producers' own accounting), per cell:
 
 * **delivered**: user records stored in the steady window (from 12 s; 8 s with ``--quick``)
-  over the stream's capacity for the window (with aggregation, one Kinesis record holds many
-  user records, so this can pass 100%);
+  over the stream's capacity for the window (in user records; with aggregation, from the byte
+  limit, above);
 * **throttled**: Kinesis records throttled over Kinesis records sent, in the window;
 * **worst second**: the largest share of Kinesis records throttled in one second after
   warm-up (the window's start);
@@ -53,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import math
@@ -76,6 +84,11 @@ STREAM = "fleet"
 SHARDS = 2
 SHARD_RATE = 250.0
 RECORD_BYTES = 100
+# Aggregation cells: AWS's byte limits scaled down by 16 (see the module's docstring).
+BYTE_SCALE = 16
+SHARD_BYTES = 1024 * 1024 / BYTE_SCALE
+AGGREGATE_BYTES = 51_200 // BYTE_SCALE
+KEY_SAMPLE = "0123abcd-12345"  # a worker's partition keys: 8 hex digits, "-", the index
 TTL_MS = 10_000
 GROUP = "fleet"
 DUMMY = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
@@ -122,6 +135,13 @@ class Cell:
         )
 
     @property
+    def capacity(self) -> float:
+        """The stream's user records per second: by records, or with aggregation by bytes."""
+        if self.aggregation:
+            return SHARDS * SHARD_BYTES / user_record_bytes()
+        return SHARDS * SHARD_RATE
+
+    @property
     def swap_at(self) -> float | None:
         return self.duration / 2 if self.churn else None
 
@@ -131,6 +151,20 @@ class Cell:
         if self.coordination != "off":
             return WITH
         return WITHOUT if self.limit == "matched" else None
+
+
+@functools.cache
+def user_record_bytes() -> float:
+    """What one of the workers' user records costs a shard inside a full aggregate, in bytes:
+    its share of the aggregate (framing, its partition key in the key table, its data) and of
+    the aggregate's own partition key, as the server counts them (data plus key)."""
+    from aiokpl.aggregation import encode
+
+    records = [(f"{KEY_SAMPLE[:-5]}{i:05d}", b"x" * RECORD_BYTES) for i in range(200)]
+    count = 1
+    while count < len(records) and len(encode(records[: count + 1])) <= AGGREGATE_BYTES:
+        count += 1
+    return (len(encode(records[:count])) + len(KEY_SAMPLE)) / count
 
 
 # -- a producer process ------------------------------------------------------------------------
@@ -143,6 +177,9 @@ def worker_main(argv: Sequence[str]) -> int:
     parser.add_argument("--rate", type=float, required=True, help="user records/s offered")
     parser.add_argument("--duration", type=float, required=True)
     parser.add_argument("--limit", type=float, default=None)
+    parser.add_argument("--byte-limit", type=float, default=None)
+    parser.add_argument("--aggregation-max-size", type=int, default=None)
+    parser.add_argument("--shard-bytes", type=float, default=None, help="coordination's")
     parser.add_argument("--aggregation", action="store_true")
     parser.add_argument("--table", default=None, help="coordinate through this DynamoDB table")
     parser.add_argument("--summarize", action="store_true")
@@ -170,6 +207,10 @@ async def _worker(args: argparse.Namespace) -> None:
     }
     if args.limit is not None:
         changes["rate_limit_records_per_sec_per_shard"] = args.limit
+    if args.byte_limit is not None:
+        changes["rate_limit_bytes_per_sec_per_shard"] = args.byte_limit
+    if args.aggregation_max_size is not None:
+        changes["aggregation_max_size"] = args.aggregation_max_size
     config = Config(
         region=REGION,
         endpoint_url=args.endpoint,
@@ -185,6 +226,11 @@ async def _worker(args: argparse.Namespace) -> None:
                 store=DynamoDBStore(client, args.table, GROUP),
                 interval=1.0,
                 shard_max_records_per_sec=SHARD_RATE,
+                **(
+                    {}
+                    if args.shard_bytes is None
+                    else {"shard_max_bytes_per_sec": args.shard_bytes}
+                ),
                 summarize=args.summarize,
             )
         producer = await stack.enter_async_context(Producer(config, coordination=coordination))
@@ -219,7 +265,13 @@ async def _worker(args: argparse.Namespace) -> None:
                 outcome.add_done_callback(tally)
             if now >= next_line:
                 next_line += 1.0
-                _emit({"t": now, "put": index, "codes": dict(codes)})
+                streams = producer.statistics().streams
+                rates = (
+                    {k[-3:]: round(v[0]) for k, v in streams[0].rates_by_shard.items()}
+                    if streams
+                    else {}
+                )
+                _emit({"t": now, "put": index, "codes": dict(codes), "rates": rates})
             await anyio.sleep(0.01)
         _emit({"final": {"put": index, **codes}, "t": time.time()})
         # Leave at once: the cell is over, and a flush of a congested producer could take up
@@ -375,6 +427,17 @@ def recovery_after(
     return None if good_from is None else float(good_from - swap)
 
 
+# ``--trace``: each producer's per-second lines (its outcome counts and its rate per shard, as
+# its statistics give them) are appended here, one JSON line per cell.
+_TRACE: Path | None = None
+
+
+def _write_trace(path: Path, cell: Cell, start: float, producers: Sequence[_Process]) -> None:
+    lines = [[line for line in p.lines if "rates" in line] for p in producers]
+    with path.open("a") as out:
+        out.write(json.dumps({"cell": cell.name, "start": start, "producers": lines}) + "\n")
+
+
 def measure(
     cell: Cell,
     rows: Sequence[dict[str, Any]],
@@ -389,7 +452,7 @@ def measure(
     delivered, throttled = series["delivered"], series["throttled"]
     users = series["delivered_user_records"]
     low = int(cell.window_from)
-    capacity = SHARDS * SHARD_RATE
+    capacity = cell.capacity
     window_users = sum(users[low:])
     worst, worst_at = 0.0, None
     for second in range(low, seconds):
@@ -405,6 +468,8 @@ def measure(
         for p in producers
     )
     put = sum(max((line.get("put", 0) for line in p.lines), default=0) for p in producers)
+    if _TRACE is not None:
+        _write_trace(_TRACE, cell, start, producers)
     return CellResult(
         cell=cell,
         capacity=capacity,
@@ -455,16 +520,23 @@ def run_cell(cell: Cell, log: Any = sys.stderr) -> CellResult:
     from aiokpl.testing._servers import ShardLimits, moto_server, throughput
 
     loads_before = _load()
-    limits = ShardLimits(records_per_second=cell.server_rate or SHARD_RATE)
+    limits = ShardLimits(
+        records_per_second=cell.server_rate or SHARD_RATE,
+        **({"bytes_per_second": SHARD_BYTES} if cell.aggregation else {}),
+    )
     with moto_server(limits=limits) as endpoint:
         table = None if cell.coordination == "off" else f"fleet-{uuid.uuid4().hex[:8]}"
         anyio.run(_prepare, endpoint, table)
-        rate = cell.offered * SHARDS * SHARD_RATE / cell.producers
+        rate = cell.offered * cell.capacity / cell.producers
         common = [f"--endpoint={endpoint}", f"--rate={rate}"]
         if cell.limit == "matched":
             common.append(f"--limit={SHARD_RATE}")
+            if cell.aggregation:
+                common.append(f"--byte-limit={SHARD_BYTES}")
         if cell.aggregation:
-            common.append("--aggregation")
+            common += ["--aggregation", f"--aggregation-max-size={AGGREGATE_BYTES}"]
+            if table is not None:
+                common.append(f"--shard-bytes={SHARD_BYTES}")
         if table is not None:
             common.append(f"--table={table}")
         with _processes() as procs:
@@ -778,7 +850,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "picks cells by their number in it (1 …)",
     )
     parser.add_argument("--only", type=int, nargs="+", default=None, metavar="N")
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="JSONL",
+        help="append each producer's per-second rates by shard (its statistics' "
+        "rates_by_shard) and outcome counts to this file, one line per cell",
+    )
     args = parser.parse_args(arguments)
+    global _TRACE
+    _TRACE = args.trace
     if args.producer_src is not None:
         global _PRODUCER_SRC
         _PRODUCER_SRC = args.producer_src.resolve()

@@ -52,26 +52,55 @@ class Series:
 class Link:
     """A producer's client: the fake, ``latency`` seconds away each way, counted."""
 
-    def __init__(self, fake: FakeKinesis, latency: float, series: Series, origin: float) -> None:
+    def __init__(
+        self,
+        fake: FakeKinesis,
+        latency: float,
+        series: Series,
+        origin: float,
+        *,
+        jitter: float = 0.0,
+        server: Server | None = None,
+        random_value: Callable[[], float] = random.random,
+    ) -> None:
         self._fake = fake
         self._latency = latency
         self._series = series
         self._origin = origin
+        self._jitter = jitter
+        self._server = server
+        self._random = random_value
+
+    async def _travel(self) -> None:
+        delay = self._latency + self._jitter * -math.log(1.0 - self._random())
+        if delay:
+            await anyio.sleep(delay)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fake, name)
 
     async def put_records(self, **kwargs: Any) -> dict[str, Any]:
-        if self._latency:
-            await anyio.sleep(self._latency)
-        response: dict[str, Any] = await self._fake.put_records(**kwargs)
+        await self._travel()
+        if self._server is not None:
+            async with self._server.lock:  # one request at a time, as moto's server
+                await anyio.sleep(self._server.service)
+                response: dict[str, Any] = await self._fake.put_records(**kwargs)
+        else:
+            response = await self._fake.put_records(**kwargs)
         throttled = sum(1 for r in response["Records"] if r.get("ErrorCode") == THROTTLED)
         stored = sum(1 for r in response["Records"] if "SequenceNumber" in r)
         second = int(anyio.current_time() - self._origin)
         self._series.add(second, stored, throttled)
-        if self._latency:
-            await anyio.sleep(self._latency)
+        await self._travel()
         return response
+
+
+class Server:
+    """A server that answers one request at a time, ``service`` seconds each."""
+
+    def __init__(self, service: float) -> None:
+        self.service = service
+        self.lock = anyio.Lock()
 
 
 @dataclass
@@ -94,6 +123,8 @@ class Fleet:
     shard_rate: float = 250.0
     producer_limit: float = 250.0
     latency: float = 0.01
+    jitter: float = 0.0  # mean of an exponential extra delay on each way
+    service: float = 0.0  # the server's seconds per request, one at a time (0: no queue)
     seconds: float = 40.0
     ttl_ms: int = 10_000
     config: dict[str, Any] = field(default_factory=dict)
@@ -110,6 +141,7 @@ async def run(
     )
     series = Series()
     origin = anyio.current_time()
+    server = Server(fleet.service) if fleet.service else None
     producers: list[Producer] = []
 
     def config() -> Config:
@@ -127,7 +159,15 @@ async def run(
         # Each producer's load starts a fraction of its put interval late (its phase).
         await anyio.sleep(spec.start + jitter.random() / spec.rate)
         coordination = spec.coordination() if spec.coordination is not None else None
-        link = Link(fake, fleet.latency, series, origin)
+        link = Link(
+            fake,
+            fleet.latency,
+            series,
+            origin,
+            jitter=fleet.jitter,
+            server=server,
+            random_value=random.Random(fleet.seed * 7919 + index).random,
+        )
         end = fleet.seconds if spec.stop is None else spec.stop
         # A producer that leaves (``stop``) is cancelled there, as a process that is stopped:
         # what it still holds is not flushed. The others flush at the end.
@@ -169,8 +209,13 @@ def main() -> None:
     parser.add_argument("--offered", type=float, default=2.0, help="× capacity")
     parser.add_argument("--limit", type=float, default=250.0)
     parser.add_argument("--latency", type=float, default=0.01)
+    parser.add_argument("--jitter", type=float, default=0.0)
+    parser.add_argument("--service", type=float, default=0.0)
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--coordination", action="store_true")
+    parser.add_argument(
+        "--churn", action="store_true", help="the last producer leaves at half time; one joins"
+    )
     parser.add_argument("--backend", default="trio")
     parser.add_argument("--rates", action="store_true", help="print producer 0's rates")
     parser.add_argument("--seed", type=int, default=0)
@@ -192,12 +237,19 @@ def main() -> None:
             summarize=index == 0,
         )
 
+    members = [Member(each, coordination=coordination_of(i)) for i in range(args.producers)]
+    if args.churn:
+        half = args.seconds / 2
+        members[-1].stop = half
+        members.append(Member(each, start=half, coordination=coordination_of(args.producers)))
     fleet = Fleet(
-        [Member(each, coordination=coordination_of(i)) for i in range(args.producers)],
+        members,
         shards=shards,
         shard_rate=shard_rate,
         producer_limit=args.limit,
         latency=args.latency,
+        jitter=args.jitter,
+        service=args.service,
         seconds=args.seconds,
         seed=args.seed,
     )

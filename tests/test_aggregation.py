@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiokpl import InvalidRecordError, aggregation
-from aiokpl._core import deaggregation, decoder, encoder, errors, wire
+from aiokpl._core import canonical, deaggregation, decoder, encoder, errors, wire
 from aiokpl._core.hashing import hash_key_of
 from aiokpl.aggregation import (
     FRAMING_OVERHEAD,
@@ -515,14 +515,14 @@ def test_decode_record_length_of_three_bytes() -> None:
 
 def _parse_both(
     body: bytes,
-) -> tuple[decoder._Columns | type[Exception] | None, decoder._Columns | type[Exception]]:
+) -> tuple[canonical.Columns | type[Exception] | None, canonical.Columns | type[Exception]]:
     """What the fast path and the general parser make of a body (None or the exception type)."""
-    fast: decoder._Columns | type[Exception] | None
-    general: decoder._Columns | type[Exception]
+    fast: canonical.Columns | type[Exception] | None
+    general: canonical.Columns | type[Exception]
     buf = frame(body)
     end = len(buf) - wire.DIGEST_SIZE
     try:
-        fast = decoder._parse_canonical(buf, len(MAGIC), end)
+        fast = canonical.parse_canonical(buf, len(MAGIC), end)
     except (IndexError, UnicodeDecodeError, AggregationFormatError) as exc:
         fast = type(exc)
     try:
@@ -550,7 +550,7 @@ def test_fast_key_table_reads_ascii_keys_in_one_piece() -> None:
     keys = ["a", "0123456789", "tab\tand\x12", "x" * 127]
     records = [Record(key, b"%d" % i) for i, key in enumerate(keys)]
     blob = encode(records)
-    table = decoder._fast_key_table(blob, len(MAGIC), len(blob) - wire.DIGEST_SIZE)
+    table = canonical.fast_key_table(blob, len(MAGIC), len(blob) - wire.DIGEST_SIZE)
     assert table is not None
     assert table[0] == keys
     assert blob[table[1]] == 0x1A  # the first record
@@ -572,7 +572,7 @@ def test_fast_key_table_leaves_other_tables_to_the_entry_by_entry_reader(
     records: list[Record],
 ) -> None:
     blob = encode(records)
-    assert decoder._fast_key_table(blob, len(MAGIC), len(blob) - wire.DIGEST_SIZE) is None
+    assert canonical.fast_key_table(blob, len(MAGIC), len(blob) - wire.DIGEST_SIZE) is None
     assert decode(blob) == records
 
 
@@ -595,7 +595,7 @@ def test_fast_key_table_leaves_other_layouts_to_the_entry_by_entry_reader(
     body: bytes, expected: list[Record]
 ) -> None:
     buf = frame(body)
-    assert decoder._fast_key_table(buf, len(MAGIC), len(buf) - wire.DIGEST_SIZE) is None
+    assert canonical.fast_key_table(buf, len(MAGIC), len(buf) - wire.DIGEST_SIZE) is None
     assert decode(buf) == expected
 
 
@@ -607,7 +607,7 @@ def test_fast_record_loop_reads_every_canonical_record_shape(
     def fail(*args: Any) -> Any:
         raise AssertionError("left the fast loop")
 
-    monkeypatch.setattr(decoder, "_parse_records", fail)
+    monkeypatch.setattr(canonical, "parse_records", fail)
     monkeypatch.setattr(decoder, "_parse_general", fail)
     sizes = [0, 1, 100, 122, 123, 124, 125, 126, 127, 128, 129, 200, 16000]
     keys = [f"key-{i}" for i in range(200)]  # indexes of 1 byte, then 2
@@ -659,7 +659,7 @@ BIG = b"\x1a\x80\x01" + b"d" * 128  # a data field of 128 bytes: a 2-byte length
             id="big-3-byte-data-length",
         ),
         pytest.param(
-            [b"\x08\x00\x1a" + wire._varint(20000) + bytes(20000)],
+            [b"\x08\x00\x1a" + wire.varint(20000) + bytes(20000)],
             [Record("a", bytes(20000))],
             id="3-byte-record-length",
         ),
@@ -674,7 +674,7 @@ BIG = b"\x1a\x80\x01" + b"d" * 128  # a data field of 128 bytes: a 2-byte length
 def test_fast_record_loop_leaves_other_records_to_the_slower_ones(
     records: list[bytes], expected: list[Record]
 ) -> None:
-    body = b"\x0a\x01a\x12\x011" + b"".join(b"\x1a" + wire._varint(len(r)) + r for r in records)
+    body = b"\x0a\x01a\x12\x011" + b"".join(b"\x1a" + wire.varint(len(r)) + r for r in records)
     _assert_fast_path_is_exact(body)
     assert decode(frame(body)) == expected
 
@@ -1387,7 +1387,7 @@ def test_a_last_record_running_into_the_digest_is_malformed_on_both_paths() -> N
     first = b"\x1a\x07" + b"\x08\x00\x10\x00\x1a\x01d"
     body = b"\x0a\x01k" + b"\x12\x011" + first + b"\x1a\x09" + b"\x08\x00" + b"\x1a\x05abc"
     buf = frame(body)
-    assert decoder._parse_canonical(buf, len(MAGIC), len(buf) - wire.DIGEST_SIZE) is None
+    assert canonical.parse_canonical(buf, len(MAGIC), len(buf) - wire.DIGEST_SIZE) is None
     with pytest.raises(AggregationFormatError):
         decode(buf)
 

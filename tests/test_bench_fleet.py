@@ -125,6 +125,18 @@ def test_recovery_is_the_time_until_every_later_stretch_is_within_targets() -> N
     assert churn.verdicts["recovery"] is True
 
 
+def test_an_aggregation_cell_is_held_to_the_shard_s_bytes() -> None:
+    # Inside an aggregate a user record costs its key (14 bytes, now in the key table) and its
+    # data (100), plus a few bytes of framing and its share of the aggregate's own key, magic
+    # and checksum: so a shard of 64 KiB/s takes a little under 575 (65,536 / 114) a second.
+    each = fleet.user_record_bytes()
+    assert 114 < each < 114 + 12
+    assert fleet.Cell(aggregation=True).capacity == pytest.approx(2 * 65536 / each)
+    assert 1040 < fleet.Cell(aggregation=True).capacity < 1150
+    assert fleet.Cell(aggregation=False).capacity == 500
+    assert fleet.Cell(server_rate=5000).capacity == 500  # a control: the producers' limit
+
+
 @pytest.mark.integration
 def test_a_tiny_cell_of_real_processes_reads_the_server_s_counts(tmp_path: Path) -> None:
     # Two producer processes for 4 s, offering twice the capacity: the server stored records

@@ -45,7 +45,7 @@ from aiokpl._cli.options import (
     made_of,
     usage_message,
 )
-from aiokpl._cli.put import DeadLetters, PutReport, encode_data, progress_line
+from aiokpl._cli.put_report import DeadLetters, PutReport, encode_data, progress_line
 from aiokpl._cli.reader import StartPosition
 from aiokpl._cli.tail import format_record, parse_timestamp
 from aiokpl._core.errors import ConfigError

@@ -19,7 +19,8 @@ import pytest
 
 from aiokpl import Config, Producer
 from aiokpl._cli.lines import FieldPath, LineParser
-from aiokpl._cli.put import MAX_REPORTED_BAD_LINES, DeadLetters, Input, PutReport, PutRun
+from aiokpl._cli.put import MAX_REPORTED_BAD_LINES, Input, PutRun
+from aiokpl._cli.put_report import DeadLetters, PutReport
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis
 

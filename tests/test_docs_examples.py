@@ -168,7 +168,11 @@ def docstring_sources() -> list[Source]:
                 continue  # constants: their docstring is their type's
             add(f"{module_name}.{name}", obj)
             if inspect.isclass(obj):
-                for member_name, member in vars(obj).items():
+                # Members inherited from aiokpl's own bases too (FakeKinesis's API methods live
+                # in a base class), each once, as the class sees it.
+                own = [c for c in obj.__mro__ if c.__module__.split(".")[0] == "aiokpl"]
+                members = {k: v for c in reversed(own) for k, v in vars(c).items()}
+                for member_name, member in members.items():
                     if not member_name.startswith("_") and isinstance(
                         member, types.FunctionType | classmethod | staticmethod | property
                     ):

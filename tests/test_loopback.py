@@ -23,6 +23,7 @@ from aiokpl import Config, Producer, RecordResult
 from aiokpl._kinesis import create_client, error_of
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis, HttpFaultPlan, LoopbackKinesis, StoredRecord
+from aiokpl.testing._http_faults import draw
 
 _streams = itertools.count()
 
@@ -672,7 +673,7 @@ def test_fault_plan_draws_each_kind() -> None:
         slow_rate=0.2,
         malformed_rate=0.1,
     )
-    kinds = [plan._draw(x) for x in (0.1, 0.3, 0.45, 0.55, 0.7, 0.85, 0.95)]
+    kinds = [draw(plan, x) for x in (0.1, 0.3, 0.45, 0.55, 0.7, 0.85, 0.95)]
     assert [(k.kind, k.after_processing) if k else None for k in kinds] == [
         ("reset_connection", False),
         ("reset_connection", True),

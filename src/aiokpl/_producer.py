@@ -35,128 +35,45 @@ flush waits for the results.
 from __future__ import annotations
 
 import logging
-import math
 import random
-import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._backend import current_clock
+from ._admission import Admission, check_records_argument
 from ._coordination.coordinator import Coordination, _ProducerCoordinator
 from ._core.config import Config
-from ._core.encoder import check_tags
 from ._core.errors import (
     BufferFullError,
-    ConfigError,
-    InvalidRecordError,
-    InvalidRecordTypeError,
-    ProducerClosedError,
 )
-from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
-from ._core.metrics import METRICS, WINDOW_SECONDS, MetricsTable, MetricStatistics
+from ._core.hashing import check_user_record
+from ._core.metrics import METRICS, WINDOW_SECONDS, MetricStatistics
 from ._core.results import RecordResult
-from ._core.statistics import ProducerStatistics, SenderStatistics, StreamStatistics
+from ._core.statistics import ProducerStatistics, StreamStatistics
 from ._core.wire import Tags
-from ._kinesis import KinesisClient, RegionalClients, check_region, create_client, fixed_region
-from ._metrics.recorder import MetricsRecorder, MetricsSink
-from ._metrics.runner import MetricsRunner
+from ._intake import Intake
+from ._kinesis import KinesisClient, create_client
+from ._metrics.recorder import MetricsSink
 from ._outcome import Outcome
 from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
-from ._pipeline.sender import Sender
-from ._pipeline.shard_map import MissingStreamsLog
-from ._pipeline.stream import StreamPipeline
-from ._record import TaggedRecord, UserRecord
+from ._runtime import Runtime, check_arguments
+from ._streams import Streams
 
 if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
+    from ._pipeline.sender import Sender
 
-__all__ = ("Producer", "ProducerPort", "ProducerStatistics", "StreamStatistics")
+__all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
 
 logger = logging.getLogger("aiokpl")
 
 
-# Seconds: a record's arrival is the time of the first put of the millisecond it was put
-# in (at most 1 ms early), so its deadline and expiry err early, never late.
-_STAMP_RESOLUTION = 0.001
-_thread_id = threading.get_ident
+# The code and message of the records still outstanding when the producer is cancelled.
+_CANCELLED = ("Cancelled", "the producer was cancelled before delivery")
 _YIELD_EVERY_MASK = 255  # put_record yields to the event loop once every 256 calls
-
-
-_RECORD_SHAPES = (
-    "a record is a (partition_key, data), (partition_key, data, explicit_hash_key) or "
-    "(partition_key, data, explicit_hash_key, tags) sequence"
-)
-
-
-def _check_records_argument(records: object) -> None:
-    """Refuse a ``records`` argument that is not a collection of records, naming it.
-
-    ``None`` or a number would fail with Python's bare "not iterable"; a string, bytes or a
-    mapping would be iterated into characters, ints or keys, each then refused as a record
-    with a message about ``records[0]`` that hides the real mistake.
-    """
-    if isinstance(records, str | bytes | bytearray | memoryview | Mapping) or not isinstance(
-        records, Iterable
-    ):
-        raise InvalidRecordTypeError(
-            "records must be an iterable (a list, say) of records, where "
-            f"{_RECORD_SHAPES}; got {type(records).__name__}"
-        )
-
-
-def _fields_of(record: Any) -> tuple[Any, Any, Any, Any]:
-    """``(partition_key, data, explicit_hash_key, tags)`` of one item given to ``put_records``."""
-    if isinstance(record, str | bytes | bytearray | memoryview) or not isinstance(record, Sequence):
-        raise InvalidRecordTypeError(f"{_RECORD_SHAPES}, not {type(record).__name__}")
-    if len(record) == 2:
-        return record[0], record[1], None, None
-    if len(record) == 3:
-        return record[0], record[1], record[2], None
-    if len(record) == 4:
-        return record[0], record[1], record[2], record[3]
-    raise InvalidRecordTypeError(f"{_RECORD_SHAPES}, not one of length {len(record)}")
-
-
-# A stream's pipeline with no record outstanding, and none put through it between two looks
-# this far apart, is released (its shard map, limiter state and connection lane): state does
-# not grow with every stream name ever used. A later put builds it again.
-IDLE_SWEEP_SECONDS = 60.0
-
-
-# What a producer not started yet reports of its requests.
-_NO_REQUESTS = SenderStatistics(
-    requests_sent=0, requests_failed=0, in_flight=0, queued=0, backing_off=0
-)
-
-
-async def _shielded(close: Callable[..., Awaitable[Any]], *args: Any) -> None:
-    """Run ``close(*args)`` shielded from cancellation (an exit that must finish)."""
-    with anyio.CancelScope(shield=True):
-        await close(*args)
-
-
-async def _close_task_group(task_group: TaskGroup) -> None:
-    """Cancel ``task_group`` and wait for its tasks (given no exception: it has its own)."""
-    task_group.cancel_scope.cancel()
-    await task_group.__aexit__(None, None, None)
-
-
-class _IdleSweep:
-    """The scheduler entry that looks for idle stream pipelines, every IDLE_SWEEP_SECONDS."""
-
-    __slots__ = ("producer",)
-
-    def __init__(self, producer: Producer) -> None:
-        self.producer = producer
-
-    def on_due(self, now: float) -> None:
-        self.producer._release_idle_streams(now)
 
 
 class Producer:
@@ -205,65 +122,39 @@ class Producer:
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
-        if jitter_source is not None and not isinstance(jitter_source, random.Random):
-            raise TypeError(
-                f"jitter_source must be a random.Random, not {type(jitter_source).__name__}"
-            )
-        # One generator for all of this producer's jitter: the global one is shared with the
-        # rest of the process, so a schedule drawn from it could never be replayed.
-        self._jitter = random.Random() if jitter_source is None else jitter_source
-        if coordination is not None and not isinstance(coordination, Coordination):
-            raise TypeError(
-                "coordination must be an aiokpl.coordination.Coordination, "
-                f"not {type(coordination).__name__}"
-            )
-        self._coordination = coordination
-        self._coordinator: _ProducerCoordinator | None = None
-        self._sinks = tuple(metrics_sinks)
-        for sink in self._sinks:
-            if not isinstance(sink, MetricsSink):
-                raise TypeError(f"{sink!r} is not a MetricsSink (open, publish, aclose)")
-        self._metrics: MetricsRecorder | None = None
-        if config.metrics_level != "none":
-            table = MetricsTable(config.metrics_level, config.metrics_granularity)
-            self._metrics = MetricsRecorder(table)
-        elif self._sinks:
-            raise ConfigError(
-                "metrics_sinks need Config.metrics_level 'summary' or 'detailed'; it is 'none'"
-            )
+        jitter, sinks, self._metrics = check_arguments(
+            config, coordination, metrics_sinks, jitter_source
+        )
         self.config = config
-        self._given_client = client
-        self._client: Any = client
         self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit
-        self._region: str | None = None  # the only region it writes to; None: any ARN's
-        self._task_group: TaskGroup | None = None
-        self._scheduler = Scheduler()
-        self._missing_streams = MissingStreamsLog(self._scheduler)
-        self._clock: Callable[[], float] = anyio.current_time
-        self._sender: Sender | None = None
-        self._streams: dict[str, StreamPipeline] = {}
-        self._thread: int | None = None  # the event loop's thread, from __aenter__ on
-        self._released_expired_unsent = 0  # of the pipelines released while idle
         self._started = False
-        self._closed = False
-        self._ledger = ledger = ResultLedger(config, self._metrics, self._clock)
+        scheduler = Scheduler()
+        self._ledger = ledger = ResultLedger(config, self._metrics, anyio.current_time)
         # Hot path: the ledger's dict, shared, so a put reaches it in one attribute lookup, not
         # two (one lookup, about 15 ns of a put, timeit).
         self._outstanding = ledger.outstanding
-        self._failures = ledger.failures
         self._finish = ledger.finish
-        self._exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
-        self._seq = 0
+        self._stream_set = streams = Streams(config, scheduler, self._metrics, jitter.random)
+        self._streams = streams.pipelines  # hot path: one lookup from a put
+        self._pipeline_of = streams.pipeline_of
         self._puts = 0
-        buffered = config.record_max_buffered_time_ms / 1000
-        ttl = config.record_ttl_ms / 1000
-        self._buffered = buffered
-        self._ttl = ttl
-        # (arrival, deadline, expiry) of the latest millisecond's puts; see _enqueue.
-        self._stamps = (-math.inf, -math.inf, -math.inf)
-        self._max_records = config.max_outstanding_records
+        # The rules a put must pass (its region is known once the producer starts), and the
+        # way in of what passes; the put paths' steps, bound once.
+        self._admission = admission = Admission(config)
+        self._intake = intake = Intake(
+            config, admission, ledger, streams.pipelines, streams.pipeline_of, anyio.current_time
+        )
+        self._accept_stream = intake.accept_stream
+        self._check_thread = intake.check_thread
+        self._check_still_open = intake.check_still_open
+        self._has_room = intake.has_room
+        self._wait_for_room = intake.wait_for_room
+        self._enqueue = intake.enqueue
+        self._max_records = config.max_outstanding_records  # hot path: read in put_record
         self._max_bytes = config.max_outstanding_bytes
         self._max_record_size = config.max_record_size
+        parts = (admission, ledger, streams, intake, scheduler)
+        self._runtime = Runtime(config, client, coordination, sinks, self._metrics, jitter, parts)
 
     # --- lifecycle ------------------------------------------------------------------------
     async def __aenter__(self) -> Producer:
@@ -275,54 +166,15 @@ class Producer:
         try:
             await self._start(stack)
         except BaseException:
-            self._closed = True
+            self._intake.closed = True
             await stack.aclose()
             raise
         self._stack = stack
         return self
 
     async def _start(self, stack: AsyncExitStack) -> None:
-        if self._client is None:
-            clients = RegionalClients(self.config, create_client)
-            self._client = await clients.__aenter__()
-            stack.push_async_callback(_shielded, clients.__aexit__, None, None, None)
-        self._region = fixed_region(self.config, self._client)
-        self._clock = self._ledger.clock = current_clock()
-        self._thread = _thread_id()
-        runner = None
-        if self._metrics is not None:
-            runner = MetricsRunner(
-                self._metrics, self._sinks, self.config, self._clock, self._outstanding_by_stream
-            )
-            await stack.enter_async_context(runner)  # opens the sinks; the last upload at exit
-        stack.push_async_callback(self._settle_outstanding)
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        stack.push_async_callback(_close_task_group, task_group)
-        self._task_group = task_group
-        self._failures.task_group = task_group
-        self._sender = Sender(
-            self._client,
-            task_group,
-            self._clock,
-            self._scheduler,
-            max_connections=self.config.max_connections,
-            request_timeout=self.config.request_timeout_ms / 1000,
-            # A stream with steady traffic sends at least once per buffered time.
-            active_window=1.0 + self.config.record_max_buffered_time_ms / 1000,
-        )
-        task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
-        self._scheduler.call_at(self._clock() + IDLE_SWEEP_SECONDS, _IdleSweep(self))
-        if self._coordination is not None:
-            self._coordinator = _ProducerCoordinator(
-                self._coordination, self.config, self._clock, self._jitter
-            )
-            task_group.start_soon(self._coordinator.run, name="aiokpl coordination")
-        if runner is not None:
-            runner.start(task_group)
-
-    def _outstanding_by_stream(self) -> dict[str, int]:
-        return self._ledger.outstanding_by_stream(self._streams)
+        # This module's names, where tests replace them.
+        await self._runtime.start(stack, create_client, _ProducerCoordinator)
 
     async def __aexit__(
         self,
@@ -330,176 +182,30 @@ class Producer:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool | None:
-        self._closed = True
+        self._intake.closed = True
         stack = self._stack
         assert stack is not None
         cancelled = anyio.get_cancelled_exc_class()
         try:
             if exc_type is None or not issubclass(exc_type, cancelled):
                 # Every record gets its chance: at most its TTL plus one request.
-                limit = self._ttl + self.config.request_timeout_ms / 1000 + 1.0
+                config = self.config
+                limit = config.record_ttl_ms / 1000 + config.request_timeout_ms / 1000 + 1.0
                 with anyio.move_on_after(limit):
                     await self.flush()  # no put can come in now: this waits for all
         except cancelled:
-            self._exit_code = ("Cancelled", "the producer was cancelled before delivery")
+            self._runtime.exit_code = _CANCELLED
             raise
         finally:
             if exc_type is not None and issubclass(exc_type, cancelled):
-                self._exit_code = ("Cancelled", "the producer was cancelled before delivery")
+                self._runtime.exit_code = _CANCELLED
             # Unwinds what __aenter__ started, last first: the task group is cancelled and
             # waited for, outstanding records fail with the exit code and their failure
             # callbacks drain, the metrics make their last upload, the owned client closes.
             await stack.aclose()
         return None
 
-    async def _settle_outstanding(self) -> None:
-        """At exit, once the task group has ended: fail what is outstanding, drain callbacks."""
-        self._failures.task_group = None
-        code, message = self._exit_code
-        sender = self._sender
-        self._ledger.fail_outstanding(code, message, sender.unanswered() if sender else ())
-        self._missing_streams.on_due(self._clock())  # a warning still gathering streams
-        self._scheduler.clear()
-        await self._failures.drain(self.config.request_timeout_ms / 1000)
-
     # --- putting --------------------------------------------------------------------------
-    def _accept_stream(self, stream: str) -> None:
-        """Check that a put to ``stream`` may go ahead: at once for a stream already in use."""
-        try:
-            if stream in self._streams and not self._closed and _thread_id() == self._thread:
-                return  # most puts
-        except TypeError:  # unhashable: certainly not a stream name, as the check says
-            pass
-        self._check_thread()
-        if self._closed:
-            raise ProducerClosedError("the producer is closed; create a new one to put records")
-        if self._task_group is None:
-            raise RuntimeError("the producer is not started: use it with `async with`")
-        check_stream_name(stream)
-        arn = parse_stream_arn(stream)
-        if arn is not None:
-            check_region(arn, stream, self._region)
-
-    async def _wait_for_room(self, size: int, count: int = 1) -> None:
-        """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
-        while not self._has_room(size, count):
-            await self._ledger.wait_for_room()
-            self._check_still_open()
-
-    def _release_idle_streams(self, now: float) -> None:
-        """Release the pipelines of streams idle since the last sweep; schedule the next."""
-        streams = self._streams
-        busy = self._ledger.streams_busy()
-        for name, pipeline in list(streams.items()):
-            # idle_since_last_look runs for every stream: each look records what it saw.
-            if pipeline.idle_since_last_look() and name not in busy:
-                del streams[name]
-                pipeline.close()
-                self._released_expired_unsent += pipeline.expired
-                if self._sender is not None:
-                    self._sender.forget(pipeline)
-                if self._coordinator is not None:
-                    self._coordinator.detach(name)
-                logger.debug("released the idle pipeline of stream %r", name)
-        if self._metrics is not None:
-            self._metrics.prune(now)
-        self._scheduler.call_at(now + IDLE_SWEEP_SECONDS, _IdleSweep(self))
-
-    def _check_thread(self) -> None:
-        """Refuse a call from another thread than the event loop's that entered the producer.
-
-        Its stages are not thread-safe, and a record put from a foreign loop would never get
-        its result (or crash that loop, on trio).
-        """
-        if self._thread is not None and _thread_id() != self._thread:
-            raise RuntimeError(
-                "this Producer runs on the event loop of another thread; call it only from "
-                "that loop. To put records from other threads, use aiokpl.SyncProducer"
-            )
-
-    def _check_still_open(self) -> None:
-        """After every await on a put path: the producer may have closed meanwhile."""
-        if self._closed:
-            raise ProducerClosedError("the producer closed while this put waited")
-
-    def _client_for(self, stream: str) -> Any:
-        """The client that serves ``stream``: its region's, when the producer opened them."""
-        client = self._client
-        return client.client_for(stream) if isinstance(client, RegionalClients) else client
-
-    def _pipeline_of(self, stream: str) -> StreamPipeline:
-        """The stream's pipeline, started on its first record."""
-        pipeline = self._streams.get(stream)
-        if pipeline is None:
-            assert self._task_group is not None
-            assert self._sender is not None
-            pipeline = self._streams[stream] = StreamPipeline(
-                stream,
-                self.config,
-                client=self._client_for(stream),
-                task_group=self._task_group,
-                scheduler=self._scheduler,
-                clock=self._clock,
-                sender=self._sender,
-                ledger=self._ledger,
-                metrics=self._metrics,
-                coordinator=self._coordinator,
-                random_value=self._jitter.random,
-                missing_log=self._missing_streams,
-            )
-        return pipeline
-
-    def _has_room(self, size: int, count: int = 1) -> bool:
-        return (
-            len(self._outstanding) + count <= self._max_records
-            and self._ledger.outstanding_bytes + size <= self._max_bytes
-        )
-
-    def _check_tags(self, tags: Tags, key: str, size: int, ehk: str | None) -> tuple[bytes, int]:
-        """Validate a put's ``tags`` (not ``None``): their encoding, and the record's size."""
-        encoded, size = check_tags(tags, key, size, ehk, self._max_record_size)
-        if encoded and not self.config.aggregation_enabled:
-            raise InvalidRecordError(
-                "tags need aggregation (Config.aggregation_enabled is False): a record sent "
-                "raw has no place for them"
-            )
-        return encoded, size
-
-    def _enqueue(
-        self,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes = b"",
-    ) -> Outcome[RecordResult]:
-        # Hot path: the stream's pipeline read inline, the call only for a new stream (37 ns
-        # per put, 39 vs 75 ns, timeit).
-        pipeline = self._streams.get(stream) or self._pipeline_of(stream)
-        # Hot path: records put within the same millisecond share one arrival, deadline and
-        # expiry (96 bytes less per record: four 24-byte floats with last_end, sys.getsizeof).
-        now = self._clock()
-        stamps = self._stamps
-        if now - stamps[0] >= _STAMP_RESOLUTION:
-            stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
-        arrival, deadline, expires_at = stamps
-        self._seq += 1
-        ledger = self._ledger
-        if tags:
-            record: UserRecord = TaggedRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, ledger.epoch, tags
-            )
-        else:
-            record = UserRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, ledger.epoch
-            )
-        self._outstanding[record] = None
-        ledger.outstanding_bytes += size
-        pipeline.put(record, hash_key)
-        return record
-
     async def put_record(
         self,
         *,
@@ -547,7 +253,7 @@ class Producer:
         )
         encoded_tags = b""
         if tags is not None:
-            encoded_tags, size = self._check_tags(tags, key, size, ehk)
+            encoded_tags, size = self._admission.check_tags(tags, key, size, ehk)
         self._puts += 1
         if not self._puts & _YIELD_EVERY_MASK:
             # A tight loop of puts must let the stages run (sends, deadlines, the shard map).
@@ -589,12 +295,10 @@ class Producer:
         )
         encoded_tags = b""
         if tags is not None:
-            encoded_tags, size = self._check_tags(tags, key, size, ehk)
+            encoded_tags, size = self._admission.check_tags(tags, key, size, ehk)
         if not self._has_room(size):
             raise BufferFullError(
-                f"the producer holds {len(self._outstanding)} records / "
-                f"{self._ledger.outstanding_bytes} bytes (max_outstanding_records="
-                f"{self._max_records}, max_outstanding_bytes={self._max_bytes})"
+                self._admission.holds(len(self._outstanding), self._ledger.outstanding_bytes)
             )
         return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
 
@@ -633,7 +337,7 @@ class Producer:
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         self._accept_stream(stream)
-        _check_records_argument(records)
+        check_records_argument(records)
         if stream not in self._streams:
             # A new stream: start loading its shard map now, before a large group takes its
             # time to be validated and enqueued, so that the group finds the map loaded (or
@@ -641,93 +345,14 @@ class Producer:
             self._pipeline_of(stream)
             await anyio.lowlevel.checkpoint()
             self._check_still_open()
-        accepted, size, tagged = self._accept_many(stream, records)
+        self._accept_stream(stream)  # again: the producer may have closed meanwhile
+        accepted, size, tagged = self._admission.check_many(records)
         count = len(accepted)
-        if count > self._max_records or size > self._max_bytes:
-            raise InvalidRecordError(
-                f"records: {count} records of {size} bytes can never be outstanding at once "
-                f"(max_outstanding_records={self._max_records}, max_outstanding_bytes="
-                f"{self._max_bytes}); put them in smaller groups"
-            )
+        self._admission.check_group(count, size)
         await anyio.lowlevel.checkpoint()
         self._check_still_open()
         await self._wait_for_room(size, count)
-        return self._enqueue_many(stream, accepted, size, tagged)
-
-    def _accept_many(
-        self, stream: str, records: Iterable[Sequence[Any]]
-    ) -> tuple[list[tuple[str, int, bytes, int, str | None]], int, dict[int, bytes] | None]:
-        """Validate a group of puts; returns them as ``check_user_record`` does, their size,
-        and the encoded tags of those that have some, by index (``None`` if none has)."""
-        self._accept_stream(stream)
-        check = check_user_record
-        limit = self._max_record_size
-        accepted = []
-        tagged: dict[int, bytes] | None = None
-        size = 0
-        index = 0
-        try:
-            for index, record in enumerate(records):
-                if type(record) is tuple and len(record) == 2:
-                    item = check(record[0], record[1], None, limit)
-                else:
-                    key, data, ehk, tags = _fields_of(record)
-                    item = check(key, data, ehk, limit)
-                    if tags is not None:
-                        encoded, record_size = self._check_tags(tags, item[0], item[1], item[4])
-                        if encoded:
-                            item = (item[0], record_size, item[2], item[3], item[4])
-                            if tagged is None:
-                                tagged = {}
-                            tagged[index] = encoded
-                size += item[1]
-                accepted.append(item)
-        except (InvalidRecordError, InvalidRecordTypeError) as exc:
-            raise type(exc)(f"records[{index}]: {exc}") from None
-        return accepted, size, tagged
-
-    def _enqueue_many(
-        self,
-        stream: str,
-        accepted: list[tuple[str, int, bytes, int, str | None]],
-        size: int,
-        tagged: dict[int, bytes] | None = None,
-    ) -> list[Outcome[RecordResult]]:
-        pipeline = self._pipeline_of(stream)
-        # Hot path: one set of timestamps for the group, shared by its records (96 bytes per
-        # record, as in _enqueue, sys.getsizeof).
-        now = self._clock()
-        deadline = now + self._buffered
-        expires_at = now + self._ttl
-        epoch = self._ledger.epoch
-        outstanding = self._outstanding
-        put = pipeline.put
-        self._seq += len(accepted)
-        self._ledger.outstanding_bytes += size
-        outcomes: list[Outcome[RecordResult]] = []
-        if tagged is None:
-            for key, record_size, payload, hash_key, ehk in accepted:
-                record = UserRecord(
-                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
-                )
-                outstanding[record] = None
-                put(record, hash_key)
-                outcomes.append(record)
-            return outcomes
-        for index, (key, record_size, payload, hash_key, ehk) in enumerate(accepted):
-            tags = tagged.get(index)
-            if tags is None:
-                record = UserRecord(
-                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch
-                )
-            else:
-                record = TaggedRecord(
-                    stream, key, payload, ehk, record_size, now, deadline, expires_at, epoch, tags
-                )
-            outstanding[record] = None
-            put(record, hash_key)
-            outcomes.append(record)
-        return outcomes
+        return self._intake.enqueue_many(stream, accepted, size, tagged)
 
     def _put_validated(
         self,
@@ -750,12 +375,6 @@ class Producer:
         return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
 
     # --- flushing -------------------------------------------------------------------------
-    def _flush_now(self, stream: str | None) -> None:
-        now = self._clock()
-        for name, pipeline in list(self._streams.items()):
-            if stream is None or name == stream:
-                pipeline.flush(now)
-
     async def flush(self, stream: str | None = None) -> None:
         """Send everything buffered now and wait for the results of all earlier puts.
 
@@ -765,10 +384,23 @@ class Producer:
         longer than one request. Bound it with ``anyio.fail_after`` if needed.
         """
         self._check_thread()
-        self._flush_now(stream)
+        self._stream_set.flush(stream)
         await self._ledger.wait_flushed(stream)
 
     # --- introspection --------------------------------------------------------------------
+    # The running parts as the tests look at them (read-only).
+    @property
+    def _clock(self) -> Callable[[], float]:
+        return self._intake.clock
+
+    @property
+    def _sender(self) -> Sender | None:
+        return self._runtime.sender
+
+    @property
+    def _coordinator(self) -> _ProducerCoordinator | None:
+        return self._runtime.coordinator
+
     @property
     def outstanding_records(self) -> int:
         """Records between ``put_record`` and their result."""
@@ -805,19 +437,19 @@ class Producer:
         metrics = self._metrics
         if metrics is None:
             return []
-        now = self._clock()
-        if self._task_group is not None:
-            metrics.sample(self._outstanding_by_stream(), now, pending=False)
+        now = self._intake.clock()
+        if self._intake.running:
+            metrics.sample(self._runtime.outstanding_by_stream(), now, pending=False)
         return metrics.table.window(now, window, name)
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the producer's counters and of every stream's pipeline."""
-        sender = self._sender.statistics() if self._sender is not None else _NO_REQUESTS
-        streams = tuple(p.statistics() for p in self._streams.values())
+        sender = self._runtime.sender_statistics()
+        streams = self._stream_set.statistics()
         return ProducerStatistics(
             outstanding_records=len(self._outstanding),
             outstanding_bytes=self._ledger.outstanding_bytes,
-            records_put=self._seq,
+            records_put=self._intake.seq,
             records_succeeded=self._ledger.succeeded,
             records_failed=self._ledger.failed,
             requests_sent=sender.requests_sent,
@@ -825,57 +457,17 @@ class Producer:
             requests_in_flight=sender.in_flight,
             requests_queued=sender.queued,
             streams=streams,
-            failure_callbacks_pending=self._failures.pending,
-            failure_callback_errors=self._failures.callback_errors,
-            records_expired_unsent=self._released_expired_unsent
+            failure_callbacks_pending=self._ledger.failures.pending,
+            failure_callback_errors=self._ledger.failures.callback_errors,
+            records_expired_unsent=self._stream_set.released_expired_unsent
             + sum(s.expired_unsent for s in streams),
             requests_backing_off=sender.backing_off,
         )
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "running" if self._started else "not started"
+        state = "closed" if self._intake.closed else "running" if self._started else "not started"
         return (
             f"<Producer {state} streams={len(self._streams)} "
             f"outstanding_records={len(self._outstanding)} "
             f"outstanding_bytes={self._ledger.outstanding_bytes}>"
         )
-
-
-class _PutValidated(Protocol):
-    def __call__(
-        self,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes = b"",
-        *,
-        force: bool = False,
-    ) -> Outcome[RecordResult] | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerPort:
-    """What :class:`aiokpl.SyncProducer` needs of a running producer beyond its public API.
-
-    The bound methods themselves, not wrappers: the sync pump calls ``put_validated`` once
-    per record, and a port adds no call to that (59 ns per record against a wrapper method,
-    65 vs 124 ns, timeit).
-
-    Attributes:
-        put_validated: put a record validated elsewhere (in the caller's thread); ``None``
-            when there is no room, unless ``force``.
-        flush_now: send everything buffered (of a stream, or all) without waiting.
-        region: the one region the producer writes to; ``None`` if any ARN's.
-    """
-
-    put_validated: _PutValidated
-    flush_now: Callable[[str | None], None]
-    region: str | None
-
-    @classmethod
-    def of(cls, producer: Producer) -> ProducerPort:
-        """The port of ``producer``, entered (its region is known once it started)."""
-        return cls(producer._put_validated, producer._flush_now, producer._region)

@@ -12,7 +12,10 @@ module is that format, for consumers and for tests:
 * ``decode`` / ``is_aggregated``: the same on raw bytes, strictly;
 * ``encode`` and ``AggregateBuilder``: build aggregates yourself;
 * ``Tag``: a user record's tag (the format's ``Record.tags``), as ``put_record(tags=...)``
-  writes and ``deaggregate`` returns them.
+  writes and ``deaggregate`` returns them;
+* ``Deduper``: drops the copies of user records it has already seen, by the producer identity
+  in their tags (``identity_tag``, ``identity_of``; the ``aiokpl.id`` tag), in bounded memory,
+  with an optional ``DeduperStore`` (``JsonFileStore``) for consumers that restart.
 
 Example:
     ```python
@@ -35,28 +38,50 @@ from ._core.decoder import is_aggregated as is_aggregated
 from ._core.encoder import AggregateBuilder as AggregateBuilder
 from ._core.encoder import encode as encode
 from ._core.errors import AggregationFormatError as AggregationFormatError
+from ._core.identity import IDENTITY_KEY as IDENTITY_KEY
+from ._core.identity import Identity as Identity
+from ._core.identity import IdentityTagError as IdentityTagError
+from ._core.identity import identity_of as identity_of
+from ._core.identity import identity_tag as identity_tag
+from ._core.identity import new_producer_id as new_producer_id
 from ._core.wire import FRAMING_OVERHEAD as FRAMING_OVERHEAD
 from ._core.wire import MAGIC as MAGIC
 from ._core.wire import DeaggregatedRecord as DeaggregatedRecord
 from ._core.wire import Record as Record
 from ._core.wire import Tag as Tag
 from ._core.wire import Tags as Tags
+from ._dedupe import Deduper as Deduper
+from ._dedupe import DeduperStatistics as DeduperStatistics
+from ._dedupe import DeduperStore as DeduperStore
+from ._dedupe import JsonFileStore as JsonFileStore
+from ._dedupe import Verdict as Verdict
 from ._public import present_as_public as _present_as_public
 
 __all__ = (
     "FRAMING_OVERHEAD",
+    "IDENTITY_KEY",
     "MAGIC",
     "AggregateBuilder",
     "AggregationFormatError",
     "DeaggregatedRecord",
+    "Deduper",
+    "DeduperStatistics",
+    "DeduperStore",
+    "Identity",
+    "IdentityTagError",
+    "JsonFileStore",
     "Record",
     "Tag",
     "Tags",
+    "Verdict",
     "deaggregate",
     "deaggregate_records",
     "decode",
     "encode",
+    "identity_of",
+    "identity_tag",
     "is_aggregated",
+    "new_producer_id",
 )
 
 # Tracebacks and reprs name aiokpl.aggregation.X, the name to import, not the private module.

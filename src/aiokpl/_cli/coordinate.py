@@ -13,8 +13,6 @@ import logging
 import sys
 from typing import Any
 
-import anyio
-
 from .._coordination.coordinator import run_summarizer
 from .._coordination.stores import DynamoDBStore, S3Store
 from .._core.errors import ConfigError
@@ -28,6 +26,7 @@ from .options import (
     setup_problem,
     usage_message,
 )
+from .options import run as run_async
 
 __all__ = ("add_parser",)
 
@@ -99,7 +98,7 @@ async def _run(args: argparse.Namespace) -> None:
 def _coordinate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
-        anyio.run(_run, args, backend=args.backend)
+        run_async(_run, args, backend=args.backend)
     except ConfigError as exc:  # no region: said in the command line's words
         print(f"aiokpl coordinate: {usage_message(exc)}", file=sys.stderr)
         return EXIT_USAGE

@@ -34,6 +34,7 @@ from .options import (
     EXIT_USAGE,
     add_backend_option,
     interrupted,
+    run,
 )
 
 __all__ = ("DemoReport", "add_parser", "run_demo")
@@ -239,7 +240,7 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         with _sigterm_interrupts() as received, moto_server() as endpoint:
             print(f"local Kinesis (moto) at {endpoint}", file=sys.stderr)
-            report = anyio.run(
+            report = run(
                 lambda: run_demo(
                     endpoint, count=args.count, size=args.size, shards=args.shards, keys=args.keys
                 ),

@@ -391,6 +391,13 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         "until Ctrl-C or SIGTERM (exit status 0). Needs the local extra: "
         "pip install 'aiokpl[local]'.",
     )
+    _add_server_options(local)
+    _add_fault_options(local)
+    local.set_defaults(handler=run_local_command)
+
+
+def _add_server_options(local: argparse.ArgumentParser) -> None:
+    """Where the server listens, the streams it starts with, and what it logs."""
     local.add_argument(
         "--port",
         type=int,
@@ -422,6 +429,10 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="print the web server's line for every request on stderr (default: errors only)",
     )
+
+
+def _add_fault_options(local: argparse.ArgumentParser) -> None:
+    """AWS's per-shard write limits and the faults the server adds (``_shard_limits``)."""
     limits = local.add_argument_group("throttling and faults")
     limits.add_argument(
         "--throttle",
@@ -480,4 +491,3 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         metavar="S",
         help="how late a --hang-stream's requests are answered (default: %(default)g)",
     )
-    local.set_defaults(handler=run_local_command)

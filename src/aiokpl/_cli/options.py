@@ -28,10 +28,13 @@ import importlib.util
 import math
 import re
 import sys
+import warnings
+from collections.abc import Awaitable, Callable
 from html import unescape
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+import anyio
 import botocore.exceptions
 
 from .._core.config import Config
@@ -76,12 +79,19 @@ MAX_SERVICE_MESSAGE = 200
 """Longest service error message printed (an endpoint that is not Kinesis may send pages)."""
 
 
+class ArgumentGroup(Protocol):
+    """Where options are added: a parser or one of its groups (argparse's group class is
+    private, so its one method used here is named instead)."""
+
+    def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action: ...
+
+
 def add_global_options(
     parser: argparse.ArgumentParser,
     *,
     top_level: bool,
     endpoint_help: str = "Kinesis endpoint instead of the region's (e.g. a local server)",
-) -> argparse._ArgumentGroup:
+) -> ArgumentGroup:
     """Add the global options to ``parser``; returns their group.
 
     Args:
@@ -191,7 +201,7 @@ def service_message(message: str) -> str:
     return message
 
 
-def add_backend_option(parser: Any, *, top_level: bool) -> None:
+def add_backend_option(parser: ArgumentGroup, *, top_level: bool) -> None:
     """Add ``--backend asyncio|trio`` (alone: ``demo`` takes it without the AWS options)."""
     parser.add_argument(
         "--backend",
@@ -307,3 +317,20 @@ def interrupted(exc: BaseException) -> bool:
     if made_of(exc, KeyboardInterrupt):
         return True
     return sys.version_info < (3, 11) and made_of(exc, asyncio.CancelledError)
+
+
+_T = TypeVar("_T")
+
+
+def run(func: Callable[..., Awaitable[_T]], *args: object, backend: str) -> _T:
+    """``anyio.run(func, *args, backend=backend)``, quiet about the coroutine a Ctrl-C orphans.
+
+    Trio delivers ``KeyboardInterrupt`` wherever the program stands, so it can strike between
+    ``producer.put_record(...)`` making its coroutine and the ``await`` that would start it;
+    Python then warns that the coroutine "was never awaited", a second line after the
+    command's one-line "interrupted" (seen on Python 3.10). Only that warning, only during the
+    run, is silenced: the interrupt itself is reported as always.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"coroutine '.*' was never awaited", RuntimeWarning)
+        return anyio.run(func, *args, backend=backend)

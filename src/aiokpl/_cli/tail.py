@@ -34,6 +34,7 @@ from .options import (
     service_message,
     usage_message,
 )
+from .options import run as run_async
 from .reader import StartPosition, TailError, tail_stream
 
 __all__ = ("add_parser", "format_record", "parse_timestamp")
@@ -235,7 +236,7 @@ def run_tail_command(
         print(f"aiokpl tail: {exc}", file=stderr)
         return EXIT_USAGE
     try:
-        return anyio.run(_tail_main, config, args, stdout, stderr, backend=args.backend)
+        return run_async(_tail_main, config, args, stdout, stderr, backend=args.backend)
     except BaseException as exc:
         if interrupted(exc):
             return EXIT_OK

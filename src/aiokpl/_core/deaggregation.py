@@ -2,7 +2,7 @@
 
 Splits the Kinesis records a consumer receives (boto3's ``get_records``, a Lambda Kinesis event)
 into user records, passing records that are not framed as aggregates through unchanged; the
-bodies are read by ``decoder``'s ``_parse``.
+bodies are read by ``decoder``'s ``parse_body``.
 
 Invariants:
 
@@ -30,10 +30,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
-from .decoder import _parse, _tuple_new
+from .decoder import parse_body, tuple_new
 from .errors import AggregationFormatError
 from .hashing import MAX_HASH_KEY, hash_key_of
-from .wire import _MAGIC_SIZE, DIGEST_SIZE, MAGIC, DeaggregatedRecord
+from .wire import DIGEST_SIZE, MAGIC, MAGIC_SIZE, DeaggregatedRecord
 
 __all__ = (
     "deaggregate",
@@ -226,12 +226,12 @@ def _deaggregate(
         data = bytes(data)
     end = len(data) - DIGEST_SIZE
     if (
-        end > _MAGIC_SIZE
-        and data[:_MAGIC_SIZE] == MAGIC
-        and hashlib.md5(memoryview(data)[_MAGIC_SIZE:end], usedforsecurity=False).digest()
+        end > MAGIC_SIZE
+        and data[:MAGIC_SIZE] == MAGIC
+        and hashlib.md5(memoryview(data)[MAGIC_SIZE:end], usedforsecurity=False).digest()
         == data[end:]
     ):
-        partition_keys, datas, explicit_hash_keys, tags = _parse(data, _MAGIC_SIZE, end)
+        partition_keys, datas, explicit_hash_keys, tags = parse_body(data, MAGIC_SIZE, end)
         # zip stops at the first column's end: the others may be longer, or endless.
         rows = zip(
             partition_keys,
@@ -243,7 +243,7 @@ def _deaggregate(
             repeat(timestamp),
             repeat(()) if tags is None else tags,
         )
-        user_records = map(_tuple_new, repeat(DeaggregatedRecord), rows)
+        user_records = map(tuple_new, repeat(DeaggregatedRecord), rows)
         return user_records if key_range is None else _in_range(user_records, key_range)
     return [DeaggregatedRecord(partition_key, data, None, sequence_number, 0, False, timestamp)]
 

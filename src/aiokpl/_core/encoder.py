@@ -36,15 +36,15 @@ from typing import Any, cast
 
 from .errors import InvalidRecordError, InvalidRecordTypeError
 from .wire import (
-    _CACHE,
-    _TAG3_LEN,
     FRAMING_OVERHEAD,
     MAGIC,
+    TAG3_LEN,
+    VARINT_CACHE,
     Record,
     Tags,
-    _tag3_len,
-    _varint,
-    _varint_len,
+    tag3_len,
+    varint,
+    varint_len,
 )
 
 __all__ = (
@@ -121,11 +121,11 @@ def encode_tags(tags: Tags | None) -> bytes:
             )
         key, value = pair
         encoded = _tag_text(key, "key", index)
-        message = b"\n" + _varint(len(encoded)) + encoded
+        message = b"\n" + varint(len(encoded)) + encoded
         if value is not None:
             encoded = _tag_text(value, "value", index)
-            message += b"\x12" + _varint(len(encoded)) + encoded
-        out.append(b'"' + _varint(len(message)) + message)
+            message += b"\x12" + varint(len(encoded)) + encoded
+        out.append(b'"' + varint(len(message)) + message)
     return b"".join(out)
 
 
@@ -179,7 +179,7 @@ def _aggregate_of_one_size(
     """The exact size of an aggregate holding one record, framing included."""
 
     def field(n: int) -> int:  # tag, length, value
-        return 1 + _varint_len(n) + n
+        return 1 + varint_len(n) + n
 
     inner = 2 + field(data_size) + tags_size  # partition_key_index 0, data, tags
     body = field(key_size)  # the partition key table
@@ -286,24 +286,24 @@ class AggregateBuilder:
         field = self._pk_fields.get(partition_key)
         if field is None:
             n = _encoded_len(partition_key)
-            size += 1 + (1 if n < 0x80 else _varint_len(n)) + n
+            size += 1 + (1 if n < 0x80 else varint_len(n)) + n
             index = len(self._pk_fields)
-            inner = 2 if index < 0x80 else 1 + _varint_len(index)
+            inner = 2 if index < 0x80 else 1 + varint_len(index)
         else:
             inner = len(field)
         if explicit_hash_key is not None:
             field = self._ehk_fields.get(explicit_hash_key)
             if field is None:
                 n = _encoded_len(explicit_hash_key)
-                size += 1 + (1 if n < 0x80 else _varint_len(n)) + n
+                size += 1 + (1 if n < 0x80 else varint_len(n)) + n
                 index = len(self._ehk_fields)
-                inner += 2 if index < 0x80 else 1 + _varint_len(index)
+                inner += 2 if index < 0x80 else 1 + varint_len(index)
             else:
                 inner += len(field)
-        inner += 1 + (1 if data_len < 0x80 else _varint_len(data_len)) + data_len
+        inner += 1 + (1 if data_len < 0x80 else varint_len(data_len)) + data_len
         if tags is not None:
             inner += len(encode_tags(tags))
-        return size + 1 + (1 if inner < 0x80 else _varint_len(inner)) + inner
+        return size + 1 + (1 if inner < 0x80 else varint_len(inner)) + inner
 
     def add(
         self,
@@ -373,8 +373,8 @@ class AggregateBuilder:
         if pk_field is None:
             # A new key: its table entry, and the record field holding its index.
             encoded = partition_key.encode() if isinstance(partition_key, str) else partition_key
-            pk_entry = b"\n" + _varint(len(encoded)) + encoded
-            pk_field = b"\x08" + _varint(len(pk_fields))
+            pk_entry = b"\n" + varint(len(encoded)) + encoded
+            pk_field = b"\x08" + varint(len(pk_fields))
             added = len(pk_entry)
         field = pk_field
         if explicit_hash_key is not None:
@@ -385,17 +385,17 @@ class AggregateBuilder:
                     if isinstance(explicit_hash_key, str)
                     else explicit_hash_key
                 )
-                ehk_entry = b"\x12" + _varint(len(encoded)) + encoded
-                ehk_field = b"\x10" + _varint(len(self._ehk_fields))
+                ehk_entry = b"\x12" + varint(len(encoded)) + encoded
+                ehk_field = b"\x10" + varint(len(self._ehk_fields))
                 added += len(ehk_entry)
             field += ehk_field
         n = len(data)
-        field += _TAG3_LEN[n] if n < _CACHE else _tag3_len(n)
+        field += TAG3_LEN[n] if n < VARINT_CACHE else tag3_len(n)
         if encoded_tags:  # they follow the data: one copy, for tagged records only
             data = b"".join((data, encoded_tags))
             n = len(data)
         inner = len(field) + n
-        header = (_TAG3_LEN[inner] if inner < _CACHE else _tag3_len(inner)) + field
+        header = (TAG3_LEN[inner] if inner < VARINT_CACHE else tag3_len(inner)) + field
         added += len(header) + n
         records = self._records
         if records and self._body_size + added + FRAMING_OVERHEAD > max_size:

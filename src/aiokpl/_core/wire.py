@@ -16,18 +16,18 @@ An aggregated record is the 4 magic bytes ``F3 89 9A C2``, then a protobuf (prot
     }
     message Tag { required string key = 1; optional string value = 2; }
 
-The codec is four modules: this one (the framing constants ``MAGIC``, ``DIGEST_SIZE`` and
-``FRAMING_OVERHEAD``; the ``Tag``, ``Record`` and ``DeaggregatedRecord`` types; writing
-varints), ``encoder`` (tags, ``AggregateBuilder``, ``encode``), ``decoder`` (reading the body,
-``decode``, ``is_aggregated``) and ``deaggregation`` (the consumer side: ``deaggregate``,
-``deaggregate_records``, hash-key ranges). The public face of all four is
-``aiokpl.aggregation``.
+The codec is five modules: this one (the framing constants ``MAGIC``, ``DIGEST_SIZE`` and
+``FRAMING_OVERHEAD``; the ``Tag``, ``Record`` and ``DeaggregatedRecord`` types; writing and
+reading varints), ``encoder`` (tags, ``AggregateBuilder``, ``encode``), ``decoder`` (reading the
+body, ``decode``, ``is_aggregated``), ``canonical`` (the decoder's fast path) and
+``deaggregation`` (the consumer side: ``deaggregate``, ``deaggregate_records``, hash-key
+ranges). The public face of all five is ``aiokpl.aggregation``.
 
 Invariants:
 
 * ``FRAMING_OVERHEAD`` is ``len(MAGIC) + DIGEST_SIZE``: everything but the body.
-* ``_varint(n)`` is the protobuf base-128 varint of ``n`` and ``_varint_len(n)`` its length;
-  below ``_CACHE`` both come from a table built at import (no loop per call).
+* ``varint(n)`` is the protobuf base-128 varint of ``n`` and ``varint_len(n)`` its length;
+  below ``VARINT_CACHE`` both come from a table built at import (no loop per call).
 
 Mirrors ``KinesisRecord`` in the KPL (``aws/kinesis/core/kinesis_record.cc``) and its
 ``aggregation-format.md``. Where we differ: the protobuf encoding is written by hand, here and
@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
+
+from .errors import AggregationFormatError
 
 __all__ = (
     "DIGEST_SIZE",
@@ -59,7 +61,7 @@ DIGEST_SIZE = 16
 FRAMING_OVERHEAD = 20
 """Bytes an aggregated record has besides its protobuf body: the magic (4) and digest (16)."""
 
-_MAGIC_SIZE = len(MAGIC)
+MAGIC_SIZE = len(MAGIC)
 
 
 class Tag(NamedTuple):
@@ -138,7 +140,7 @@ class DeaggregatedRecord(NamedTuple):
 # Varints. Field tags and lengths below 16384 come from a precomputed table: no call, no loop.
 # --------------------------------------------------------------------------------------------
 
-_CACHE = 16384  # every varint below this is 1 or 2 bytes
+VARINT_CACHE = 16384  # every varint below this is 1 or 2 bytes
 
 
 def _varint_slow(value: int) -> bytes:
@@ -150,21 +152,42 @@ def _varint_slow(value: int) -> bytes:
     return bytes(out)
 
 
-# Tag 0x1A (field 3, wire type 2) followed by each length below _CACHE: the prefix of both
+# Tag 0x1A (field 3, wire type 2) followed by each length below VARINT_CACHE: the prefix of both
 # AggregatedRecord.records and Record.data, the two fields written for every record.
-_TAG3_LEN: tuple[bytes, ...] = tuple(
+TAG3_LEN: tuple[bytes, ...] = tuple(
     [bytes((0x1A, i)) for i in range(0x80)]
-    + [bytes((0x1A, (i & 0x7F) | 0x80, i >> 7)) for i in range(0x80, _CACHE)]
+    + [bytes((0x1A, (i & 0x7F) | 0x80, i >> 7)) for i in range(0x80, VARINT_CACHE)]
 )
 
 
-def _varint(value: int) -> bytes:
-    return _TAG3_LEN[value][1:] if value < _CACHE else _varint_slow(value)
+def varint(value: int) -> bytes:
+    return TAG3_LEN[value][1:] if value < VARINT_CACHE else _varint_slow(value)
 
 
-def _varint_len(value: int) -> int:
+def varint_len(value: int) -> int:
     return 1 if value < 0x80 else (value.bit_length() + 6) // 7
 
 
-def _tag3_len(value: int) -> bytes:
-    return _TAG3_LEN[value] if value < _CACHE else b"\x1a" + _varint_slow(value)
+def tag3_len(value: int) -> bytes:
+    return TAG3_LEN[value] if value < VARINT_CACHE else b"\x1a" + _varint_slow(value)
+
+
+# Reading a varint, for ``decoder`` and ``canonical``.
+
+
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Read the varint at ``buf[pos]``; return its value and the position after it."""
+    start = pos
+    result = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift == 70:
+            raise AggregationFormatError(
+                f"malformed aggregate body: varint at byte {start} is longer than 10 bytes"
+            )

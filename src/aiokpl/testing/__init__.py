@@ -77,12 +77,12 @@ from .._public import present_as_public as _present_as_public
 from ._fake import FakeKinesis as FakeKinesis
 from ._fake import Request as Request
 from ._faults import FaultPlan as FaultPlan
-from ._loopback import HttpFaultPlan as HttpFaultPlan
+from ._http_faults import HttpFaultPlan as HttpFaultPlan
 from ._loopback import LoopbackKinesis as LoopbackKinesis
 from ._loopback import LoopbackStatistics as LoopbackStatistics
-from ._model import FakeShard as FakeShard
-from ._model import StoredRecord as StoredRecord
 from ._read import read_stream as read_stream
+from ._streams import FakeShard as FakeShard
+from ._streams import StoredRecord as StoredRecord
 
 __all__ = (
     "FakeKinesis",

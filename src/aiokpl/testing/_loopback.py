@@ -8,10 +8,11 @@ scripted and random service errors) is exactly the in-process fake's; the server
 HTTP layer and the faults that live there: 5xx responses, connection resets, slow responses and
 malformed bodies.
 
-The HTTP/1.1 framing is ``_http``'s and the Kinesis JSON protocol (what botocore sends and
-expects, and how a request becomes a call of the fake) is ``_protocol``'s; this module holds the
-server: its connections, its HTTP faults (scripted and :class:`HttpFaultPlan`), its
-:class:`LoopbackStatistics`, and the thread it may run in.
+The HTTP/1.1 framing is ``_http``'s, the Kinesis JSON protocol (what botocore sends and
+expects, and how a request becomes a call of the fake) is ``_protocol``'s, the HTTP faults in
+force (scripted, and :class:`HttpFaultPlan`) are ``_http_faults``', and the thread the server
+may run in is ``_thread``'s; this module holds the server: its connections, how each request
+meets its fault, and its :class:`LoopbackStatistics`.
 
 Request handling, per connection (HTTP/1.1, keep-alive unless ``Connection: close`` or HTTP/1.0;
 ``Expect: 100-continue`` answered; ``Transfer-Encoding: chunked`` accepted):
@@ -43,23 +44,20 @@ test code reaches it through :meth:`LoopbackKinesis.call`.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import json
 import math
-import random
 import threading
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from .._backend import threadsafe_scheduler
 from .._kinesis import error_of
 from ._fake import FakeKinesis
 from ._http import (
@@ -72,6 +70,15 @@ from ._http import (
     _read_body,
     _reason,
     _Response,
+)
+from ._http_faults import (
+    DEFAULT_CODES,
+    DEFAULT_MESSAGES,
+    MALFORMED_KINDS,
+    Fault,
+    FaultQueue,
+    HttpFaultPlan,
+    MalformedKind,
 )
 from ._protocol import (
     _CONTENT_TYPE,
@@ -87,119 +94,13 @@ from ._protocol import (
     _status_of,
     _to_json,
 )
+from ._thread import ThreadRunner
 
-__all__ = ("HttpFaultPlan", "LoopbackKinesis", "LoopbackStatistics", "MalformedKind")
+__all__ = ("LoopbackKinesis", "LoopbackStatistics")
 
 _T = TypeVar("_T")
 
-MalformedKind = Literal["not-json", "truncated", "missing-records", "wrong-count"]
-"""How :meth:`LoopbackKinesis.malformed_body` spoils a response."""
-
-_MALFORMED_KINDS: tuple[str, ...] = ("not-json", "truncated", "missing-records", "wrong-count")
-
 _UNKNOWN_OPERATION = "UnknownOperation"
-
-
-# -- faults ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HttpFaultPlan:
-    """Random HTTP faults, drawn from ``random.Random(seed)``: the same seed, the same faults.
-
-    Assign one to :attr:`LoopbackKinesis.http_faults`; assigning restarts the random sequence.
-    Each request of one of ``operations`` that no scripted fault claimed draws one number,
-    which picks at most one fault (so the rates must add up to at most 1). Requests of other
-    operations draw nothing.
-
-    Attributes:
-        reset_rate: The probability that the connection is reset before the request is
-            applied to the model (nothing stored; the client sees a dropped connection).
-        lost_response_rate: The probability that the request is applied to the model and the
-            connection is then reset: the records are stored but the client never learns it,
-            so a retry stores them again (at-least-once delivery).
-        error_5xx_rate: The probability of a ``500 InternalFailure`` or a ``503
-            ServiceUnavailable`` (half of each), the model untouched.
-        slow_rate: The probability that the request is applied and its response held back
-            ``slow_seconds``.
-        malformed_rate: The probability that the request is applied and answered ``200`` with
-            a body that is not JSON.
-        slow_seconds: How long a slow response is held back.
-        seed: The seed of the random sequence.
-        operations: The operations the plan applies to.
-
-    Raises:
-        ValueError: A rate is outside 0 … 1, the rates add up to more than 1,
-            ``slow_seconds`` is negative or not finite, or an operation is not served.
-    """
-
-    reset_rate: float = 0.0
-    lost_response_rate: float = 0.0
-    error_5xx_rate: float = 0.0
-    slow_rate: float = 0.0
-    malformed_rate: float = 0.0
-    slow_seconds: float = 1.0
-    seed: int = 0
-    operations: tuple[str, ...] = ("PutRecords",)
-
-    def __post_init__(self) -> None:
-        rates = self._rates()
-        for name, rate in rates:
-            if not 0.0 <= rate <= 1.0:
-                raise ValueError(f"HttpFaultPlan.{name} must be in 0 … 1, got {rate!r}")
-        total = math.fsum(rate for _, rate in rates)
-        if total > 1.0:
-            raise ValueError(f"HttpFaultPlan rates must add up to at most 1, got {total!r}")
-        if not 0.0 <= self.slow_seconds < math.inf:
-            raise ValueError(
-                f"HttpFaultPlan.slow_seconds must be a finite number >= 0, "
-                f"got {self.slow_seconds!r}"
-            )
-        for operation in self.operations:
-            _check_operation(operation)
-
-    def _rates(self) -> tuple[tuple[str, float], ...]:
-        return (
-            ("reset_rate", self.reset_rate),
-            ("lost_response_rate", self.lost_response_rate),
-            ("error_5xx_rate", self.error_5xx_rate),
-            ("slow_rate", self.slow_rate),
-            ("malformed_rate", self.malformed_rate),
-        )
-
-    def _draw(self, number: float) -> _Fault | None:
-        """The fault a random ``number`` in [0, 1) picks, or ``None``."""
-        edge = 0.0
-        if number < (edge := edge + self.reset_rate):
-            return _Fault("reset_connection")
-        if number < (edge := edge + self.lost_response_rate):
-            return _Fault("reset_connection", after_processing=True)
-        if number < (edge := edge + self.error_5xx_rate):
-            status = 500 if number < edge - self.error_5xx_rate / 2 else 503
-            return _Fault("fail_http", status=status, code=_DEFAULT_CODES[status])
-        if number < (edge := edge + self.slow_rate):
-            return _Fault("delay_response", seconds=self.slow_seconds, after_processing=True)
-        if number < edge + self.malformed_rate:
-            return _Fault("malformed_body", malformed="not-json", after_processing=True)
-        return None
-
-
-_DEFAULT_CODES = {500: "InternalFailure", 503: "ServiceUnavailable"}
-_DEFAULT_MESSAGES = {
-    "InternalFailure": "Internal service failure.",
-    "ServiceUnavailable": "Service Unavailable",
-}
-
-
-@dataclass(frozen=True)
-class _Fault:
-    kind: str
-    after_processing: bool = False
-    status: int = 500
-    code: str = "InternalFailure"
-    message: str | None = None
-    seconds: float = 0.0
-    malformed: str = "not-json"
 
 
 @dataclass(frozen=True)
@@ -281,11 +182,9 @@ class LoopbackKinesis:
         self._port: int | None = None
         self._started = False
         self._stack: contextlib.AsyncExitStack | None = None
-        self._runner: _ThreadRunner | None = None
+        self._runner: ThreadRunner | None = None
         self._loop_thread: int | None = None
-        self._scripted: dict[str, deque[_Fault]] = {}
-        self._plan = HttpFaultPlan()
-        self._random = random.Random(self._plan.seed)
+        self._http_faults = FaultQueue()
         self._connections = 0
         self._requests: Counter[str] = Counter()
         self._statuses: Counter[int] = Counter()
@@ -370,7 +269,7 @@ class LoopbackKinesis:
         """
         if self._started:
             raise RuntimeError("a LoopbackKinesis runs once; make a new one")
-        runner = _ThreadRunner(self, backend, backend_options)
+        runner = ThreadRunner(self, backend, backend_options)
         runner.start()
         self._runner = runner
         try:
@@ -399,15 +298,11 @@ class LoopbackKinesis:
     @property
     def http_faults(self) -> HttpFaultPlan:
         """The random HTTP faults in force; assigning an :class:`HttpFaultPlan` restarts it."""
-        return self._plan
+        return self._http_faults.plan
 
     @http_faults.setter
     def http_faults(self, plan: HttpFaultPlan) -> None:
-        self.call(self._set_plan, plan)
-
-    def _set_plan(self, plan: HttpFaultPlan) -> None:
-        self._plan = plan
-        self._random = random.Random(plan.seed)
+        self.call(self._http_faults.set_plan, plan)
 
     def fail_http(
         self,
@@ -430,9 +325,9 @@ class LoopbackKinesis:
         """
         if not 500 <= status <= 599:
             raise ValueError(f"status must be a 5xx status, got {status!r}")
-        chosen = code if code is not None else _DEFAULT_CODES.get(status, "InternalFailure")
+        chosen = code if code is not None else DEFAULT_CODES.get(status, "InternalFailure")
         self._script(
-            count, operation, _Fault("fail_http", status=status, code=chosen, message=message)
+            count, operation, Fault("fail_http", status=status, code=chosen, message=message)
         )
 
     def reset_connection(
@@ -452,9 +347,7 @@ class LoopbackKinesis:
         Raises:
             ValueError: ``count`` is negative or the operation is not served.
         """
-        self._script(
-            count, operation, _Fault("reset_connection", after_processing=after_processing)
-        )
+        self._script(count, operation, Fault("reset_connection", after_processing=after_processing))
 
     def delay_response(
         self,
@@ -479,7 +372,7 @@ class LoopbackKinesis:
         self._script(
             count,
             operation,
-            _Fault("delay_response", seconds=float(seconds), after_processing=after_processing),
+            Fault("delay_response", seconds=float(seconds), after_processing=after_processing),
         )
 
     def malformed_body(
@@ -512,39 +405,23 @@ class LoopbackKinesis:
             ValueError: ``count`` is negative, the kind is unknown, or the operation is not
                 served.
         """
-        if kind not in _MALFORMED_KINDS:
-            raise ValueError(f"kind must be one of {', '.join(_MALFORMED_KINDS)}, got {kind!r}")
+        if kind not in MALFORMED_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(MALFORMED_KINDS)}, got {kind!r}")
         self._script(
             count,
             operation,
-            _Fault("malformed_body", malformed=kind, after_processing=after_processing),
+            Fault("malformed_body", malformed=kind, after_processing=after_processing),
         )
 
     def clear_http_faults(self) -> None:
         """Forget every scripted HTTP fault and turn the random ones off."""
-        self.call(self._clear)
+        self.call(self._http_faults.clear)
 
-    def _clear(self) -> None:
-        self._scripted.clear()
-        self._set_plan(HttpFaultPlan())
-
-    def _script(self, count: int, operation: str, fault: _Fault) -> None:
+    def _script(self, count: int, operation: str, fault: Fault) -> None:
         _check_operation(operation)
         if count < 0:
             raise ValueError(f"count must be >= 0, got {count!r}")
-        self.call(self._enqueue, operation, [fault] * count)
-
-    def _enqueue(self, operation: str, faults: list[_Fault]) -> None:
-        self._scripted.setdefault(operation, deque()).extend(faults)
-
-    def _next_fault(self, operation: str) -> _Fault | None:
-        queue = self._scripted.get(operation)
-        if queue:
-            return queue.popleft()
-        plan = self._plan
-        if operation in plan.operations and any(rate for _, rate in plan._rates()):
-            return plan._draw(self._random.random())
-        return None
+        self.call(self._http_faults.enqueue, operation, [fault] * count)
 
     # -- statistics ------------------------------------------------------------------------------
 
@@ -602,14 +479,14 @@ class LoopbackKinesis:
             await self._send(stream, response, keep_alive)
             return keep_alive
         self._requests[operation] += 1
-        fault = self._next_fault(operation)
+        fault = self._http_faults.next_fault(operation)
         if fault is None:
             return await self._answer(stream, await self._serve(operation, body), keep_alive)
         self._faults[fault.kind] += 1
         if fault.kind == "fail_http":
             message = fault.message
             if message is None:
-                message = _DEFAULT_MESSAGES.get(fault.code, _reason(fault.status))
+                message = DEFAULT_MESSAGES.get(fault.code, _reason(fault.status))
             response = _error_response(fault.status, fault.code, message)
             return await self._answer(stream, response, keep_alive)
         if fault.kind == "reset_connection":
@@ -682,92 +559,3 @@ class LoopbackKinesis:
         encoded = _to_json(payload)
         assert isinstance(encoded, dict)
         return _json_response(encoded, request_id if isinstance(request_id, str) else None)
-
-
-class _ThreadRunner:
-    """Runs a server in a thread of its own, with ``anyio.run``; calls into it thread-safely.
-
-    Not anyio's blocking portal: trio refuses a call into a trio portal from any thread that
-    is itself running trio (a guard against deadlock within one loop), which is exactly the
-    case of a trio test with a trio server thread. Plain callbacks scheduled with the loop's
-    own thread-safe hook (``call_soon_threadsafe``, ``TrioToken.run_sync_soon``) have no such
-    guard, and a ``concurrent.futures.Future`` carries the answer back.
-    """
-
-    def __init__(
-        self, server: LoopbackKinesis, backend: str, backend_options: dict[str, Any] | None
-    ) -> None:
-        self._server = server
-        self._backend = backend
-        self._backend_options = backend_options
-        self._ready = threading.Event()
-        self._lock = threading.Lock()
-        self._pending: set[concurrent.futures.Future[Any]] = set()
-        self._schedule: Callable[[Callable[[], object]], object] | None = None
-        self._stop: Callable[[], object] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name="aiokpl-loopback", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            self._thread.join()
-            raise self._error
-
-    def stop(self) -> None:
-        with self._lock:
-            schedule, stop = self._schedule, self._stop
-        if schedule is not None and stop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop already ended
-                schedule(stop)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-    def call(self, function: Callable[..., _T], *args: Any) -> _T:
-        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-
-        def run() -> None:
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(function(*args))
-                except BaseException as exc:
-                    future.set_exception(exc)
-
-        with self._lock:
-            schedule = self._schedule
-            if schedule is None:
-                raise RuntimeError("the loopback server's thread is not running")
-            self._pending.add(future)
-        try:
-            schedule(run)
-            return future.result()
-        except concurrent.futures.CancelledError:
-            raise RuntimeError("the loopback server's thread stopped before the call ran") from None
-        finally:
-            with self._lock:
-                self._pending.discard(future)
-
-    def _main(self) -> None:
-        try:
-            anyio.run(self._serve, backend=self._backend, backend_options=self._backend_options)
-        except BaseException as exc:
-            self._error = exc
-        finally:
-            with self._lock:
-                self._schedule = None
-                pending, self._pending = self._pending, set()
-            for future in pending:
-                future.cancel()
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        stopped = anyio.Event()
-        schedule = threadsafe_scheduler()
-        async with self._server:
-            with self._lock:
-                self._schedule = schedule
-                self._stop = stopped.set
-            self._ready.set()
-            await stopped.wait()

@@ -31,7 +31,8 @@ from typing import Any
 
 from .._core.hashing import hash_key_of
 from ._faults import _FaultState
-from ._model import _check_record_rules, _Model, _Shard, _throttled
+from ._model import _Model
+from ._streams import _check_record_rules, _Shard, _throttled
 from ._validation import (
     _DEFAULT_MAX_RECORD_SIZE,
     _DESCRIBE_LIMIT_DEFAULT,

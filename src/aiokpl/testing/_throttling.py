@@ -9,7 +9,8 @@ more sees ``ProvisionedThroughputExceededException``: per record in a ``PutRecor
 
 * every shard has a token bucket of records and one of bytes (:class:`ShardThrottle`, over
   :class:`aiokpl._core.token_bucket.TokenBucket`), filled at :class:`ShardLimits`' rates,
-  holding ``burst_seconds`` of each, full when the shard is first written to;
+  holding ``burst_seconds`` of each, full when the shard is first written to (these settings
+  and pure parts are ``_shard_limits``'; this module is the WSGI application);
 * which shard a record goes to is moto's own answer (``Stream.get_shard_for_key`` on moto's
   model, under the same lock that serialises moto), so a throttled record is refused by the
   shard moto would have stored it on;
@@ -38,20 +39,24 @@ from __future__ import annotations
 import base64
 import io
 import json
-import math
 import os
 import random
 import re
 import threading
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._core.decoder import decode
-from .._core.token_bucket import TokenBucket
+from ._shard_limits import (
+    ServerFaults,
+    ShardLimits,
+    ShardThrottle,
+    ThroughputCounts,
+    throttled_message,
+)
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -106,197 +111,6 @@ _ARN_STREAM = re.compile(r"^arn:[^:]+:kinesis:[^:]*:[^:]*:stream/(?P<name>.+)$")
 _ACCESS_KEY = re.compile(r"Credential=([^/,]+)/")
 
 
-def _positive(name: str, value: float) -> None:
-    if not 0.0 < value < math.inf:
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-
-
-@dataclass(frozen=True)
-class ShardLimits:
-    """The write limits of every shard, AWS's by default.
-
-    Args:
-        records_per_second: Records a shard takes per second (AWS: 1,000).
-        bytes_per_second: Bytes (data plus partition key, UTF-8) a shard takes per second
-            (AWS: 1 MiB).
-        burst_seconds: How many seconds of each rate a shard's buckets hold; they start full,
-            so a quiet shard takes this much at once (AWS's documented limit is per second;
-            one second of burst is what clients observe).
-
-    Raises:
-        ValueError: A number is not positive and finite.
-    """
-
-    records_per_second: float = 1000.0
-    bytes_per_second: float = 1024.0 * 1024.0
-    burst_seconds: float = 1.0
-
-    def __post_init__(self) -> None:
-        _positive("records_per_second", self.records_per_second)
-        _positive("bytes_per_second", self.bytes_per_second)
-        _positive("burst_seconds", self.burst_seconds)
-
-    def describe(self) -> str:
-        """One line: what a shard takes."""
-        mib = self.bytes_per_second / (1024.0 * 1024.0)
-        return (
-            f"{self.records_per_second:g} records/s and {self.bytes_per_second:,.0f} bytes/s "
-            f"({mib:.3g} MiB/s) per shard, {self.burst_seconds:g} s of burst"
-        )
-
-
-@dataclass(frozen=True)
-class ServerFaults:
-    """Faults the server adds to Kinesis requests (none by default).
-
-    Args:
-        fault_rate: The fraction (0 … 1) of requests that fail at random, half with
-            ``InternalFailure`` (HTTP 500), half with ``ServiceUnavailable`` (HTTP 503).
-        fail_streams: Streams whose every request fails with ``InternalFailure``.
-        hang_streams: Streams whose every request is answered only after ``hang_seconds``
-            (then served as usual: a client that gave up meanwhile does not know whether its
-            records were stored).
-        hang_seconds: How long a hanging stream's requests wait.
-        seed: Seed of the random faults (``None``: a new sequence every run).
-
-    Faults hit the calls an application makes while it runs (``PutRecord``, ``PutRecords``,
-    ``ListShards``, ``DescribeStream``, ``DescribeStreamSummary``, ``GetShardIterator``,
-    ``GetRecords``), never creating, deleting or resharding a stream.
-
-    Raises:
-        ValueError: ``fault_rate`` is outside 0 … 1, or ``hang_seconds`` is negative.
-    """
-
-    fault_rate: float = 0.0
-    fail_streams: tuple[str, ...] = ()
-    hang_streams: tuple[str, ...] = ()
-    hang_seconds: float = 10.0
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.fault_rate <= 1.0:
-            raise ValueError(f"fault_rate must be within 0 … 1, got {self.fault_rate!r}")
-        if not 0.0 <= self.hang_seconds < math.inf:
-            raise ValueError(f"hang_seconds must be 0 or more seconds, got {self.hang_seconds!r}")
-        object.__setattr__(self, "fail_streams", tuple(self.fail_streams))
-        object.__setattr__(self, "hang_streams", tuple(self.hang_streams))
-
-    @property
-    def any(self) -> bool:
-        """Whether any fault is set."""
-        return bool(self.fault_rate or self.fail_streams or self.hang_streams)
-
-    def describe(self) -> list[str]:
-        """One line per fault that is set."""
-        lines = []
-        if self.fault_rate:
-            lines.append(
-                f"{self.fault_rate * 100:g}% of requests fail at random "
-                "(InternalFailure HTTP 500, ServiceUnavailable HTTP 503)"
-            )
-        lines += [
-            f"stream {name}: every request fails (InternalFailure)" for name in self.fail_streams
-        ]
-        lines += [
-            f"stream {name}: every request is answered {self.hang_seconds:g} s late"
-            for name in self.hang_streams
-        ]
-        return lines
-
-
-def throttled_message(shard_id: str, stream: str, account: str) -> str:
-    """AWS's message for a record (or request) over its shard's limit."""
-    return f"Rate exceeded for shard {shard_id} in stream {stream} under account {account}."
-
-
-class ShardThrottle:
-    """One token bucket per shard, paying records and bytes; pure, ``now`` is given.
-
-    A shard's bucket is made on its first write, full. Not thread-safe: the server calls it
-    under moto's lock.
-    """
-
-    __slots__ = ("_buckets", "limits")
-
-    def __init__(self, limits: ShardLimits) -> None:
-        self.limits = limits
-        self._buckets: dict[tuple[str, str], TokenBucket] = {}
-
-    def _bucket(self, stream: str, shard_id: str) -> TokenBucket:
-        key = (stream, shard_id)
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            limits = self.limits
-            bucket = self._buckets[key] = TokenBucket(
-                [
-                    (limits.records_per_second, limits.records_per_second * limits.burst_seconds),
-                    (limits.bytes_per_second, limits.bytes_per_second * limits.burst_seconds),
-                ]
-            )
-        return bucket
-
-    def admit(self, stream: str, shard_id: str, size: int, now: float) -> bool:
-        """Take one record of ``size`` bytes from the shard's buckets if both have enough."""
-        return self._bucket(stream, shard_id).try_take((1.0, float(size)), now)
-
-    def give_back(self, stream: str, shard_id: str, size: int, now: float) -> None:
-        """Return what :meth:`admit` took for a record that was not stored after all."""
-        self._bucket(stream, shard_id).refund((1.0, float(size)), now)
-
-
-class ThroughputCounts:
-    """Records stored, throttled and failed, per whole second and per stream; thread-safe.
-
-    Kinesis records, and the user records in them (a KPL aggregate holds many; any other
-    record is one).
-    """
-
-    __slots__ = ("_counts", "_lock")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0] * 5)
-
-    def add(
-        self,
-        second: int,
-        stream: str,
-        *,
-        delivered: int = 0,
-        throttled: int = 0,
-        failed: int = 0,
-        delivered_user: int = 0,
-        throttled_user: int = 0,
-    ) -> None:
-        """Count records of ``stream`` in ``second``."""
-        with self._lock:
-            counts = self._counts[(second, stream)]
-            counts[0] += delivered
-            counts[1] += throttled
-            counts[2] += failed
-            counts[3] += delivered_user
-            counts[4] += throttled_user
-
-    def rows(self) -> list[dict[str, Any]]:
-        """Every (second, stream) counted, in order: ``second``, ``stream``, ``delivered``,
-        ``throttled``, ``failed`` (Kinesis records), ``delivered_user_records``,
-        ``throttled_user_records``."""
-        with self._lock:
-            items = sorted(self._counts.items())
-        return [
-            {
-                "second": second,
-                "stream": stream,
-                "delivered": d,
-                "throttled": t,
-                "failed": f,
-                "delivered_user_records": du,
-                "throttled_user_records": tu,
-            }
-            for (second, stream), (d, t, f, du, tu) in items
-        ]
-
-
 def _stream_named(body: Mapping[str, Any]) -> str | None:
     name = body.get("StreamName")
     if isinstance(name, str):
@@ -338,6 +152,21 @@ def _json_response(
 
 def _error(start_response: StartResponse, status: int, code: str, message: str) -> list[bytes]:
     return _json_response(start_response, status, {"__type": code, "message": message}, code)
+
+
+@dataclass
+class _Write:
+    """A write located by moto, and what its shards decided: each record admitted or not."""
+
+    stream_arn: str
+    stream_name: str
+    account: str
+    shards: list[str]  # the shard id of each record
+    sizes: list[int]  # what each record counts against its shard, in bytes
+    users: list[int]  # the user records each record holds
+    now: float
+    admitted: list[int] = field(default_factory=list)  # indexes of the records admitted
+    refused: dict[int, str] = field(default_factory=dict)  # index -> shard id, the others
 
 
 class ThrottlingApp:
@@ -470,6 +299,8 @@ class ThrottlingApp:
         body: dict[str, Any],
         records: list[Mapping[str, Any]],
     ) -> list[bytes]:
+        """A write to a throttled stream: each record admitted or refused by its shard's
+        buckets, under moto's lock; moto stores the admitted ones."""
         throttle = self._throttle
         assert throttle is not None
         sizes = [_record_size(record) for record in records]
@@ -484,80 +315,109 @@ class ThrottlingApp:
                 # moto cannot place a record (no such stream, a bad key): its own error.
                 return list(self._app(environ, start_response))
             stream_arn, stream_name, account, shards = located
-            admitted: list[int] = []
-            refused: dict[int, str] = {}
+            write = _Write(stream_arn, stream_name, account, shards, sizes, users, now)
             for index, shard_id in enumerate(shards):
                 if throttle.admit(stream_arn, shard_id, sizes[index], now):
-                    admitted.append(index)
+                    write.admitted.append(index)
                 else:
-                    refused[index] = shard_id
+                    write.refused[index] = shard_id
             second = int(self._wall())
             if operation == "PutRecord":
-                if refused:
-                    self.counts.add(second, stream_name, throttled=1, throttled_user=users[0])
-                    message = throttled_message(refused[0], stream_name, account)
-                    return _error(start_response, 400, THROTTLED, message)
-                paid = [(stream_arn, shards[0], sizes[0])]
-                return self._stored(
-                    environ, start_response, stream_name, second, paid, users[0], now
-                )
-            if not admitted:
-                self.counts.add(
-                    second, stream_name, throttled=len(records), throttled_user=sum(users)
-                )
-                entries = [
-                    {
-                        "ErrorCode": THROTTLED,
-                        "ErrorMessage": throttled_message(s, stream_name, account),
-                    }
-                    for s in shards
-                ]
-                return _json_response(
-                    start_response, 200, {"FailedRecordCount": len(records), "Records": entries}
-                )
-            if not refused:
-                paid = [(stream_arn, shards[i], sizes[i]) for i in admitted]
+                return self._put_record(environ, start_response, write, second)
+            if not write.admitted:
+                return self._all_refused(start_response, write, second)
+            if not write.refused:
+                paid = [(stream_arn, shards[i], sizes[i]) for i in write.admitted]
                 return self._stored(
                     environ, start_response, stream_name, second, paid, sum(users), now
                 )
-            # Some fit: moto stores those, and the answer lists every record where it was sent.
-            partial = dict(body, Records=[records[i] for i in admitted])
-            _set_body(environ, json.dumps(partial).encode())
-            captured: list[Any] = []
+            return self._partly_refused(environ, start_response, raw, body, records, write, second)
 
-            def capture(value: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-                captured.append(value)
-                return lambda _: None
+    def _put_record(
+        self, environ: WSGIEnvironment, start_response: StartResponse, write: _Write, second: int
+    ) -> list[bytes]:
+        """``PutRecord``: refused whole (HTTP 400) over its shard's limit, else moto's."""
+        if write.refused:
+            self.counts.add(second, write.stream_name, throttled=1, throttled_user=write.users[0])
+            message = throttled_message(write.refused[0], write.stream_name, write.account)
+            return _error(start_response, 400, THROTTLED, message)
+        paid = [(write.stream_arn, write.shards[0], write.sizes[0])]
+        return self._stored(
+            environ, start_response, write.stream_name, second, paid, write.users[0], write.now
+        )
 
-            answer = b"".join(self._app(environ, capture))
-            if not captured or not captured[0].startswith("200"):
-                # moto refused the rewritten request: nothing stored, the tokens go back, and
-                # the client gets moto's error for its original request.
-                for index in admitted:
-                    throttle.give_back(stream_arn, shards[index], sizes[index], now)
-                _set_body(environ, raw)
-                return list(self._app(environ, start_response))
-            stored = iter(json.loads(answer)["Records"])
-            entries = [
-                {
-                    "ErrorCode": THROTTLED,
-                    "ErrorMessage": throttled_message(refused[index], stream_name, account),
-                }
-                if index in refused
-                else next(stored)
-                for index in range(len(records))
-            ]
-            self.counts.add(
-                second,
-                stream_name,
-                delivered=len(admitted),
-                throttled=len(refused),
-                delivered_user=sum(users[i] for i in admitted),
-                throttled_user=sum(users[i] for i in refused),
-            )
-            return _json_response(
-                start_response, 200, {"FailedRecordCount": len(refused), "Records": entries}
-            )
+    def _all_refused(
+        self, start_response: StartResponse, write: _Write, second: int
+    ) -> list[bytes]:
+        """``PutRecords`` with every record over its shard's limit: moto is not asked."""
+        self.counts.add(
+            second, write.stream_name, throttled=len(write.shards), throttled_user=sum(write.users)
+        )
+        entries = [
+            {
+                "ErrorCode": THROTTLED,
+                "ErrorMessage": throttled_message(shard, write.stream_name, write.account),
+            }
+            for shard in write.shards
+        ]
+        return _json_response(
+            start_response, 200, {"FailedRecordCount": len(entries), "Records": entries}
+        )
+
+    def _partly_refused(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        raw: bytes,
+        body: dict[str, Any],
+        records: list[Mapping[str, Any]],
+        write: _Write,
+        second: int,
+    ) -> list[bytes]:
+        """``PutRecords`` with some records that fit: moto stores those, and the answer lists
+        every record where it was sent."""
+        admitted, refused = write.admitted, write.refused
+        partial = dict(body, Records=[records[i] for i in admitted])
+        _set_body(environ, json.dumps(partial).encode())
+        captured: list[Any] = []
+
+        def capture(value: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            captured.append(value)
+            return lambda _: None
+
+        answer = b"".join(self._app(environ, capture))
+        if not captured or not captured[0].startswith("200"):
+            # moto refused the rewritten request: nothing stored, the tokens go back, and
+            # the client gets moto's error for its original request.
+            throttle = self._throttle
+            assert throttle is not None
+            for index in admitted:
+                throttle.give_back(
+                    write.stream_arn, write.shards[index], write.sizes[index], write.now
+                )
+            _set_body(environ, raw)
+            return list(self._app(environ, start_response))
+        stored = iter(json.loads(answer)["Records"])
+        entries = [
+            {
+                "ErrorCode": THROTTLED,
+                "ErrorMessage": throttled_message(refused[index], write.stream_name, write.account),
+            }
+            if index in refused
+            else next(stored)
+            for index in range(len(records))
+        ]
+        self.counts.add(
+            second,
+            write.stream_name,
+            delivered=len(admitted),
+            throttled=len(refused),
+            delivered_user=sum(write.users[i] for i in admitted),
+            throttled_user=sum(write.users[i] for i in refused),
+        )
+        return _json_response(
+            start_response, 200, {"FailedRecordCount": len(refused), "Records": entries}
+        )
 
     def _stored(
         self,

@@ -1,0 +1,220 @@
+"""The throttling server's settings and its pure parts: limits, faults, buckets and counts.
+
+What is here: :class:`ShardLimits` (what a shard takes per second) and :class:`ServerFaults`
+(what the server adds), frozen and checked when made; :class:`ShardThrottle`, one token bucket
+of records and bytes per shard, given ``now``; :class:`ThroughputCounts`, the records stored,
+throttled and failed per second and stream; and AWS's message for a throttled record. The WSGI
+application that uses them in front of moto is ``_throttling``'s.
+
+Invariants: a shard's bucket is full when the shard is first written to; a record is admitted
+only if both its buckets have enough, and what it took is given back whole; counts only grow.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from .._core.token_bucket import TokenBucket
+
+__all__ = (
+    "ServerFaults",
+    "ShardLimits",
+    "ShardThrottle",
+    "ThroughputCounts",
+    "throttled_message",
+)
+
+
+def _positive(name: str, value: float) -> None:
+    if not 0.0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ShardLimits:
+    """The write limits of every shard, AWS's by default.
+
+    Args:
+        records_per_second: Records a shard takes per second (AWS: 1,000).
+        bytes_per_second: Bytes (data plus partition key, UTF-8) a shard takes per second
+            (AWS: 1 MiB).
+        burst_seconds: How many seconds of each rate a shard's buckets hold; they start full,
+            so a quiet shard takes this much at once (AWS's documented limit is per second;
+            one second of burst is what clients observe).
+
+    Raises:
+        ValueError: A number is not positive and finite.
+    """
+
+    records_per_second: float = 1000.0
+    bytes_per_second: float = 1024.0 * 1024.0
+    burst_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        _positive("records_per_second", self.records_per_second)
+        _positive("bytes_per_second", self.bytes_per_second)
+        _positive("burst_seconds", self.burst_seconds)
+
+    def describe(self) -> str:
+        """One line: what a shard takes."""
+        mib = self.bytes_per_second / (1024.0 * 1024.0)
+        return (
+            f"{self.records_per_second:g} records/s and {self.bytes_per_second:,.0f} bytes/s "
+            f"({mib:.3g} MiB/s) per shard, {self.burst_seconds:g} s of burst"
+        )
+
+
+@dataclass(frozen=True)
+class ServerFaults:
+    """Faults the server adds to Kinesis requests (none by default).
+
+    Args:
+        fault_rate: The fraction (0 … 1) of requests that fail at random, half with
+            ``InternalFailure`` (HTTP 500), half with ``ServiceUnavailable`` (HTTP 503).
+        fail_streams: Streams whose every request fails with ``InternalFailure``.
+        hang_streams: Streams whose every request is answered only after ``hang_seconds``
+            (then served as usual: a client that gave up meanwhile does not know whether its
+            records were stored).
+        hang_seconds: How long a hanging stream's requests wait.
+        seed: Seed of the random faults (``None``: a new sequence every run).
+
+    Faults hit the calls an application makes while it runs (``PutRecord``, ``PutRecords``,
+    ``ListShards``, ``DescribeStream``, ``DescribeStreamSummary``, ``GetShardIterator``,
+    ``GetRecords``), never creating, deleting or resharding a stream.
+
+    Raises:
+        ValueError: ``fault_rate`` is outside 0 … 1, or ``hang_seconds`` is negative.
+    """
+
+    fault_rate: float = 0.0
+    fail_streams: tuple[str, ...] = ()
+    hang_streams: tuple[str, ...] = ()
+    hang_seconds: float = 10.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fault_rate <= 1.0:
+            raise ValueError(f"fault_rate must be within 0 … 1, got {self.fault_rate!r}")
+        if not 0.0 <= self.hang_seconds < math.inf:
+            raise ValueError(f"hang_seconds must be 0 or more seconds, got {self.hang_seconds!r}")
+        object.__setattr__(self, "fail_streams", tuple(self.fail_streams))
+        object.__setattr__(self, "hang_streams", tuple(self.hang_streams))
+
+    @property
+    def any(self) -> bool:
+        """Whether any fault is set."""
+        return bool(self.fault_rate or self.fail_streams or self.hang_streams)
+
+    def describe(self) -> list[str]:
+        """One line per fault that is set."""
+        lines = []
+        if self.fault_rate:
+            lines.append(
+                f"{self.fault_rate * 100:g}% of requests fail at random "
+                "(InternalFailure HTTP 500, ServiceUnavailable HTTP 503)"
+            )
+        lines += [
+            f"stream {name}: every request fails (InternalFailure)" for name in self.fail_streams
+        ]
+        lines += [
+            f"stream {name}: every request is answered {self.hang_seconds:g} s late"
+            for name in self.hang_streams
+        ]
+        return lines
+
+
+def throttled_message(shard_id: str, stream: str, account: str) -> str:
+    """AWS's message for a record (or request) over its shard's limit."""
+    return f"Rate exceeded for shard {shard_id} in stream {stream} under account {account}."
+
+
+class ShardThrottle:
+    """One token bucket per shard, paying records and bytes; pure, ``now`` is given.
+
+    A shard's bucket is made on its first write, full. Not thread-safe: the server calls it
+    under moto's lock.
+    """
+
+    __slots__ = ("_buckets", "limits")
+
+    def __init__(self, limits: ShardLimits) -> None:
+        self.limits = limits
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+
+    def _bucket(self, stream: str, shard_id: str) -> TokenBucket:
+        key = (stream, shard_id)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            limits = self.limits
+            bucket = self._buckets[key] = TokenBucket(
+                [
+                    (limits.records_per_second, limits.records_per_second * limits.burst_seconds),
+                    (limits.bytes_per_second, limits.bytes_per_second * limits.burst_seconds),
+                ]
+            )
+        return bucket
+
+    def admit(self, stream: str, shard_id: str, size: int, now: float) -> bool:
+        """Take one record of ``size`` bytes from the shard's buckets if both have enough."""
+        return self._bucket(stream, shard_id).try_take((1.0, float(size)), now)
+
+    def give_back(self, stream: str, shard_id: str, size: int, now: float) -> None:
+        """Return what :meth:`admit` took for a record that was not stored after all."""
+        self._bucket(stream, shard_id).refund((1.0, float(size)), now)
+
+
+class ThroughputCounts:
+    """Records stored, throttled and failed, per whole second and per stream; thread-safe.
+
+    Kinesis records, and the user records in them (a KPL aggregate holds many; any other
+    record is one).
+    """
+
+    __slots__ = ("_counts", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0] * 5)
+
+    def add(
+        self,
+        second: int,
+        stream: str,
+        *,
+        delivered: int = 0,
+        throttled: int = 0,
+        failed: int = 0,
+        delivered_user: int = 0,
+        throttled_user: int = 0,
+    ) -> None:
+        """Count records of ``stream`` in ``second``."""
+        with self._lock:
+            counts = self._counts[(second, stream)]
+            counts[0] += delivered
+            counts[1] += throttled
+            counts[2] += failed
+            counts[3] += delivered_user
+            counts[4] += throttled_user
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every (second, stream) counted, in order: ``second``, ``stream``, ``delivered``,
+        ``throttled``, ``failed`` (Kinesis records), ``delivered_user_records``,
+        ``throttled_user_records``."""
+        with self._lock:
+            items = sorted(self._counts.items())
+        return [
+            {
+                "second": second,
+                "stream": stream,
+                "delivered": d,
+                "throttled": t,
+                "failed": f,
+                "delivered_user_records": du,
+                "throttled_user_records": tu,
+            }
+            for (second, stream), (d, t, f, du, tu) in items
+        ]

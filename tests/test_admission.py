@@ -1,0 +1,327 @@
+"""The admission module: what a put must pass, for ``Producer`` and ``SyncProducer`` alike.
+
+Plain synchronous tests of ``aiokpl._admission`` (the checks, a ``put_records`` group, the
+bounds and their messages, the records of a group, the blocking producer's room), of
+``aiokpl._intake`` with a stand-in ledger and pipeline and an explicit clock, and of the
+blocking producer's futures (plain ``concurrent.futures.Future`` objects, resolved through
+their public methods only).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from aiokpl import (
+    Config,
+    InvalidRecordError,
+    InvalidRecordTypeError,
+    ProducerClosedError,
+    SyncProducer,
+)
+from aiokpl._admission import Admission, ThreadRoom, build_group
+from aiokpl._core.encoder import encode_tags
+from aiokpl._core.hashing import hash_key_of
+from aiokpl._hosted import HostedProducer
+from aiokpl._intake import Intake
+from aiokpl._pipeline.scheduler import Scheduler
+from aiokpl._record import TaggedRecord, UserRecord
+from aiokpl._streams import Streams
+from aiokpl.aggregation import Tag, deaggregate
+from aiokpl.testing import FakeKinesis, read_stream
+
+CONFIG = Config(
+    region="us-east-1", max_outstanding_records=3, max_outstanding_bytes=100, max_record_size=100
+)
+HERE = "arn:aws:kinesis:us-east-1:123456789012:stream/events"
+THERE = "arn:aws:kinesis:eu-west-1:123456789012:stream/events"
+
+
+# --- the checks ------------------------------------------------------------------------------
+def test_a_stream_is_a_name_or_an_arn_in_the_producers_region() -> None:
+    admission = Admission(CONFIG, "us-east-1")
+    admission.check_stream("events")
+    admission.check_stream(HERE)
+    with pytest.raises(InvalidRecordError, match="is in region 'eu-west-1'"):
+        admission.check_stream(THERE)
+    with pytest.raises(InvalidRecordTypeError, match="stream must be a str, not int"):
+        admission.check_stream(42)
+    with pytest.raises(InvalidRecordError):
+        admission.check_stream("no spaces")
+    Admission(CONFIG, None).check_stream(THERE)  # a producer without a region writes anywhere
+
+
+def test_a_record_is_checked_once_with_its_tags() -> None:
+    admission = Admission(CONFIG)
+    item, encoded = admission.check_record("k", b"data", None, None)
+    assert (item, encoded) == (("k", 5, b"data", hash_key_of(b"k"), None), b"")
+    tagged, encoded = admission.check_record("k", bytearray(b"data"), 7, {"a": "b"})
+    assert encoded == encode_tags({"a": "b"})
+    assert tagged == ("k", 5 + len(encoded), b"data", 7, "7")  # the tags count toward the size
+    assert admission.check_record("k", b"d", None, {}) == (
+        ("k", 2, b"d", hash_key_of(b"k"), None),
+        b"",
+    )
+
+
+def test_tags_need_aggregation_unless_there_are_none() -> None:
+    admission = Admission(CONFIG.replace(aggregation_enabled=False))
+    with pytest.raises(InvalidRecordError, match=r"^tags need aggregation"):
+        admission.check_tags({"a": "b"}, "k", 2, None)
+    assert admission.check_tags({}, "k", 2, None) == (b"", 2)
+
+
+def test_a_group_is_checked_whole_and_its_errors_say_which_record() -> None:
+    admission = Admission(CONFIG)
+    accepted, size, tagged = admission.check_many(
+        [
+            ("a", b"1"),
+            ["b", b"22", "5"],
+            ("c", b"3", None, {"t": None}),
+            ("d", b"4", None, {}),
+            ["e", b"5"],
+        ]
+    )
+    assert [item[0] for item in accepted] == ["a", "b", "c", "d", "e"]
+    assert accepted[1] == ("b", 3, b"22", 5, "5")
+    assert tagged == {2: encode_tags({"t": None})}  # only the record with tags
+    assert size == sum(item[1] for item in accepted) == 2 + 3 + 2 + len(tagged[2]) + 2 + 2
+    assert admission.check_many([("a", b"1")])[2] is None
+    with pytest.raises(InvalidRecordError, match=r"^records\[1\]: partition_key must be 1"):
+        admission.check_many([("a", b"1"), ("", b"2")])
+    with pytest.raises(InvalidRecordTypeError, match=r"^records\[0\]: a record is a .*, not str"):
+        admission.check_many(["ab"])
+    with pytest.raises(InvalidRecordTypeError, match=r"^records\[0\]: .* not one of length 5"):
+        admission.check_many([("a", b"1", None, None, None)])
+
+
+@pytest.mark.parametrize("records", [None, "ab", b"ab", {"k": b"d"}, 3])
+def test_a_group_that_is_not_a_collection_of_records_is_named(records: Any) -> None:
+    with pytest.raises(InvalidRecordTypeError, match=r"^records must be an iterable"):
+        Admission(CONFIG).check_many(records)
+
+
+# --- the bounds ------------------------------------------------------------------------------
+def test_the_bounds_count_records_and_bytes() -> None:
+    admission = Admission(CONFIG)
+    assert admission.fits(2, 90, 10)
+    assert not admission.fits(3, 0, 1)  # max_outstanding_records
+    assert not admission.fits(0, 91, 10)  # max_outstanding_bytes
+    assert admission.fits(0, 0, 100, count=3)
+    assert not admission.fits(1, 0, 10, count=3)
+    admission.check_group(3, 100)
+    with pytest.raises(InvalidRecordError, match=r"^records: 4 records of 4 bytes can never"):
+        admission.check_group(4, 4)
+    with pytest.raises(InvalidRecordError, match="of 101 bytes can never be outstanding"):
+        admission.check_group(1, 101)
+    assert admission.holds(3, 42) == (
+        "the producer holds 3 records / 42 bytes "
+        "(max_outstanding_records=3, max_outstanding_bytes=100)"
+    )
+
+
+def test_a_threads_room_counts_waits_and_wakes() -> None:
+    lock = threading.Lock()
+    room = ThreadRoom(Admission(CONFIG), lock)
+    with lock:
+        for size in (10, 20, 30):
+            assert room.fits(size)
+            room.take(size)
+        assert (room.records, room.bytes) == (3, 60)
+        assert not room.fits(1)
+        assert not room.wait(1, 0.0, lambda: False)  # no room, no time: a timeout
+        assert room.wait(1, None, lambda: True)  # asked to stop: at once
+        assert room.holds().startswith("the producer holds 3 records / 60 bytes")
+    fitted: list[bool] = []
+
+    def put() -> None:
+        with lock:
+            fitted.append(room.wait(5, None, lambda: False))
+
+    waiter = threading.Thread(target=put)
+    waiter.start()
+    while True:  # until the thread waits (it holds the lock until then)
+        with lock:
+            if room.waiters:
+                room.give_back(10)  # wakes it: one record and 10 bytes fewer
+                break
+    waiter.join()
+    assert fitted == [True]
+    assert (room.records, room.bytes, room.waiters) == (2, 50, 0)
+
+
+# --- the records -----------------------------------------------------------------------------
+def test_a_group_shares_its_stamps_and_is_put_in_order() -> None:
+    outstanding: dict[UserRecord, None] = {}
+    put: list[tuple[UserRecord, int]] = []
+    accepted = [("a", 2, b"1", 11, None), ("b", 2, b"2", 22, "22")]
+    records = build_group(
+        "s",
+        accepted,
+        {1: b"tags"},
+        (1.0, 1.5, 31.0),
+        4,
+        outstanding,
+        lambda r, h: put.append((r, h)),
+    )
+    assert records == list(outstanding) == [record for record, _ in put]
+    assert [hash_key for _, hash_key in put] == [11, 22]
+    first, second = records
+    assert type(first) is UserRecord
+    assert type(second) is TaggedRecord
+    assert second.encoded_tags == b"tags"
+    assert first.encoded_tags == b""
+    for record in (first, second):
+        assert isinstance(record, UserRecord)
+        assert (record.last_end, record.deadline, record.expires_at, record.epoch) == (
+            1.0,
+            1.5,
+            31.0,
+            4,
+        )
+    assert build_group("s", [], None, (0.0, 0.0, 0.0), 0, outstanding, lambda r, h: None) == []
+
+
+class _Ledger:
+    def __init__(self) -> None:
+        self.outstanding: dict[UserRecord, None] = {}
+        self.outstanding_bytes = 0
+        self.epoch = 2
+
+    async def wait_for_room(self) -> None:  # pragma: no cover - the tests never wait
+        raise AssertionError("no wait here")
+
+
+class _Pipeline:
+    def __init__(self) -> None:
+        self.records: list[tuple[UserRecord, int]] = []
+
+    def put(self, record: UserRecord, hash_key: int) -> None:
+        self.records.append((record, hash_key))
+
+
+def _intake(now: list[float]) -> tuple[Intake, _Ledger, dict[str, _Pipeline]]:
+    ledger = _Ledger()
+    pipelines: dict[str, _Pipeline] = {}
+
+    def pipeline_of(stream: str) -> _Pipeline:
+        return pipelines.setdefault(stream, _Pipeline())
+
+    intake = Intake(
+        CONFIG.replace(record_max_buffered_time_ms=100, record_ttl_ms=30_000),
+        Admission(CONFIG, "us-east-1"),
+        ledger,
+        pipelines,
+        pipeline_of,
+        lambda: now[0],
+    )
+    return intake, ledger, pipelines
+
+
+def test_the_intake_refuses_a_put_that_may_not_go_ahead() -> None:
+    intake, ledger, _ = _intake([0.0])
+    with pytest.raises(RuntimeError, match="not started"):
+        intake.accept_stream("s")
+    intake.running = True
+    intake.thread = threading.get_ident()
+    intake.accept_stream("s")
+    with pytest.raises(InvalidRecordError, match="is in region 'eu-west-1'"):
+        intake.accept_stream(THERE)
+    intake.thread = threading.get_ident() + 1
+    with pytest.raises(RuntimeError, match="runs on the event loop of another thread"):
+        intake.accept_stream("s")
+    intake.thread = threading.get_ident()
+    intake.closed = True
+    with pytest.raises(ProducerClosedError, match="the producer is closed"):
+        intake.accept_stream("s")
+    with pytest.raises(ProducerClosedError, match="closed while this put waited"):
+        intake.check_still_open()
+    assert ledger.outstanding == {}  # a refused put changes nothing
+    assert intake.seq == 0
+
+
+def test_the_intake_stamps_each_millisecond_once_and_counts_what_it_puts() -> None:
+    now = [10.0]
+    intake, ledger, pipelines = _intake(now)
+    first = intake.enqueue("s", "a", 3, b"ab", 1, None)
+    now[0] = 10.0009  # the same millisecond: the same stamps
+    second = intake.enqueue("s", "b", 4, b"abc", 2, "2", b"tags")
+    assert intake.has_room(93)  # 7 bytes of 100 held
+    assert not intake.has_room(94)
+    now[0] = 10.002
+    third = intake.enqueue("t", "c", 2, b"c", 3, None)
+    assert not intake.has_room(1)  # 3 records of 3
+    assert isinstance(first, UserRecord)
+    assert isinstance(second, TaggedRecord)
+    assert isinstance(third, UserRecord)
+    assert (first.last_end, first.deadline, first.expires_at) == (10.0, 10.1, 40.0)
+    assert (second.last_end, second.deadline, second.expires_at) == (10.0, 10.1, 40.0)
+    assert second.encoded_tags == b"tags"
+    assert second.explicit_hash_key == "2"
+    assert third.last_end == 10.002
+    assert third.expires_at == pytest.approx(40.002)
+    assert [h for _, h in pipelines["s"].records] == [1, 2]
+    assert [r for r, _ in pipelines["t"].records] == [third]
+    assert (list(ledger.outstanding), ledger.outstanding_bytes, intake.seq) == (
+        [first, second, third],
+        9,
+        3,
+    )
+    assert first.epoch == ledger.epoch
+    (fourth,) = intake.enqueue_many("s", [("d", 1, b"", 4, None)], 1)
+    assert (intake.seq, ledger.outstanding_bytes, list(ledger.outstanding)[-1]) == (4, 10, fourth)
+    assert isinstance(fourth, UserRecord)
+    assert fourth.last_end == 10.002
+
+
+def test_streams_not_started_hold_nothing_to_flush() -> None:
+    streams = Streams(CONFIG, Scheduler(), None, lambda: 0.5)
+    streams.flush(None)  # before the start: nothing buffered, nothing to send
+    assert streams.statistics() == ()
+    assert streams.pipelines == {}
+
+
+# --- the blocking producer's futures ---------------------------------------------------------
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_sync_future_is_a_future_that_overrides_none_of_futures_members(backend: Any) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    with SyncProducer(Config(region="us-east-1"), client=fake, backend=backend) as producer:
+        future = producer.put_record(stream="s", partition_key="k", data=b"x")
+        assert future.result(30).success
+    own = {name for name in vars(type(future)) if name not in ("__doc__", "__module__")}
+    # Only its constructor (running from the start): every other member is Future's own, so
+    # nothing depends on the standard library's private attributes.
+    assert own <= {"__init__", "__qualname__", "__name__", "__orig_bases__", "__parameters__"}
+    assert not [name for name in own if name.startswith("_") and not name.startswith("__")]
+    assert isinstance(future, Future)
+    assert not future.cancel()
+
+
+# --- the hand-over of a checked record -------------------------------------------------------
+@pytest.mark.anyio
+async def test_a_checked_record_waits_for_room_and_keeps_its_encoded_tags() -> None:
+    # What SyncProducer's pump does when the producer is full: the record checked in the
+    # caller's thread goes in as it is, its tags still encoded, once there is room.
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    config = Config(region="us-east-1", max_outstanding_records=1)
+    admission = Admission(config)
+    async with HostedProducer(config, client=fake) as producer:
+        port = producer.port()
+        first = port.put_validated("s", "a", 2, b"1", hash_key_of(b"a"), None)
+        assert first is not None
+        (key, size, payload, hash_key, ehk), tags = admission.check_record(
+            "b", b"2", None, {"t": "v"}
+        )
+        assert port.put_validated("s", key, size, payload, hash_key, ehk, tags) is None  # full
+        second = await port.put_when_room("s", key, size, payload, hash_key, ehk, tags)
+        assert first.done()  # it waited for the first record's result
+        assert isinstance(second, TaggedRecord)
+        assert second.encoded_tags is tags
+        assert (await second).success
+    stored = [user for _, record in await read_stream(fake, "s") for user in deaggregate(record)]
+    assert {record.data: record.tags for record in stored} == {b"1": (), b"2": (Tag("t", "v"),)}
