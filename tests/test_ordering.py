@@ -25,9 +25,9 @@ from aiokpl._core.ordering import overlaps, regroup
 from aiokpl._core.records import KinesisRecord, UserRecordLike
 from aiokpl._core.shards import ShardRange
 from aiokpl._core.wire import Tag
-from aiokpl._pipeline.lanes import OrderedLimiter, OrderedShardLimiter
-from aiokpl._pipeline.limiter import Flow
+from aiokpl._pipeline.limiter import Flow, OrderedLimiter
 from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
+from aiokpl._pipeline.shard_limiter import OrderedShardLimiter
 from aiokpl._record import TaggedRecord, UserRecord
 from aiokpl.testing import FakeKinesis
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from aiokpl._core.records import KinesisRecord
 from aiokpl._core.retry_policy import Decisions
 from aiokpl._core.shards import ShardRange
-from aiokpl._pipeline.lanes import OrderedLimiter
-from aiokpl._pipeline.limiter import Limiter
+from aiokpl._pipeline.limiter import Limiter, OrderedLimiter
 from aiokpl._pipeline.ordering import AggregateOrder, ShardOrder, ordering_of
 from stages import Recorder, kinesis_record, user_record
 

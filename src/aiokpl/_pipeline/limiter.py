@@ -66,9 +66,14 @@ feedback keeps working under it, and shards first seen later start at the ceilin
 if any.
 
 **Strict order per shard** (``Config(ordering="shard")``; the rules and why are in
-``_core/ordering.py``): :class:`~aiokpl._pipeline.lanes.OrderedLimiter` and its lanes
-(``_pipeline/lanes.py``) replace the two classes here, which stay as they are so the default
-mode pays nothing.
+``_core/ordering.py``): :class:`OrderedLimiter` and its lanes
+(``shard_limiter.OrderedShardLimiter``) take the place of :class:`Limiter` and its
+``ShardLimiter``; the default mode runs those, untouched, so it pays nothing. Invariants of the
+ordered limiter: a retired lane (its shard left the map) is kept until it is empty, then
+forgotten, and lanes it held are drained at once; the lane of records without a prediction
+holds every shard's lane while it has records.
+
+A shard's own state (bucket, rates, queue, lane) is ``shard_limiter.py``.
 
 The limiter knows no other stage: each call returns what it admitted (for the collector) and
 what expired (to fail), a :data:`Flow`, and the stream's router routes them.
@@ -79,17 +84,16 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Sequence
 from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
-from sortedcontainers import SortedKeyList
-
-from .._core.backoff import AdaptiveRate
+from .._core.ordering import overlaps
 from .._core.records import KinesisRecord
 from .._core.statistics import LimiterStatistics
-from .._core.token_bucket import TokenBucket
+from .shard_limiter import OrderedShardLimiter, ShardLimiter
 
 if TYPE_CHECKING:
+    from .._core.shards import ShardRange
     from .scheduler import Deadlines
 
-__all__ = ("Flow", "Limiter", "ShardLimiter")
+__all__ = ("Flow", "Limiter", "OrderedLimiter", "ShardLimiter")
 
 Flow: TypeAlias = tuple[Sequence[KinesisRecord], Sequence[KinesisRecord]]
 """What a limiter call returns: the Kinesis records it admitted (oldest first), and those
@@ -97,175 +101,6 @@ whose TTL passed while they were queued."""
 
 # What a call returns when nothing was admitted nor expired: no allocation.
 _NO_FLOW: Flow = ((), ())
-
-
-def _expiry(record: KinesisRecord) -> float:
-    return record.expires_at
-
-
-class ShardLimiter:
-    """Rate limits and queue of one shard (or of a stream without a map)."""
-
-    __slots__ = (
-        "_bytes_rate",
-        "_records_rate",
-        "admitted",
-        "batch",
-        "bucket",
-        "held_until",
-        "queue",
-        "refunded",
-        "starved",
-    )
-
-    def __init__(self, records_per_second: float, bytes_per_second: float) -> None:
-        self.bucket = TokenBucket(
-            [(records_per_second, records_per_second), (bytes_per_second, bytes_per_second)]
-        )
-        # Oldest first; records of equal expiry keep their arrival order.
-        self.queue: SortedKeyList = SortedKeyList(key=_expiry)
-        self._records_rate = AdaptiveRate(records_per_second)
-        self._bytes_rate = AdaptiveRate(bytes_per_second)
-        self.admitted = 0  # Kinesis records that took tokens
-        self.refunded = 0  # of those, records whose tokens came back (expired unsent)
-        # The last drain left records that could still be sent waiting for tokens: the
-        # shard is offered more than its rate (what expires now is overload, not bad luck).
-        self.starved = False
-        # A starved shard admits in batches: at most once every ``batch`` seconds (see drain).
-        self.batch = 0.0
-        self.held_until = -float("inf")
-
-    def throttled(self, now: float, sent_at: float | None = None) -> None:
-        """Kinesis throttled a request to this shard sent at ``sent_at``: lower its rates to
-        a little below what it accepted lately (once per round trip: see ``AdaptiveRate``)."""
-        if self._records_rate.cut(now, sent_at):
-            self._bytes_rate.cut(now, sent_at)
-            self._apply_rates(now)
-
-    def accepted(self, records: int, size: int, now: float) -> None:
-        """Kinesis stored ``records`` Kinesis records (``size`` bytes) of this shard's."""
-        self._records_rate.accepted(records, now)
-        self._bytes_rate.accepted(size, now)
-
-    def set_ceiling(self, records_per_second: float, bytes_per_second: float, now: float) -> None:
-        """Change the rates throttle feedback recovers to; a rate above the new ceiling drops to it.
-
-        The bucket's capacities follow (one second of the ceiling, as at creation), so a
-        shard idle for a while bursts at most its share, not the configured rate.
-        """
-        self._records_rate.configured = records_per_second
-        self._bytes_rate.configured = bytes_per_second
-        self.bucket.set_capacity(0, records_per_second, now)
-        self.bucket.set_capacity(1, bytes_per_second, now)
-        self._apply_rates(now)
-
-    def current_rates(self, now: float) -> tuple[float, float]:
-        """The (records/s, bytes/s) in force at ``now``: the ceiling, or less after throttling."""
-        return self._records_rate.rate(now), self._bytes_rate.rate(now)
-
-    @property
-    def ceiling(self) -> tuple[float, float]:
-        """The (records/s, bytes/s) throttle feedback recovers to."""
-        return self._records_rate.configured, self._bytes_rate.configured
-
-    def _apply_rates(self, now: float) -> None:
-        self.bucket.set_rate(0, self._records_rate.rate(now), now)
-        self.bucket.set_rate(1, self._bytes_rate.rate(now), now)
-
-    @property
-    def rates(self) -> tuple[float, float]:
-        rates = self.bucket.rates
-        return rates[0], rates[1]
-
-    def refund(self, record: KinesisRecord, now: float) -> None:
-        """``record`` took tokens but was never sent: give them back."""
-        self.refunded += 1
-        self.bucket.refund((1, record.size), now)
-
-    def _take(self, record: KinesisRecord, now: float) -> bool:
-        bucket = self.bucket
-        if bucket.try_take((1, record.size), now):
-            return True
-        # A record larger than the byte capacity is admitted into a full bucket.
-        capacity = bucket.capacities[1]
-        if record.size <= capacity:
-            return False
-        tokens = bucket.tokens(now)
-        if tokens[0] >= 1 and tokens[1] >= capacity:
-            bucket.force_take((1, record.size), now)
-            return True
-        return False
-
-    def _batch_wait(self, waiting: int, head: KinesisRecord, now: float) -> float:
-        """How long a starved shard holds off: until its bucket holds a batch (``batch``
-        seconds of its rates, or what is waiting if less; ``head``'s size per record), at
-        most ``batch`` seconds. A shard short of tokens for a moment waits only that moment."""
-        bucket = self.bucket
-        rates, capacities = bucket.rates, bucket.capacities
-        batch = self.batch
-        records = min(float(waiting), rates[0] * batch, capacities[0])
-        size = min(waiting * float(head.size), rates[1] * batch, capacities[1])
-        return min(batch, bucket.time_until((records, size), now))
-
-    def drain(
-        self,
-        now: float,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
-        *,
-        margin: float = 0.0,
-        force: bool = False,
-    ) -> None:
-        """Expire what is past its TTL, then admit oldest first what the bucket grants.
-
-        Records with ``margin`` seconds or less to live are not admitted (they stay queued
-        until their TTL passes); ``force`` admits the others whatever the bucket holds.
-        """
-        queue = self.queue
-        if not queue:
-            return
-        if self._records_rate.recovering:
-            self._apply_rates(now)
-        while queue and queue[0].expires_at <= now:
-            expire(queue.pop(0))
-        if now < self.held_until and not force:
-            return  # starved: the tokens gather into the next batch
-        # The records too close to their TTL to be sent in time are the queue's head.
-        first = queue.bisect_key_right(now + margin)
-        while first < len(queue):
-            record = queue[first]
-            if force:
-                self.bucket.force_take((1, record.size), now)
-            elif not self._take(record, now):
-                self.starved = True
-                if self.batch:
-                    self.held_until = now + self._batch_wait(len(queue) - first, record, now)
-                return
-            del queue[first]
-            self.admitted += 1
-            admit(record)
-        self.starved = False
-
-    def put(
-        self,
-        record: KinesisRecord,
-        now: float,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
-        *,
-        margin: float = 0.0,
-    ) -> bool:
-        """Admit at once if possible, else queue. Returns whether anything stays queued."""
-        if not self.queue and record.expires_at > now + margin:
-            if self._records_rate.recovering:
-                self._apply_rates(now)
-            if self._take(record, now):
-                self.admitted += 1
-                admit(record)
-                return False
-        self.queue.add(record)
-        self.drain(now, admit, expire, margin=margin)
-        return bool(self.queue)
 
 
 L = TypeVar("L", bound=ShardLimiter)
@@ -422,7 +257,7 @@ class Limiter(Generic[L]):
         return self.shards.get(shard) if shard is not None else self.unmapped
 
     def settle(self, record: KinesisRecord, again: KinesisRecord | None, now: float) -> Flow:
-        """Outside strict order nothing is in flight to settle (``lanes.OrderedLimiter``
+        """Outside strict order nothing is in flight to settle (:class:`OrderedLimiter`
         keeps lanes): what is retried is queued again, by its expiry."""
         return self.put(again, now) if again is not None else _NO_FLOW
 
@@ -485,3 +320,171 @@ class Limiter(Generic[L]):
             ceilings_by_shard={s: sl.ceiling for s, sl in shards.items()},
             unmapped_rate=unmapped.rates if unmapped is not None else None,
         )
+
+
+class OrderedLimiter(Limiter[OrderedShardLimiter]):
+    """The limiter of one stream with ``ordering="shard"``: one lane per predicted shard.
+
+    Args:
+        hash_range: the hash-key range of a shard id (open, or closed recently), from the
+            shard map; it decides which lanes a retired lane holds.
+        See :class:`Limiter` for the others.
+    """
+
+    def __init__(
+        self,
+        deadlines: Deadlines,
+        clock: Callable[[], float],
+        *,
+        records_per_second: float,
+        bytes_per_second: float,
+        drain_interval: float,
+        send_margin: float = 0.0,
+        admit_batch: float = 0.0,
+        hash_range: Callable[[str], ShardRange | None],
+    ) -> None:
+        super().__init__(
+            deadlines,
+            clock,
+            lanes=OrderedShardLimiter,
+            records_per_second=records_per_second,
+            bytes_per_second=bytes_per_second,
+            drain_interval=drain_interval,
+            send_margin=send_margin,
+            admit_batch=admit_batch,
+        )
+        self._hash_range = hash_range
+        # Lanes of shards gone from the map that still hold records, oldest retired first.
+        self.retired: dict[str, OrderedShardLimiter] = {}
+
+    def shard_limiter(self, shard: str | None) -> OrderedShardLimiter:
+        new = shard is not None and shard not in self.shards
+        lane = super().shard_limiter(shard)
+        if new:
+            assert shard is not None
+            lane.held = self._holds(self._hash_range(shard), None)
+        return lane
+
+    def _holds(self, span: ShardRange | None, lane: OrderedShardLimiter | None) -> bool:
+        """Whether a lane of range ``span`` must wait: the lane of unpredicted records has
+        records, or a lane retired before ``lane`` (all of them, for an open lane) overlaps."""
+        unmapped = self.unmapped
+        if unmapped is not None and unmapped is not lane and not unmapped.empty:
+            return True
+        for retired in self.retired.values():
+            if retired is lane:
+                return False  # the lanes retired after it are younger
+            if overlaps(retired.span, span):
+                return True
+        return False
+
+    def _update_holds(self, now: float) -> None:
+        """Recompute every lane's hold (the set of older lanes changed); drain those freed."""
+        freed = []
+        for shard, lane in self.shards.items():
+            span = lane.span if shard in self.retired else self._hash_range(shard)
+            held = self._holds(span, lane)
+            if lane.held and not held and lane.queue:
+                freed.append(shard)
+            lane.held = held
+        for shard in freed:
+            self._drain_lane(shard, self.shards[shard], now)
+
+    def _drain_lane(
+        self, shard: str | None, lane: OrderedShardLimiter, now: float, *, force: bool = False
+    ) -> None:
+        lane.drain(now, self._admitted.append, self._expire, margin=self.send_margin, force=force)
+        if lane.queue:
+            self._waiting.add(shard)
+            self._schedule(now)
+        else:
+            self._waiting.discard(shard)
+            if lane.in_flight is None:
+                self._lane_emptied(shard, lane, now)
+
+    def _schedule(self, now: float) -> None:
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._deadlines.call_at(self._next_drain(now), None)
+
+    def due(self, item: object, now: float) -> Flow:
+        self._drain_scheduled = False
+        flow = self.drain(now)
+        if self._waiting:
+            self._schedule(now)
+        return flow
+
+    def _lane_emptied(self, shard: str | None, lane: OrderedShardLimiter, now: float) -> None:
+        """``lane`` has nothing left: if it held others (retired, or unpredicted), free them."""
+        if shard is None:
+            if any(other.held for other in self.shards.values()):
+                self._update_holds(now)
+        elif shard in self.retired:
+            del self.retired[shard]
+            del self.shards[shard]
+            self._ceilings.pop(shard, None)
+            self._update_holds(now)
+
+    def put(self, record: KinesisRecord, now: float) -> Flow:
+        shard = record.predicted_shard
+        lane = self.shards.get(shard) if shard is not None else None
+        if lane is None:
+            lane = self.shard_limiter(shard)
+        lane.queue.append(record)
+        # Through _drain_lane, as every change of a lane: it keeps the set of waiting lanes,
+        # the drain schedule and the holds up to date.
+        self._drain_lane(shard, lane, now)
+        return self._flow()
+
+    def drain(self, now: float, *, force: bool = False) -> Flow:
+        for shard in list(self._waiting):
+            self._drain_lane(shard, self.shard_limiter(shard), now, force=force)
+        return self._flow()
+
+    def settle(self, record: KinesisRecord, again: KinesisRecord | None, now: float) -> Flow:
+        """``record``, in flight, was answered and judged (or expired unsent): its lane is
+        free. ``again`` (what of it is retried) goes back to the lane's head, before any
+        later record; then the lane's next record is admitted if it can be."""
+        shard = record.predicted_shard
+        lane = self.shards.get(shard) if shard is not None else self.unmapped
+        if lane is None or lane.in_flight is not record:
+            # Not in flight here (cannot happen): resend it, last rather than never.
+            return self.put(again, now) if again is not None else self._flow()
+        lane.in_flight = None
+        if again is not None:
+            lane.queue.appendleft(again)
+        self._drain_lane(shard, lane, now)
+        return self._flow()
+
+    def take_unmapped(self, now: float) -> tuple[list[KinesisRecord], Flow]:
+        records, _ = super().take_unmapped(now)
+        unmapped = self.unmapped
+        if records and unmapped is not None and unmapped.empty:
+            self._lane_emptied(None, unmapped, now)
+        return records, self._flow()
+
+    def prune(self, open_shards: Container[str], now: float) -> Flow:
+        """A new map: lanes of shards gone from it retire (kept until empty, holding the
+        lanes they overlap), or are forgotten if empty already."""
+        changed = False
+        for shard, lane in list(self.shards.items()):
+            if shard in open_shards or shard in self.retired:
+                continue
+            if lane.empty:
+                del self.shards[shard]
+                self._ceilings.pop(shard, None)
+                continue
+            lane.span = self._hash_range(shard)
+            self.retired[shard] = lane
+            changed = True
+        if changed:
+            self._update_holds(now)
+        return self._flow()
+
+    @property
+    def lanes_in_flight(self) -> int:
+        """Lanes with a Kinesis record in flight."""
+        lanes = list(self.shards.values())
+        if self.unmapped is not None:
+            lanes.append(self.unmapped)
+        return sum(1 for lane in lanes if lane.in_flight is not None)

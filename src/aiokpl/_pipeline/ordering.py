@@ -2,13 +2,13 @@
 
 ``Config.ordering`` picks one of two policies (the rules, and why, are in
 ``_core/ordering.py``). The router asks the policy and does what it says; no stage branches on
-the mode, and the only stage that differs is the limiter (``lanes.OrderedLimiter`` with
+the mode, and the only stage that differs is the limiter (``limiter.OrderedLimiter`` with
 ``ordering="shard"``, which the policy builds).
 
 ================================  ==========================  ===============================
 the router asks                   ``"aggregate"`` (default)   ``"shard"``
 ================================  ==========================  ===============================
-``limiter(...)``                  ``limiter.Limiter``          ``lanes.OrderedLimiter``
+``limiter(...)``                  ``limiter.Limiter``          ``limiter.OrderedLimiter``
 ``grace(record, now, grace)``     the collector's grace       none for a record already late
 ``closes_batches_on_new_map``     no                          yes: old predictions go first
 ``after_answer(sent, d)``         retried → the aggregator    each sent record settles its
@@ -27,8 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from .._core.ordering import regroup
-from .lanes import OrderedLimiter
-from .limiter import Limiter, ShardLimiter
+from .limiter import Limiter, OrderedLimiter, ShardLimiter
 
 if TYPE_CHECKING:
     from .._core.records import KinesisRecord

@@ -334,7 +334,7 @@ class StreamPipeline:
                 # It took the shard's tokens in the limiter but never reached the wire.
                 self.limiter.refund(record, now)
                 self._fail(self.retrier.expire(record, "sender queue", now))
-                self._settle(self.ordering.after_unsent(record), now)
+                self._settle_lanes(self.ordering.after_unsent(record), now)
         finally:
             self._ledger.leave()
         return live
@@ -459,9 +459,9 @@ class StreamPipeline:
         to_aggregator, settlements = route
         for record in to_aggregator:
             self.put(record, record.hash_key)
-        self._settle(settlements, now)
+        self._settle_lanes(settlements, now)
 
-    def _settle(
+    def _settle_lanes(
         self, settlements: Sequence[tuple[KinesisRecord, KinesisRecord | None]], now: float
     ) -> None:
         for record, again in settlements:
