@@ -195,17 +195,12 @@ class _Ledger:
         raise AssertionError("no wait here")
 
 
-class _Aggregator:
+class _Pipeline:
     def __init__(self) -> None:
         self.records: list[tuple[UserRecord, int]] = []
 
     def put(self, record: UserRecord, hash_key: int) -> None:
         self.records.append((record, hash_key))
-
-
-class _Pipeline:
-    def __init__(self) -> None:
-        self.aggregator = _Aggregator()
 
 
 def _intake(now: list[float]) -> tuple[Intake, _Ledger, dict[str, _Pipeline]]:
@@ -268,8 +263,8 @@ def test_the_intake_stamps_each_millisecond_once_and_counts_what_it_puts() -> No
     assert second.explicit_hash_key == "2"
     assert third.last_end == 10.002
     assert third.expires_at == pytest.approx(40.002)
-    assert [h for _, h in pipelines["s"].aggregator.records] == [1, 2]
-    assert [r for r, _ in pipelines["t"].aggregator.records] == [third]
+    assert [h for _, h in pipelines["s"].records] == [1, 2]
+    assert [r for r, _ in pipelines["t"].records] == [third]
     assert (list(ledger.outstanding), ledger.outstanding_bytes, intake.seq) == (
         [first, second, third],
         9,

@@ -22,7 +22,7 @@ from aiokpl._core.coordination import (
 )
 from aiokpl._core.records import KinesisRecord
 from aiokpl._pipeline.limiter import Limiter, ShardLimiter
-from aiokpl._pipeline.scheduler import Scheduler
+from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl._producer import Producer
 from aiokpl.coordination import Coordination, DynamoDBStore, run_summarizer
 from aiokpl.testing import FakeKinesis
@@ -106,19 +106,17 @@ def test_a_ceiling_lowers_the_rates_and_throttle_feedback_recovers_to_it_not_abo
 
 
 def test_limiter_applies_a_ceiling_now_or_when_the_shard_first_appears() -> None:
-    admitted: list[KinesisRecord] = []
     limiter = Limiter(
-        Scheduler(),
-        admitted.append,
-        admitted.append,
+        RoutedDeadlines(Scheduler(), lambda item, now: None),
         lambda: 0.0,
+        lanes=ShardLimiter,
         records_per_second=1000.0,
         bytes_per_second=1_000_000.0,
         drain_interval=0.025,
     )
     limiter.set_ceiling("shardId-000000000007", 300.0, 3000.0)
-    limiter.put(kinesis_record(10, "shardId-000000000007"))
-    limiter.put(kinesis_record(10, "shardId-000000000001"))
+    limiter.put(kinesis_record(10, "shardId-000000000007"), 0.0)
+    limiter.put(kinesis_record(10, "shardId-000000000001"), 0.0)
     assert limiter.shards["shardId-000000000007"].ceiling == (300.0, 3000.0)
     assert limiter.shards["shardId-000000000001"].ceiling == (1000.0, 1_000_000.0)
     limiter.set_ceiling("shardId-000000000001", 10.0, 100.0)

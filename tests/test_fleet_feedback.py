@@ -16,7 +16,7 @@ import pytest
 
 from aiokpl._core.records import KinesisRecord
 from aiokpl._pipeline.limiter import Limiter, ShardLimiter
-from aiokpl._pipeline.scheduler import Scheduler
+from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl.coordination import Coordination
 from fleet import Fleet, Member, Series, run
 from test_coordination import MemoryStore
@@ -68,17 +68,16 @@ def test_the_limiter_wakes_up_when_a_held_batch_is_due() -> None:
     now = [0.0]
     admitted: list[KinesisRecord] = []
     limiter = Limiter(
-        Scheduler(),
-        admitted.append,
-        admitted.append,
+        RoutedDeadlines(Scheduler(), lambda item, now: None),
         lambda: now[0],
+        lanes=ShardLimiter,
         records_per_second=10.0,
         bytes_per_second=1_000_000.0,
         drain_interval=0.025,
         admit_batch=0.01,
     )
     for _ in range(11):
-        limiter.put(record())
+        admitted.extend(limiter.put(record(), now[0])[0])
     assert len(admitted) == 10
     assert limiter.shards[SHARD].held_until == 0.01
     assert limiter._next_drain(0.0) == 0.01

@@ -25,8 +25,9 @@ from aiokpl._core.ordering import overlaps, regroup
 from aiokpl._core.records import KinesisRecord, UserRecordLike
 from aiokpl._core.shards import ShardRange
 from aiokpl._core.wire import Tag
-from aiokpl._pipeline.limiter import OrderedLimiter, OrderedShardLimiter
-from aiokpl._pipeline.scheduler import Scheduler
+from aiokpl._pipeline.limiter import Flow, OrderedLimiter
+from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
+from aiokpl._pipeline.shard_limiter import OrderedShardLimiter
 from aiokpl._record import TaggedRecord, UserRecord
 from aiokpl.testing import FakeKinesis
 
@@ -125,6 +126,51 @@ def test_regroup_keeps_each_records_tags() -> None:
 # --- the lanes ------------------------------------------------------------------------------------
 
 
+class _Recorded:
+    """An ``OrderedLimiter`` whose calls take the clock of ``lanes`` and record what they
+    return (admitted, expired) in its lists."""
+
+    def __init__(self, lanes: Lanes, limiter: OrderedLimiter) -> None:
+        self._lanes = lanes
+        self._limiter = limiter
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._limiter, name)
+
+    @property
+    def send_margin(self) -> float:
+        return self._limiter.send_margin
+
+    @send_margin.setter
+    def send_margin(self, margin: float) -> None:
+        self._limiter.send_margin = margin
+
+    def _record(self, flow: Flow) -> None:
+        admitted, expired = flow
+        self._lanes.admitted.extend(admitted)
+        self._lanes.expired.extend(expired)
+
+    def put(self, record: KinesisRecord) -> None:
+        self._record(self._limiter.put(record, self._lanes.now))
+
+    def settle(self, record: KinesisRecord, again: KinesisRecord | None) -> None:
+        self._record(self._limiter.settle(record, again, self._lanes.now))
+
+    def drain(self, now: float, *, force: bool = False) -> None:
+        self._record(self._limiter.drain(now, force=force))
+
+    def take_unmapped(self) -> list[KinesisRecord]:
+        records, flow = self._limiter.take_unmapped(self._lanes.now)
+        self._record(flow)
+        return records
+
+    def on_due(self, now: float) -> None:
+        self._record(self._limiter.due(None, now))
+
+    def prune(self, open_shards: set[str]) -> None:
+        self._record(self._limiter.prune(open_shards, self._lanes.now))
+
+
 class Lanes:
     """An ``OrderedLimiter`` on a hand-moved clock, recording what it admits and expires."""
 
@@ -133,19 +179,19 @@ class Lanes:
         self.admitted: list[KinesisRecord] = []
         self.expired: list[KinesisRecord] = []
         self.ranges = ranges or {}
-        self.limiter = OrderedLimiter(
-            Scheduler(),
-            self.admitted.append,
-            self.expired.append,
+        limiter = OrderedLimiter(
+            RoutedDeadlines(Scheduler(), lambda item, now: None),
             lambda: self.now,
             records_per_second=1000.0,
             bytes_per_second=1_000_000.0,
             drain_interval=0.025,
             hash_range=self.ranges.get,
         )
+        self.ordered = limiter
+        self.limiter = _Recorded(self, limiter)
 
     def lane(self, shard: str) -> OrderedShardLimiter:
-        return self.limiter.shards[shard]
+        return self.ordered.shards[shard]
 
 
 def test_a_lane_sends_one_record_at_a_time_in_put_order() -> None:
@@ -213,7 +259,7 @@ def test_expired_records_leave_a_gap_and_the_next_record_goes() -> None:
 
 def test_a_record_that_finds_no_tokens_waits_and_a_forced_drain_sends_it() -> None:
     lanes = Lanes()
-    lane = lanes.limiter._limiter_of("a")
+    lane = lanes.limiter.shard_limiter("a")
     lane.bucket.try_take((1000, 0), 0.0)  # no record token left
     record = kinesis_record("a")
     lanes.limiter.put(record)
@@ -346,7 +392,7 @@ def test_the_lane_of_unpredicted_records_holds_every_shard_lane() -> None:
 
 def test_unpredicted_records_taken_back_when_none_is_in_flight_free_the_shard_lanes() -> None:
     lanes = Lanes()
-    unmapped = lanes.limiter._limiter_of(None)
+    unmapped = lanes.limiter.shard_limiter(None)
     unmapped.bucket.try_take((1000, 0), 0.0)  # rate limited: both wait, none in flight
     lanes.limiter.put(kinesis_record(None))
     lanes.limiter.put(kinesis_record(None))

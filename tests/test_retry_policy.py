@@ -57,7 +57,7 @@ def ok(shard: str = "shardId-000000000000", seq: str = "49590") -> dict[str, Any
 
 def result_of(record: UserRecord) -> RecordResult:
     """The record's result as its outcome would report it."""
-    record._finish()
+    record.resolve()
     return record.result()
 
 

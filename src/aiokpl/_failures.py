@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._core.decoder import decode_tags
-from ._core.results import FailedRecord, RecordResult
+from ._core.results import FailedRecord
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -84,22 +84,17 @@ class FailureHandler:
             ``True`` if an async callback is now queued for the record: the caller keeps it
             outstanding until ``release`` is called for it.
         """
+        failed = None
         if self._attach:
             # Built now, while the record still holds its data (resolving lets go of it).
-            record._result = RecordResult(
-                False,
-                None,
-                None,
-                record.attempts,
-                FailedRecord(
-                    record.stream,
-                    record.partition_key,
-                    record.data,
-                    record.explicit_hash_key,
-                    decode_tags(record.encoded_tags) if record.encoded_tags else (),
-                ),
+            failed = FailedRecord(
+                record.stream,
+                record.partition_key,
+                record.data,
+                record.explicit_hash_key,
+                decode_tags(record.encoded_tags) if record.encoded_tags else (),
             )
-        record._finish()
+        record.resolve_failed(failed)
         callback = self._callback
         if callback is None:
             return False

@@ -3,8 +3,8 @@
 :class:`~aiokpl.Producer`'s put paths check a put (:mod:`aiokpl._admission`), then hand the
 checked fields here: this says whether the put may go ahead at all (the producer's thread,
 open, started), counts room, builds the record (the caller's :class:`~aiokpl.Outcome`), counts
-it outstanding in the ledger and puts it to its stream's aggregator. The producer binds these
-methods once, so a put pays the same calls as methods of its own would cost.
+it outstanding in the ledger and puts it to its stream's pipeline (its router). The producer
+binds these methods once, so a put pays the same calls as methods of its own would cost.
 
 Invariants:
 
@@ -43,15 +43,10 @@ class Ledger(Protocol):
     async def wait_for_room(self) -> None: ...
 
 
-class _Aggregator(Protocol):
-    def put(self, record: UserRecord, hash_key: int) -> None: ...
-
-
 class Pipeline(Protocol):
     """What the intake needs of a stream's pipeline (``_pipeline.stream.StreamPipeline``)."""
 
-    @property
-    def aggregator(self) -> _Aggregator: ...
+    def put(self, record: UserRecord, hash_key: int) -> None: ...
 
 
 # Seconds: a record's arrival is the time of the first put of the millisecond it was put
@@ -190,7 +185,7 @@ class Intake:
             )
         self._outstanding[record] = None
         ledger.outstanding_bytes += size
-        pipeline.aggregator.put(record, hash_key)
+        pipeline.put(record, hash_key)
         return record
 
     def enqueue_many(
@@ -201,7 +196,7 @@ class Intake:
         tagged: dict[int, bytes] | None = None,
     ) -> list[Outcome[RecordResult]]:
         """Enqueue a checked ``put_records`` group, in order, with one set of stamps."""
-        put = self._pipeline_of(stream).aggregator.put
+        put = self._pipeline_of(stream).put
         now = self.clock()
         self.seq += len(accepted)
         self._ledger.outstanding_bytes += size

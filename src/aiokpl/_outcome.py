@@ -65,7 +65,8 @@ class Outcome(Generic[T]):
     def add_done_callback(self, callback: Callable[[Outcome[T]], object]) -> None:
         """Call ``callback(outcome)`` once the outcome is resolved (at once if it already is).
 
-        Callbacks run synchronously in the producer's task that resolves the record; keep them
+        Callbacks run synchronously in the producer's task that resolves the record, once the
+        pipeline step that resolved it is over (so a callback may put records); keep them
         short and do not let them raise (an exception is logged and ignored).
         """
         if self._done:

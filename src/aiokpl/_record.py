@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ._core.hashing import hash_key_of
 from ._core.records import Delivered, result_of
-from ._core.results import Attempt, RecordResult
+from ._core.results import Attempt, FailedRecord, RecordResult
 from ._outcome import Outcome
 
 __all__ = ("TaggedRecord", "UserRecord")
@@ -107,13 +107,22 @@ class UserRecord(Outcome[RecordResult]):
         """Move the deadline, never past the expiry (KPL ``TimeSensitive``)."""
         self.deadline = deadline if deadline < self.expires_at else self.expires_at
 
-    def _finish(self) -> None:
-        """Resolve the record with what it holds now, and let go of its data."""
+    def resolve(self) -> None:
+        """Resolve the record with what it holds now, and let go of its data: the ledger's
+        call (``_pipeline/ledger.py``, the one place that resolves records). Its waiters wake
+        and its done-callbacks run now."""
         self.data = _RELEASED
         if self._event is None and self._callbacks is None:
             self._done = True  # nobody is waiting yet: the common case, without a call
         else:
             self._settle()
+
+    def resolve_failed(self, failed: FailedRecord | None) -> None:
+        """Resolve the record as failed; its result carries ``failed`` (the record as put,
+        built while it still held its data) when ``Config.return_record_on_failure`` asks."""
+        if failed is not None:
+            self._result = RecordResult(False, None, None, self.attempts, failed)
+        self.resolve()
 
     def _built(self) -> RecordResult:
         result = self._result

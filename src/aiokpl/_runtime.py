@@ -189,7 +189,7 @@ class Runtime:
             task_group,
             self.sender,
             clock,
-            ledger.finish,
+            ledger,
             self.coordinator,
             ledger.streams_busy,
         )

@@ -19,13 +19,13 @@ from ._core.statistics import StreamStatistics
 from ._kinesis import RegionalClients
 from ._pipeline.shard_map import MissingStreamsLog
 from ._pipeline.stream import StreamPipeline
-from ._record import UserRecord
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from ._coordination.coordinator import _ProducerCoordinator
     from ._metrics.recorder import MetricsRecorder
+    from ._pipeline.ledger import ResultLedger
     from ._pipeline.scheduler import Scheduler
     from ._pipeline.sender import Sender
 
@@ -70,7 +70,7 @@ class Streams:
         task_group: TaskGroup,
         sender: Sender,
         clock: Callable[[], float],
-        finish: Callable[[list[UserRecord], bool], None],
+        ledger: ResultLedger,
         coordinator: _ProducerCoordinator | None,
         busy: Callable[[], Container[str]],
     ) -> None:
@@ -78,7 +78,7 @@ class Streams:
 
         ``busy`` gives the streams with records outstanding (never released).
         """
-        self._running = _Running(client, task_group, sender, clock, finish, coordinator, busy)
+        self._running = _Running(client, task_group, sender, clock, ledger, coordinator, busy)
         self._scheduler.call_at(clock() + IDLE_SWEEP_SECONDS, self)
 
     def pipeline_of(self, stream: str) -> StreamPipeline:
@@ -98,7 +98,7 @@ class Streams:
                 scheduler=self._scheduler,
                 clock=running.clock,
                 sender=running.sender,
-                finish=running.finish,
+                ledger=running.ledger,
                 metrics=self._metrics,
                 coordinator=running.coordinator,
                 random_value=self._random_value,
@@ -126,8 +126,8 @@ class Streams:
             if pipeline.idle_since_last_look() and name not in busy:
                 del pipelines[name]
                 pipeline.close()
-                self.released_expired_unsent += pipeline.retrier.expired
-                running.sender.forget(pipeline.retrier)
+                self.released_expired_unsent += pipeline.expired
+                running.sender.forget(pipeline)
                 if running.coordinator is not None:
                     running.coordinator.detach(name)
                 logger.debug("released the idle pipeline of stream %r", name)
@@ -143,7 +143,7 @@ class Streams:
 class _Running:
     """What the pipelines need of a started producer."""
 
-    __slots__ = ("busy", "client", "clock", "coordinator", "finish", "sender", "task_group")
+    __slots__ = ("busy", "client", "clock", "coordinator", "ledger", "sender", "task_group")
 
     def __init__(
         self,
@@ -151,7 +151,7 @@ class _Running:
         task_group: TaskGroup,
         sender: Sender,
         clock: Callable[[], float],
-        finish: Callable[[list[UserRecord], bool], None],
+        ledger: ResultLedger,
         coordinator: _ProducerCoordinator | None,
         busy: Callable[[], Container[str]],
     ) -> None:
@@ -159,6 +159,6 @@ class _Running:
         self.task_group = task_group
         self.sender = sender
         self.clock = clock
-        self.finish = finish
+        self.ledger = ledger
         self.coordinator = coordinator
         self.busy = busy

@@ -169,6 +169,7 @@ def test_kinesalite_survives_a_client_that_resets_mid_request() -> None:
     )
     with kinesalite_server() as endpoint:
         address = urlsplit(endpoint)
+        assert address.port is not None
         for _ in range(3):
             with socket.create_connection((address.hostname, address.port), timeout=5) as sock:
                 sock.sendall(head)  # 1 byte of the 100 announced: the server waits for more

@@ -16,7 +16,7 @@ as the KPL does, whose users keep asking for more (KPL issues #23, #135). With
   many user records, or one raw record without aggregation), and no two requests for one
   shard overlap.
 * **A failed record goes back to the head of its lane**, before any later record: the
-  retrier gives its retried user records back as one Kinesis record (:func:`regroup`: the
+  router gives its retried user records back as one Kinesis record (:func:`regroup`: the
   same aggregate if all of them are retried, else a new one of those retried, in put order),
   never to the aggregator, where later records wait in open batches. It stays in its lane
   even if the shard map has changed since: the explicit hash key routes it.

@@ -1,8 +1,8 @@
 """Aggregator: packs user records bound for the same predicted shard into one Kinesis record.
 
 Each predicted shard of a stream has at most one open batch. A record joins its shard's batch;
-the batch closes, becoming a :class:`~aiokpl._core.records.KinesisRecord` handed to the
-limiter, when
+the batch closes, becoming a :class:`~aiokpl._core.records.KinesisRecord` that the method
+which closed it returns (the stream's router hands it to the limiter), when
 
 * the record would push the aggregate past ``aggregation_max_size`` (exact wire size): the
   batch closes *before* the record, which starts the next batch;
@@ -36,13 +36,16 @@ them. Invariants of the hold:
   puts a burst and exits (exit flushes);
 * holding costs nothing once the first attempt has ended: the check sits on the path of
   records without a prediction only.
+
+The aggregator knows no other stage: the router predicts the shard (``put``'s ``shard``),
+decides when to hold (the shard map is the router's), and routes what comes out.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Container
+from collections.abc import Container
 from typing import TYPE_CHECKING, cast
 
 from .._core.encoder import AggregateBuilder
@@ -51,8 +54,7 @@ from .._core.statistics import AggregatorStatistics
 
 if TYPE_CHECKING:
     from .._record import UserRecord
-    from .scheduler import Scheduler
-    from .shard_map import ShardMap
+    from .scheduler import Deadlines
 
 __all__ = ("Aggregator",)
 
@@ -61,7 +63,6 @@ class _Batch:
     """The open aggregate of one predicted shard."""
 
     __slots__ = (
-        "aggregator",
         "builder",
         "deadline",
         "expires_at",
@@ -71,8 +72,7 @@ class _Batch:
         "shard",
     )
 
-    def __init__(self, aggregator: Aggregator, shard: str, first_hash_key: int) -> None:
-        self.aggregator = aggregator
+    def __init__(self, shard: str, first_hash_key: int) -> None:
         self.shard = shard
         # The aggregate's explicit hash key (KPL: its first record's); records keep none.
         self.first_hash_key = first_hash_key
@@ -81,10 +81,6 @@ class _Batch:
         self.deadline = float("inf")
         self.expires_at = float("inf")
         self.open = True
-
-    def on_due(self, now: float) -> None:
-        if self.open and self.deadline <= now:
-            self.aggregator.close_batch(self)
 
 
 # Seconds between noticing that held records are due and releasing them: one turn of the
@@ -103,11 +99,10 @@ class _Hold:
     come, is installed in between.
     """
 
-    __slots__ = ("aggregator", "armed_at", "count", "lead", "next_at", "records", "scheduler")
+    __slots__ = ("armed_at", "count", "deadlines", "lead", "next_at", "records")
 
-    def __init__(self, aggregator: Aggregator, scheduler: Scheduler, lead: float) -> None:
-        self.aggregator = aggregator
-        self.scheduler = scheduler
+    def __init__(self, deadlines: Deadlines, lead: float) -> None:
+        self.deadlines = deadlines
         # (deadline, arrival number, record, hash key): ordered by deadline, then arrival.
         self.records: list[tuple[float, int, UserRecord, int]] = []
         self.count = 0
@@ -126,28 +121,30 @@ class _Hold:
         due = deadline - self.lead
         if due < self.next_at:
             self.next_at = due
-            self.scheduler.call_at(due, self)
+            self.deadlines.call_at(due, self)
 
-    def on_due(self, now: float) -> None:
+    def due(self, now: float) -> list[tuple[UserRecord, int]]:
+        """The records to release now (with their hash keys), in deadline order."""
         if now < self.next_at:
-            return  # an entry superseded by an earlier one, or by the end of the hold
+            return []  # an entry superseded by an earlier one, or by the end of the hold
         armed_at = self.armed_at
         if armed_at is None:
             self.armed_at = now
             self.next_at = now + _RELEASE_TURN
-            self.scheduler.call_at(self.next_at, self)
-            return
+            self.deadlines.call_at(self.next_at, self)
+            return []
         self.armed_at = None
         self.next_at = math.inf
         records = self.records
         lead = self.lead
-        single = self.aggregator.single
+        released = []
         while records and records[0][0] - lead <= armed_at:
             _, _, record, hash_key = heapq.heappop(records)
-            single(record, hash_key)
+            released.append((record, hash_key))
         if records:
             self.next_at = records[0][0] - lead
-            self.scheduler.call_at(self.next_at, self)
+            self.deadlines.call_at(self.next_at, self)
+        return released
 
     def take(self) -> list[tuple[float, int, UserRecord, int]]:
         """Every held record, in deadline then arrival order; the hold is left empty."""
@@ -162,9 +159,8 @@ class Aggregator:
     """The aggregator of one stream.
 
     Args:
-        shard_map: predicts shards.
-        scheduler: serves batch deadlines.
-        emit: receives every Kinesis record produced (the limiter's ``put``).
+        deadlines: serves batch deadlines and the hold's release times (each comes back as
+            the router's call of ``due``).
         enabled: ``Config.aggregation_enabled``.
         max_size: ``Config.aggregation_max_size``.
         max_count: ``Config.aggregation_max_count``.
@@ -173,36 +169,28 @@ class Aggregator:
             their data for the caller.
         release_lead: how long before its deadline a held record is released: the
             collector's grace, so that it is sent at its deadline.
-        flush_stream: flushes the whole stream; called when held records are released
-            after a ``flush`` asked for them.
     """
 
     def __init__(
         self,
-        shard_map: ShardMap,
-        scheduler: Scheduler,
-        emit: Callable[[KinesisRecord], None],
+        deadlines: Deadlines,
         *,
         enabled: bool,
         max_size: int,
         max_count: int,
         release_data: bool = True,
         release_lead: float = 0.0,
-        flush_stream: Callable[[], None] | None = None,
     ) -> None:
-        self._shard_map = shard_map
-        self._scheduler = scheduler
-        self._emit = emit
+        self._deadlines = deadlines
         self._enabled = enabled
         self._max_size = max_size
         self._max_count = max_count
         self._release_data = release_data
         self._batches: dict[str, _Batch] = {}
         self.kinesis_records_out = 0
-        self._hold = _Hold(self, scheduler, release_lead)
-        self._hold_registered = False
-        self._flush_stream = flush_stream
-        self._flush_on_release = False
+        self._hold = _Hold(deadlines, release_lead)
+        # A flush came while records were held: the stream is flushed when they are released.
+        self.flush_on_release = False
 
     @property
     def buffered_records(self) -> int:
@@ -213,39 +201,29 @@ class Aggregator:
         """User records held until the first map load attempt ends."""
         return len(self._hold.records)
 
-    def put(self, record: UserRecord, hash_key: int) -> None:
-        """Add one record (new, or back from the retrier) whose hash key is ``hash_key``."""
-        # Hot path: the shard map's table read inline, no method call (30 ns per record,
-        # 51 vs 81 ns, timeit).
-        table = self._shard_map.table
-        shard = table.lookup(hash_key) if table is not None else None
+    def put(
+        self, record: UserRecord, hash_key: int, shard: str
+    ) -> KinesisRecord | list[KinesisRecord] | None:
+        """Add one record (new, or back from the retrier) predicted for ``shard``; returns
+        the Kinesis record(s) it closed: mostly none, rarely two (the full batch, closed
+        before the record, and the record alone, too large to aggregate)."""
         record.predicted_shard = shard
-        if shard is None:
-            shard_map = self._shard_map
-            if shard_map.first_attempt_pending:
-                self._hold_record(record, hash_key)
-                return
-            if shard_map.dormant:
-                shard_map.wanted()  # a missing stream's map is tried again only when needed
-            self.kinesis_records_out += 1
-            self._emit(KinesisRecord.single(record, hash_key))
-            return
         if not self._enabled:
             self.kinesis_records_out += 1
-            self._emit(KinesisRecord.single(record, hash_key))
-            return
+            return KinesisRecord.single(record, hash_key)
         batch = self._batches.get(shard)
         if batch is None:
-            batch = self._batches[shard] = _Batch(self, shard, hash_key)
+            batch = self._batches[shard] = _Batch(shard, hash_key)
         ehk = record.explicit_hash_key
         key = record.partition_key
         data = record.data
         tags = record.encoded_tags
         max_size = self._max_size
         count = batch.builder.try_add(key, data, ehk, max_size, tags)
+        closed = None
         if not count:  # it would not fit: this batch is done, the record starts the next
-            self.close_batch(batch)
-            batch = self._batches[shard] = _Batch(self, shard, hash_key)
+            closed = self._close(batch)
+            batch = self._batches[shard] = _Batch(shard, hash_key)
             count = batch.builder.try_add(key, data, ehk, max_size, tags)
         batch.records.append(record)
         if record.expires_at < batch.expires_at:
@@ -254,37 +232,38 @@ class Aggregator:
         if earlier:
             batch.deadline = record.deadline
         if count >= self._max_count or (count == 1 and batch.builder.size > max_size):
-            self.close_batch(batch)  # full, or a lone record too large to aggregate
-        elif earlier:
-            self._scheduler.call_at(record.deadline, batch)
+            full = self._close(batch)  # full, or a lone record too large to aggregate
+            return full if closed is None else [closed, full]
+        if earlier:
+            self._deadlines.call_at(record.deadline, batch)
+        return closed
 
-    def single(self, record: UserRecord, hash_key: int) -> None:
-        """Send ``record`` alone and unpredicted (a held record at its release time)."""
+    def single(self, record: UserRecord, hash_key: int) -> KinesisRecord:
+        """``record`` alone and unpredicted (no map, or a held record at its release time)."""
         record.predicted_shard = None
         self.kinesis_records_out += 1
-        self._emit(KinesisRecord.single(record, hash_key))
+        return KinesisRecord.single(record, hash_key)
 
-    def _hold_record(self, record: UserRecord, hash_key: int) -> None:
-        if not self._hold_registered:
-            self._hold_registered = True
-            # The first attempt is running (the map starts it with the stream), so this only
-            # asks to be told when it ends.
-            self._shard_map.after_refresh(self._release)
+    def hold(self, record: UserRecord, hash_key: int) -> None:
+        """Hold ``record`` until the stream's first map load attempt ends (see the module)."""
         self._hold.add(record, hash_key)
 
-    def _release(self) -> None:
-        """The first map load attempt ended: put the held records again."""
-        self._hold_registered = False
-        put = self.put
-        for _, _, record, hash_key in self._hold.take():
-            put(record, hash_key)
-        if self._flush_on_release:
-            self._flush_on_release = False
-            if self._flush_stream is not None:
-                self._flush_stream()
+    def take_held(self) -> list[tuple[UserRecord, int]]:
+        """The first map load attempt ended: every held record, to put again, in deadline
+        then arrival order."""
+        return [(record, hash_key) for _, _, record, hash_key in self._hold.take()]
 
-    def close_batch(self, batch: _Batch) -> None:
-        """Turn ``batch`` into a Kinesis record and hand it on."""
+    def due(self, item: _Batch | _Hold, now: float) -> list[KinesisRecord]:
+        """A deadline of ``item`` came: a batch closes if it is still open and due; the
+        hold releases what is due, each record alone and unpredicted."""
+        if isinstance(item, _Batch):
+            if item.open and item.deadline <= now:
+                return [self._close(item)]
+            return []
+        return [self.single(record, hash_key) for record, hash_key in item.due(now)]
+
+    def _close(self, batch: _Batch) -> KinesisRecord:
+        """Turn ``batch`` into a Kinesis record."""
         batch.open = False
         if self._batches.get(batch.shard) is batch:
             del self._batches[batch.shard]
@@ -293,8 +272,7 @@ class Aggregator:
         batch.records = []
         self.kinesis_records_out += 1
         if len(records) == 1:
-            self._emit(KinesisRecord.single(records[0], batch.first_hash_key))
-            return
+            return KinesisRecord.single(records[0], batch.first_hash_key)
         first = records[0]
         ehk = first.explicit_hash_key
         blob = batch.builder.encode()
@@ -310,28 +288,31 @@ class Aggregator:
             len(AGGREGATE_PARTITION_KEY),
         )
         kinesis_record.seal(self._release_data)
-        self._emit(kinesis_record)
+        return kinesis_record
 
-    def close_batches_outside(self, shards: Container[str]) -> None:
+    def close_batches_outside(self, shards: Container[str]) -> list[KinesisRecord]:
         """Close now the open batches of shards not in ``shards`` (a new map dropped them).
 
         With ``ordering="shard"``: their records were predicted with the old map, so they
         must reach their shard's lane before that lane retires and the lanes of the new
-        shards open; see ``OrderedLimiter``.
+        shards open; see ``_pipeline/ordering.py``.
         """
-        for batch in [batch for shard, batch in self._batches.items() if shard not in shards]:
-            self.close_batch(batch)
+        return [
+            self._close(batch)
+            for batch in [batch for shard, batch in self._batches.items() if shard not in shards]
+        ]
 
-    def flush(self) -> None:
+    def flush(self) -> list[KinesisRecord]:
         """Close every open batch now (``Producer.flush`` and shutdown).
 
         Held records stay held until the first map load attempt ends (at most until their
-        deadlines), and the stream is flushed then: see the module's start-up hold.
+        deadlines), and the stream is flushed then (``flush_on_release``): see the module's
+        start-up hold.
         """
-        for batch in list(self._batches.values()):
-            self.close_batch(batch)
+        closed = [self._close(batch) for batch in list(self._batches.values())]
         if self._hold.records:
-            self._flush_on_release = True
+            self.flush_on_release = True
+        return closed
 
     def statistics(self) -> AggregatorStatistics:
         """A snapshot: records in open aggregates, and held until the first map loads."""

@@ -13,86 +13,78 @@ With aggregation on, a record entering the collector gets a short grace, its dea
 to at least now + min(50 ms, 20% of ``record_max_buffered_time``), so it can share a request
 with its neighbours (KPL ``pipeline.h``, ``collector_put``). Never past its expiry.
 
-With ``ordering="shard"`` (:class:`OrderedCollector`) a record that comes in already past its
-deadline gets no grace: it waited for its shard's previous request to be answered, and every
-moment it waits here is a moment its shard sends nothing. The records that one answer frees
-are admitted together, so they still share the next request.
+The grace a record gets is the router's to give (``put``'s ``grace``): with
+``ordering="shard"`` a record that comes in already past its deadline gets none (see
+``_pipeline/ordering.py``).
+
+The collector holds no reference to the sender: ``put`` and ``due`` return the requests to
+send, and the stream's router sends them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .._core.records import KinesisRecord
 from .._core.statistics import CollectorStatistics
 
 if TYPE_CHECKING:
-    from .scheduler import Scheduler
+    from .scheduler import Deadlines
 
-__all__ = ("Collector", "OrderedCollector")
+__all__ = ("Collector",)
+
+# What put returns when it sends nothing (most puts): no allocation.
+_NOTHING: tuple[list[KinesisRecord], ...] = ()
 
 SHARD_FLUSH_BYTES = 256 * 1024
 
 
 class _Request:
-    __slots__ = ("collector", "deadline", "open", "records", "shard_bytes", "size")
+    __slots__ = ("deadline", "open", "records", "shard_bytes", "size")
 
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
+    def __init__(self) -> None:
         self.records: list[KinesisRecord] = []
         self.size = 0
         self.shard_bytes: dict[str | None, int] = {}
         self.deadline = float("inf")
         self.open = True
 
-    def on_due(self, now: float) -> None:
-        if self.open and self.deadline <= now:
-            self.collector.send_current()
-
 
 class Collector:
     """The collector of one stream.
 
     Args:
-        scheduler: serves request deadlines.
-        emit: receives each request's Kinesis records (the sender's ``submit``).
-        clock: the producer's clock.
+        deadlines: serves request deadlines (each comes back as the router's call of ``due``).
         max_count: ``Config.collection_max_count``.
         max_size: ``Config.collection_max_size``.
-        grace: the minimum time a record waits here for company (0 without aggregation).
     """
 
-    def __init__(
-        self,
-        scheduler: Scheduler,
-        emit: Callable[[list[KinesisRecord]], None],
-        clock: Callable[[], float],
-        *,
-        max_count: int,
-        max_size: int,
-        grace: float,
-    ) -> None:
-        self._scheduler = scheduler
-        self._emit = emit
-        self._clock = clock
+    def __init__(self, deadlines: Deadlines, *, max_count: int, max_size: int) -> None:
+        self._deadlines = deadlines
         self._max_count = max_count
         self._max_size = max_size
-        self._grace = grace
-        self._current = _Request(self)
+        self._current = _Request()
 
     @property
     def buffered_records(self) -> int:
         return len(self._current.records)
 
-    def put(self, record: KinesisRecord) -> None:
-        if self._grace:
-            floor = self._clock() + self._grace
+    def put(
+        self, record: KinesisRecord, now: float, grace: float = 0.0
+    ) -> Sequence[list[KinesisRecord]]:
+        """Add ``record``, whose deadline is pushed to at least ``now + grace`` (never past
+        its expiry); returns the requests to send now (none, one, or rarely two: the open
+        one, sent before a record that would take it past the size limit, and the new one,
+        full at once)."""
+        if grace:
+            floor = now + grace
             if record.deadline < floor:
                 record.deadline = floor if floor < record.expires_at else record.expires_at
+        sent: Sequence[list[KinesisRecord]] = _NOTHING
         request = self._current
         if request.records and request.size + record.size > self._max_size:
-            self.send_current()
+            sent = [self._take()]
             request = self._current
         request.records.append(record)
         request.size += record.size
@@ -102,37 +94,31 @@ class Collector:
         if len(request.records) >= self._max_count or (
             shard is not None and shard_bytes >= SHARD_FLUSH_BYTES
         ):
-            self.send_current()
-        elif record.deadline < request.deadline:
+            return [*sent, self._take()]
+        if record.deadline < request.deadline:
             request.deadline = record.deadline
-            self._scheduler.call_at(record.deadline, request)
+            self._deadlines.call_at(record.deadline, request)
+        return sent
 
-    def send_current(self) -> None:
-        """Send the open request now, if it holds anything."""
+    def due(self, request: _Request, now: float) -> list[KinesisRecord] | None:
+        """A request's deadline came: the records to send, if it is still open and due."""
+        if request.open and request.deadline <= now:
+            return self._take()
+        return None
+
+    def flush(self) -> list[KinesisRecord] | None:
+        """The open request's records, to send now; ``None`` if it holds nothing."""
+        if not self._current.records:
+            return None
+        return self._take()
+
+    def _take(self) -> list[KinesisRecord]:
         request = self._current
-        if not request.records:
-            return
         request.open = False
-        self._current = _Request(self)
+        self._current = _Request()
         records, request.records = request.records, []  # the scheduler may still hold it
-        self._emit(records)
-
-    flush = send_current
+        return records
 
     def statistics(self) -> CollectorStatistics:
         """A snapshot: Kinesis records in the open request."""
         return CollectorStatistics(collecting=self.buffered_records)
-
-
-class OrderedCollector(Collector):
-    """The collector of one stream with ``ordering="shard"``: no grace for late records."""
-
-    def put(self, record: KinesisRecord) -> None:
-        if record.deadline <= self._clock():
-            grace, self._grace = self._grace, 0.0
-            try:
-                super().put(record)
-            finally:
-                self._grace = grace
-        else:
-            super().put(record)

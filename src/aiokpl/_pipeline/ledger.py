@@ -14,7 +14,13 @@ Invariants:
 * a flush waits for the records put before it only: a record carries the flush generation
   (``epoch``) current when it was put, and a flush starts the next; records put between two
   flushes share one int object, so this costs nothing per record;
-* every change that frees room wakes the tasks waiting for room (one event, replaced once set).
+* every change that frees room wakes the tasks waiting for room (one event, replaced once set);
+* records are resolved here only, and never inside a pipeline step: a stream's router runs each
+  event between :meth:`ResultLedger.enter` and :meth:`ResultLedger.leave`, and what ``finish``
+  is given meanwhile is resolved when the outermost step leaves (steps nest: a request the
+  router submits can make the sender expire another stream's records). So done-callbacks and
+  ``on_record_failure`` run after the stages are consistent again, and a callback that puts a
+  record starts a step of its own.
 
 The KPL keeps this in ``Producer`` and ``UserRecord`` (``producer.cc``'s outstanding count and
 flush); the flush generations are ours (the KPL's flush does not wait for results).
@@ -60,11 +66,14 @@ class ResultLedger:
     """
 
     __slots__ = (
+        "_deferred",
         "clock",
+        "depth",
         "epoch",
         "failed",
         "failures",
         "flush_waiters",
+        "held",
         "metrics",
         "outstanding",
         "outstanding_bytes",
@@ -87,6 +96,11 @@ class ResultLedger:
         self.room: anyio.Event | None = None
         self.flush_waiters: list[_FlushWaiter] = []
         self.failures = FailureHandler(config, self.release_held)
+        # Failed records kept outstanding while their async on_record_failure runs.
+        self.held: set[UserRecord] = set()
+        # Pipeline steps under way (see enter), and what they resolved, in order.
+        self.depth = 0
+        self._deferred: list[tuple[list[UserRecord], bool]] = []
 
     # --- room -----------------------------------------------------------------------------
     async def wait_for_room(self) -> None:
@@ -96,8 +110,28 @@ class ResultLedger:
         await self.room.wait()
 
     # --- results --------------------------------------------------------------------------
+    def enter(self) -> None:
+        """A pipeline step starts: what it resolves waits until the outermost step leaves."""
+        self.depth += 1
+
+    def leave(self) -> None:
+        """A pipeline step ends; the outermost resolves what the steps resolved, in order."""
+        self.depth -= 1
+        if not self.depth and self._deferred:
+            deferred, self._deferred = self._deferred, []
+            for records, success in deferred:
+                self._resolve(records, success)
+
     def finish(self, records: list[UserRecord], success: bool) -> None:
-        """Resolve ``records`` (delivered, or failed with their last attempt's code).
+        """Resolve ``records`` (delivered, or failed with their last attempt's code): now, or
+        inside a pipeline step when the outermost step leaves."""
+        if self.depth:
+            self._deferred.append((records, success))
+        else:
+            self._resolve(records, success)
+
+    def _resolve(self, records: list[UserRecord], success: bool) -> None:
+        """Resolve ``records`` now (delivered, or failed with their last attempt's code).
 
         Called once per request's worth of records, not once per record: this loop is half of
         the per-record cost of delivery. A record already resolved is skipped. A failed record
@@ -107,17 +141,18 @@ class ResultLedger:
         if not success and self.metrics is not None:
             # Failures are rare: counted record by record, those not finished yet only (a
             # record held for its on_record_failure is done already).
-            fresh = [r for r in records if r in self.outstanding and not r._done]
+            fresh = [r for r in records if r in self.outstanding and r not in self.held]
             self.metrics.failed(fresh, self.clock())
         outstanding = self.outstanding
         pop = outstanding.pop
+        held = self.held
         waiters = self.flush_waiters
         failures = self.failures
         finished = 0
         for record in records:
             if pop(record, False) is False:
                 continue  # already finished
-            if record._done:
+            if held and record in held:
                 # Failed before, and held for its on_record_failure: still held.
                 outstanding[record] = None
                 continue
@@ -125,9 +160,10 @@ class ResultLedger:
             # Before resolving: a done-callback that puts again must see the room it frees.
             self.outstanding_bytes -= record.size
             if success:
-                record._finish()
+                record.resolve()
             elif failures.resolve(record):
                 outstanding[record] = None  # held until its async callback returns
+                held.add(record)
                 self.outstanding_bytes += record.size
                 continue
             if waiters:
@@ -142,6 +178,7 @@ class ResultLedger:
 
     def release_held(self, record: UserRecord) -> None:
         """A held failed record's callback has returned: it stops being outstanding."""
+        self.held.discard(record)
         del self.outstanding[record]
         self.outstanding_bytes -= record.size
         if self.flush_waiters:
@@ -165,7 +202,7 @@ class ResultLedger:
         was sent and not answered (in ``unanswered``) says its outcome is unknown."""
         now = self.clock()
         # Records already failed and held for their on_record_failure keep their result.
-        records = [record for record in self.outstanding if not record._done]
+        records = [record for record in self.outstanding if record not in self.held]
         in_flight = {user for kinesis_record in unanswered for user in kinesis_record.records}
         unknown = (
             f"{message}; its request was sent and no answer was read, so it may be in the stream"

@@ -66,253 +66,101 @@ feedback keeps working under it, and shards first seen later start at the ceilin
 if any.
 
 **Strict order per shard** (``Config(ordering="shard")``; the rules and why are in
-``_core/ordering.py``): :class:`OrderedLimiter` and its :class:`OrderedShardLimiter` lanes
-replace the two classes above, which are left untouched so the default mode pays nothing.
-Invariants of a lane:
+``_core/ordering.py``): :class:`OrderedLimiter` and its lanes
+(``shard_limiter.OrderedShardLimiter``) take the place of :class:`Limiter` and its
+``ShardLimiter``; the default mode runs those, untouched, so it pays nothing. Invariants of the
+ordered limiter: a retired lane (its shard left the map) is kept until it is empty, then
+forgotten, and lanes it held are drained at once; the lane of records without a prediction
+holds every shard's lane while it has records.
 
-* its queue is a FIFO in put order (records come from the aggregator's one open batch per
-  shard, so in put order; retries are pushed back at the head by :meth:`OrderedLimiter.settle`);
-* at most one of its Kinesis records is *in flight* (admitted, not yet settled); the head is
-  admitted only when none is, and not while the lane is *held* by an older overlapping lane
-  (a retired shard's, or the lane of records without a prediction);
-* the expiry rules are the default's: expired records fail first, at their TTL; records
-  inside the send margin are never admitted, and the next record behind them may go (they
-  are doomed: a gap, never a late record);
-* a retired lane (its shard left the map) is kept until it is empty, then forgotten; lanes it
-  held are drained at once.
+A shard's own state (bucket, rates, queue, lane) is ``shard_limiter.py``.
+
+The limiter knows no other stage: each call returns what it admitted (for the collector) and
+what expired (to fail), a :data:`Flow`, and the stream's router routes them.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Container
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Container, Sequence
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
-from sortedcontainers import SortedKeyList
-
-from .._core.backoff import AdaptiveRate
 from .._core.ordering import overlaps
 from .._core.records import KinesisRecord
 from .._core.statistics import LimiterStatistics
-from .._core.token_bucket import TokenBucket
+from .shard_limiter import OrderedShardLimiter, ShardLimiter
 
 if TYPE_CHECKING:
     from .._core.shards import ShardRange
-    from .scheduler import Scheduler
+    from .scheduler import Deadlines
 
-__all__ = ("Limiter", "OrderedLimiter", "OrderedShardLimiter", "ShardLimiter")
+__all__ = ("Flow", "Limiter", "OrderedLimiter", "ShardLimiter")
 
+Flow: TypeAlias = tuple[Sequence[KinesisRecord], Sequence[KinesisRecord]]
+"""What a limiter call returns: the Kinesis records it admitted (oldest first), and those
+whose TTL passed while they were queued."""
 
-def _expiry(record: KinesisRecord) -> float:
-    return record.expires_at
-
-
-class ShardLimiter:
-    """Rate limits and queue of one shard (or of a stream without a map)."""
-
-    __slots__ = (
-        "_bytes_rate",
-        "_records_rate",
-        "admitted",
-        "batch",
-        "bucket",
-        "held_until",
-        "queue",
-        "refunded",
-        "starved",
-    )
-
-    def __init__(self, records_per_second: float, bytes_per_second: float) -> None:
-        self.bucket = TokenBucket(
-            [(records_per_second, records_per_second), (bytes_per_second, bytes_per_second)]
-        )
-        # Oldest first; records of equal expiry keep their arrival order.
-        self.queue: SortedKeyList = SortedKeyList(key=_expiry)
-        self._records_rate = AdaptiveRate(records_per_second)
-        self._bytes_rate = AdaptiveRate(bytes_per_second)
-        self.admitted = 0  # Kinesis records that took tokens
-        self.refunded = 0  # of those, records whose tokens came back (expired unsent)
-        # The last drain left records that could still be sent waiting for tokens: the
-        # shard is offered more than its rate (what expires now is overload, not bad luck).
-        self.starved = False
-        # A starved shard admits in batches: at most once every ``batch`` seconds (see drain).
-        self.batch = 0.0
-        self.held_until = -float("inf")
-
-    def throttled(self, now: float, sent_at: float | None = None) -> None:
-        """Kinesis throttled a request to this shard sent at ``sent_at``: lower its rates to
-        a little below what it accepted lately (once per round trip: see ``AdaptiveRate``)."""
-        if self._records_rate.cut(now, sent_at):
-            self._bytes_rate.cut(now, sent_at)
-            self._apply_rates(now)
-
-    def accepted(self, records: int, size: int, now: float) -> None:
-        """Kinesis stored ``records`` Kinesis records (``size`` bytes) of this shard's."""
-        self._records_rate.accepted(records, now)
-        self._bytes_rate.accepted(size, now)
-
-    def set_ceiling(self, records_per_second: float, bytes_per_second: float, now: float) -> None:
-        """Change the rates throttle feedback recovers to; a rate above the new ceiling drops to it.
-
-        The bucket's capacities follow (one second of the ceiling, as at creation), so a
-        shard idle for a while bursts at most its share, not the configured rate.
-        """
-        self._records_rate.configured = records_per_second
-        self._bytes_rate.configured = bytes_per_second
-        self.bucket.set_capacity(0, records_per_second, now)
-        self.bucket.set_capacity(1, bytes_per_second, now)
-        self._apply_rates(now)
-
-    def current_rates(self, now: float) -> tuple[float, float]:
-        """The (records/s, bytes/s) in force at ``now``: the ceiling, or less after throttling."""
-        return self._records_rate.rate(now), self._bytes_rate.rate(now)
-
-    @property
-    def ceiling(self) -> tuple[float, float]:
-        """The (records/s, bytes/s) throttle feedback recovers to."""
-        return self._records_rate.configured, self._bytes_rate.configured
-
-    def _apply_rates(self, now: float) -> None:
-        self.bucket.set_rate(0, self._records_rate.rate(now), now)
-        self.bucket.set_rate(1, self._bytes_rate.rate(now), now)
-
-    @property
-    def rates(self) -> tuple[float, float]:
-        rates = self.bucket.rates
-        return rates[0], rates[1]
-
-    def refund(self, record: KinesisRecord, now: float) -> None:
-        """``record`` took tokens but was never sent: give them back."""
-        self.refunded += 1
-        self.bucket.refund((1, record.size), now)
-
-    def _take(self, record: KinesisRecord, now: float) -> bool:
-        bucket = self.bucket
-        if bucket.try_take((1, record.size), now):
-            return True
-        # A record larger than the byte capacity is admitted into a full bucket.
-        capacity = bucket.capacities[1]
-        if record.size <= capacity:
-            return False
-        tokens = bucket.tokens(now)
-        if tokens[0] >= 1 and tokens[1] >= capacity:
-            bucket.force_take((1, record.size), now)
-            return True
-        return False
-
-    def _batch_wait(self, waiting: int, head: KinesisRecord, now: float) -> float:
-        """How long a starved shard holds off: until its bucket holds a batch (``batch``
-        seconds of its rates, or what is waiting if less; ``head``'s size per record), at
-        most ``batch`` seconds. A shard short of tokens for a moment waits only that moment."""
-        bucket = self.bucket
-        rates, capacities = bucket.rates, bucket.capacities
-        batch = self.batch
-        records = min(float(waiting), rates[0] * batch, capacities[0])
-        size = min(waiting * float(head.size), rates[1] * batch, capacities[1])
-        return min(batch, bucket.time_until((records, size), now))
-
-    def drain(
-        self,
-        now: float,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
-        *,
-        margin: float = 0.0,
-        force: bool = False,
-    ) -> None:
-        """Expire what is past its TTL, then admit oldest first what the bucket grants.
-
-        Records with ``margin`` seconds or less to live are not admitted (they stay queued
-        until their TTL passes); ``force`` admits the others whatever the bucket holds.
-        """
-        queue = self.queue
-        if not queue:
-            return
-        if self._records_rate.recovering:
-            self._apply_rates(now)
-        while queue and queue[0].expires_at <= now:
-            expire(queue.pop(0))
-        if now < self.held_until and not force:
-            return  # starved: the tokens gather into the next batch
-        # The records too close to their TTL to be sent in time are the queue's head.
-        first = queue.bisect_key_right(now + margin)
-        while first < len(queue):
-            record = queue[first]
-            if force:
-                self.bucket.force_take((1, record.size), now)
-            elif not self._take(record, now):
-                self.starved = True
-                if self.batch:
-                    self.held_until = now + self._batch_wait(len(queue) - first, record, now)
-                return
-            del queue[first]
-            self.admitted += 1
-            admit(record)
-        self.starved = False
-
-    def put(
-        self,
-        record: KinesisRecord,
-        now: float,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
-        *,
-        margin: float = 0.0,
-    ) -> bool:
-        """Admit at once if possible, else queue. Returns whether anything stays queued."""
-        if not self.queue and record.expires_at > now + margin:
-            if self._records_rate.recovering:
-                self._apply_rates(now)
-            if self._take(record, now):
-                self.admitted += 1
-                admit(record)
-                return False
-        self.queue.add(record)
-        self.drain(now, admit, expire, margin=margin)
-        return bool(self.queue)
+# What a call returns when nothing was admitted nor expired: no allocation.
+_NO_FLOW: Flow = ((), ())
 
 
-class Limiter:
-    """The limiter of one stream: a :class:`ShardLimiter` per predicted shard, and one for
-    records without a prediction (no shard map)."""
+L = TypeVar("L", bound=ShardLimiter)
+
+
+class Limiter(Generic[L]):
+    """The limiter of one stream: an ``L`` per predicted shard (a :class:`ShardLimiter`, or
+    with ``ordering="shard"`` a lane), and one for records without a prediction (no map).
+
+    Args:
+        deadlines: serves the drains (each comes back as the router's call of ``due``).
+        clock: the producer's clock, for :meth:`set_ceiling` only.
+        lanes: the class of the per-shard state, ``L``.
+        records_per_second: ``Config.rate_limit_records_per_sec_per_shard``.
+        bytes_per_second: ``Config.rate_limit_bytes_per_sec_per_shard``.
+        drain_interval: ``Config.drain_interval_ms``, in seconds.
+        send_margin: what a record needs to live on at admission (see the module).
+        admit_batch: how long a starved shard gathers tokens (see the module).
+    """
 
     def __init__(
         self,
-        scheduler: Scheduler,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
+        deadlines: Deadlines,
         clock: Callable[[], float],
         *,
+        lanes: type[L],
         records_per_second: float,
         bytes_per_second: float,
         drain_interval: float,
         send_margin: float = 0.0,
         admit_batch: float = 0.0,
     ) -> None:
-        self._scheduler = scheduler
-        self._admit = admit
-        self._expire = expire
+        self._deadlines = deadlines
+        # Only for set_ceiling, which coordination calls: every other method is given ``now``.
         self._clock = clock
+        # What the current call admitted and expired: returned by it (see _flow).
+        self._admitted: list[KinesisRecord] = []
+        self._expired: list[KinesisRecord] = []
+        # User records expired from a starved shard's queue (overload), until taken.
+        self._overloaded = 0
         self._records_per_second = records_per_second
         self._bytes_per_second = bytes_per_second
         self._drain_interval = drain_interval
         self.send_margin = send_margin
         self.admit_batch = admit_batch
-        self.shards: dict[str, ShardLimiter] = {}
+        self._lanes = lanes
+        self.shards: dict[str, L] = {}
         # Records with no predicted shard: limited per stream, at one shard's rates.
-        self.unmapped: ShardLimiter | None = None
+        self.unmapped: L | None = None
         self._ceilings: dict[str, tuple[float, float]] = {}
         self._waiting: set[str | None] = set()
         self._drain_scheduled = False
 
-    # The per-shard state this limiter keeps (the ordered limiter keeps lanes).
-    _shard_limiter: type[ShardLimiter] = ShardLimiter
-
-    def _limiter_of(self, shard: str | None) -> ShardLimiter:
+    def shard_limiter(self, shard: str | None) -> L:
+        """The state of ``shard`` (``None``: of records without a prediction), created at
+        its ceiling if it is new."""
         if shard is None:
             limiter = self.unmapped
             if limiter is None:
-                limiter = self.unmapped = self._shard_limiter(
+                limiter = self.unmapped = self._lanes(
                     self._records_per_second, self._bytes_per_second
                 )
                 limiter.batch = self.admit_batch
@@ -322,35 +170,64 @@ class Limiter:
             records, size = self._ceilings.get(
                 shard, (self._records_per_second, self._bytes_per_second)
             )
-            limiter = self.shards[shard] = self._shard_limiter(records, size)
+            limiter = self.shards[shard] = self._lanes(records, size)
             limiter.batch = self.admit_batch
         return limiter
 
-    def put(self, record: KinesisRecord) -> None:
+    def _expire(self, record: KinesisRecord) -> None:
+        """The expiry callback of the shard limiters (they expire before they admit, so a
+        shard starved by its previous drain is starved still)."""
+        self._expired.append(record)
+        shard = record.predicted_shard
+        limiter = self.shards.get(shard) if shard is not None else self.unmapped
+        if limiter is not None and limiter.starved:
+            self._overloaded += len(record.records)
+
+    def take_overloaded(self) -> int:
+        """User records expired from starved shards (offered more than they take) since the
+        last call: what the stream's overload warning counts."""
+        overloaded, self._overloaded = self._overloaded, 0
+        return overloaded
+
+    def _flow(self) -> Flow:
+        """What the call admitted and expired; the outboxes start empty again."""
+        admitted, expired = self._admitted, self._expired
+        if not admitted and not expired:
+            return _NO_FLOW
+        self._admitted = []
+        self._expired = []
+        return admitted, expired
+
+    def put(self, record: KinesisRecord, now: float) -> Flow:
+        """Admit ``record`` at once if its shard's bucket allows, else queue it; returns what
+        was admitted (to collect) and what expired (to fail)."""
         shard = record.predicted_shard
         limiter = self.shards.get(shard) if shard is not None else None  # most puts
         if limiter is None:
-            limiter = self._limiter_of(shard)
-        now = self._clock()
-        if limiter.put(record, now, self._admit, self._expire, margin=self.send_margin):
+            limiter = self.shard_limiter(shard)
+        admitted = self._admitted
+        if limiter.put(record, now, admitted.append, self._expire, margin=self.send_margin):
             self._waiting.add(shard)
             if not self._drain_scheduled:
                 self._drain_scheduled = True
-                self._scheduler.call_at(self._next_drain(now), self)
+                self._deadlines.call_at(self._next_drain(now), None)
+        return self._flow()
 
-    def on_due(self, now: float) -> None:
+    def due(self, item: object, now: float) -> Flow:
+        """The drain interval came (``item`` is the limiter's one entry): drain."""
         self._drain_scheduled = False
-        self.drain(now)
+        flow = self.drain(now)
         if self._waiting:
             self._drain_scheduled = True
-            self._scheduler.call_at(self._next_drain(now), self)
+            self._deadlines.call_at(self._next_drain(now), None)
+        return flow
 
     def _next_drain(self, now: float) -> float:
         """One drain interval on, or sooner if a queued record's TTL ends first, so that a
         record that can no longer be sent fails at its TTL exactly."""
         when = now + self._drain_interval
         for shard in self._waiting:
-            limiter = self._limiter_of(shard)
+            limiter = self.shard_limiter(shard)
             queue = limiter.queue
             if queue and queue[0].expires_at < when:
                 when = queue[0].expires_at
@@ -358,25 +235,33 @@ class Limiter:
                 when = limiter.held_until  # its batch is due: admit it on time
         return when
 
-    def drain(self, now: float, *, force: bool = False) -> None:
+    def drain(self, now: float, *, force: bool = False) -> Flow:
+        """Drain every shard with records waiting (``force``: whatever their tokens)."""
+        admit, expire = self._admitted.append, self._expire
         for shard in list(self._waiting):
-            limiter = self._limiter_of(shard)
-            limiter.drain(now, self._admit, self._expire, margin=self.send_margin, force=force)
+            limiter = self.shard_limiter(shard)
+            limiter.drain(now, admit, expire, margin=self.send_margin, force=force)
             if not limiter.queue:
                 self._waiting.discard(shard)
+        return self._flow()
 
-    def refund(self, record: KinesisRecord) -> None:
+    def refund(self, record: KinesisRecord, now: float) -> None:
         """``record`` was admitted, then expired before it was sent: return its tokens."""
         limiter = self.limiter_of(record)
         if limiter is not None:
-            limiter.refund(record, self._clock())
+            limiter.refund(record, now)
 
-    def limiter_of(self, record: KinesisRecord) -> ShardLimiter | None:
+    def limiter_of(self, record: KinesisRecord) -> L | None:
         """The :class:`ShardLimiter` that limits ``record``, if there is one yet."""
         shard = record.predicted_shard
         return self.shards.get(shard) if shard is not None else self.unmapped
 
-    def take_unmapped(self) -> list[KinesisRecord]:
+    def settle(self, record: KinesisRecord, again: KinesisRecord | None, now: float) -> Flow:
+        """Outside strict order nothing is in flight to settle (:class:`OrderedLimiter`
+        keeps lanes): what is retried is queued again, by its expiry."""
+        return self.put(again, now) if again is not None else _NO_FLOW
+
+    def take_unmapped(self, now: float) -> tuple[list[KinesisRecord], Flow]:
         """Remove and return the records queued without a predicted shard (oldest first).
 
         Once a shard map has loaded they can be predicted, aggregated and limited per shard
@@ -384,20 +269,21 @@ class Limiter:
         """
         unmapped = self.unmapped
         if unmapped is None or not unmapped.queue:
-            return []
+            return [], _NO_FLOW
         records = list(unmapped.queue)
         unmapped.queue.clear()
         unmapped.starved = False
         self._waiting.discard(None)
-        return records
+        return records, self._flow()
 
-    def prune(self, open_shards: Container[str]) -> None:
+    def prune(self, open_shards: Container[str], now: float) -> Flow:
         """Forget the state of shards gone from the map (closed by resharding) whose queue is
         empty, so a stream resharded many times keeps no state for its dead shards."""
         for shard in [s for s, limiter in self.shards.items() if s not in open_shards]:
             if not self.shards[shard].queue:
                 del self.shards[shard]
                 self._ceilings.pop(shard, None)
+        return _NO_FLOW
 
     def set_ceiling(self, shard: str, records_per_second: float, bytes_per_second: float) -> None:
         """Set the ceiling of ``shard``, now if it is limited already, else when it first is."""
@@ -421,7 +307,7 @@ class Limiter:
 
     @property
     def queued(self) -> int:
-        return sum(len(self._limiter_of(shard).queue) for shard in self._waiting)
+        return sum(len(self.shard_limiter(shard).queue) for shard in self._waiting)
 
     def statistics(self) -> LimiterStatistics:
         """A snapshot of the queues and rates, by shard (queues: the non-empty ones)."""
@@ -436,88 +322,7 @@ class Limiter:
         )
 
 
-class OrderedShardLimiter(ShardLimiter):
-    """A shard's lane with ``ordering="shard"``: a FIFO queue, one Kinesis record in flight.
-
-    Attributes:
-        in_flight: the Kinesis record admitted and not yet settled, if any.
-        held: an older overlapping lane has records: admit nothing (set by the limiter).
-        span: the hash-key range of a retired lane's shard (``None``: unknown, or the lane
-            of records without a prediction: it overlaps everything).
-    """
-
-    __slots__ = ("held", "in_flight", "span")
-
-    def __init__(self, records_per_second: float, bytes_per_second: float) -> None:
-        super().__init__(records_per_second, bytes_per_second)
-        self.queue: deque[KinesisRecord] = deque()
-        self.in_flight: KinesisRecord | None = None
-        self.held = False
-        self.span: ShardRange | None = None
-
-    @property
-    def empty(self) -> bool:
-        """Nothing queued, nothing in flight."""
-        return self.in_flight is None and not self.queue
-
-    def drain(
-        self,
-        now: float,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
-        *,
-        margin: float = 0.0,
-        force: bool = False,
-    ) -> None:
-        """Expire what is past its TTL; then, if the lane is free, admit its next record."""
-        queue = self.queue
-        if not queue:
-            return
-        if self._records_rate.recovering:
-            self._apply_rates(now)
-        while queue and queue[0].expires_at <= now:
-            expire(queue.popleft())
-        if not queue:
-            return
-        if self.in_flight is not None or self.held:
-            self.starved = True  # waiting for its turn is this mode's form of overload
-            return
-        # Records too close to their TTL to be sent in time stay queued until it passes: they
-        # will fail, so the first record after them may go (a gap, not an overtake).
-        limit = now + margin
-        index = 0
-        while index < len(queue) and queue[index].expires_at <= limit:
-            index += 1
-        if index == len(queue):
-            return
-        record = queue[index]
-        if force:
-            self.bucket.force_take((1, record.size), now)
-        elif not self._take(record, now):
-            self.starved = True
-            return
-        del queue[index]
-        self.admitted += 1
-        self.in_flight = record
-        self.starved = False
-        admit(record)
-
-    def put(
-        self,
-        record: KinesisRecord,
-        now: float,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
-        *,
-        margin: float = 0.0,
-    ) -> bool:
-        """Queue at the tail, then drain. Returns whether anything stays queued."""
-        self.queue.append(record)
-        self.drain(now, admit, expire, margin=margin)
-        return bool(self.queue)
-
-
-class OrderedLimiter(Limiter):
+class OrderedLimiter(Limiter[OrderedShardLimiter]):
     """The limiter of one stream with ``ordering="shard"``: one lane per predicted shard.
 
     Args:
@@ -528,9 +333,7 @@ class OrderedLimiter(Limiter):
 
     def __init__(
         self,
-        scheduler: Scheduler,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
+        deadlines: Deadlines,
         clock: Callable[[], float],
         *,
         records_per_second: float,
@@ -541,10 +344,9 @@ class OrderedLimiter(Limiter):
         hash_range: Callable[[str], ShardRange | None],
     ) -> None:
         super().__init__(
-            scheduler,
-            admit,
-            expire,
+            deadlines,
             clock,
+            lanes=OrderedShardLimiter,
             records_per_second=records_per_second,
             bytes_per_second=bytes_per_second,
             drain_interval=drain_interval,
@@ -552,16 +354,12 @@ class OrderedLimiter(Limiter):
             admit_batch=admit_batch,
         )
         self._hash_range = hash_range
-        self.shards: dict[str, OrderedShardLimiter] = {}  # type: ignore[assignment]
-        self.unmapped: OrderedShardLimiter | None = None
         # Lanes of shards gone from the map that still hold records, oldest retired first.
         self.retired: dict[str, OrderedShardLimiter] = {}
 
-    _shard_limiter = OrderedShardLimiter
-
-    def _limiter_of(self, shard: str | None) -> OrderedShardLimiter:
+    def shard_limiter(self, shard: str | None) -> OrderedShardLimiter:
         new = shard is not None and shard not in self.shards
-        lane = cast("OrderedShardLimiter", super()._limiter_of(shard))
+        lane = super().shard_limiter(shard)
         if new:
             assert shard is not None
             lane.held = self._holds(self._hash_range(shard), None)
@@ -595,7 +393,7 @@ class OrderedLimiter(Limiter):
     def _drain_lane(
         self, shard: str | None, lane: OrderedShardLimiter, now: float, *, force: bool = False
     ) -> None:
-        lane.drain(now, self._admit, self._expire, margin=self.send_margin, force=force)
+        lane.drain(now, self._admitted.append, self._expire, margin=self.send_margin, force=force)
         if lane.queue:
             self._waiting.add(shard)
             self._schedule(now)
@@ -607,13 +405,14 @@ class OrderedLimiter(Limiter):
     def _schedule(self, now: float) -> None:
         if not self._drain_scheduled:
             self._drain_scheduled = True
-            self._scheduler.call_at(self._next_drain(now), self)
+            self._deadlines.call_at(self._next_drain(now), None)
 
-    def on_due(self, now: float) -> None:
+    def due(self, item: object, now: float) -> Flow:
         self._drain_scheduled = False
-        self.drain(now)
+        flow = self.drain(now)
         if self._waiting:
             self._schedule(now)
+        return flow
 
     def _lane_emptied(self, shard: str | None, lane: OrderedShardLimiter, now: float) -> None:
         """``lane`` has nothing left: if it held others (retired, or unpredicted), free them."""
@@ -626,21 +425,23 @@ class OrderedLimiter(Limiter):
             self._ceilings.pop(shard, None)
             self._update_holds(now)
 
-    def put(self, record: KinesisRecord) -> None:
+    def put(self, record: KinesisRecord, now: float) -> Flow:
         shard = record.predicted_shard
         lane = self.shards.get(shard) if shard is not None else None
         if lane is None:
-            lane = self._limiter_of(shard)
+            lane = self.shard_limiter(shard)
         lane.queue.append(record)
         # Through _drain_lane, as every change of a lane: it keeps the set of waiting lanes,
         # the drain schedule and the holds up to date.
-        self._drain_lane(shard, lane, self._clock())
+        self._drain_lane(shard, lane, now)
+        return self._flow()
 
-    def drain(self, now: float, *, force: bool = False) -> None:
+    def drain(self, now: float, *, force: bool = False) -> Flow:
         for shard in list(self._waiting):
-            self._drain_lane(shard, self._limiter_of(shard), now, force=force)
+            self._drain_lane(shard, self.shard_limiter(shard), now, force=force)
+        return self._flow()
 
-    def settle(self, record: KinesisRecord, again: KinesisRecord | None) -> None:
+    def settle(self, record: KinesisRecord, again: KinesisRecord | None, now: float) -> Flow:
         """``record``, in flight, was answered and judged (or expired unsent): its lane is
         free. ``again`` (what of it is retried) goes back to the lane's head, before any
         later record; then the lane's next record is admitted if it can be."""
@@ -648,22 +449,21 @@ class OrderedLimiter(Limiter):
         lane = self.shards.get(shard) if shard is not None else self.unmapped
         if lane is None or lane.in_flight is not record:
             # Not in flight here (cannot happen): resend it, last rather than never.
-            if again is not None:
-                self.put(again)
-            return
+            return self.put(again, now) if again is not None else self._flow()
         lane.in_flight = None
         if again is not None:
             lane.queue.appendleft(again)
-        self._drain_lane(shard, lane, self._clock())
+        self._drain_lane(shard, lane, now)
+        return self._flow()
 
-    def take_unmapped(self) -> list[KinesisRecord]:
-        records = super().take_unmapped()
+    def take_unmapped(self, now: float) -> tuple[list[KinesisRecord], Flow]:
+        records, _ = super().take_unmapped(now)
         unmapped = self.unmapped
         if records and unmapped is not None and unmapped.empty:
-            self._lane_emptied(None, unmapped, self._clock())
-        return records
+            self._lane_emptied(None, unmapped, now)
+        return records, self._flow()
 
-    def prune(self, open_shards: Container[str]) -> None:
+    def prune(self, open_shards: Container[str], now: float) -> Flow:
         """A new map: lanes of shards gone from it retire (kept until empty, holding the
         lanes they overlap), or are forgotten if empty already."""
         changed = False
@@ -678,7 +478,8 @@ class OrderedLimiter(Limiter):
             self.retired[shard] = lane
             changed = True
         if changed:
-            self._update_holds(self._clock())
+            self._update_holds(now)
+        return self._flow()
 
     @property
     def lanes_in_flight(self) -> int:

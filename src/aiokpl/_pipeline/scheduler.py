@@ -23,11 +23,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import anyio
 
-__all__ = ("DueTarget", "Scheduler")
+__all__ = ("Deadlines", "DueTarget", "RoutedDeadlines", "Scheduler")
 
 # Deadlines closer than this count as due: sleeping for a rounding error (deadline - now
 # can be 1e-17 s) would only spin.
@@ -36,6 +37,45 @@ _TOLERANCE = 1e-9
 
 class DueTarget(Protocol):
     def on_due(self, now: float) -> None: ...
+
+
+class _Routed:
+    """A stage's deadline as the scheduler's target: it hands the stage's item to the event of
+    the stream's router that serves that stage."""
+
+    __slots__ = ("event", "item")
+
+    def __init__(self, event: Callable[[Any, float], None], item: object) -> None:
+        self.event = event
+        self.item = item
+
+    def on_due(self, now: float) -> None:
+        self.event(self.item, now)
+
+
+class Deadlines(Protocol):
+    """A stage's view of the scheduler: ``call_at(when, item)`` asks to be told, through the
+    stream's router, once ``now >= when``: the router then asks the stage what of ``item``
+    is due (the stage's ``due(item, now)``) and routes it on. Stage tests pass a recorder."""
+
+    def call_at(self, when: float, item: Any) -> None: ...
+
+
+class RoutedDeadlines:
+    """The :class:`Deadlines` of a stage: ``call_at(when, item)`` calls ``event(item, now)``
+    once ``now >= when``, where ``event`` is the router's method for that stage's deadlines.
+
+    So a stage holds no reference to the router nor to the next stage.
+    """
+
+    __slots__ = ("_event", "_scheduler")
+
+    def __init__(self, scheduler: Scheduler, event: Callable[[Any, float], None]) -> None:
+        self._scheduler = scheduler
+        self._event = event
+
+    def call_at(self, when: float, item: object) -> None:
+        self._scheduler.call_at(when, _Routed(self._event, item))
 
 
 class Scheduler:

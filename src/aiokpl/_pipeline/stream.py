@@ -1,36 +1,63 @@
-"""One stream's pipeline: its wiring of the stages, its overload warning, flush and statistics.
+"""One stream's pipeline: the router that says where a record goes next.
 
-A record put to the stream goes ShardMap (prediction) → Aggregator → Limiter → Collector →
-Sender → Retrier, and from the retrier either to its outcome or back to the aggregator. The
-producer builds one pipeline per stream on its first put and releases it when idle.
+The stages (aggregator, limiter, collector, retrier, shard map) know nothing of each other:
+each returns what it produces, and this router hands it on, one method per event:
 
-Mirrors the per-stream part of ``aws/kinesis/core/pipeline.h``.
+=============================  ===========================================================
+event                          route
+=============================  ===========================================================
+``put`` (a record)             shard map predicts → aggregator → (sealed) limiter →
+                               (admitted) collector → (request) sender
+a due deadline                 ``_aggregator_due`` (a batch, or the start-up hold),
+                               ``_limiter_due`` (a drain), ``_collector_due`` (a request),
+                               ``_verdict_due`` (a delayed verdict, or its refresh)
+``handle_result`` (an answer)  retrier judges → shard map (news), limiter (feedback),
+                               outcomes; retried records → the ordering policy's route
+``expire_before_send``         the sender found records past their TTL: refund, fail
+``_map_installed``/``dropped``  limiter prunes; records without a prediction are put again
+``_first_attempt_ended``       the start-up hold's records are put again
+``flush``                      aggregator, limiter (forced), collector: everything out
+=============================  ===========================================================
+
+Outcomes resolve in one place (the ledger), and only after the step that resolved them: a
+step runs between ``ledger.enter()`` and ``ledger.leave()``, and what it resolves is resolved
+(done-callbacks and ``on_record_failure`` run) when the outermost step leaves. So a callback
+that puts a record starts a new step; it never runs inside a stage's mutation.
+
+``Config.ordering`` is a policy the router consults (``_pipeline/ordering.py``). The producer
+builds one pipeline per stream on its first put and releases it when idle. Mirrors the
+per-stream part of ``aws/kinesis/core/pipeline.h``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from .._core.config import Config
 from .._core.records import KinesisRecord
-from .._core.retry_policy import RetryPolicy
+from .._core.retry_policy import MISSING, Decisions, RetryPolicy
 from .._core.shards import ShardTable
 from .._core.statistics import StreamStatistics
 from .._record import UserRecord
 from .aggregator import Aggregator
-from .collector import Collector, OrderedCollector
-from .limiter import Limiter, OrderedLimiter
+from .collector import Collector
+from .limiter import Flow
+from .ordering import Route, ordering_of
 from .retrier import Retrier
+from .scheduler import RoutedDeadlines
 from .shard_map import MissingStreamsLog, ShardMap
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from .._coordination.coordinator import _ProducerCoordinator
+    from .._core.answers import Answer
     from .._metrics.recorder import MetricsRecorder
+    from .ledger import ResultLedger
     from .scheduler import Scheduler
     from .sender import Sender
 
@@ -42,8 +69,34 @@ logger = logging.getLogger("aiokpl")
 OVERLOAD_LOG_INTERVAL = 60.0
 
 
+def _counted(record: KinesisRecord) -> None:
+    """What coordination's meter passes an admitted record on to: the router routes it."""
+
+
+class _Verdict:
+    """An aggregate delivered to a shard the map did not know: judged once, on the next
+    refresh attempt or at its expiry, whichever comes first."""
+
+    __slots__ = ("ended", "kinesis_record", "open", "sequence_number", "shard_id", "started")
+
+    def __init__(
+        self,
+        kinesis_record: KinesisRecord,
+        shard_id: str,
+        sequence_number: str,
+        started: float,
+        ended: float,
+    ) -> None:
+        self.kinesis_record = kinesis_record
+        self.shard_id = shard_id
+        self.sequence_number = sequence_number
+        self.started = started
+        self.ended = ended
+        self.open = True
+
+
 class StreamPipeline:
-    """The pipeline of one stream: its shard map, aggregator, limiter, collector and retrier.
+    """The pipeline of one stream, and its router.
 
     Args:
         stream: the stream as it is put to: its name, or its ARN.
@@ -53,7 +106,7 @@ class StreamPipeline:
         scheduler: the producer's scheduler (every deadline).
         clock: the producer's clock.
         sender: the producer's sender (connections are shared by all streams).
-        finish: resolves records (the producer's ledger).
+        ledger: resolves records (the producer's), after each step.
         metrics: the producer's metrics recorder, if any.
         coordinator: the producer's coordinator, if any: it meters and sets the limits.
         random_value: the producer's jitter generator (``jitter_source``), for the shard
@@ -63,13 +116,20 @@ class StreamPipeline:
 
     __slots__ = (
         "_clock",
+        "_grace",
+        "_hold_registered",
         "_last_seen_out",
+        "_ledger",
+        "_meter",
         "_overload_logged_at",
         "_overload_since_log",
+        "_scheduler",
+        "_sender",
         "_ttl_ms",
         "aggregator",
         "collector",
         "limiter",
+        "ordering",
         "retrier",
         "shard_map",
         "stream",
@@ -85,18 +145,27 @@ class StreamPipeline:
         scheduler: Scheduler,
         clock: Callable[[], float],
         sender: Sender,
-        finish: Callable[[list[UserRecord], bool], None],
+        ledger: ResultLedger,
         metrics: MetricsRecorder | None,
         coordinator: _ProducerCoordinator | None,
         random_value: Callable[[], float],
         missing_log: MissingStreamsLog | None = None,
     ) -> None:
+        self.stream = stream
         self._clock = clock
+        self._scheduler = scheduler
+        self._sender = sender
+        self._ledger = ledger
         self._ttl_ms = config.record_ttl_ms
         self._overload_logged_at = -math.inf
         self._overload_since_log = 0
         self._last_seen_out = -1  # the aggregator's output count at the last idle sweep
-        self.stream = stream
+        self._hold_registered = False
+        # When the stream's backoff ends (the sender parks it until then): the retrier's.
+        buffered = config.record_max_buffered_time_ms / 1000
+        # The collector's grace: a record entering it waits at least this for company.
+        self._grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
+        self.ordering = ordering_of(config.ordering)
         self.shard_map = ShardMap(
             stream,
             client,
@@ -105,78 +174,166 @@ class StreamPipeline:
             random_value=random_value,
             missing_log=missing_log,
         )
-        buffered = config.record_max_buffered_time_ms / 1000
-        grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
-        ordered = config.ordering == "shard"
-        self.collector = (OrderedCollector if ordered else Collector)(
-            scheduler,
-            # The retrier is the sender's destination: it owns the stream's verdicts.
-            lambda records: sender.submit(self.retrier, records),
-            clock,
-            max_count=config.collection_max_count,
-            max_size=config.collection_max_size,
-            grace=grace,
-        )
-        admit: Callable[[KinesisRecord], None] = self.collector.put
-        if coordinator is not None:
-            admit = coordinator.meter(stream, admit)
-        limits: dict[str, Any] = {
-            "records_per_second": config.rate_limit_records_per_sec_per_shard,
-            "bytes_per_second": config.rate_limit_bytes_per_sec_per_shard,
-            "drain_interval": config.drain_interval_ms / 1000,
-            # What a record needs to live on at admission to reach the wire in time: the
-            # collector's grace, plus one drain interval of slack for the event loop.
-            "send_margin": grace + config.drain_interval_ms / 1000,
-            # A shard with a backlog admits a batch per buffered time, not a trickle per drain:
-            # its records are past their deadline, so each trickle would be a request.
-            "admit_batch": buffered,
-        }
-        self.limiter = (
-            OrderedLimiter(
-                scheduler,
-                admit,
-                self._expire_in_limiter,
-                clock,
-                hash_range=self.shard_map.hash_range,
-                **limits,
-            )
-            if ordered
-            else Limiter(scheduler, admit, self._expire_in_limiter, clock, **limits)
-        )
         self.aggregator = Aggregator(
-            self.shard_map,
-            scheduler,
-            self.limiter.put,
+            RoutedDeadlines(scheduler, self._aggregator_due),
             enabled=config.aggregation_enabled,
             max_size=config.aggregation_max_size,
             max_count=config.aggregation_max_count,
             # A failed record's result carries its data: then records keep it in flight.
             release_data=not config.return_record_on_failure,
             # Held records are released early by the collector's grace: sent at their deadline.
-            release_lead=grace,
-            flush_stream=lambda: self.flush(clock()),
+            release_lead=self._grace,
         )
-        self.retrier = Retrier(
-            stream,
-            self.shard_map,
-            self.aggregator,
-            self.limiter,
-            scheduler,
-            finish,
+        self.limiter = self.ordering.limiter(
+            RoutedDeadlines(scheduler, self._limiter_due),
             clock,
-            RetryPolicy(
-                fail_if_throttled=config.fail_if_throttled,
-                aggregation_enabled=config.aggregation_enabled,
-                retry_delay=buffered / 2,
-            ),
-            metrics=metrics,
-            resend=lambda records: sender.submit(self.retrier, records),
+            self.shard_map.hash_range,
+            _limits(config, self._grace),
         )
+        self.collector = Collector(
+            RoutedDeadlines(scheduler, self._collector_due),
+            max_count=config.collection_max_count,
+            max_size=config.collection_max_size,
+        )
+        self.retrier = Retrier(stream, _retry_policy(config), metrics=metrics)
+        self._meter = None
         if coordinator is not None:
+            self._meter = coordinator.meter(stream, _counted)
             coordinator.attach(stream, self.limiter)
         self.shard_map.on_install = self._map_installed
         self.shard_map.on_drop = self._map_dropped
         self.shard_map.start()
+
+    # --- events ---------------------------------------------------------------------------
+    def put(self, record: UserRecord, hash_key: int) -> None:
+        """A record put (new, or retried) whose hash key is ``hash_key``."""
+        # Hot path: the shard map's table read inline; most puts close nothing.
+        table = self.shard_map.table
+        shard = table.lookup(hash_key) if table is not None else None
+        if shard is not None:
+            sealed = self.aggregator.put(record, hash_key, shard)
+            if sealed is None:
+                return
+        else:
+            sealed = self._unpredicted(record, hash_key)
+            if sealed is None:
+                return
+        ledger = self._ledger
+        ledger.enter()
+        try:
+            if isinstance(sealed, KinesisRecord):
+                self._limit(sealed, self._clock())
+            else:
+                now = self._clock()
+                for kinesis_record in sealed:
+                    self._limit(kinesis_record, now)
+        finally:
+            ledger.leave()
+
+    def _aggregator_due(self, item: Any, now: float) -> None:
+        self._ledger.enter()
+        try:
+            for kinesis_record in self.aggregator.due(item, now):
+                self._limit(kinesis_record, now)
+        finally:
+            self._ledger.leave()
+
+    def _limiter_due(self, item: Any, now: float) -> None:
+        self._ledger.enter()
+        try:
+            self._route_flow(self.limiter.due(item, now), now)
+        finally:
+            self._ledger.leave()
+
+    def _collector_due(self, item: Any, now: float) -> None:
+        records = self.collector.due(item, now)
+        if records is not None:
+            self._ledger.enter()
+            try:
+                self._sender.submit(self, records)
+            finally:
+                self._ledger.leave()
+
+    def handle_result(
+        self,
+        records: list[KinesisRecord],
+        answer: Answer,
+        started: float,
+        ended: float,
+    ) -> None:
+        """The sender's answer to a request of ``records``: judge it and act."""
+        now = self._clock()
+        shard_map = self.shard_map
+        decisions = self.retrier.handle_result(
+            records, answer, started, ended, now, shard_map.hash_range
+        )
+        self._ledger.enter()
+        try:
+            error = decisions.request_error
+            if error is not None and error[0] == MISSING:
+                # The stream is gone: its map must not outlive it (it may come back another).
+                shard_map.missing(started)
+            for seen_at, predicted in decisions.invalidate:
+                shard_map.invalidate(seen_at, predicted)
+            for shard, (count, size) in decisions.accepted.items():
+                self.limiter.accepted(shard, count, size, now)
+            for shard in decisions.throttled_shards:
+                self.limiter.throttled(shard, now, started)
+            for kinesis_record, shard_id, sequence_number in decisions.undecided:
+                verdict = _Verdict(kinesis_record, shard_id, sequence_number, started, ended)
+                self._await_verdict(verdict)
+            self._act(decisions, self.ordering.after_answer(records, decisions), now)
+        finally:
+            self._ledger.leave()
+
+    def _await_verdict(self, verdict: _Verdict) -> None:
+        # Decided by the next refresh attempt, or at the records' expiry if that is sooner.
+        self.shard_map.after_refresh(partial(self._verdict_due, verdict, None))
+        RoutedDeadlines(self._scheduler, self._verdict_due).call_at(
+            verdict.kinesis_record.expires_at, verdict
+        )
+
+    def _verdict_due(self, verdict: _Verdict, now: float | None) -> None:
+        """Judge an aggregate delivered to a then-unknown shard, with the refreshed map."""
+        if not verdict.open:
+            return
+        verdict.open = False
+        now = self._clock()
+        kinesis_record = verdict.kinesis_record
+        decisions = self.retrier.place(
+            kinesis_record,
+            verdict.shard_id,
+            verdict.sequence_number,
+            self.shard_map.hash_range(verdict.shard_id),
+            verdict.started,
+            verdict.ended,
+            now,
+        )
+        self._ledger.enter()
+        try:
+            self._act(decisions, self.ordering.after_placed(kinesis_record, decisions), now)
+        finally:
+            self._ledger.leave()
+
+    def expire_before_send(self, records: list[KinesisRecord], now: float) -> list[KinesisRecord]:
+        """The sender's turn for ``records``: drop (and fail) those whose TTL passed while
+        they waited to be sent; the others go."""
+        if all(record.expires_at > now for record in records):
+            return records
+        live = []
+        self._ledger.enter()
+        try:
+            for record in records:
+                if record.expires_at > now:
+                    live.append(record)
+                    continue
+                # It took the shard's tokens in the limiter but never reached the wire.
+                self.limiter.refund(record, now)
+                self._fail(self.retrier.expire(record, "sender queue", now))
+                self._settle_lanes(self.ordering.after_unsent(record), now)
+        finally:
+            self._ledger.leave()
+        return live
 
     def _map_installed(self, table: ShardTable, replaced: frozenset[str]) -> None:
         """A new shard map: per-shard state of shards gone from it is dropped, and so is the
@@ -187,42 +344,136 @@ class StreamPipeline:
         kept: Container[str] = table
         if replaced:
             kept = {shard.shard_id for shard in table} - replaced
-        if isinstance(self.limiter, OrderedLimiter):
-            # Records predicted with the old map go to their lanes before those retire.
-            self.aggregator.close_batches_outside(kept)
-        self.limiter.prune(kept)
-        put = self.aggregator.put
-        for kinesis_record in self.limiter.take_unmapped():
-            for record in cast("list[UserRecord]", kinesis_record.records):
-                put(record, record.hash_key)
+        now = self._clock()
+        self._ledger.enter()
+        try:
+            if self.ordering.closes_batches_on_new_map:
+                # Records predicted with the old map go to their lanes before those retire.
+                for kinesis_record in self.aggregator.close_batches_outside(kept):
+                    self._limit(kinesis_record, now)
+            self._route_flow(self.limiter.prune(kept, now), now)
+            unmapped, flow = self.limiter.take_unmapped(now)
+            self._route_flow(flow, now)
+            for kinesis_record in unmapped:
+                for record in cast("list[UserRecord]", kinesis_record.records):
+                    self.put(record, record.hash_key)
+        finally:
+            self._ledger.leave()
 
     def _map_dropped(self) -> None:
         """The stream is missing: no shard of it keeps any state (rates, ceilings), except
         what records still queued for it need until they leave."""
-        if isinstance(self.limiter, OrderedLimiter):
-            self.aggregator.close_batches_outside(())
-        self.limiter.prune(())
-
-    def idle_since_last_look(self) -> bool:
-        """Whether nothing went through the pipeline since the last call (records put, or
-        retried, each make the aggregator emit)."""
-        out = self.aggregator.kinesis_records_out
-        idle = out == self._last_seen_out
-        self._last_seen_out = out
-        return idle
-
-    def close(self) -> None:
-        """Release the pipeline: it holds no record, and its shard map stops refreshing."""
-        self.shard_map.close()
-
-    def _expire_in_limiter(self, record: KinesisRecord) -> None:
-        self.retrier.expire(record, "rate limiter")
-        shard_limiter = self.limiter.limiter_of(record)
-        if shard_limiter is None or not shard_limiter.starved:
-            return  # it came back too close to its TTL to be sent: no sign of overload
-        # The stream is offered more than its shards take: say so, once a minute at most.
-        self._overload_since_log += len(record.records)
         now = self._clock()
+        self._ledger.enter()
+        try:
+            if self.ordering.closes_batches_on_new_map:
+                for kinesis_record in self.aggregator.close_batches_outside(()):
+                    self._limit(kinesis_record, now)
+            self._route_flow(self.limiter.prune((), now), now)
+        finally:
+            self._ledger.leave()
+
+    def _first_attempt_ended(self) -> None:
+        """The first map load attempt ended: put the start-up hold's records again."""
+        self._hold_registered = False
+        self._ledger.enter()
+        try:
+            for record, hash_key in self.aggregator.take_held():
+                self.put(record, hash_key)
+            if self.aggregator.flush_on_release:
+                self.aggregator.flush_on_release = False
+                self.flush(self._clock())
+        finally:
+            self._ledger.leave()
+
+    def flush(self, now: float) -> None:
+        """Send everything buffered now: open aggregates, the rate limiter's queues (at once,
+        whatever their tokens) and the open request."""
+        self._ledger.enter()
+        try:
+            for kinesis_record in self.aggregator.flush():
+                self._limit(kinesis_record, now)
+            self._route_flow(self.limiter.drain(now, force=True), now)
+            records = self.collector.flush()
+            if records is not None:
+                self._sender.submit(self, records)
+        finally:
+            self._ledger.leave()
+
+    # --- routes (inside a step) -----------------------------------------------------------
+    def _unpredicted(
+        self, record: UserRecord, hash_key: int
+    ) -> KinesisRecord | list[KinesisRecord] | None:
+        """A record without a prediction: held while the first map load attempt runs, else
+        alone (and the map of a missing stream is woken: it is tried again only when needed)."""
+        shard_map = self.shard_map
+        if shard_map.first_attempt_pending:
+            if not self._hold_registered:
+                self._hold_registered = True
+                # The first attempt is running (the map starts it with the stream), so this
+                # only asks to be told when it ends.
+                shard_map.after_refresh(self._first_attempt_ended)
+            self.aggregator.hold(record, hash_key)
+            return None
+        if shard_map.dormant:
+            shard_map.wanted()
+        return self.aggregator.single(record, hash_key)
+
+    def _limit(self, kinesis_record: KinesisRecord, now: float) -> None:
+        """A sealed Kinesis record: to the limiter, and on with what it admits or expires."""
+        self._route_flow(self.limiter.put(kinesis_record, now), now)
+
+    def _route_flow(self, flow: Flow, now: float) -> None:
+        """What the limiter admitted goes to the collector; what expired fails."""
+        admitted, expired = flow
+        if admitted:
+            self._collect(admitted, now)
+        if expired:
+            self._expired_in_limiter(expired, now)
+
+    def _collect(self, admitted: Sequence[KinesisRecord], now: float) -> None:
+        """Admitted Kinesis records: to the collector, and each request it closes to the
+        sender (this router is the sender's destination: it gets the answer)."""
+        collector = self.collector
+        grace = self.ordering.grace
+        meter = self._meter
+        for kinesis_record in admitted:
+            if meter is not None:
+                meter(kinesis_record)
+            requests = collector.put(kinesis_record, now, grace(kinesis_record, now, self._grace))
+            for request in requests:
+                self._sender.submit(self, request)
+
+    def _act(self, decisions: Decisions, route: Route, now: float) -> None:
+        """Carry out a verdict: resolve, resend, and route the retried records."""
+        if decisions.succeeded:
+            self._ledger.finish(cast("list[UserRecord]", decisions.succeeded), True)
+        if decisions.failed:
+            self._fail(cast("list[UserRecord]", decisions.failed))
+        for group in decisions.resend:
+            self._sender.submit(self, group)
+        to_aggregator, settlements = route
+        for record in to_aggregator:
+            self.put(record, record.hash_key)
+        self._settle_lanes(settlements, now)
+
+    def _settle_lanes(
+        self, settlements: Sequence[tuple[KinesisRecord, KinesisRecord | None]], now: float
+    ) -> None:
+        for record, again in settlements:
+            self._route_flow(self.limiter.settle(record, again, now), now)
+
+    def _fail(self, records: list[UserRecord]) -> None:
+        self._ledger.finish(records, False)
+
+    def _expired_in_limiter(self, expired: Sequence[KinesisRecord], now: float) -> None:
+        for record in expired:
+            self._fail(self.retrier.expire(record, "rate limiter", now))
+        overloaded = self.limiter.take_overloaded()
+        if not overloaded:
+            return  # they came back too close to their TTL to be sent: no sign of overload
+        # The stream is offered more than its shards take: say so, once a minute at most.
+        self._overload_since_log += overloaded
         if now - self._overload_logged_at >= OVERLOAD_LOG_INTERVAL:
             logger.warning(
                 "stream %r is offered more than its shards take: %d records expired waiting "
@@ -236,12 +487,23 @@ class StreamPipeline:
             self._overload_logged_at = now
             self._overload_since_log = 0
 
-    def flush(self, now: float) -> None:
-        """Send everything buffered now: open aggregates, the rate limiter's queues (at once,
-        whatever their tokens) and the open request."""
-        self.aggregator.flush()
-        self.limiter.drain(now, force=True)
-        self.collector.flush()
+    # --- what the sender and the producer read --------------------------------------------
+    @property
+    def expired(self) -> int:
+        """User records expired before they were sent, so far."""
+        return self.retrier.expired
+
+    def idle_since_last_look(self) -> bool:
+        """Whether nothing went through the pipeline since the last call (records put, or
+        retried, each make the aggregator emit)."""
+        out = self.aggregator.kinesis_records_out
+        idle = out == self._last_seen_out
+        self._last_seen_out = out
+        return idle
+
+    def close(self) -> None:
+        """Release the pipeline: it holds no record, and its shard map stops refreshing."""
+        self.shard_map.close()
 
     def statistics(self) -> StreamStatistics:
         """The stream's snapshot, composed of its stages' own."""
@@ -268,3 +530,26 @@ class StreamPipeline:
             waiting_for_shard_map=aggregator.waiting_for_shard_map,
             capacity_mode=shard_map.capacity_mode,
         )
+
+
+def _limits(config: Config, grace: float) -> dict[str, Any]:
+    """The limiter's settings."""
+    return {
+        "records_per_second": config.rate_limit_records_per_sec_per_shard,
+        "bytes_per_second": config.rate_limit_bytes_per_sec_per_shard,
+        "drain_interval": config.drain_interval_ms / 1000,
+        # What a record needs to live on at admission to reach the wire in time: the
+        # collector's grace, plus one drain interval of slack for the event loop.
+        "send_margin": grace + config.drain_interval_ms / 1000,
+        # A shard with a backlog admits a batch per buffered time, not a trickle per drain:
+        # its records are past their deadline, so each trickle would be a request.
+        "admit_batch": config.record_max_buffered_time_ms / 1000,
+    }
+
+
+def _retry_policy(config: Config) -> RetryPolicy:
+    return RetryPolicy(
+        fail_if_throttled=config.fail_if_throttled,
+        aggregation_enabled=config.aggregation_enabled,
+        retry_delay=config.record_max_buffered_time_ms / 1000 / 2,
+    )

@@ -1,0 +1,138 @@
+"""The ordering policy the stream's router consults: where a retried record goes, and more.
+
+``Config.ordering`` picks one of two policies (the rules, and why, are in
+``_core/ordering.py``). The router asks the policy and does what it says; no stage branches on
+the mode, and the only stage that differs is the limiter (``limiter.OrderedLimiter`` with
+``ordering="shard"``, which the policy builds).
+
+================================  ==========================  ===============================
+the router asks                   ``"aggregate"`` (default)   ``"shard"``
+================================  ==========================  ===============================
+``limiter(...)``                  ``limiter.Limiter``          ``limiter.OrderedLimiter``
+``grace(record, now, grace)``     the collector's grace       none for a record already late
+``closes_batches_on_new_map``     no                          yes: old predictions go first
+``after_answer(sent, d)``         retried → the aggregator    each sent record settles its
+                                                              lane; retried → the lane's head
+``after_placed(record, d)``       retried → the aggregator    the record settles its lane
+``after_unsent(record)``          nothing                     the record settles its lane
+================================  ==========================  ===============================
+
+A *settlement* ``(record, again)`` frees the lane of ``record`` (in flight until then) and puts
+``again`` (what of it is retried, as one Kinesis record, or ``None``) back at its head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from .._core.ordering import regroup
+from .limiter import Limiter, OrderedLimiter, ShardLimiter
+
+if TYPE_CHECKING:
+    from .._core.records import KinesisRecord
+    from .._core.retry_policy import Decisions
+    from .._core.shards import ShardRange
+    from .._record import UserRecord
+    from .scheduler import Deadlines
+
+__all__ = ("AggregateOrder", "Ordering", "Route", "ShardOrder", "ordering_of")
+
+Settlement = tuple["KinesisRecord", "KinesisRecord | None"]
+Route = tuple[Sequence["UserRecord"], Sequence[Settlement]]
+"""Where retried records go: user records back to the aggregator, and lane settlements."""
+
+_NOWHERE: Route = ((), ())
+
+
+class AggregateOrder:
+    """``ordering="aggregate"``: put order within an aggregate, as the KPL keeps it."""
+
+    closes_batches_on_new_map = False
+
+    def limiter(
+        self,
+        deadlines: Deadlines,
+        clock: Callable[[], float],
+        hash_range: Callable[[str], ShardRange | None],
+        limits: dict[str, Any],
+    ) -> Limiter[Any]:
+        return Limiter(deadlines, clock, lanes=ShardLimiter, **limits)
+
+    def grace(self, record: KinesisRecord, now: float, grace: float) -> float:
+        """The grace ``record`` gets in the collector: the stream's."""
+        return grace
+
+    def after_answer(self, sent: Sequence[KinesisRecord], decisions: Decisions) -> Route:
+        """Where the records retried after an answer go: back to the aggregator, whose
+        prediction may have changed since."""
+        if not decisions.retry:
+            return _NOWHERE
+        return cast("list[UserRecord]", decisions.retry), ()
+
+    def after_placed(self, sent: KinesisRecord, decisions: Decisions) -> Route:
+        """Where the records retried after a delayed verdict go: as after an answer."""
+        return self.after_answer((sent,), decisions)
+
+    def after_unsent(self, record: KinesisRecord) -> Sequence[Settlement]:
+        """``record`` expired before it was sent: nothing to settle."""
+        return ()
+
+
+class ShardOrder(AggregateOrder):
+    """``ordering="shard"``: put order per shard (lanes; see ``_core/ordering.py``)."""
+
+    closes_batches_on_new_map = True
+
+    def limiter(
+        self,
+        deadlines: Deadlines,
+        clock: Callable[[], float],
+        hash_range: Callable[[str], ShardRange | None],
+        limits: dict[str, Any],
+    ) -> Limiter[Any]:
+        return OrderedLimiter(deadlines, clock, hash_range=hash_range, **limits)
+
+    def grace(self, record: KinesisRecord, now: float, grace: float) -> float:
+        """None for a record already past its deadline: it waited for its shard's previous
+        request to be answered, and every moment it waits in the collector is a moment its
+        shard sends nothing. The records that one answer frees are admitted together, so they
+        still share the next request."""
+        return 0.0 if record.deadline <= now else grace
+
+    def after_answer(self, sent: Sequence[KinesisRecord], decisions: Decisions) -> Route:
+        """Each Kinesis record of the answered request settles its lane, its retried records
+        going back to the lane's head; not those resent, nor those whose verdict waits for
+        the map (they are still in flight)."""
+        pending: set[int] = set()
+        for group in decisions.resend:
+            pending.update(map(id, group))
+        pending.update(id(kinesis_record) for kinesis_record, _, _ in decisions.undecided)
+        retried = {id(record) for record in decisions.retry}
+        settlements = []
+        for kinesis_record in sent:
+            if id(kinesis_record) in pending:
+                continue
+            again = None
+            if retried:
+                retry = [record for record in kinesis_record.records if id(record) in retried]
+                again = regroup(kinesis_record, retry)
+            settlements.append((kinesis_record, again))
+        return (), settlements
+
+    def after_placed(self, sent: KinesisRecord, decisions: Decisions) -> Route:
+        """The record whose verdict waited settles its lane, its retried records first."""
+        return (), [(sent, regroup(sent, decisions.retry))]
+
+    def after_unsent(self, record: KinesisRecord) -> Sequence[Settlement]:
+        """``record`` expired before it was sent: its lane is free."""
+        return [(record, None)]
+
+
+Ordering = AggregateOrder
+"""The policy's type (``ShardOrder`` is one)."""
+
+
+def ordering_of(mode: str) -> Ordering:
+    """The policy of ``Config.ordering``."""
+    return ShardOrder() if mode == "shard" else AggregateOrder()

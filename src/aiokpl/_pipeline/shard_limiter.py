@@ -1,0 +1,289 @@
+"""A shard's state in the limiter: its token bucket, its rates and its queue.
+
+:class:`ShardLimiter` keeps one predicted shard (or a stream without a map) under its rates:
+a two-stream token bucket (records, bytes), the adaptive rates throttle feedback moves, and a
+queue of Kinesis records, oldest first. With ``ordering="shard"`` its
+:class:`OrderedShardLimiter` subclass is a *lane*: a FIFO queue with at most one Kinesis record
+in flight. The rules, and why, are in ``limiter.py``'s docstring (drains, send margin, batches
+of a starved shard) and ``_core/ordering.py`` (lanes).
+
+Not a stage: no clock, no scheduler, no other stage; the :class:`~aiokpl._pipeline.limiter.
+Limiter` calls it with ``now`` and the callbacks that collect what it admits and expires.
+Invariants of a lane:
+
+* its queue is a FIFO in put order (records come from the aggregator's one open batch per
+  shard, so in put order; retries are pushed back at the head by ``OrderedLimiter.settle``);
+* at most one of its Kinesis records is *in flight* (admitted, not yet settled); the head is
+  admitted only when none is, and not while the lane is *held* by an older overlapping lane
+  (a retired shard's, or the lane of records without a prediction);
+* the expiry rules are the default's: expired records fail first, at their TTL; records
+  inside the send margin are never admitted, and the next record behind them may go (they
+  are doomed: a gap, never a late record).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sortedcontainers import SortedKeyList
+
+from .._core.backoff import AdaptiveRate
+from .._core.records import KinesisRecord
+from .._core.token_bucket import TokenBucket
+
+if TYPE_CHECKING:
+    from .._core.shards import ShardRange
+
+__all__ = ("OrderedShardLimiter", "ShardLimiter")
+
+
+def _expiry(record: KinesisRecord) -> float:
+    return record.expires_at
+
+
+class ShardLimiter:
+    """Rate limits and queue of one shard (or of a stream without a map)."""
+
+    __slots__ = (
+        "_bytes_rate",
+        "_records_rate",
+        "admitted",
+        "batch",
+        "bucket",
+        "held_until",
+        "queue",
+        "refunded",
+        "starved",
+    )
+
+    def __init__(self, records_per_second: float, bytes_per_second: float) -> None:
+        self.bucket = TokenBucket(
+            [(records_per_second, records_per_second), (bytes_per_second, bytes_per_second)]
+        )
+        # Oldest first; records of equal expiry keep their arrival order.
+        self.queue: SortedKeyList = SortedKeyList(key=_expiry)
+        self._records_rate = AdaptiveRate(records_per_second)
+        self._bytes_rate = AdaptiveRate(bytes_per_second)
+        self.admitted = 0  # Kinesis records that took tokens
+        self.refunded = 0  # of those, records whose tokens came back (expired unsent)
+        # The last drain left records that could still be sent waiting for tokens: the
+        # shard is offered more than its rate (what expires now is overload, not bad luck).
+        self.starved = False
+        # A starved shard admits in batches: at most once every ``batch`` seconds (see drain).
+        self.batch = 0.0
+        self.held_until = -float("inf")
+
+    def throttled(self, now: float, sent_at: float | None = None) -> None:
+        """Kinesis throttled a request to this shard sent at ``sent_at``: lower its rates to
+        a little below what it accepted lately (once per round trip: see ``AdaptiveRate``)."""
+        if self._records_rate.cut(now, sent_at):
+            self._bytes_rate.cut(now, sent_at)
+            self._apply_rates(now)
+
+    def accepted(self, records: int, size: int, now: float) -> None:
+        """Kinesis stored ``records`` Kinesis records (``size`` bytes) of this shard's."""
+        self._records_rate.accepted(records, now)
+        self._bytes_rate.accepted(size, now)
+
+    def set_ceiling(self, records_per_second: float, bytes_per_second: float, now: float) -> None:
+        """Change the rates throttle feedback recovers to; a rate above the new ceiling drops to it.
+
+        The bucket's capacities follow (one second of the ceiling, as at creation), so a
+        shard idle for a while bursts at most its share, not the configured rate.
+        """
+        self._records_rate.configured = records_per_second
+        self._bytes_rate.configured = bytes_per_second
+        self.bucket.set_capacity(0, records_per_second, now)
+        self.bucket.set_capacity(1, bytes_per_second, now)
+        self._apply_rates(now)
+
+    def current_rates(self, now: float) -> tuple[float, float]:
+        """The (records/s, bytes/s) in force at ``now``: the ceiling, or less after throttling."""
+        return self._records_rate.rate(now), self._bytes_rate.rate(now)
+
+    @property
+    def ceiling(self) -> tuple[float, float]:
+        """The (records/s, bytes/s) throttle feedback recovers to."""
+        return self._records_rate.configured, self._bytes_rate.configured
+
+    def _apply_rates(self, now: float) -> None:
+        self.bucket.set_rate(0, self._records_rate.rate(now), now)
+        self.bucket.set_rate(1, self._bytes_rate.rate(now), now)
+
+    @property
+    def rates(self) -> tuple[float, float]:
+        rates = self.bucket.rates
+        return rates[0], rates[1]
+
+    def refund(self, record: KinesisRecord, now: float) -> None:
+        """``record`` took tokens but was never sent: give them back."""
+        self.refunded += 1
+        self.bucket.refund((1, record.size), now)
+
+    def _take(self, record: KinesisRecord, now: float) -> bool:
+        bucket = self.bucket
+        if bucket.try_take((1, record.size), now):
+            return True
+        # A record larger than the byte capacity is admitted into a full bucket.
+        capacity = bucket.capacities[1]
+        if record.size <= capacity:
+            return False
+        tokens = bucket.tokens(now)
+        if tokens[0] >= 1 and tokens[1] >= capacity:
+            bucket.force_take((1, record.size), now)
+            return True
+        return False
+
+    def _batch_wait(self, waiting: int, head: KinesisRecord, now: float) -> float:
+        """How long a starved shard holds off: until its bucket holds a batch (``batch``
+        seconds of its rates, or what is waiting if less; ``head``'s size per record), at
+        most ``batch`` seconds. A shard short of tokens for a moment waits only that moment."""
+        bucket = self.bucket
+        rates, capacities = bucket.rates, bucket.capacities
+        batch = self.batch
+        records = min(float(waiting), rates[0] * batch, capacities[0])
+        size = min(waiting * float(head.size), rates[1] * batch, capacities[1])
+        return min(batch, bucket.time_until((records, size), now))
+
+    def drain(
+        self,
+        now: float,
+        admit: Callable[[KinesisRecord], None],
+        expire: Callable[[KinesisRecord], None],
+        *,
+        margin: float = 0.0,
+        force: bool = False,
+    ) -> None:
+        """Expire what is past its TTL, then admit oldest first what the bucket grants.
+
+        Records with ``margin`` seconds or less to live are not admitted (they stay queued
+        until their TTL passes); ``force`` admits the others whatever the bucket holds.
+        """
+        queue = self.queue
+        if not queue:
+            return
+        if self._records_rate.recovering:
+            self._apply_rates(now)
+        while queue and queue[0].expires_at <= now:
+            expire(queue.pop(0))
+        if now < self.held_until and not force:
+            return  # starved: the tokens gather into the next batch
+        # The records too close to their TTL to be sent in time are the queue's head.
+        first = queue.bisect_key_right(now + margin)
+        while first < len(queue):
+            record = queue[first]
+            if force:
+                self.bucket.force_take((1, record.size), now)
+            elif not self._take(record, now):
+                self.starved = True
+                if self.batch:
+                    self.held_until = now + self._batch_wait(len(queue) - first, record, now)
+                return
+            del queue[first]
+            self.admitted += 1
+            admit(record)
+        self.starved = False
+
+    def put(
+        self,
+        record: KinesisRecord,
+        now: float,
+        admit: Callable[[KinesisRecord], None],
+        expire: Callable[[KinesisRecord], None],
+        *,
+        margin: float = 0.0,
+    ) -> bool:
+        """Admit at once if possible, else queue. Returns whether anything stays queued."""
+        if not self.queue and record.expires_at > now + margin:
+            if self._records_rate.recovering:
+                self._apply_rates(now)
+            if self._take(record, now):
+                self.admitted += 1
+                admit(record)
+                return False
+        self.queue.add(record)
+        self.drain(now, admit, expire, margin=margin)
+        return bool(self.queue)
+
+
+class OrderedShardLimiter(ShardLimiter):
+    """A shard's lane with ``ordering="shard"``: a FIFO queue, one Kinesis record in flight.
+
+    Attributes:
+        in_flight: the Kinesis record admitted and not yet settled, if any.
+        held: an older overlapping lane has records: admit nothing (set by the limiter).
+        span: the hash-key range of a retired lane's shard (``None``: unknown, or the lane
+            of records without a prediction: it overlaps everything).
+    """
+
+    __slots__ = ("held", "in_flight", "span")
+
+    def __init__(self, records_per_second: float, bytes_per_second: float) -> None:
+        super().__init__(records_per_second, bytes_per_second)
+        self.queue: deque[KinesisRecord] = deque()
+        self.in_flight: KinesisRecord | None = None
+        self.held = False
+        self.span: ShardRange | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing queued, nothing in flight."""
+        return self.in_flight is None and not self.queue
+
+    def drain(
+        self,
+        now: float,
+        admit: Callable[[KinesisRecord], None],
+        expire: Callable[[KinesisRecord], None],
+        *,
+        margin: float = 0.0,
+        force: bool = False,
+    ) -> None:
+        """Expire what is past its TTL; then, if the lane is free, admit its next record."""
+        queue = self.queue
+        if not queue:
+            return
+        if self._records_rate.recovering:
+            self._apply_rates(now)
+        while queue and queue[0].expires_at <= now:
+            expire(queue.popleft())
+        if not queue:
+            return
+        if self.in_flight is not None or self.held:
+            self.starved = True  # waiting for its turn is this mode's form of overload
+            return
+        # Records too close to their TTL to be sent in time stay queued until it passes: they
+        # will fail, so the first record after them may go (a gap, not an overtake).
+        limit = now + margin
+        index = 0
+        while index < len(queue) and queue[index].expires_at <= limit:
+            index += 1
+        if index == len(queue):
+            return
+        record = queue[index]
+        if force:
+            self.bucket.force_take((1, record.size), now)
+        elif not self._take(record, now):
+            self.starved = True
+            return
+        del queue[index]
+        self.admitted += 1
+        self.in_flight = record
+        self.starved = False
+        admit(record)
+
+    def put(
+        self,
+        record: KinesisRecord,
+        now: float,
+        admit: Callable[[KinesisRecord], None],
+        expire: Callable[[KinesisRecord], None],
+        *,
+        margin: float = 0.0,
+    ) -> bool:
+        """Queue at the tail, then drain. Returns whether anything stays queued."""
+        self.queue.append(record)
+        self.drain(now, admit, expire, margin=margin)
+        return bool(self.queue)

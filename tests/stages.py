@@ -1,0 +1,61 @@
+"""Helpers of the per-stage tests (``tests/test_stage_*.py``): records and a deadline recorder.
+
+The stages are synchronous and read no clock: each test gives ``now`` and plays the router,
+handing a stage's due deadlines back to it by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokpl._core.records import KinesisRecord
+from aiokpl._record import UserRecord
+
+
+class Recorder:
+    """A stage's :class:`~aiokpl._pipeline.scheduler.Deadlines`: remembers what it is asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, Any]] = []
+
+    def call_at(self, when: float, item: Any) -> None:
+        self.calls.append((when, item))
+
+    def due(self, now: float) -> list[Any]:
+        """The items due at ``now`` (removed), in the order they were asked for."""
+        due = [item for when, item in self.calls if when <= now]
+        self.calls = [(when, item) for when, item in self.calls if when > now]
+        return due
+
+
+def user_record(
+    data: bytes = b"x",
+    *,
+    key: str = "k",
+    deadline: float = 0.1,
+    expires_at: float = 30.0,
+    ehk: int | None = None,
+) -> UserRecord:
+    return UserRecord(
+        "s",
+        key,
+        data,
+        None if ehk is None else str(ehk),
+        len(key) + len(data),
+        0.0,
+        deadline,
+        expires_at,
+        0,
+    )
+
+
+def kinesis_record(
+    shard: str | None = "a",
+    *,
+    size: int = 10,
+    deadline: float = 0.1,
+    expires_at: float = 30.0,
+) -> KinesisRecord:
+    """A raw Kinesis record of ``size`` bytes (key "k" and data) predicted for ``shard``."""
+    user = user_record(b"x" * (size - 1), deadline=deadline, expires_at=expires_at)
+    return KinesisRecord([user], user.data, "k", "1", shard, deadline, expires_at, 1)

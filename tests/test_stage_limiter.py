@@ -1,0 +1,123 @@
+"""The limiter on its own: synchronous, with explicit ``now``; each call returns its Flow
+(what it admitted, what expired)."""
+
+from __future__ import annotations
+
+from aiokpl._core.records import KinesisRecord
+from aiokpl._pipeline.limiter import Flow, Limiter, ShardLimiter
+from stages import Recorder, kinesis_record
+
+
+def flow(result: Flow) -> tuple[list[KinesisRecord], list[KinesisRecord]]:
+    admitted, expired = result
+    return list(admitted), list(expired)
+
+
+def limiter(
+    *, records_per_second: float = 2.0, send_margin: float = 0.0, admit_batch: float = 0.0
+) -> tuple[Limiter[ShardLimiter], Recorder]:
+    deadlines = Recorder()
+    stage = Limiter(
+        deadlines,
+        lambda: 0.0,
+        lanes=ShardLimiter,
+        records_per_second=records_per_second,
+        bytes_per_second=1_000_000.0,
+        drain_interval=0.25,
+        send_margin=send_margin,
+        admit_batch=admit_batch,
+    )
+    return stage, deadlines
+
+
+def test_a_record_within_the_rate_is_admitted_at_once() -> None:
+    stage, deadlines = limiter()
+    first, second = kinesis_record(), kinesis_record()
+    assert flow(stage.put(first, 0.0)) == ([first], [])
+    assert flow(stage.put(second, 0.0)) == ([second], [])
+    assert deadlines.calls == []  # nothing queued, no drain
+    assert stage.shards["a"].admitted == 2
+
+
+def test_a_record_over_the_rate_waits_for_a_drain_and_goes_oldest_first() -> None:
+    stage, deadlines = limiter(records_per_second=1.0)
+    first, second, third = (kinesis_record(expires_at=30.0 + i) for i in range(3))
+    assert flow(stage.put(first, 0.0)) == ([first], [])
+    assert flow(stage.put(third, 0.0)) == ([], [])
+    assert flow(stage.put(second, 0.0)) == ([], [])
+    assert deadlines.calls == [(0.25, None)]  # one entry for the whole limiter
+    assert stage.statistics().queued_by_shard == {"a": 2}
+    assert deadlines.due(0.25) == [None]
+    assert flow(stage.due(None, 0.25)) == ([], [])  # a quarter of a token
+    assert deadlines.calls == [(0.5, None)]  # the next drain
+    assert flow(stage.due(None, 1.0)) == ([second], [])  # the earlier expiry first
+    assert flow(stage.due(None, 2.0)) == ([third], [])
+    assert stage.queued == 0
+
+
+def test_expired_records_fail_first_at_their_ttl_without_tokens() -> None:
+    stage, deadlines = limiter(records_per_second=1.0)
+    stage.put(kinesis_record(), 0.0)
+    doomed = kinesis_record(expires_at=0.125)
+    assert flow(stage.put(doomed, 0.0)) == ([], [])
+    assert deadlines.calls == [(0.125, None)]  # the drain comes at the TTL, not later
+    assert flow(stage.due(None, 0.125)) == ([], [doomed])
+    assert stage.take_overloaded() == 1  # its shard was starved: overload, not bad luck
+    assert stage.take_overloaded() == 0
+
+
+def test_a_record_inside_the_send_margin_is_never_admitted_and_expires_at_its_ttl() -> None:
+    stage, _ = limiter(send_margin=0.5)
+    close = kinesis_record(expires_at=0.25)
+    assert flow(stage.put(close, 0.0)) == ([], [])  # it cannot reach the wire in time
+    fresh = kinesis_record(expires_at=30.0)
+    assert flow(stage.put(fresh, 0.0)) == ([fresh], [])  # it holds back nobody
+    assert flow(stage.due(None, 0.25)) == ([], [close])
+    assert stage.take_overloaded() == 0  # the shard was not starved
+
+
+def test_a_forced_drain_admits_everything_that_can_still_be_sent() -> None:
+    stage, _ = limiter(records_per_second=1.0)
+    records = [kinesis_record() for _ in range(3)]
+    for record in records:
+        stage.put(record, 0.0)
+    assert flow(stage.drain(0.0, force=True)) == (records[1:], [])
+    assert flow(stage.put(kinesis_record(), 0.0)) == ([], [])  # later traffic still pays for it
+
+
+def test_a_refund_gives_a_records_tokens_back() -> None:
+    stage, _ = limiter(records_per_second=1.0)
+    first = kinesis_record()
+    stage.put(first, 0.0)
+    stage.refund(first, 0.0)  # it expired before it was sent
+    second = kinesis_record()
+    assert flow(stage.put(second, 0.0)) == ([second], [])
+    assert stage.shards["a"].refunded == 1
+
+
+def test_records_without_a_prediction_share_one_limit_and_go_back_when_a_map_loads() -> None:
+    stage, _ = limiter(records_per_second=1.0)
+    first, second = kinesis_record(None), kinesis_record(None)
+    assert flow(stage.put(first, 0.0)) == ([first], [])
+    assert flow(stage.put(second, 0.0)) == ([], [])
+    assert stage.statistics().unmapped_rate == (1.0, 1_000_000.0)
+    assert stage.take_unmapped(0.0) == ([second], ((), ()))
+    assert stage.take_unmapped(0.0) == ([], ((), ()))
+
+
+def test_outside_strict_order_a_settled_retry_is_queued_again() -> None:
+    stage, _ = limiter()
+    sent, again = kinesis_record(), kinesis_record()
+    assert flow(stage.settle(sent, None, 0.0)) == ([], [])
+    assert flow(stage.settle(sent, again, 0.0)) == ([again], [])
+
+
+def test_throttling_cuts_a_shards_rate_and_prune_forgets_idle_shards() -> None:
+    stage, _ = limiter(records_per_second=100.0)
+    stage.put(kinesis_record("a"), 0.0)
+    stage.accepted("a", 50, 500, 1.0)
+    stage.throttled("a", 1.0, 0.5)
+    assert stage.shards["a"].rates[0] < 100.0
+    stage.put(kinesis_record("b"), 1.0)
+    assert flow(stage.prune({"b"}, 1.0)) == ([], [])
+    assert set(stage.shards) == {"b"}
