@@ -25,9 +25,9 @@ from aiokpl import (
 from aiokpl._admission import Admission, ThreadRoom, build_group
 from aiokpl._core.encoder import encode_tags
 from aiokpl._core.hashing import hash_key_of
-from aiokpl._hosted import HostedProducer
 from aiokpl._intake import Intake
 from aiokpl._pipeline.scheduler import Scheduler
+from aiokpl._producer import Producer, port_of
 from aiokpl._record import TaggedRecord, UserRecord
 from aiokpl._streams import Streams
 from aiokpl.aggregation import Tag, deaggregate
@@ -310,8 +310,8 @@ async def test_a_checked_record_waits_for_room_and_keeps_its_encoded_tags() -> N
     fake.add_stream("s", shard_count=1)
     config = Config(region="us-east-1", max_outstanding_records=1)
     admission = Admission(config)
-    async with HostedProducer(config, client=fake) as producer:
-        port = producer.port()
+    async with Producer(config, client=fake) as producer:
+        port = port_of(producer)
         first = port.put_validated("s", "a", 2, b"1", hash_key_of(b"a"), None)
         assert first is not None
         (key, size, payload, hash_key, ehk), tags = admission.check_record(

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from aiokpl import Config, ConfigError
-from aiokpl._coordination.coordinator import _ProducerCoordinator
+from aiokpl._coordination.coordinator import ProducerCoordinator
 from aiokpl._core.coordination import (
     ShardLoad,
     Summary,
@@ -195,7 +195,7 @@ def test_a_summary_counts_the_report_before_the_latest_unless_this_producer_wrot
     before; a producer that summarizes counts the one it has just published.
     """
     now = [0.0]
-    coordinator = _ProducerCoordinator(
+    coordinator = ProducerCoordinator(
         coordination(MemoryStore(), summarize=summarize), producer_config(), lambda: now[0]
     )
     admit = coordinator.meter("events", lambda record: None)

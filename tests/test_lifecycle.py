@@ -111,7 +111,7 @@ async def test_a_coordinator_that_fails_to_start_unwinds_the_task_group_sinks_an
     def failing_coordinator(*args: Any) -> Any:
         raise StartUpError("the coordinator could not start")
 
-    monkeypatch.setattr("aiokpl._producer._ProducerCoordinator", failing_coordinator)
+    monkeypatch.setattr("aiokpl._producer.ProducerCoordinator", failing_coordinator)
     sink = Sink()
     before = running_tasks()
     producer = Producer(
@@ -132,7 +132,7 @@ async def test_a_given_client_is_left_open_when_start_up_fails(
     def failing_coordinator(*args: Any) -> Any:
         raise StartUpError("the coordinator could not start")
 
-    monkeypatch.setattr("aiokpl._producer._ProducerCoordinator", failing_coordinator)
+    monkeypatch.setattr("aiokpl._producer.ProducerCoordinator", failing_coordinator)
     fake = FakeKinesis()
     before = running_tasks()
     producer = Producer(CONFIG, client=fake, coordination=Coordination(store=MemoryStore()))

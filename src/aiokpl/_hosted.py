@@ -1,10 +1,10 @@
-"""The producer a ``SyncProducer`` hosts on its loop, and the port it puts records through.
+"""The port a ``SyncProducer`` puts records through, into the producer it hosts on its loop.
 
 A :class:`~aiokpl.SyncProducer` checks each record in its caller's thread (with the same
 :class:`~aiokpl._admission.Admission` as the async producer) and hands the checked fields to
-its loop, which enqueues them without checking them again. :class:`HostedProducer` is a
-:class:`~aiokpl.Producer` with that one more way in, as a :class:`ProducerPort`: bound methods,
-taken once, so the pump pays no extra call per record.
+its loop, which enqueues them without checking them again: through a :class:`ProducerPort`
+(``aiokpl._producer.port_of``), bound methods taken once, so the pump pays no extra call per
+record.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import Protocol
 
 from ._core.results import RecordResult
 from ._outcome import Outcome
-from ._producer import Producer
 
-__all__ = ("HostedProducer", "ProducerPort")
+__all__ = ("ProducerPort",)
 
 
 class _PutValidated(Protocol):
@@ -55,30 +54,3 @@ class ProducerPort:
         [str, str, int, bytes, int, str | None, bytes], Awaitable[Outcome[RecordResult]]
     ]
     flush_now: Callable[[str | None], None]
-
-
-class HostedProducer(Producer):
-    """The :class:`Producer` a :class:`~aiokpl.SyncProducer` runs on its loop: the same
-    producer, with the :class:`ProducerPort` its host puts checked records through."""
-
-    async def __aenter__(self) -> HostedProducer:
-        await super().__aenter__()
-        return self
-
-    async def _put_when_room(
-        self,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes,
-    ) -> Outcome[RecordResult]:
-        """Put a record validated elsewhere once there is room for it."""
-        await self._wait_for_room(size)
-        return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
-
-    def port(self) -> ProducerPort:
-        """The port of this producer (bound methods: call once, not per record)."""
-        return ProducerPort(self._put_validated, self._put_when_room, self._stream_set.flush)

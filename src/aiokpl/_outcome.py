@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-__all__ = ("Outcome",)
+__all__ = ("Outcome", "settle")
 
 T = TypeVar("T")
 
@@ -100,6 +100,11 @@ class Outcome(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<Outcome {'done: ' + repr(self._built()) if self._done else 'pending'}>"
+
+
+settle = Outcome._settle
+"""Mark an outcome done and wake its waiters: for the subclass that resolves records
+(``aiokpl._record.UserRecord``), without a call more than the method's own."""
 
 
 def _run_callback(callback: Callable[[Outcome[Any]], object], outcome: Outcome[Any]) -> None:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._admission import Admission, check_records_argument
-from ._coordination.coordinator import Coordination, _ProducerCoordinator
+from ._coordination.coordinator import Coordination, ProducerCoordinator
 from ._core.config import Config
 from ._core.errors import (
     BufferFullError,
@@ -54,6 +54,7 @@ from ._core.metrics import METRICS, WINDOW_SECONDS, MetricStatistics
 from ._core.results import RecordResult
 from ._core.statistics import ProducerStatistics, StreamStatistics
 from ._core.wire import Tags
+from ._hosted import ProducerPort
 from ._intake import Intake
 from ._kinesis import KinesisClient, create_client
 from ._metrics.recorder import MetricsSink
@@ -66,7 +67,7 @@ from ._streams import Streams
 if TYPE_CHECKING:
     from ._pipeline.sender import Sender
 
-__all__ = ("Producer", "ProducerStatistics", "StreamStatistics")
+__all__ = ("Producer", "ProducerStatistics", "StreamStatistics", "port_of")
 
 logger = logging.getLogger("aiokpl")
 
@@ -174,7 +175,7 @@ class Producer:
 
     async def _start(self, stack: AsyncExitStack) -> None:
         # This module's names, where tests replace them.
-        await self._runtime.start(stack, create_client, _ProducerCoordinator)
+        await self._runtime.start(stack, create_client, ProducerCoordinator)
 
     async def __aexit__(
         self,
@@ -398,7 +399,7 @@ class Producer:
         return self._runtime.sender
 
     @property
-    def _coordinator(self) -> _ProducerCoordinator | None:
+    def _coordinator(self) -> ProducerCoordinator | None:
         return self._runtime.coordinator
 
     @property
@@ -471,3 +472,22 @@ class Producer:
             f"outstanding_records={len(self._outstanding)} "
             f"outstanding_bytes={self._ledger.outstanding_bytes}>"
         )
+
+
+def port_of(producer: Producer) -> ProducerPort:
+    """The way in a :class:`~aiokpl.SyncProducer` puts records it checked in its caller's
+    thread into ``producer`` (running on its loop): bound methods, taken once, not per record."""
+
+    async def put_when_room(
+        stream: str,
+        key: str,
+        size: int,
+        data: bytes,
+        hash_key: int,
+        ehk: str | None,
+        tags: bytes,
+    ) -> Outcome[RecordResult]:
+        await producer._wait_for_room(size)
+        return producer._enqueue(stream, key, size, data, hash_key, ehk, tags)
+
+    return ProducerPort(producer._put_validated, put_when_room, producer._stream_set.flush)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from ._core.hashing import hash_key_of
 from ._core.records import Delivered, result_of
 from ._core.results import Attempt, FailedRecord, RecordResult
-from ._outcome import Outcome
+from ._outcome import Outcome, settle
 
 __all__ = ("TaggedRecord", "UserRecord")
 
@@ -115,7 +115,7 @@ class UserRecord(Outcome[RecordResult]):
         if self._event is None and self._callbacks is None:
             self._done = True  # nobody is waiting yet: the common case, without a call
         else:
-            self._settle()
+            settle(self)
 
     def resolve_failed(self, failed: FailedRecord | None) -> None:
         """Resolve the record as failed; its result carries ``failed`` (the record as put,

@@ -41,7 +41,7 @@ from ._streams import Streams
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from ._coordination.coordinator import _ProducerCoordinator
+    from ._coordination.coordinator import ProducerCoordinator
 
 __all__ = ("Runtime", "check_arguments")
 
@@ -133,14 +133,14 @@ class Runtime:
         self._jitter = jitter
         self._admission, self._ledger, self._streams, self._intake, self._scheduler = parts
         self.sender: Sender | None = None
-        self.coordinator: _ProducerCoordinator | None = None
+        self.coordinator: ProducerCoordinator | None = None
         self.exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
 
     async def start(
         self,
         stack: AsyncExitStack,
         open_client: Callable[..., Any],
-        coordinator_class: Callable[..., _ProducerCoordinator],
+        coordinator_class: Callable[..., ProducerCoordinator],
     ) -> None:
         """Start every part, pushing each onto ``stack`` as it starts.
 

@@ -23,7 +23,7 @@ from ._pipeline.stream import StreamPipeline
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from ._coordination.coordinator import _ProducerCoordinator
+    from ._coordination.coordinator import ProducerCoordinator
     from ._metrics.recorder import MetricsRecorder
     from ._pipeline.ledger import ResultLedger
     from ._pipeline.scheduler import Scheduler
@@ -71,7 +71,7 @@ class Streams:
         sender: Sender,
         clock: Callable[[], float],
         ledger: ResultLedger,
-        coordinator: _ProducerCoordinator | None,
+        coordinator: ProducerCoordinator | None,
         busy: Callable[[], Container[str]],
     ) -> None:
         """What the pipelines need from the started producer; starts the idle sweep.
@@ -152,7 +152,7 @@ class _Running:
         sender: Sender,
         clock: Callable[[], float],
         ledger: ResultLedger,
-        coordinator: _ProducerCoordinator | None,
+        coordinator: ProducerCoordinator | None,
         busy: Callable[[], Container[str]],
     ) -> None:
         self.client = client

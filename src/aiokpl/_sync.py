@@ -57,8 +57,9 @@ from ._core.results import Attempt, FailedRecord, RecordResult
 from ._core.statistics import ProducerStatistics
 from ._core.wire import Tags
 from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
-from ._hosted import HostedProducer, ProducerPort
+from ._hosted import ProducerPort
 from ._kinesis import fixed_region
+from ._producer import Producer, port_of
 from ._sync_exit import close_forgotten, forget, remember, report_abandon, uninterrupted
 
 if TYPE_CHECKING:
@@ -85,11 +86,10 @@ _Item = tuple["Future[RecordResult]", str, str, int, bytes, int, "str | None", b
 
 
 class _RecordFuture(Future[RecordResult]):
-    """A record's future, running from the start: a record in the pipeline cannot be taken back
-    (``cancel()`` returns ``False``); the loop's thread resolves it with ``set_result``. Only
-    ``Future``'s public API: its ``__init__`` builds a ``threading.Condition`` (a dozen objects
-    the garbage collector tracks): with 100k futures held, about 8 µs a future, against about
-    1.5 µs for one overriding ``Future``'s private members."""
+    """A record's future, running from the start (a record in the pipeline cannot be taken
+    back: ``cancel()`` returns ``False``), resolved by the loop's thread with ``set_result``.
+    Only ``Future``'s public API: with 100k futures held about 8 µs a future (its ``Condition``
+    is a dozen objects the collector tracks), against 1.5 µs overriding private members."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -170,7 +170,7 @@ class SyncProducer:
         self._wakeup: anyio.Event | None = None
         self._clock: Callable[[], float] = _not_running
         self._scope: anyio.CancelScope | None = None
-        self._producer: HostedProducer | None = None
+        self._producer: Producer | None = None
         self._portal: BlockingPortal | None = None
         self._final_statistics: ProducerStatistics | None = None
         # Set once the loop has ended and every future is resolved: what close() waits for.
@@ -232,7 +232,7 @@ class SyncProducer:
                 asyncio.get_running_loop().set_default_executor(ExitSafeExecutor())
             with anyio.CancelScope() as scope:  # close(timeout=…) sets its deadline
                 self._scope = scope
-                async with HostedProducer(self.config, client=client) as producer:
+                async with Producer(self.config, client=client) as producer:
                     self._producer = producer
                     async with BlockingPortal() as portal:  # for statistics() only
                         self._portal = portal
@@ -241,10 +241,10 @@ class SyncProducer:
                                 started.set_result(None)
                         try:
                             if started.done():
-                                await self._pump(producer.port())
+                                await self._pump(port_of(producer))
                         finally:
                             self._portal = None
-                            self._hand_over_the_rest(producer.port())
+                            self._hand_over_the_rest(port_of(producer))
         finally:
             with self._lock:
                 self._closing = self._loop_done = True
@@ -316,15 +316,15 @@ class SyncProducer:
             record = None
             if self.config.return_record_on_failure:
                 record = FailedRecord(stream, key, payload, ehk, decode_tags(tags) if tags else ())
-            self._settle(future, RecordResult(False, None, None, (attempt,), record), size, seq)
+            self._settle_one(future, RecordResult(False, None, None, (attempt,), record), size, seq)
 
     def _on_outcome(
         self, future: Future[RecordResult], size: int, seq: int, outcome: Outcome[RecordResult]
     ) -> None:
         """A record's outcome is resolved: so is its future (in the loop's thread)."""
-        self._settle(future, outcome.result(), size, seq)
+        self._settle_one(future, outcome.result(), size, seq)
 
-    def _settle(
+    def _settle_one(
         self, future: Future[RecordResult], result: RecordResult, size: int, seq: int
     ) -> None:
         future.set_result(result)  # first: a flush that returns sees this future done
@@ -410,7 +410,7 @@ class SyncProducer:
         future = _RecordFuture()
         with self._lock:
             if not self._room.fits(size):
-                self._wait_for_room(size, timeout)
+                self._wait_for_room_in_thread(size, timeout)
             if self._closing:
                 raise ProducerClosedError("the SyncProducer is closed; create a new one")
             self._seq += 1
@@ -421,7 +421,7 @@ class SyncProducer:
             self._wake_locked()
         return future
 
-    def _wait_for_room(self, size: int, timeout: float | None) -> None:
+    def _wait_for_room_in_thread(self, size: int, timeout: float | None) -> None:
         """Wait, holding the lock's condition, until the record fits (or fail)."""
         if threading.get_ident() == self._loop_thread:
             raise BufferFullError(

@@ -5,7 +5,7 @@ The math is pure and lives in ``_core/coordination.py``; the stores (``S3Store``
 moves the math's inputs and outputs between the pipeline's limiters and a store:
 
 * :class:`Coordination` is the user's settings, validated when built;
-* :class:`_ProducerCoordinator` is one task in a producer's task group. Every interval
+* :class:`ProducerCoordinator` is one task in a producer's task group. Every interval
   (jittered ±10%, so a fleet started together does not hit the store in lockstep) it takes the
   admitted counts from its meters (a wrapper around each stream's limiter → collector hand-off,
   installed only when coordination is on: one dict lookup per *Kinesis* record, nothing per
@@ -254,7 +254,7 @@ async def _guarded(work: Awaitable[object], limit: float, problems: _Problems) -
         problems.fail("store", f"the store failed ({_describe(exc)})")
 
 
-class _ProducerCoordinator:
+class ProducerCoordinator:
     """A producer's coordination task: meters, reports, summaries, ceilings."""
 
     def __init__(

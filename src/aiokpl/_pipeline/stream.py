@@ -54,7 +54,7 @@ from .shard_map import MissingStreamsLog, ShardMap
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from .._coordination.coordinator import _ProducerCoordinator
+    from .._coordination.coordinator import ProducerCoordinator
     from .._core.answers import Answer
     from .._metrics.recorder import MetricsRecorder
     from .ledger import ResultLedger
@@ -147,7 +147,7 @@ class StreamPipeline:
         sender: Sender,
         ledger: ResultLedger,
         metrics: MetricsRecorder | None,
-        coordinator: _ProducerCoordinator | None,
+        coordinator: ProducerCoordinator | None,
         random_value: Callable[[], float],
         missing_log: MissingStreamsLog | None = None,
     ) -> None:
