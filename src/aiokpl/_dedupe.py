@@ -144,7 +144,7 @@ class JsonFileStore:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path: Path = Path(path)
         self._temporary = self.path.with_name(self.path.name + ".tmp")
 
     def load(self) -> bytes | None:
