@@ -56,6 +56,12 @@ async def test_metrics_uploaded_to_cloudwatch_read_back(moto_endpoint: str) -> N
         # cancelled span again (the uploader's rule: resend rather than lose).
         with anyio.fail_after(30):
             await sink.published.wait()
+        # One record after that upload: the last upload, on exit, has something of its own to
+        # send (without it, an exit in the same second as that upload may have nothing new).
+        outcomes.append(
+            await producer.put_record(stream=stream, partition_key="k50", data=b"x" * 10)
+        )
+        await producer.flush()
     assert all(outcome.result().success for outcome in outcomes)
     assert sink.requests_sent >= 2
     assert sink.requests_failed == 0
@@ -89,8 +95,8 @@ async def test_metrics_uploaded_to_cloudwatch_read_back(moto_endpoint: str) -> N
     assert {"UserRecordsPut", "UserRecordsDataPut", "RequestTime", "BufferingTime"} <= names
     assert dimensions == {(), ("StreamName",), ("ShardId", "StreamName")}
     assert len(points) == 2
-    assert sum(point["SampleCount"] for point in points) == 50
-    assert sum(point["Sum"] for point in points) == 50
+    assert sum(point["SampleCount"] for point in points) == 51
+    assert sum(point["Sum"] for point in points) == 51
     assert {(point["Minimum"], point["Maximum"], point["Unit"]) for point in points} == {
         (1, 1, "Count")
     }
