@@ -540,9 +540,8 @@ def _assert_fast_path_is_exact(body: bytes) -> None:
     assert general is not AggregationFormatError
     assert not isinstance(general, type)
     keys, datas, explicit_hash_keys, tags = fast
-    assert tags is None
-    assert general[3] is None
     assert (keys, datas, explicit_hash_keys or [None] * len(keys)) == general[:3]
+    assert tags == general[3]
 
 
 def test_fast_key_table_reads_ascii_keys_in_one_piece() -> None:
@@ -691,6 +690,41 @@ def test_fast_record_loop_leaves_what_follows_the_records_to_the_general_parser(
 ) -> None:
     assert _parse_both(body)[0] is None
     assert decode(frame(body))[0] == Record("a", b"x")
+
+
+def test_canonical_path_reads_short_tags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records with tags of under 128 bytes (an identity tag is one) never reach the general
+    parser: with tags, decoding took 4.8 µs a record against 0.9 without, 2.4 with this."""
+
+    def fail(*args: Any) -> Any:
+        raise AssertionError("left the canonical path")
+
+    monkeypatch.setattr(decoder, "_parse_general", fail)
+    records = [
+        Record("a", b"x", None, (Tag("aiokpl.id", "AAAAAAAAAAAAAAAAAAAAAA.7"),)),
+        Record("b", b"y" * 300),
+        Record("a", b"", "12", (Tag("flag"), Tag("k", ""), Tag("é", "ü" * 40))),
+        Record("c", b"z" * 200, None, (Tag("k" * 60, "v" * 60),)),
+    ]
+    assert decode(encode(records)) == records
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [
+        pytest.param(b"\x22\x05\x12\x01v\x0a\x00", (Tag("", "v"),), id="value-before-key"),
+        pytest.param(b"\x22\x04\x0a\x00\x28\x01", (Tag(""),), id="unknown-field"),
+        pytest.param(b"\x22\x83\x01\x0a\x80\x01" + b"k" * 128, (Tag("k" * 128),), id="long-tag"),
+        pytest.param(b"\x22\x82\x00\x0a\x00", (Tag(""),), id="non-minimal-length"),
+    ],
+)
+def test_canonical_path_leaves_other_tag_layouts_to_the_general_parser(
+    tags: bytes, expected: tuple[Tag, ...]
+) -> None:
+    record = b"\x08\x00\x1a\x01x" + tags
+    body = b"\x0a\x01a\x1a" + wire.varint(len(record)) + record
+    assert _parse_both(body)[0] is None
+    assert decode(frame(body)) == [Record("a", b"x", None, expected)]
 
 
 @settings(deadline=None)

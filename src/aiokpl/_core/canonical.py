@@ -3,8 +3,8 @@
 ``decoder.parse_body`` tries ``parse_canonical`` first and, when it returns ``None`` or raises,
 reads the body with its general parser, which accepts any valid body and names what is wrong
 with an invalid one. The layout taken here is the one ``encoder`` (and the KPL) write: the key
-tables, then the records, each record's fields in field-number order, no tags, no unknown
-fields.
+tables, then the records, each record's fields in field-number order, tags of under 128 bytes
+(an identity tag is one), no unknown fields.
 
 Invariants:
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from struct import Struct
+from typing import Any
 
 from .wire import Tag, read_varint
 
@@ -42,17 +43,19 @@ def parse_canonical(buf: bytes, pos: int, end: int) -> Columns | None:
     """The fast path: parse a body laid out as encoders write it, or return ``None``.
 
     That layout is: the key tables, then the records, each record's fields in field-number
-    order (``08 index [10 index] 1A length data``), varints in the records of at most 2 bytes,
-    no tags, no unknown fields. On anything else (including any malformed input) this returns
-    ``None`` or raises (``IndexError``, ``UnicodeDecodeError``, ``AggregationFormatError``),
-    and the general parser (``decoder``) takes over; it never returns a result that the general
-    parser would not. A record is trusted only if its data ends exactly where the record does,
-    which puts the header that was read inside the record.
+    order (``08 index [10 index] 1A length data [tags]``), varints in the records of at most 2
+    bytes, tags as ``read_tags`` takes them, no unknown fields. On anything else (including
+    any malformed input) this returns ``None`` or raises (``IndexError``,
+    ``UnicodeDecodeError``, ``AggregationFormatError``), and the general parser (``decoder``)
+    takes over; it never returns a result that the general parser would not. A record is
+    trusted only if its data (or its last tag) ends exactly where the record does, which puts
+    the header that was read inside the record.
 
     Two loops do the common case with few bytecodes per item: a table of ASCII partition keys
     with 1-byte lengths is decoded and split in one piece, by ``fast_key_table``; records with
-    no explicit hash key are read from one ``struct`` unpack of their first bytes. Anything else
-    goes through ``read_key_tables`` and ``parse_records``, which take any canonical layout.
+    no explicit hash key and no tags are read from one ``struct`` unpack of their first bytes.
+    Anything else goes through ``read_key_tables`` and ``parse_records``, which take any
+    canonical layout.
     """
     tables = fast_key_table(buf, pos, end)
     if tables is None:
@@ -183,6 +186,7 @@ def parse_records(
     ``keys`` and ``datas`` hold the records read so far (none with an explicit hash key).
     """
     with_ehk: list[tuple[int, str]] = []  # (record number, explicit hash key), sparse
+    with_tags: list[tuple[int, tuple[Tag, ...]]] = []  # (record number, its tags), sparse
     add_key = keys.append
     add_data = datas.append
     while pos < end:
@@ -228,20 +232,66 @@ def parse_records(
         b = buf[pos + 1]
         if b < 0x80:
             pos += 2
-            if pos + b != stop:
-                return None
+            data_end = pos + b
         else:
             c = buf[pos + 2]
-            pos += 3
-            if c >= 0x80 or pos + ((b & 0x7F) | (c << 7)) != stop:
+            if c >= 0x80:
                 return None
-        add_data(buf[pos:stop])
+            pos += 3
+            data_end = pos + ((b & 0x7F) | (c << 7))
+        if data_end != stop:  # the record's tags follow its data, or it is not canonical
+            if data_end > stop:
+                return None
+            record_tags = read_tags(buf, data_end, stop)
+            if record_tags is None:
+                return None
+            with_tags.append((len(datas), record_tags))
+        add_data(buf[pos:data_end])
         pos = stop
     if pos != end:
         return None
-    if not with_ehk:
-        return keys, datas, None, None
-    ehk_column: list[str | None] = [None] * len(datas)
-    for i, explicit_hash_key in with_ehk:
-        ehk_column[i] = explicit_hash_key
-    return keys, datas, ehk_column, None
+    return keys, datas, _sparse(with_ehk, len(datas)), _sparse(with_tags, len(datas), ())
+
+
+def _sparse(items: list[tuple[int, Any]], count: int, default: Any = None) -> list[Any] | None:
+    """A column of ``count`` items from its ``(index, item)`` pairs; ``None`` for no pairs."""
+    if not items:
+        return None
+    column = [default] * count
+    for i, item in items:
+        column[i] = item
+    return column
+
+
+def read_tags(buf: bytes, pos: int, stop: int) -> tuple[Tag, ...] | None:
+    """Read a record's tags in ``buf[pos:stop]`` as encoders write them, or return ``None``.
+
+    That layout is a run of ``22 n 0A k key [12 v value]``, every length in one byte (tags
+    of less than 128 bytes, as an identity tag is); the general parser takes anything else.
+    Reads stay inside ``buf[:stop + 4]``: no tag is read past the end of its record.
+    """
+    tags: list[Tag] = []
+    while pos < stop:
+        n = buf[pos + 1]
+        tag_stop = pos + 2 + n
+        k = buf[pos + 3]
+        key_end = pos + 4 + k
+        if (
+            buf[pos] != 0x22
+            or n >= 0x80
+            or tag_stop > stop
+            or buf[pos + 2] != 0x0A
+            or k >= 0x80
+            or key_end > tag_stop
+        ):
+            return None
+        key = buf[pos + 4 : key_end].decode()
+        if key_end == tag_stop:
+            tags.append(Tag(key, None))
+        else:
+            v = buf[key_end + 1]
+            if buf[key_end] != 0x12 or v >= 0x80 or key_end + 2 + v != tag_stop:
+                return None
+            tags.append(Tag(key, buf[key_end + 2 : tag_stop].decode()))
+        pos = tag_stop
+    return tuple(tags)
