@@ -6,7 +6,7 @@ runs no threads), so "durable only after the fsync" is observed, not timed."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -19,8 +19,9 @@ from aiokpl import (
     InvalidRecordError,
     Producer,
     SpoolStatistics,
+    SyncProducer,
+    _spooling,
 )
-from aiokpl import _spooling
 from aiokpl._spool.memory import MemoryFiles
 from aiokpl.aggregation import Deduper, deaggregate, identity_of
 from aiokpl.testing import FakeKinesis, read_stream
@@ -52,11 +53,11 @@ class Disk:
 
 
 @pytest.fixture
-def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
+def disk(monkeypatch: pytest.MonkeyPatch) -> Disk:
     disk = Disk()
     monkeypatch.setattr(_spooling, "spool_files", lambda: disk.files)
     monkeypatch.setattr(_spooling, "run_sync", disk.run_sync)
-    yield disk
+    return disk
 
 
 def stream_fake(shards: int = 1) -> FakeKinesis:
@@ -161,7 +162,7 @@ async def put_and_cancel(config: Config, count: int) -> list[bytes]:
     with anyio.move_on_after(2):
         async with Producer(config, client=fake) as producer:
             outcomes = [
-                await producer.put_record(stream="s", partition_key="k%d" % i, data=d)
+                await producer.put_record(stream="s", partition_key=f"k{i}", data=d)
                 for i, d in enumerate(data)
             ]
             await producer.wait_durable()
@@ -193,7 +194,8 @@ async def test_records_failed_by_the_exit_stay_and_are_replayed_at_the_next_star
     first_run = by_data[b"before"]
     assert first_run is not None
     second_run = by_data[b"after"]
-    assert second_run is not None and second_run.producer_id != first_run.producer_id
+    assert second_run is not None
+    assert second_run.producer_id != first_run.producer_id
     # The replayed records kept the identity of the run that accepted them.
     replayed = [by_data[d] for d in data]
     assert {identity.producer_id for identity in replayed if identity} != {first_run.producer_id}
@@ -226,7 +228,8 @@ async def test_a_replayed_record_that_fails_goes_to_on_record_failure(disk: Disk
     async with Producer(config, client=fake) as producer:
         await producer.flush()
         statistics = producer.statistics().spool
-        assert statistics is not None and statistics.records_replay_failed == 3
+        assert statistics is not None
+        assert statistics.records_replay_failed == 3
     assert sorted(result.record.data for result in failed) == [b"record-%d" % i for i in range(3)]
     async with Producer(CONFIG, client=fake) as producer:  # acknowledged: not again
         assert producer.statistics().spool.records_recovered == 0  # type: ignore[union-attr]
@@ -245,7 +248,8 @@ async def test_a_corrupt_segment_does_not_stop_the_start_and_its_loss_is_counted
         await producer.flush()
         statistics = producer.statistics().spool
         assert statistics is not None
-        assert statistics.frames_lost == 1 and statistics.bytes_lost > 0
+        assert statistics.frames_lost == 1
+        assert statistics.bytes_lost > 0
         assert 0 < statistics.records_recovered < 20
         assert statistics.records_replayed == statistics.records_recovered
     stored = [record.data for record in await user_records(fake)]
@@ -263,7 +267,9 @@ async def test_a_full_disk_makes_puts_wait_and_they_resume_when_space_returns(
         first = await producer.put_record(stream="s", partition_key="k", data=b"x" * 100)
         await anyio.sleep(0.5)  # the flush fails: the disk is full
         statistics = producer.statistics().spool
-        assert statistics is not None and statistics.full and statistics.write_errors >= 1
+        assert statistics is not None
+        assert statistics.full
+        assert statistics.write_errors >= 1
         assert not first.durable
         with pytest.raises(BufferFullError, match="disk is full"):
             producer.put_record_nowait(stream="s", partition_key="k", data=b"y")
@@ -279,7 +285,8 @@ async def test_a_full_disk_makes_puts_wait_and_they_resume_when_space_returns(
             disk.files.capacity_bytes = None  # space again
             with anyio.fail_after(30):
                 await first.wait_durable()
-        assert waiting and not producer.statistics().spool.full  # type: ignore[union-attr]
+        assert waiting
+        assert not producer.statistics().spool.full  # type: ignore[union-attr]
         await producer.wait_durable()
         await producer.flush()
     assert sorted(r.data for r in await user_records(fake)) == [b"x" * 100, b"z"]
@@ -302,7 +309,8 @@ async def test_identities_without_a_spool_are_tags_a_deduper_reads(disk: Disk) -
     assert all(identity is not None for identity in identities)
     assert len({identity.producer_id for identity in identities if identity}) == 1
     assert [identity.sequence for identity in identities if identity] == [0, 1, 2, 3]
-    assert records[0].tags[0] == ("u", "1") and records[2].tags[0] == ("v", None)
+    assert records[0].tags[0] == ("u", "1")
+    assert records[2].tags[0] == ("v", None)
     deduper = Deduper()
     fresh = deduper.filter(records + records)  # every copy dropped
     assert [record.data for record in fresh] == [b"0", b"1", b"2", b"3"]
@@ -356,10 +364,8 @@ async def test_without_a_spool_or_identities_the_put_path_is_the_plain_one() -> 
 def test_config_checks_the_spool_and_identity_fields() -> None:
     import pathlib
 
-    assert Config(spool_directory=pathlib.Path("/tmp/x")).spool_directory == pathlib.Path(
-        "/tmp/x"
-    )
-    with pytest.raises(TypeError, match="spool_directory must be a str or an os.PathLike"):
+    assert Config(spool_directory=pathlib.Path("/tmp/x")).spool_directory == pathlib.Path("/tmp/x")
+    with pytest.raises(TypeError, match=r"spool_directory must be a str or an os\.PathLike"):
         Config(spool_directory=b"/tmp/x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="spool_directory"):
         Config(spool_directory=3)  # type: ignore[arg-type]
@@ -392,3 +398,38 @@ def test_the_identity_encoder_of_a_spool_id_is_the_ids_base64() -> None:
     producer_id = bytes(range(16))
     encoder = _spooling.encoder_of(producer_id)
     assert encoder.producer_id == base64.urlsafe_b64encode(producer_id).rstrip(b"=").decode()
+
+
+# --- SyncProducer ------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_sync_producer_waits_until_what_it_put_is_durable(disk: Disk, backend: str) -> None:
+    fake = stream_fake()
+    with SyncProducer(CONFIG, client=fake, backend=backend) as producer:  # type: ignore[arg-type]
+        futures = [
+            producer.put_record(stream="s", partition_key="k", data=b"%d" % i) for i in range(50)
+        ]
+        producer.wait_durable(timeout=30)
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.records_durable == 50
+        with pytest.raises(InvalidRecordError, match="reserved"):
+            producer.put_record(stream="s", partition_key="k", data=b"x", tags={"aiokpl.a": "b"})
+    assert all(future.result().success for future in futures)
+    plain = Config(region="us-east-1")
+    with (
+        SyncProducer(plain, client=fake, backend=backend) as producer,  # type: ignore[arg-type]
+        pytest.raises(RuntimeError, match="spool_directory"),
+    ):
+        producer.wait_durable()
+
+
+def test_sync_producer_fails_a_record_its_identity_makes_too_large(disk: Disk) -> None:
+    config = Config(region="us-east-1", record_identities=True, max_record_size=1000)
+    with SyncProducer(config, client=stream_fake()) as producer:
+        refused = producer.put_record(stream="s", partition_key="k", data=b"x" * 990)
+        fits = producer.put_record(stream="s", partition_key="k", data=b"x" * 900)
+        result = refused.result(timeout=30)
+        assert not result.success
+        assert result.error_code == "InvalidRecord"
+        assert "identity tag" in (result.error_message or "")
+        assert fits.result(timeout=30).success
