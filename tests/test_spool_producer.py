@@ -6,6 +6,7 @@ runs no threads), so "durable only after the fsync" is observed, not timed."""
 from __future__ import annotations
 
 import base64
+import errno
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from aiokpl import (
     ConfigError,
     InvalidRecordError,
     Producer,
+    SpoolError,
     SpoolStatistics,
     SyncProducer,
     _spooling,
@@ -433,3 +435,66 @@ def test_sync_producer_fails_a_record_its_identity_makes_too_large(disk: Disk) -
         assert result.error_code == "InvalidRecord"
         assert "identity tag" in (result.error_message or "")
         assert fits.result(timeout=30).success
+
+
+# --- failures of the spool itself --------------------------------------------------------------
+async def test_a_failed_fsync_is_retried_and_logged(
+    disk: Disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with Producer(CONFIG, client=stream_fake()) as producer:
+        disk.files.fail("fsync", errno.EIO)
+        outcome = await producer.put_record(stream="s", partition_key="k", data=b"x")
+        with anyio.fail_after(30):
+            await outcome.wait_durable()
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.write_errors == 1
+        assert not statistics.full
+    assert "a write failed" in caplog.text
+
+
+async def test_wait_durable_fails_when_the_producer_closes_first(
+    disk: Disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    errors: list[BaseException] = []
+    async with anyio.create_task_group() as group:
+        async with Producer(CONFIG, client=stream_fake()) as producer:
+            disk.files.capacity_bytes = sum(len(f.content) for f in disk.files.files.values())
+            outcome = await producer.put_record(stream="s", partition_key="k", data=b"x")
+
+            async def wait() -> None:
+                try:
+                    await outcome.wait_durable()
+                except SpoolError as exc:
+                    errors.append(exc)
+
+            group.start_soon(wait)
+            await anyio.sleep(0.5)
+        assert (await outcome).success  # sending never waited for the disk
+    assert len(errors) == 1
+    assert "closed before the record was durable" in str(errors[0])
+    assert "closing failed" in caplog.text
+    with pytest.raises(SpoolError, match="closed before"):
+        await producer.wait_durable()
+
+
+async def test_a_replay_cut_short_by_the_exit_is_taken_up_at_the_next_start(
+    disk: Disk,
+) -> None:
+    data = await put_and_cancel(CONFIG, 50)
+    dead = stream_fake()
+    dead.fail_requests(10**9, stream="s")
+    with anyio.move_on_after(1):
+        async with Producer(CONFIG.replace(max_outstanding_records=5), client=dead) as producer:
+            await anyio.sleep_forever()
+    statistics = producer.statistics().spool
+    assert statistics is not None
+    assert statistics.records_recovered == 50
+    assert statistics.records_replayed <= 5  # the rest waited for room when the exit came
+    live = stream_fake()
+    async with Producer(CONFIG, client=live) as producer:
+        await producer.flush()
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.records_recovered == statistics.records_replayed == 50
+    assert sorted(record.data for record in await user_records(live)) == sorted(data)
