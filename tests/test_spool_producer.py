@@ -85,12 +85,14 @@ async def test_a_record_is_durable_only_after_the_fsync_and_one_fsync_covers_man
             await producer.put_record(stream="s", partition_key="k", data=b"%d" % i)
             for i in range(20)
         ]
-        await anyio.sleep(0.5)  # the spool task is held in its flush: nothing is durable yet
-        assert not any(outcome.durable for outcome in outcomes)
-        assert disk.files.fsyncs == fsyncs
-        assert producer.statistics().spool.records_durable == 0  # type: ignore[union-attr]
-        disk.gate.set()
-        disk.gate = None
+        try:
+            await anyio.sleep(0.5)  # the spool task is held in its flush: nothing durable yet
+            assert not any(outcome.durable for outcome in outcomes)
+            assert disk.files.fsyncs == fsyncs
+            assert producer.statistics().spool.records_durable == 0  # type: ignore[union-attr]
+        finally:  # a failure must not leave the spool's close waiting on the held flush
+            disk.gate.set()
+            disk.gate = None
         await producer.wait_durable()
         assert all(outcome.durable for outcome in outcomes)
         assert disk.files.fsyncs == fsyncs + 1  # group commit: one fsync for the 20
