@@ -139,12 +139,16 @@ async def test_delivered_records_are_acknowledged_and_not_replayed(disk: Disk) -
     async with Producer(CONFIG, client=fake) as producer:
         for i in range(10):
             await producer.put_record(stream="s", partition_key="k", data=b"%d" % i)
+        await producer.put_records(stream="s", records=[("k", b"%d" % i) for i in range(10, 20)])
         await producer.flush()
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.records_appended == 20
     async with Producer(CONFIG, client=fake) as producer:
         statistics = producer.statistics().spool
         assert statistics is not None
         assert statistics.records_recovered == 0
-    assert len(fake.stored_records("s")) == 1  # one aggregate, never sent again
+    assert len(await user_records(fake)) == 20  # delivered once, never sent again
 
 
 async def test_failed_records_reported_to_the_caller_are_acknowledged(disk: Disk) -> None:
