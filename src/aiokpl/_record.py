@@ -208,7 +208,9 @@ class SpooledRecord(TaggedRecord):
         spool_id: bytes,
         spool_seq: int,
     ) -> None:
-        super().__init__(
+        # UserRecord's, called directly (one call less a record than through TaggedRecord).
+        UserRecord.__init__(
+            self,
             stream,
             partition_key,
             data,
@@ -218,8 +220,8 @@ class SpooledRecord(TaggedRecord):
             deadline,
             expires_at,
             epoch,
-            encoded_tags,
         )
+        self.encoded_tags = encoded_tags
         self.spool = spool
         self.spool_id = spool_id
         self.spool_seq = spool_seq

@@ -484,7 +484,7 @@ class Marks:
         user_tags = tags
         encoder = self._encoder
         if encoder is not None:
-            identity = encoder.encode(seq)
+            identity = encoder.encode_next(seq)
             tags += identity
             size += len(identity)
             self._check_size(key, size, len(payload), ehk, len(tags))
@@ -520,7 +520,7 @@ class Marks:
             encoder = self._encoders.get(record.producer_id)
             if encoder is None:
                 encoder = self._encoders[record.producer_id] = encoder_of(record.producer_id)
-            tags += encoder.encode(record.sequence_number)
+            tags += encoder.encode_next(record.sequence_number)
         spool = self.spool
         assert spool is not None
         size = len(record.partition_key.encode()) + len(record.data) + len(tags)

