@@ -18,6 +18,7 @@ from ._core.results import FailedRecord as FailedRecord
 from ._core.results import RecordFailedError as RecordFailedError
 from ._core.results import RecordResult as RecordResult
 from ._core.statistics import ProducerStatistics as ProducerStatistics
+from ._core.statistics import SpoolStatistics as SpoolStatistics
 from ._core.statistics import StreamStatistics as StreamStatistics
 from ._core.token_bucket import TokenBucket as TokenBucket
 from ._metrics.otel import OpenTelemetrySink as OpenTelemetrySink
@@ -29,6 +30,7 @@ from ._producer import Producer as Producer
 from ._public import present_as_public as _present_as_public
 from ._rate_limiter import RateLimiter as RateLimiter
 from ._rate_limiter import RateLimiterStatistics as RateLimiterStatistics
+from ._spool.writer import SpoolError as SpoolError
 from ._sync import SyncProducer as SyncProducer
 from ._version import __version__ as __version__
 
@@ -55,6 +57,8 @@ __all__ = (
     "RateLimiterStatistics",
     "RecordFailedError",
     "RecordResult",
+    "SpoolError",
+    "SpoolStatistics",
     "StreamStatistics",
     "SyncProducer",
     "TokenBucket",

@@ -23,9 +23,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ._core.config import Config
+from ._core.decoder import decode_tags
 from ._core.encoder import check_tags
 from ._core.errors import InvalidRecordError, InvalidRecordTypeError
 from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
+from ._core.identity import IDENTITY_SIZE_BOUND, RESERVED_PREFIX, is_reserved_key
 from ._core.results import RecordResult
 from ._core.wire import Tags
 from ._kinesis import check_region
@@ -40,6 +42,8 @@ __all__ = (
     "check_records_argument",
     "fields_of",
 )
+
+_RESERVED = RESERVED_PREFIX.encode()
 
 # A checked record, as check_user_record returns it: partition key, size (the key's UTF-8
 # length plus the data's, the tags' encoding included once checked), data, hash key, and the
@@ -90,9 +94,20 @@ class Admission:
         max_bytes: ``Config.max_outstanding_bytes``.
         region: the one region the producer writes to (an ARN elsewhere is refused); ``None``
             if it writes to any ARN's region. An async producer learns it when it starts.
+        reserve: bytes each record may grow by after its room was counted (the identity tag
+            of ``Config.record_identities``; 0 without).
+        blocked: why no put may go in now (the spool's disk is full), or ``None``.
     """
 
-    __slots__ = ("aggregation", "max_bytes", "max_record_size", "max_records", "region")
+    __slots__ = (
+        "aggregation",
+        "blocked",
+        "max_bytes",
+        "max_record_size",
+        "max_records",
+        "region",
+        "reserve",
+    )
 
     def __init__(self, config: Config, region: str | None = None) -> None:
         self.aggregation = config.aggregation_enabled
@@ -100,6 +115,8 @@ class Admission:
         self.max_records = config.max_outstanding_records
         self.max_bytes = config.max_outstanding_bytes
         self.region = region
+        self.reserve = IDENTITY_SIZE_BOUND if config.record_identities else 0
+        self.blocked: str | None = None
 
     def check_stream(self, stream: object) -> None:
         """Check a put's ``stream``: a valid name, or an ARN in the producer's region.
@@ -140,6 +157,14 @@ class Admission:
                 "tags need aggregation (Config.aggregation_enabled is False): a record sent "
                 "raw has no place for them"
             )
+        if _RESERVED in encoded:  # rare: then read the keys themselves (a value may say it)
+            for tag in decode_tags(encoded):
+                if is_reserved_key(tag.key):
+                    raise InvalidRecordError(
+                        f"tag key {tag.key!r} is reserved: keys starting with "
+                        f"{RESERVED_PREFIX!r} are aiokpl's (the record identity "
+                        "'aiokpl.id' is written by the producer with Config.record_identities)"
+                    )
         return encoded, size
 
     def check_many(
@@ -182,13 +207,23 @@ class Admission:
         records of ``outstanding_bytes`` bytes outstanding."""
         return records + count <= self.max_records and outstanding_bytes + size <= self.max_bytes
 
+    def fits_reserving(
+        self, records: int, outstanding_bytes: int, size: int, count: int = 1
+    ) -> bool:
+        """:meth:`fits`, keeping :attr:`reserve` bytes free for each of the ``count`` records
+        (their identity tags, added once they are let in)."""
+        return (
+            records + count <= self.max_records
+            and outstanding_bytes + size + count * self.reserve <= self.max_bytes
+        )
+
     def check_group(self, count: int, size: int) -> None:
         """Refuse a group that could never be outstanding at once, even in an empty producer.
 
         Raises:
             InvalidRecordError: ``count`` records or ``size`` bytes exceed the bounds.
         """
-        if count > self.max_records or size > self.max_bytes:
+        if count > self.max_records or size + count * self.reserve > self.max_bytes:
             raise InvalidRecordError(
                 f"records: {count} records of {size} bytes can never be outstanding at once "
                 f"(max_outstanding_records={self.max_records}, max_outstanding_bytes="
@@ -197,11 +232,12 @@ class Admission:
 
     def holds(self, records: int, outstanding_bytes: int) -> str:
         """What a producer full at ``records`` / ``outstanding_bytes`` says it holds."""
-        return (
+        held = (
             f"the producer holds {records} records / {outstanding_bytes} bytes "
             f"(max_outstanding_records={self.max_records}, "
             f"max_outstanding_bytes={self.max_bytes})"
         )
+        return held if self.blocked is None else f"{self.blocked}; {held}"
 
 
 def build_group(

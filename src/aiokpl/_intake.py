@@ -29,6 +29,8 @@ from ._record import TaggedRecord, UserRecord
 
 if TYPE_CHECKING:
     from ._core.config import Config
+    from ._spool import SpoolRecord
+    from ._spooling import Marks
 
 __all__ = ("Intake", "Ledger", "Pipeline")
 
@@ -55,6 +57,10 @@ _STAMP_RESOLUTION = 0.001
 _thread_id = threading.get_ident
 
 
+def _never_fits(records: int, outstanding_bytes: int, size: int, count: int = 1) -> bool:
+    return False
+
+
 class Intake:
     """One producer's way in: its state as the put paths read it, and what they do with it.
 
@@ -69,6 +75,7 @@ class Intake:
     __slots__ = (
         "_admission",
         "_buffered",
+        "_fits",
         "_ledger",
         "_outstanding",
         "_pipeline_of",
@@ -77,6 +84,7 @@ class Intake:
         "_ttl",
         "clock",
         "closed",
+        "marks",
         "running",
         "seq",
         "thread",
@@ -93,6 +101,8 @@ class Intake:
     ) -> None:
         """``pipelines`` are the producer's by stream, ``pipeline_of`` builds a new one."""
         self._admission = admission
+        # Replaced while the spool's disk is full (see block).
+        self._fits = admission.fits if not admission.reserve else admission.fits_reserving
         self._ledger = ledger
         self._outstanding = ledger.outstanding
         self._pipelines = pipelines
@@ -106,6 +116,9 @@ class Intake:
         self.running = False
         self.closed = False
         self.seq = 0
+        # What a record gets besides its fields (a place in the spool, an identity), when the
+        # producer spools or writes identities; its put paths then use enqueue_marked.
+        self.marks: Marks | None = None
 
     # --- may a put go ahead ----------------------------------------------------------------
     def accept_stream(self, stream: str) -> None:
@@ -142,9 +155,18 @@ class Intake:
     # --- room ------------------------------------------------------------------------------
     def has_room(self, size: int, count: int = 1) -> bool:
         """Whether ``count`` more records of ``size`` bytes in all fit the outstanding bounds."""
-        return self._admission.fits(
-            len(self._outstanding), self._ledger.outstanding_bytes, size, count
-        )
+        return self._fits(len(self._outstanding), self._ledger.outstanding_bytes, size, count)
+
+    def block(self, reason: str | None) -> None:
+        """Let no put in while ``reason`` holds (the spool's disk is full); ``None`` lifts it.
+
+        Puts then wait for room as at the bounds, and ``put_record_nowait`` says ``reason``;
+        the caller wakes the waiters when it lifts it.
+        """
+        self._admission.blocked = reason
+        admission = self._admission
+        fits = admission.fits if not admission.reserve else admission.fits_reserving
+        self._fits = fits if reason is None else _never_fits
 
     async def wait_for_room(self, size: int, count: int = 1) -> None:
         """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
@@ -188,6 +210,55 @@ class Intake:
         pipeline.put(record, hash_key)
         return record
 
+    def enqueue_marked(
+        self,
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        hash_key: int,
+        ehk: str | None,
+        tags: bytes = b"",
+    ) -> Outcome[RecordResult]:
+        """:meth:`enqueue` for a producer that spools or writes identities: the record is
+        built by its ``marks`` (framed into the spool, given its identity tag).
+
+        Raises:
+            InvalidRecordError: the identity tag would take the record over
+                ``max_record_size`` (nothing was counted).
+        """
+        pipeline = self._pipelines.get(stream) or self._pipeline_of(stream)
+        now = self.clock()
+        stamps = self._stamps
+        if now - stamps[0] >= _STAMP_RESOLUTION:
+            stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
+        ledger = self._ledger
+        assert self.marks is not None
+        record = self.marks.record(stream, key, size, payload, ehk, tags, stamps, ledger.epoch)
+        self.seq += 1
+        self._outstanding[record] = None
+        ledger.outstanding_bytes += record.size
+        pipeline.put(record, hash_key)
+        return record
+
+    async def replay(self, spooled: SpoolRecord) -> bool:
+        """Put a record recovered from the spool back into its stream, once there is room;
+        ``False`` (nothing put) when the producer closed meanwhile."""
+        assert self.marks is not None
+        now = self.clock()
+        stamps = (now, now + self._buffered, now + self._ttl)
+        record = self.marks.replayed(spooled, stamps, self._ledger.epoch)
+        while not self.closed:
+            if self.has_room(record.size):
+                break
+            await self._ledger.wait_for_room()
+        else:
+            return False
+        self._outstanding[record] = None
+        self._ledger.outstanding_bytes += record.size
+        self._pipeline_of(record.stream).put(record, record.hash_key)
+        return True
+
     def enqueue_many(
         self,
         stream: str,
@@ -196,6 +267,8 @@ class Intake:
         tagged: dict[int, bytes] | None = None,
     ) -> list[Outcome[RecordResult]]:
         """Enqueue a checked ``put_records`` group, in order, with one set of stamps."""
+        if self.marks is not None:
+            return self._enqueue_many_marked(stream, accepted, tagged)
         put = self._pipeline_of(stream).put
         now = self.clock()
         self.seq += len(accepted)
@@ -204,3 +277,30 @@ class Intake:
         return build_group(
             stream, accepted, tagged, stamps, self._ledger.epoch, self._outstanding, put
         )
+
+    def _enqueue_many_marked(
+        self, stream: str, accepted: list[Accepted], tagged: dict[int, bytes] | None
+    ) -> list[Outcome[RecordResult]]:
+        """:meth:`enqueue_many` through the marks; all or nothing: every record is built (and
+        so checked) before the first is counted or framed into the spool."""
+        marks = self.marks
+        assert marks is not None
+        put = self._pipeline_of(stream).put
+        now = self.clock()
+        stamps = (now, now + self._buffered, now + self._ttl)
+        epoch = self._ledger.epoch
+        groups = [
+            (key, size, payload, ehk, tagged.get(index, b"") if tagged is not None else b"")
+            for index, (key, size, payload, _, ehk) in enumerate(accepted)
+        ]
+        marks.check_group(groups)
+        records = [
+            marks.record(stream, key, size, payload, ehk, tags, stamps, epoch)
+            for key, size, payload, ehk, tags in groups
+        ]
+        self.seq += len(records)
+        for record, item in zip(records, accepted, strict=True):
+            self._outstanding[record] = None
+            self._ledger.outstanding_bytes += record.size
+            put(record, item[3])
+        return list(records)

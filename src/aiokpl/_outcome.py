@@ -62,6 +62,28 @@ class Outcome(Generic[T]):
     def __await__(self) -> Generator[Any, None, T]:
         return self.wait().__await__()
 
+    @property
+    def durable(self) -> bool:
+        """Whether the record is in the producer's durable spool, on disk as
+        ``Config.spool_fsync`` promises: a crash from now on does not lose it, the next start
+        sends it again if it has no result by then. Always ``False`` without a spool."""
+        return False
+
+    async def wait_durable(self) -> None:
+        """Wait until the record is durable (see :attr:`durable`); returns at once if it is.
+
+        Sending does not wait for this: a record may be delivered before it is durable.
+        Cancelling the wait does not affect the record.
+
+        Raises:
+            RuntimeError: the producer has no spool (``Config.spool_directory`` is ``None``).
+            SpoolError: the producer closed and the record could not be made durable (the
+                disk failed, or was still full).
+        """
+        raise RuntimeError(
+            "wait_durable() needs a spool: set Config.spool_directory (the producer has none)"
+        )
+
     def add_done_callback(self, callback: Callable[[Outcome[T]], object]) -> None:
         """Call ``callback(outcome)`` once the outcome is resolved (at once if it already is).
 

@@ -46,12 +46,10 @@ import anyio
 from ._admission import Admission, check_records_argument
 from ._coordination.coordinator import Coordination, ProducerCoordinator
 from ._core.config import Config
-from ._core.errors import (
-    BufferFullError,
-)
+from ._core.errors import BufferFullError, InvalidRecordError
 from ._core.hashing import check_user_record
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricStatistics
-from ._core.results import RecordResult
+from ._core.results import Attempt, RecordResult
 from ._core.statistics import ProducerStatistics, StreamStatistics
 from ._core.wire import Tags
 from ._hosted import ProducerPort
@@ -61,7 +59,9 @@ from ._metrics.recorder import MetricsSink
 from ._outcome import Outcome
 from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
+from ._record import UserRecord
 from ._runtime import Runtime, check_arguments
+from ._spooling import Marks, Spool
 from ._streams import Streams
 
 if TYPE_CHECKING:
@@ -156,6 +156,29 @@ class Producer:
         self._max_record_size = config.max_record_size
         parts = (admission, ledger, streams, intake, scheduler)
         self._runtime = Runtime(config, client, coordination, sinks, self._metrics, jitter, parts)
+        self._spool: Spool | None = None
+        if config.spool_directory is not None or config.record_identities:
+            self._mark_records(config)
+
+    def _mark_records(self, config: Config) -> None:
+        """Spool records or give them identities: the put paths build them through ``Marks``
+        (bound once here, so a producer without either keeps the plain put path)."""
+        intake = self._intake
+        if config.spool_directory is not None:
+            self._spool = self._runtime.spool = spool = Spool(config)
+            self._ledger.on_resolved = spool.resolved
+            spool.on_full = self._block
+        intake.marks = Marks(config, self._spool)
+        self._enqueue = intake.enqueue_marked
+        # Each record let in may grow by its identity tag: kept free in the bound.
+        self._max_bytes = config.max_outstanding_bytes - self._admission.reserve
+
+    def _block(self, reason: str | None) -> None:
+        """The spool's disk is full (``reason``), or has room again (``None``): puts wait."""
+        self._intake.block(reason)
+        self._max_records = 0 if reason is not None else self.config.max_outstanding_records
+        if reason is None:
+            self._ledger.wake_room()
 
     # --- lifecycle ------------------------------------------------------------------------
     async def __aenter__(self) -> Producer:
@@ -382,11 +405,31 @@ class Producer:
         Aggregates and requests are closed without waiting for their deadlines, and records
         held back by the rate limiter are released. Returns once every record put before the
         call (to ``stream``, or to any stream) has its result; retries may make that take
-        longer than one request. Bound it with ``anyio.fail_after`` if needed.
+        longer than one request. Bound it with ``anyio.fail_after`` if needed. With a spool,
+        it first waits until every record recovered at the start was put back, so their
+        results are among those it waits for.
         """
         self._check_thread()
+        if self._spool is not None and self._intake.running:
+            await self._spool.replay_done.wait()
         self._stream_set.flush(stream)
         await self._ledger.wait_flushed(stream)
+
+    async def wait_durable(self) -> None:
+        """Wait until every record accepted so far is durable in the spool: one call for
+        "everything put so far survives a crash" (see :meth:`Outcome.wait_durable`).
+
+        Raises:
+            RuntimeError: the producer has no spool (``Config.spool_directory`` is ``None``),
+                or the call comes from another thread than the event loop's.
+            SpoolError: the producer closed before those records were durable.
+        """
+        self._check_thread()
+        if self._spool is None:
+            raise RuntimeError(
+                "wait_durable() needs a spool: set Config.spool_directory (the producer has none)"
+            )
+        await self._spool.wait_all_durable()
 
     # --- introspection --------------------------------------------------------------------
     # The running parts as the tests look at them (read-only).
@@ -463,6 +506,7 @@ class Producer:
             records_expired_unsent=self._stream_set.released_expired_unsent
             + sum(s.expired_unsent for s in streams),
             requests_backing_off=sender.backing_off,
+            spool=self._spool.statistics() if self._spool is not None else None,
         )
 
     def __repr__(self) -> str:
@@ -488,6 +532,40 @@ def port_of(producer: Producer) -> ProducerPort:
         tags: bytes,
     ) -> Outcome[RecordResult]:
         await producer._wait_for_room(size)
-        return producer._enqueue(stream, key, size, data, hash_key, ehk, tags)
+        try:
+            return producer._enqueue(stream, key, size, data, hash_key, ehk, tags)
+        except InvalidRecordError as exc:  # only with identities: see put_checked
+            return _refused(stream, key, data, ehk, size, exc)
 
-    return ProducerPort(producer._put_validated, put_when_room, producer._stream_set.flush)
+    def put_checked(
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        hash_key: int,
+        ehk: str | None,
+        tags: bytes = b"",
+        *,
+        force: bool = False,
+    ) -> Outcome[RecordResult] | None:
+        # With identities, a record checked in the caller's thread may not fit with its tag;
+        # it cannot be refused there any more: its future fails with "InvalidRecord".
+        try:
+            return producer._put_validated(
+                stream, key, size, payload, hash_key, ehk, tags, force=force
+            )
+        except InvalidRecordError as exc:
+            return _refused(stream, key, payload, ehk, size, exc)
+
+    put = put_checked if producer.config.record_identities else producer._put_validated
+    return ProducerPort(put, put_when_room, producer._stream_set.flush)
+
+
+def _refused(
+    stream: str, key: str, data: bytes, ehk: str | None, size: int, error: InvalidRecordError
+) -> Outcome[RecordResult]:
+    """A record the loop refused after a ``SyncProducer`` accepted it: failed at once."""
+    record = UserRecord(stream, key, data, ehk, size, 0.0, 0.0, 0.0, 0)
+    record.add_attempt(Attempt(0.0, 0.0, 0.0, False, "InvalidRecord", str(error)))
+    record.resolve()
+    return record

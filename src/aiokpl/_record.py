@@ -23,12 +23,14 @@ Mirrors ``UserRecord`` in the KPL (``aws/kinesis/core/user_record.h``), which ha
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from ._core.hashing import hash_key_of
 from ._core.records import Delivered, result_of
 from ._core.results import Attempt, FailedRecord, RecordResult
 from ._outcome import Outcome, settle
 
-__all__ = ("TaggedRecord", "UserRecord")
+__all__ = ("DurableSpool", "SpooledRecord", "TaggedRecord", "UserRecord")
 
 _RELEASED = b""
 
@@ -172,7 +174,66 @@ class TaggedRecord(UserRecord):
         self.encoded_tags = encoded_tags
 
 
+class DurableSpool(Protocol):
+    """What a spooled record asks of its spool (``aiokpl._spooling.Spool``)."""
+
+    def is_durable(self, producer_id: bytes, sequence: int) -> bool: ...
+
+    async def wait_durable(self, producer_id: bytes, sequence: int) -> None: ...
+
+
+class SpooledRecord(TaggedRecord):
+    """A record in the producer's durable spool: its identity there (the writer's producer id
+    and its sequence number), and the spool that answers whether it is durable. Only a
+    producer with a spool makes these, so records elsewhere carry none of these slots.
+
+    ``encoded_tags`` may be empty here (a spooled record without tags).
+    """
+
+    __slots__ = ("spool", "spool_id", "spool_seq")
+
+    def __init__(
+        self,
+        stream: str,
+        partition_key: str,
+        data: bytes,
+        explicit_hash_key: str | None,
+        size: int,
+        arrival: float,
+        deadline: float,
+        expires_at: float,
+        epoch: int,
+        encoded_tags: bytes,
+        spool: DurableSpool,
+        spool_id: bytes,
+        spool_seq: int,
+    ) -> None:
+        super().__init__(
+            stream,
+            partition_key,
+            data,
+            explicit_hash_key,
+            size,
+            arrival,
+            deadline,
+            expires_at,
+            epoch,
+            encoded_tags,
+        )
+        self.spool = spool
+        self.spool_id = spool_id
+        self.spool_seq = spool_seq
+
+    @property
+    def durable(self) -> bool:
+        return self.spool.is_durable(self.spool_id, self.spool_seq)
+
+    async def wait_durable(self) -> None:
+        await self.spool.wait_durable(self.spool_id, self.spool_seq)
+
+
 # What a caller holds is an Outcome: errors and reprs name that public type ("'Outcome' object
 # has no attribute 'is_set'"), never these classes.
 UserRecord.__name__ = UserRecord.__qualname__ = "Outcome"
 TaggedRecord.__name__ = TaggedRecord.__qualname__ = "Outcome"
+SpooledRecord.__name__ = SpooledRecord.__qualname__ = "Outcome"

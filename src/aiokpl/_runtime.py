@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from ._coordination.coordinator import ProducerCoordinator
+    from ._spooling import Spool
 
 __all__ = ("Runtime", "check_arguments")
 
@@ -112,6 +113,7 @@ class Runtime:
         client: the Kinesis client (the given one, or the producer's own once started).
         sender: the sender, once started.
         coordinator: the coordinator, once started with a ``coordination``.
+        spool: the durable spool (``Config.spool_directory``), or ``None``.
         exit_code: the code and message of the records still outstanding at exit.
     """
 
@@ -134,6 +136,7 @@ class Runtime:
         self._admission, self._ledger, self._streams, self._intake, self._scheduler = parts
         self.sender: Sender | None = None
         self.coordinator: ProducerCoordinator | None = None
+        self.spool: Spool | None = None
         self.exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
 
     async def start(
@@ -149,6 +152,14 @@ class Runtime:
         names for them (where tests replace them).
         """
         config = self.config
+        spool = self.spool
+        if spool is not None:
+            # First: a spool that cannot be opened fails the start before anything runs. Its
+            # close (the last writes and fsync) runs after the outstanding records are settled.
+            await spool.open()
+            stack.push_async_callback(_shielded, spool.close)
+            assert self._intake.marks is not None
+            self._intake.marks.start()
         if self.client is None:
             clients = RegionalClients(config, open_client)
             self.client = await clients.__aenter__()
@@ -195,6 +206,10 @@ class Runtime:
         )
         if runner is not None:
             runner.start(task_group)
+        if spool is not None:
+            task_group.start_soon(spool.run, name="aiokpl spool")
+            if not spool.replay_done.is_set():
+                task_group.start_soon(spool.replay, self._intake.replay, name="aiokpl replay")
 
     def outstanding_by_stream(self) -> dict[str, int]:
         """Outstanding records of each stream with a pipeline (what the metrics sample)."""
@@ -205,6 +220,9 @@ class Runtime:
         failures = self._ledger.failures
         failures.task_group = None
         code, message = self.exit_code
+        if self.spool is not None:
+            # Failed by the exit, not by Kinesis: they stay in the spool, sent at next start.
+            self.spool.acking = False
         sender = self.sender
         self._ledger.fail_outstanding(code, message, sender.unanswered() if sender else ())
         self._streams.missing.on_due(self._intake.clock())  # a warning still gathering streams

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,6 +33,7 @@ _CHOICES = {
     "metrics_level": ("none", "summary", "detailed"),
     "metrics_granularity": ("global", "stream", "shard"),
     "ordering": ("aggregate", "shard"),
+    "spool_fsync": ("batch", "interval", "none"),
 }
 
 
@@ -207,6 +209,30 @@ class Config:
     """How often metrics are handed to the sinks, in milliseconds, 1,000 … 60,000
     (KPL ``MetricsUploadDelay``)."""
 
+    # --- Durable spool and identities --------------------------------------------------
+    spool_directory: str | os.PathLike[str] | None = None
+    """A directory where every accepted record is written before it is sent, so that what the
+    producer held survives a crash and is sent again at the next start (created if missing).
+    ``None`` (the default): no spool, records are kept in memory only. Give each producer
+    process its own directory. See the spool page."""
+
+    spool_fsync: Literal["batch", "interval", "none"] = "batch"
+    """When the spool fsyncs (group commit: one fsync covers every record written since the
+    last). ``"batch"``: after every write, as soon as the previous fsync returned;
+    ``"interval"``: at most once per ``spool_fsync_interval_ms``; ``"none"``: never (a record
+    is durable once written to the operating system: it survives the process being killed,
+    not a power loss)."""
+
+    spool_fsync_interval_ms: int = 50
+    """With ``spool_fsync="interval"``, the shortest time between two fsyncs, in
+    milliseconds, 1 … 60,000: the most a record waits, after it is written, to be durable."""
+
+    record_identities: bool = False
+    """Give every user record an identity in its tags (``aiokpl.id``: a producer id and a
+    sequence number) so that consumers can drop copies with
+    :class:`aiokpl.aggregation.Deduper`. Needs ``aggregation_enabled``. With a spool, a record
+    replayed after a restart keeps its identity. See the dedupe page."""
+
     def __post_init__(self) -> None:
         for name, kind, low, high in _RULES:
             _check(name, getattr(self, name), kind, low, high)
@@ -246,6 +272,7 @@ class Config:
             )
         if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
             raise ConfigError("aws_access_key_id and aws_secret_access_key must be given together")
+        _check_spool(self)
 
     def replace(self, **changes: Any) -> Config:
         """A copy with ``changes`` applied, validated like a new ``Config``."""
@@ -270,6 +297,24 @@ class Config:
     __str__ = __repr__
 
 
+def _check_spool(config: Config) -> None:
+    """The spool's and the identities' fields (the rules table has no path kind)."""
+    directory = config.spool_directory
+    if directory is not None:
+        if not isinstance(directory, str | os.PathLike) or isinstance(os.fspath(directory), bytes):
+            raise TypeError(
+                "spool_directory must be a str or an os.PathLike of str (a pathlib.Path), or "
+                f"None; got {type(directory).__name__}"
+            )
+        if not os.fspath(directory):
+            raise ConfigError("spool_directory must not be empty (use None for no spool)")
+    if config.record_identities and not config.aggregation_enabled:
+        raise ConfigError(
+            "record_identities needs aggregation_enabled=True: the identity travels in the "
+            "record's tags, which only an aggregate carries"
+        )
+
+
 def _send_margin_ms(config: Config) -> float:
     """What a record must have left to live, in ms, after its deadline, to be sent in time:
     the collector's grace (with aggregation) and one drain interval (see the limiter)."""
@@ -291,6 +336,7 @@ _RULES: tuple[tuple[str, str, float, float], ...] = (
     ("verify_ssl", "bool", 0, 0),
     ("aggregation_enabled", "bool", 0, 0),
     ("fail_if_throttled", "bool", 0, 0),
+    ("record_identities", "bool", 0, 0),
     ("return_record_on_failure", "bool", 0, 0),
     ("aggregation_max_count", "int", 1, 4_294_967_295),
     ("aggregation_max_size", "int", 64, 1 * MiB),
@@ -311,6 +357,7 @@ _RULES: tuple[tuple[str, str, float, float], ...] = (
     ("max_connections", "int", 1, 256),
     ("metrics_namespace", "str", 0, 0),
     ("metrics_upload_interval_ms", "int", 1_000, 60_000),
+    ("spool_fsync_interval_ms", "int", 1, 60_000),
 )
 
 

@@ -33,9 +33,9 @@ id already is.
 
 **Reserved keys.** Every tag key starting with ``aiokpl.`` (``RESERVED_PREFIX``) is aiokpl's:
 a user's tag with such a key would be read as an identity, or as a malformed one.
-``is_reserved_key`` is the check the put paths are to make, to refuse it (today they accept any
-key: the producer writes no identity). The format writers (``encode``, ``AggregateBuilder``)
-write any key, so tests and consumers can build records that carry identities.
+``is_reserved_key`` is the check the put paths make, to refuse it. The format writers
+(``encode``, ``AggregateBuilder``) write any key, so tests and consumers can build records that
+carry identities.
 
 Reading: ``identity_of`` returns ``None`` for a record without the tag and raises
 :class:`IdentityTagError` for a malformed one (a value that is not ``ID.SEQUENCE`` in the form
@@ -51,10 +51,11 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from .errors import AggregationFormatError
-from .wire import Tag
+from .wire import FRAMING_OVERHEAD, Tag, varint_len
 
 __all__ = (
     "IDENTITY_KEY",
+    "IDENTITY_SIZE_BOUND",
     "IDENTITY_TAG_OVERHEAD",
     "MAX_SEQUENCE",
     "PRODUCER_ID_BYTES",
@@ -62,6 +63,7 @@ __all__ = (
     "Identity",
     "IdentityEncoder",
     "IdentityTagError",
+    "alone_size",
     "identity_of",
     "identity_tag",
     "identity_tag_size",
@@ -88,6 +90,10 @@ without loss)."""
 # key (0x0A, 9, "aiokpl.id"), the value's field tag (0x12) and its length, the id and the dot.
 IDENTITY_TAG_OVERHEAD = 2 + 2 + len(IDENTITY_KEY) + 2 + 22 + 1
 """Bytes the identity tag adds to a user record in an aggregate, besides the sequence's digits."""
+
+IDENTITY_SIZE_BOUND = IDENTITY_TAG_OVERHEAD + len(str(MAX_SEQUENCE))
+"""The most bytes an identity tag adds to a record (the largest sequence number's): what a
+producer with identities keeps free in ``max_outstanding_bytes`` for each record it lets in."""
 
 # A canonical id: 21 characters carry 126 bits, the 22nd the last 2 (its low 4 bits are zero).
 _ID = r"[A-Za-z0-9_-]{21}[AQgw]"
@@ -154,6 +160,28 @@ def identity_tag(producer_id: str, sequence: int) -> Tag:
 def identity_tag_size(sequence: int) -> int:
     """The bytes the identity tag of ``sequence`` adds to a user record in an aggregate."""
     return IDENTITY_TAG_OVERHEAD + len(str(sequence))
+
+
+def alone_size(key_size: int, data_size: int, explicit_hash_key: str | None, tags: int) -> int:
+    """What Kinesis counts for a user record sent as an aggregate of one (the only way a
+    record with tags travels): its partition key plus the aggregate, framing included.
+
+    Args:
+        key_size: the partition key's UTF-8 length.
+        data_size: the data's length.
+        explicit_hash_key: the explicit hash key (decimal), or ``None``.
+        tags: the length of its encoded tags (the identity's included).
+    """
+
+    def field(n: int) -> int:  # tag, length, value
+        return 1 + varint_len(n) + n
+
+    inner = 2 + field(data_size) + tags  # partition_key_index 0, data, tags
+    body = field(key_size)  # the partition key table
+    if explicit_hash_key is not None:
+        body += field(len(explicit_hash_key))  # the explicit hash key table
+        inner += 2  # explicit_hash_key_index 0
+    return key_size + FRAMING_OVERHEAD + body + field(inner)
 
 
 def parse_identity(value: str) -> Identity:

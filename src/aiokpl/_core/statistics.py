@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ("ProducerStatistics", "StreamStatistics")
+__all__ = ("ProducerStatistics", "SpoolStatistics", "StreamStatistics")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,55 @@ class StreamStatistics:
 
 
 @dataclass(frozen=True, slots=True)
+class SpoolStatistics:
+    """A snapshot of a producer's durable spool (``Config.spool_directory``).
+
+    Attributes:
+        segments: segment files in the spool directory.
+        bytes_on_disk: their bytes.
+        records_appended: records this producer accepted into the spool since it started.
+        records_durable: of those, records on disk as the fsync policy promises (fsync'd, or
+            written with ``spool_fsync="none"``).
+        records_unresolved: records in the spool without an outcome yet (this run's and
+            those recovered from earlier runs), or not written yet.
+        fsyncs: fsyncs of segment files since the start.
+        fsync_seconds_max: the longest flush that fsynced (write, fsync and the hop to the
+            worker thread), in seconds of the producer's clock.
+        fsync_seconds_total: the time of all of them: divided by ``fsyncs``, the mean.
+        records_recovered: records found on disk at the start without an outcome: the ones to
+            send again.
+        records_replayed: of those, records put back into the pipeline so far.
+        records_replay_failed: replayed records that failed (they have no caller: they are
+            logged, counted here, and given to ``Config.on_record_failure``).
+        frames_lost: damaged entries found at the start; the rest of each damaged segment
+            could not be read (its records are lost).
+        bytes_lost: the bytes lost so (from each damaged entry to the end of its segment).
+        segments_moved_aside: damaged segments kept as ``*.corrupt`` files for inspection.
+        full: the disk is full now: puts wait (``put_record_nowait`` raises
+            ``BufferFullError``) until a write succeeds again.
+        write_errors: failed writes and fsyncs so far (disk full, or another error), each
+            retried.
+    """
+
+    segments: int
+    bytes_on_disk: int
+    records_appended: int
+    records_durable: int
+    records_unresolved: int
+    fsyncs: int
+    fsync_seconds_max: float
+    fsync_seconds_total: float
+    records_recovered: int
+    records_replayed: int
+    records_replay_failed: int
+    frames_lost: int
+    bytes_lost: int
+    segments_moved_aside: int
+    full: bool
+    write_errors: int
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerStatistics:
     """A snapshot of the producer.
 
@@ -93,6 +142,7 @@ class ProducerStatistics:
         requests_backing_off: requests held back, without a connection, while their stream
             backs off after request-level failures (or waits for the answer to the one
             request it sends first when its backoff ends).
+        spool: the durable spool's counts; ``None`` without ``Config.spool_directory``.
     """
 
     outstanding_records: int
@@ -109,6 +159,7 @@ class ProducerStatistics:
     failure_callback_errors: int = 0
     records_expired_unsent: int = 0
     requests_backing_off: int = 0
+    spool: SpoolStatistics | None = None
 
 
 # --- the stages' own snapshots: each stage's fields only; the stream composes them ----------

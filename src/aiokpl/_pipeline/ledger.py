@@ -75,6 +75,7 @@ class ResultLedger:
         "flush_waiters",
         "held",
         "metrics",
+        "on_resolved",
         "outstanding",
         "outstanding_bytes",
         "room",
@@ -101,6 +102,9 @@ class ResultLedger:
         # Pipeline steps under way (see enter), and what they resolved, in order.
         self.depth = 0
         self._deferred: list[tuple[list[UserRecord], bool]] = []
+        # Told of every resolution step (the durable spool acknowledges the records); None
+        # without a spool, so the step pays one test, not one call per record.
+        self.on_resolved: Callable[[list[UserRecord], bool], None] | None = None
 
     # --- room -----------------------------------------------------------------------------
     async def wait_for_room(self) -> None:
@@ -172,6 +176,14 @@ class ResultLedger:
             self.succeeded += finished
         else:
             self.failed += finished
+        if self.on_resolved is not None:
+            self.on_resolved(records, success)
+        if self.room is not None:
+            self.room.set()
+            self.room = None
+
+    def wake_room(self) -> None:
+        """Wake the tasks waiting for room (something other than a result freed it)."""
         if self.room is not None:
             self.room.set()
             self.room = None

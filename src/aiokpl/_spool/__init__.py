@@ -14,7 +14,7 @@ from .files import OsFiles, SpoolFiles
 from .format import AckOutcome, SpoolAck, SpoolRecord
 from .policy import FsyncPolicy
 from .recovery import Recovery, RecoveryStatistics, scan
-from .writer import SpoolError, SpoolFullError, SpoolIOError, SpoolStatistics, SpoolWriter
+from .writer import SpoolError, SpoolFullError, SpoolIOError, SpoolWriter, WriterStatistics
 
 __all__ = (
     "AckOutcome",
@@ -28,7 +28,7 @@ __all__ = (
     "SpoolFullError",
     "SpoolIOError",
     "SpoolRecord",
-    "SpoolStatistics",
     "SpoolWriter",
+    "WriterStatistics",
     "scan",
 )

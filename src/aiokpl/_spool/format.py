@@ -41,6 +41,9 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .._core.decoder import decode_tags
+from .._core.encoder import encode_tags
+
 __all__ = (
     "FORMAT_VERSION",
     "HEADER_BYTES",
@@ -79,10 +82,10 @@ _HEADER_CRC = struct.Struct("<I")
 HEADER_BYTES = _HEADER.size + _HEADER_CRC.size
 _FRAME = struct.Struct("<II")
 _LENGTH = struct.Struct("<I")
-_RECORD = struct.Struct("<BQdHHHHI")  # kind, seq, accepted_at, 4 lengths + tag count, data len
+# kind, seq, accepted_at, lengths of stream, key, explicit hash key, encoded tags and data
+_RECORD = struct.Struct("<BQdHHHII")
 _ACK = struct.Struct(f"<B{PRODUCER_ID_BYTES}sBI")  # kind, producer id, outcome, run count
 _RUN = struct.Struct("<QI")  # first sequence number, count
-_TAG = struct.Struct("<HH")
 _SEQUENCE = struct.Struct("<Q")
 
 _KIND_RECORD = 1
@@ -108,7 +111,13 @@ class SpoolRecord:
     partition_key: str
     explicit_hash_key: str | None
     data: bytes
-    tags: tuple[tuple[str, str], ...] = ()
+    tags: tuple[tuple[str, str | None], ...] = ()
+    """The user's tags (an identity tag is not kept: it is rebuilt from the identity)."""
+
+    @property
+    def encoded_tags(self) -> bytes:
+        """The tags as the aggregation format's ``Record.tags`` fields, as they are stored."""
+        return encode_tags(self.tags)
 
 
 @dataclass(frozen=True)
@@ -210,7 +219,7 @@ def encode_record(record: SpoolRecord) -> bytes:
         record.partition_key,
         record.explicit_hash_key,
         record.data,
-        record.tags,
+        record.encoded_tags,
     )
 
 
@@ -221,9 +230,11 @@ def encode_record_fields(
     partition_key: str,
     explicit_hash_key: str | None,
     data: bytes,
-    tags: tuple[tuple[str, str], ...],
+    encoded_tags: bytes = b"",
 ) -> bytes:
-    """:func:`encode_record` without building a :class:`SpoolRecord` (the writer's hot path)."""
+    """:func:`encode_record` without building a :class:`SpoolRecord` (the put path's): the tags
+    as the producer holds them, already encoded as the aggregation format's ``Record.tags``
+    fields, so a put decodes nothing."""
     stream_bytes = stream.encode()
     key = partition_key.encode()
     hash_key = explicit_hash_key.encode() if explicit_hash_key else b""
@@ -234,17 +245,10 @@ def encode_record_fields(
         len(stream_bytes),
         len(key),
         len(hash_key),
-        len(tags),
+        len(encoded_tags),
         len(data),
     )
-    if tags:
-        parts = [fixed, stream_bytes, key, hash_key]
-        for k, v in tags:
-            k_bytes, v_bytes = k.encode(), v.encode()
-            parts += (_TAG.pack(len(k_bytes), len(v_bytes)), k_bytes, v_bytes)
-        body = b"".join((*parts, data))
-    else:
-        body = b"".join((fixed, stream_bytes, key, hash_key, data))
+    body = b"".join((fixed, stream_bytes, key, hash_key, encoded_tags, data))
     length = _length_word(len(body))
     return b"".join((length, _LENGTH.pack(zlib.crc32(body, zlib.crc32(length))), body))
 
@@ -258,10 +262,7 @@ def encode_ack(ack: SpoolAck) -> bytes:
 def _check_record(body: memoryview) -> int:
     """A record's sequence number, once its lengths are checked to add up to the frame's."""
     _kind, seq, _at, n_stream, n_key, n_hash, n_tags, n_data = _RECORD.unpack_from(body)
-    at = _RECORD.size + n_stream + n_key + n_hash
-    for _ in range(n_tags):
-        n_k, n_v = _TAG.unpack_from(body, at)
-        at += _TAG.size + n_k + n_v
+    at = _RECORD.size + n_stream + n_key + n_hash + n_tags
     if at + n_data != len(body):
         raise ValueError("record lengths do not add up to the frame")
     return int(seq)
@@ -276,18 +277,12 @@ def _decode_record(body: memoryview, producer_id: bytes) -> SpoolRecord:
     at += n_key
     hash_key = str(body[at : at + n_hash], "utf-8") or None
     at += n_hash
-    tags = []
-    for _ in range(n_tags):
-        n_k, n_v = _TAG.unpack_from(body, at)
-        at += _TAG.size
-        tags.append(
-            (str(body[at : at + n_k], "utf-8"), str(body[at + n_k : at + n_k + n_v], "utf-8"))
-        )
-        at += n_k + n_v
+    tags = decode_tags(bytes(body[at : at + n_tags])) if n_tags else ()
+    at += n_tags
     if at + n_data != len(body):
         raise ValueError("record lengths do not add up to the frame")
     data = bytes(body[at:])
-    return SpoolRecord(producer_id, seq, accepted_at, stream, key, hash_key, data, tuple(tags))
+    return SpoolRecord(producer_id, seq, accepted_at, stream, key, hash_key, data, tags)
 
 
 def _decode_ack(body: memoryview) -> SpoolAck:
@@ -364,7 +359,7 @@ def _decode(
             return record, record.sequence_number
         if body[0] == _KIND_ACK:
             return _decode_ack(body), None
-    except (ValueError, struct.error):
+    except (ValueError, struct.error):  # an AggregationFormatError (tags) is a ValueError
         # The CRC matched, so a writer wrote these bytes: a bug or another version, not
         # damage. Kept apart like damage all the same, rather than refusing to start.
         pass

@@ -32,6 +32,7 @@ import errno
 import os
 from dataclasses import dataclass
 
+from .._core.encoder import encode_tags
 from .._core.errors import AiokplError
 from .files import SpoolFiles
 from .format import (
@@ -53,8 +54,8 @@ __all__ = (
     "SpoolError",
     "SpoolFullError",
     "SpoolIOError",
-    "SpoolStatistics",
     "SpoolWriter",
+    "WriterStatistics",
 )
 
 DEFAULT_SEGMENT_SIZE_BYTES = 64 * 1024 * 1024
@@ -82,7 +83,7 @@ class SpoolFullError(SpoolIOError):
 
 
 @dataclass(frozen=True)
-class SpoolStatistics:
+class WriterStatistics:
     """A snapshot of a :class:`SpoolWriter`."""
 
     segments: int
@@ -175,7 +176,7 @@ class SpoolWriter:
         data: bytes,
         accepted_at: float,
         explicit_hash_key: str | None = None,
-        tags: tuple[tuple[str, str], ...] = (),
+        tags: tuple[tuple[str, str | None], ...] = (),
     ) -> int:
         """Accept a record (in memory; :meth:`flush` writes it); returns its sequence number.
 
@@ -185,10 +186,26 @@ class SpoolWriter:
         self._check_open()
         seq = self._next_seq
         self._buffer += encode_record_fields(
-            seq, accepted_at, stream, partition_key, explicit_hash_key, data, tags
+            seq, accepted_at, stream, partition_key, explicit_hash_key, data, encode_tags(tags)
         )
         self._next_seq = seq + 1
         return seq
+
+    def append_encoded(self, frames: bytes | bytearray, count: int) -> None:
+        """Accept ``count`` records framed by the caller, like :meth:`append` (in memory).
+
+        The producer frames its records on its event loop with
+        :func:`~aiokpl._spool.format.encode_record_fields`, numbered from
+        :attr:`next_sequence_number` on in order, while a flush may be running in a worker
+        thread; it hands them over here between flushes, so only one thread at a time uses the
+        writer.
+
+        Raises:
+            SpoolError: the writer is closed.
+        """
+        self._check_open()
+        self._buffer += frames
+        self._next_seq += count
 
     def acknowledge(self, producer_id: bytes, seqs: list[int], outcome: AckOutcome) -> None:
         """Resolve records (this writer's or recovered ones) so they are never replayed.
@@ -274,9 +291,9 @@ class SpoolWriter:
         self._handle = None
         self._closed = True
 
-    def statistics(self) -> SpoolStatistics:
+    def statistics(self) -> WriterStatistics:
         """A snapshot of the writer's counts."""
-        return SpoolStatistics(
+        return WriterStatistics(
             segments=len(self._segments),
             bytes_on_disk=sum(s.size for s in self._segments),
             records_unresolved=sum(s.unresolved for s in self._segments)

@@ -1,0 +1,580 @@
+"""The durable spool on the record's route, and the identities records carry.
+
+With ``Config.spool_directory`` set, a record accepted by a put is framed into the spool's
+buffer on the event loop (an encode: no I/O, no await, no task or lock per record) and handed
+to its stream's pipeline at once: sending never waits for the disk. One task, the
+:class:`Spool`'s :meth:`~Spool.run`, owns the disk: it hands what was framed (records, then
+the acknowledgements of resolved ones) to the :class:`~aiokpl._spool.SpoolWriter` and has it
+write and fsync in a worker thread, one fsync for everything framed since the last (group
+commit, as ``Config.spool_fsync`` says), then wakes whoever waits for those records to be
+durable. Only that task touches the writer, one flush at a time, so the writer needs no lock.
+
+* A record resolved (delivered, or failed and reported to its caller) is acknowledged in the
+  spool, once per resolution step of the ledger (``ResultLedger.on_resolved``), and never
+  sent again. Records failed by the producer's exit itself (its deadline, or a cancellation)
+  are *not* acknowledged: they stay in the spool and the next start sends them again.
+* At start, :meth:`Spool.open` recovers the directory (:func:`~aiokpl._spool.scan`, in a
+  worker thread) and :meth:`Spool.replay` puts the records it found unresolved back into their
+  streams, a batch read at a time and each waiting for room, with their original identity;
+  their outcomes are acknowledged under their old producer id.
+* A full disk is back-pressure: puts wait for room (``on_full`` closes the producer's gate)
+  until a write succeeds again; the task retries with a backoff and logs the state.
+
+:class:`Marks` builds a record at put when the producer spools or writes identities: its
+place in the spool, its ``aiokpl.id`` tag (``_core/identity.py``). Without either the
+producer never calls it: its put path is the plain one.
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import itertools
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import anyio
+
+from ._core.config import Config
+from ._core.errors import InvalidRecordError
+from ._core.identity import IdentityEncoder, alone_size, identity_tag_size, new_producer_id
+from ._core.statistics import SpoolStatistics
+from ._record import SpooledRecord, TaggedRecord, UserRecord
+from ._spool import (
+    AckOutcome,
+    FsyncPolicy,
+    OsFiles,
+    Recovery,
+    SpoolError,
+    SpoolFiles,
+    SpoolFullError,
+    SpoolIOError,
+    SpoolRecord,
+    SpoolWriter,
+    scan,
+)
+from ._spool.format import encode_record_fields
+from ._spool.writer import WriterStatistics
+
+__all__ = ("Marks", "Spool", "run_sync", "spool_files")
+
+logger = logging.getLogger("aiokpl.spool")
+
+# Records read from disk per hop to the worker thread while replaying: bounded memory, and few
+# hops (a hop costs tens of microseconds).
+REPLAY_BATCH = 1000
+_RETRY_FIRST = 0.1  # seconds before a failed flush is retried, doubling up to _RETRY_MAX
+_RETRY_MAX = 5.0
+
+
+def spool_files() -> SpoolFiles:
+    """The file layer a producer's spool uses (tests replace this with ``MemoryFiles``)."""
+    return OsFiles()
+
+
+async def run_sync(function: Callable[..., Any], *args: Any) -> Any:
+    """Run ``function(*args)`` in a worker thread: the spool's disk work, off the event loop.
+
+    Tests under a virtual clock replace it (their loops run no threads)."""
+    return await anyio.to_thread.run_sync(function, *args)
+
+
+def _take(iterator: Iterator[SpoolRecord], count: int) -> list[SpoolRecord]:
+    return list(itertools.islice(iterator, count))
+
+
+class Spool:
+    """One producer's spool: the framed records and acknowledgements not yet handed to the
+    writer, the flushing task, and who waits for what to be durable.
+
+    Attributes:
+        producer_id: this run's producer id (the writer's; known once opened).
+        next_seq: the sequence number the next record gets.
+        durable_through: every record of this run numbered below it is durable.
+        acking: resolutions are acknowledged (off once the producer's exit fails the rest).
+        full: the last write or fsync found the disk full.
+        replay_done: set once every recovered record was put back (or the producer closed).
+        on_full: called with a message when the disk fills, with ``None`` when it has room.
+    """
+
+    def __init__(self, config: Config) -> None:
+        assert config.spool_directory is not None
+        self.directory = os.fspath(config.spool_directory)
+        self._policy = FsyncPolicy(config.spool_fsync, config.spool_fsync_interval_ms)
+        self._writer: SpoolWriter | None = None
+        self._recovery: Recovery | None = None
+        self.producer_id = b""
+        self.next_seq = 0
+        self.durable_through = 0
+        self.acking = True
+        self.full = False
+        self.closed = False
+        self.replay_done = anyio.Event()
+        self.on_full: Callable[[str | None], None] = lambda message: None
+        self._wall_offset = 0.0
+        # Framed on the loop, not handed to the writer yet.
+        self._staged = bytearray()
+        self._staged_count = 0
+        self._acks: list[tuple[bytes, list[int], AckOutcome]] = []
+        self._wake: anyio.Event | None = None
+        self._waiters: list[tuple[int, int, anyio.Event]] = []  # (seq, tiebreak, event) heap
+        self._tiebreak = itertools.count()
+        self._disk = anyio.Lock()  # one thread at a time on the writer and the recovery
+        self._snapshot: WriterStatistics | None = None
+        self._fsync_max = 0.0
+        self._fsync_total = 0.0
+        self._write_errors = 0
+        self._replayed = 0
+        self._replay_failed = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<Spool {self.directory!r} next={self.next_seq} "
+            f"durable_through={self.durable_through} full={self.full}>"
+        )
+
+    # --- start and stop -------------------------------------------------------------------
+    async def open(self) -> None:
+        """Recover the directory and open a writer on it (both in a worker thread).
+
+        Raises:
+            SpoolIOError: the directory cannot be read or written (the message names it).
+        """
+        files = spool_files()
+        try:
+            recovery = await run_sync(scan, self.directory, files)
+            writer = await run_sync(_open_writer, recovery, self._policy)
+        except SpoolError:
+            raise
+        except OSError as exc:
+            raise SpoolIOError(
+                exc.errno, f"cannot open the spool {self.directory}: {exc.strerror or exc}"
+            ) from exc
+        self._recovery = recovery
+        self._writer = writer
+        self._snapshot = writer.statistics()
+        self.producer_id = writer.producer_id
+        self.next_seq = self.durable_through = writer.next_sequence_number
+        # Segments keep wall-clock acceptance times (a dump reads as dates); taken once, the
+        # offset turns the producer's clock into them.
+        self._wall_offset = time.time() - anyio.current_time()  # noqa: TID251
+        found = recovery.statistics
+        if found.corrupt:
+            logger.warning(
+                "spool %s: damage found at start: %d entries unreadable, %d bytes lost, %d "
+                "segments moved aside as *.corrupt; %d records recovered",
+                self.directory,
+                found.frames_lost,
+                found.bytes_lost,
+                found.segments_moved_aside,
+                found.records_recovered,
+            )
+        elif found.records_recovered:
+            logger.info(
+                "spool %s: %d records without a result found at start; sending them again",
+                self.directory,
+                found.records_recovered,
+            )
+        if not found.records_recovered:
+            self.replay_done.set()
+
+    async def close(self) -> None:
+        """Write and fsync what is left (records and acknowledgements), close the writer and
+        wake every durable waiter. A failure is logged: the records it concerns were never
+        reported durable."""
+        writer = self._writer
+        if writer is None or self.closed:
+            return
+        try:
+            async with self._disk:
+                self._hand_over(writer)
+                await run_sync(writer.close, anyio.current_time())
+            self.durable_through = writer.durable_through
+        except SpoolError as exc:
+            logger.error(
+                "spool %s: closing failed (%s); records not yet durable stay so, and "
+                "acknowledgements not written are sent again at the next start",
+                self.directory,
+                exc,
+            )
+        self._snapshot = writer.statistics()
+        self.closed = True
+        self.replay_done.set()
+        for _, _, event in self._waiters:
+            event.set()
+        self._waiters.clear()
+
+    # --- the put path (on the loop; no I/O) -----------------------------------------------
+    def append(
+        self,
+        stream: str,
+        partition_key: str,
+        data: bytes,
+        explicit_hash_key: str | None,
+        tags: bytes,
+        accepted_at: float,
+    ) -> int:
+        """Frame an accepted record into the spool's buffer; returns its sequence number."""
+        seq = self.next_seq
+        self._staged += encode_record_fields(
+            seq,
+            accepted_at + self._wall_offset,
+            stream,
+            partition_key,
+            explicit_hash_key,
+            data,
+            tags,
+        )
+        self._staged_count += 1
+        self.next_seq = seq + 1
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
+        return seq
+
+    def resolved(self, records: list[UserRecord], success: bool) -> None:
+        """The ledger resolved ``records``: acknowledge them (unless the exit failed them)."""
+        if not self.acking:
+            return
+        outcome = AckOutcome.DELIVERED if success else AckOutcome.FAILED
+        own = self.producer_id
+        mine: list[int] = []
+        others: dict[bytes, list[int]] = {}
+        for record in records:
+            if isinstance(record, SpooledRecord):
+                if record.spool_id == own:
+                    mine.append(record.spool_seq)
+                else:
+                    others.setdefault(record.spool_id, []).append(record.spool_seq)
+        if mine:
+            self._acks.append((own, mine, outcome))
+        for producer_id, seqs in others.items():
+            self._acks.append((producer_id, seqs, outcome))
+            if not success:
+                self._replay_failed += len(seqs)
+                logger.warning(
+                    "spool %s: %d records replayed from an earlier run failed; they are "
+                    "acknowledged and given to on_record_failure, if any",
+                    self.directory,
+                    len(seqs),
+                )
+        wake = self._wake
+        if wake is not None and (mine or others):
+            self._wake = None
+            wake.set()
+
+    # --- durability -----------------------------------------------------------------------
+    def is_durable(self, producer_id: bytes, sequence: int) -> bool:
+        """Whether record ``sequence`` of ``producer_id`` is durable (a recovered one is)."""
+        return producer_id != self.producer_id or sequence < self.durable_through
+
+    async def wait_durable(self, producer_id: bytes, sequence: int) -> None:
+        """Wait until record ``sequence`` of ``producer_id`` is durable.
+
+        Raises:
+            SpoolError: the spool closed before the record was durable.
+        """
+        while not self.is_durable(producer_id, sequence):
+            if self.closed:
+                raise SpoolError(
+                    f"spool {self.directory}: the producer closed before the record was durable"
+                )
+            event = anyio.Event()
+            heapq.heappush(self._waiters, (sequence, next(self._tiebreak), event))
+            await event.wait()
+        await anyio.lowlevel.checkpoint()
+
+    async def wait_all_durable(self) -> None:
+        """Wait until every record accepted so far is durable."""
+        if self.next_seq > self.durable_through:
+            await self.wait_durable(self.producer_id, self.next_seq - 1)
+        else:
+            await anyio.lowlevel.checkpoint()
+
+    def _wake_durable(self) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] < self.durable_through:
+            heapq.heappop(waiters)[2].set()
+
+    # --- the flushing task ----------------------------------------------------------------
+    async def run(self) -> None:
+        """The spool's task: flush what was framed, as the fsync policy says, until cancelled."""
+        retry = _RETRY_FIRST
+        while True:
+            writer = self._writer
+            assert writer is not None
+            if not (self._staged_count or self._acks or writer.next_flush_at() is not None):
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                continue
+            due = self._policy.next_fsync_at(unsynced=True)
+            now = anyio.current_time()
+            if due is not None and due > now:
+                await anyio.sleep(due - now)  # interval: one write and fsync per interval
+            try:
+                await self.flush()
+            except SpoolError as exc:
+                self._flush_failed(exc)
+                await anyio.sleep(retry)
+                retry = min(retry * 2, _RETRY_MAX)
+            else:
+                retry = _RETRY_FIRST
+
+    async def flush(self) -> None:
+        """Hand what was framed to the writer and flush it in a worker thread."""
+        writer = self._writer
+        assert writer is not None
+        started = anyio.current_time()
+        fsyncs = self._snapshot.fsyncs if self._snapshot is not None else 0
+        async with self._disk:
+            # On the loop, in memory: what is handed over is the writer's even if the flush
+            # is cancelled before its thread runs (the close writes it then).
+            self._hand_over(writer)
+            try:
+                durable, snapshot = await run_sync(_flush, writer, started)
+            finally:
+                # What failed is in the writer's buffer still: the next flush writes it.
+                self._snapshot = writer.statistics()
+        if snapshot.fsyncs > fsyncs:
+            took = anyio.current_time() - started
+            self._fsync_total += took
+            self._fsync_max = max(self._fsync_max, took)
+        self.durable_through = durable
+        self._wake_durable()
+        if self.full:
+            self.full = False
+            logger.warning("spool %s: writes succeed again; puts resume", self.directory)
+            self.on_full(None)
+
+    def _flush_failed(self, exc: SpoolError) -> None:
+        self._write_errors += 1
+        if isinstance(exc, SpoolFullError):
+            if not self.full:
+                self.full = True
+                logger.error(
+                    "spool %s: the disk is full (%s); puts wait until a write succeeds "
+                    "(put_record_nowait raises BufferFullError); nothing is dropped",
+                    self.directory,
+                    exc,
+                )
+                self.on_full(f"the spool's disk is full ({self.directory})")
+        else:
+            logger.error("spool %s: a write failed (%s); retrying", self.directory, exc)
+
+    def _hand_over(self, writer: SpoolWriter) -> None:
+        """Give the writer what was framed: records, then acknowledgements (a record resolved
+        before its first flush is written before its acknowledgement). Only with ``_disk``
+        held: no thread is using the writer then."""
+        if self._staged_count:
+            writer.append_encoded(self._staged, self._staged_count)
+            self._staged.clear()
+            self._staged_count = 0
+        acks, self._acks = self._acks, []
+        for producer_id, seqs, outcome in acks:
+            writer.acknowledge(producer_id, seqs, outcome)
+
+    # --- replay ---------------------------------------------------------------------------
+    async def replay(self, put: Callable[[SpoolRecord], Awaitable[bool]]) -> None:
+        """Put every recovered record back with ``put`` (which waits for room; ``False``: the
+        producer closed), a batch read from disk at a time; then set ``replay_done``."""
+        recovery = self._recovery
+        assert recovery is not None
+        records = recovery.unresolved()
+        try:
+            while True:
+                async with self._disk:
+                    batch = await run_sync(_take, records, REPLAY_BATCH)
+                if not batch:
+                    return
+                for record in batch:
+                    if not await put(record):
+                        return
+                    self._replayed += 1
+        finally:
+            self.replay_done.set()
+
+    # --- statistics -----------------------------------------------------------------------
+    def statistics(self) -> SpoolStatistics:
+        """A snapshot (the writer's counts as of its last flush)."""
+        snapshot = self._snapshot
+        found = self._recovery.statistics if self._recovery is not None else None
+        return SpoolStatistics(
+            segments=snapshot.segments if snapshot else 0,
+            bytes_on_disk=snapshot.bytes_on_disk if snapshot else 0,
+            records_appended=self.next_seq,
+            records_durable=self.durable_through,
+            records_unresolved=(snapshot.records_unresolved if snapshot else 0)
+            + self._staged_count,
+            fsyncs=snapshot.fsyncs if snapshot else 0,
+            fsync_seconds_max=self._fsync_max,
+            fsync_seconds_total=self._fsync_total,
+            records_recovered=found.records_recovered if found else 0,
+            records_replayed=self._replayed,
+            records_replay_failed=self._replay_failed,
+            frames_lost=found.frames_lost if found else 0,
+            bytes_lost=found.bytes_lost if found else 0,
+            segments_moved_aside=found.segments_moved_aside if found else 0,
+            full=self.full,
+            write_errors=self._write_errors,
+        )
+
+
+# --- in the worker thread: the writer, one call at a time ---------------------------------
+def _open_writer(recovery: Recovery, policy: FsyncPolicy) -> SpoolWriter:
+    return SpoolWriter(recovery, policy=policy)
+
+
+def _flush(writer: SpoolWriter, now: float) -> tuple[int, WriterStatistics]:
+    durable = writer.flush(now)
+    return durable, writer.statistics()
+
+
+class Marks:
+    """What a record gets at put besides its fields: its place in the spool, its identity.
+
+    The producer binds its put path to :meth:`record` only when it spools or writes
+    identities; a record that the identity would make too large is refused before anything
+    is counted.
+
+    Args:
+        config: the producer's settings.
+        spool: the producer's spool, or ``None``.
+    """
+
+    __slots__ = ("_encoder", "_encoders", "_max_record_size", "_next", "identities", "spool")
+
+    def __init__(self, config: Config, spool: Spool | None) -> None:
+        self.spool = spool
+        self._max_record_size = config.max_record_size
+        self._encoder: IdentityEncoder | None = None
+        if config.record_identities and spool is None:
+            self._encoder = IdentityEncoder(new_producer_id())  # a new id each run
+        self._encoders: dict[bytes, IdentityEncoder] = {}  # recovered records' producers
+        self._next = 0
+        self.identities = config.record_identities
+
+    def start(self) -> None:
+        """The spool is open: identities take its producer id (a replay then reuses it)."""
+        if self.identities and self.spool is not None:
+            self._encoder = encoder_of(self.spool.producer_id)
+
+    def record(
+        self,
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        ehk: str | None,
+        tags: bytes,
+        stamps: tuple[float, float, float],
+        epoch: int,
+    ) -> UserRecord:
+        """Build a record put now: in the spool, with its identity, as configured.
+
+        Raises:
+            InvalidRecordError: the identity tag would take it over ``max_record_size``.
+        """
+        arrival, deadline, expires_at = stamps
+        spool = self.spool
+        seq = spool.next_seq if spool is not None else self._next
+        user_tags = tags
+        encoder = self._encoder
+        if encoder is not None:
+            identity = encoder.encode(seq)
+            tags += identity
+            size += len(identity)
+            self._check_size(key, size, len(payload), ehk, len(tags))
+        if spool is None:
+            self._next = seq + 1
+            return TaggedRecord(
+                stream, key, payload, ehk, size, arrival, deadline, expires_at, epoch, tags
+            )
+        spool.append(stream, key, payload, ehk, user_tags, arrival)
+        return SpooledRecord(
+            stream,
+            key,
+            payload,
+            ehk,
+            size,
+            arrival,
+            deadline,
+            expires_at,
+            epoch,
+            tags,
+            spool,
+            spool.producer_id,
+            seq,
+        )
+
+    def replayed(
+        self, record: SpoolRecord, stamps: tuple[float, float, float], epoch: int
+    ) -> SpooledRecord:
+        """A recovered record, rebuilt with its original identity."""
+        arrival, deadline, expires_at = stamps
+        tags = record.encoded_tags
+        if self.identities:
+            encoder = self._encoders.get(record.producer_id)
+            if encoder is None:
+                encoder = self._encoders[record.producer_id] = encoder_of(record.producer_id)
+            tags += encoder.encode(record.sequence_number)
+        spool = self.spool
+        assert spool is not None
+        size = len(record.partition_key.encode()) + len(record.data) + len(tags)
+        return SpooledRecord(
+            record.stream,
+            record.partition_key,
+            record.data,
+            record.explicit_hash_key,
+            size,
+            arrival,
+            deadline,
+            expires_at,
+            epoch,
+            tags,
+            spool,
+            record.producer_id,
+            record.sequence_number,
+        )
+
+    def check_group(self, records: list[tuple[str, int, bytes, str | None, bytes]]) -> None:
+        """Check that a ``put_records`` group's ``(key, size, data, ehk, tags)`` fit with their
+        identities, before any is built (a group is taken whole or not at all).
+
+        Raises:
+            InvalidRecordError: one would not fit (the message starts with ``records[i]``).
+        """
+        if self._encoder is None:
+            return
+        spool = self.spool
+        last = (spool.next_seq if spool is not None else self._next) + len(records)
+        extra = identity_tag_size(last)  # the group's longest identity
+        for index, (key, size, payload, ehk, tags) in enumerate(records):
+            try:
+                self._check_size(key, size + extra, len(payload), ehk, len(tags) + extra)
+            except InvalidRecordError as exc:
+                raise InvalidRecordError(f"records[{index}]: {exc}") from None
+
+    def _check_size(
+        self, key: str, size: int, data_size: int, ehk: str | None, tags_size: int
+    ) -> None:
+        # Quick: the aggregate of one is at most 2 keys, data, tags and 48 bytes besides (a
+        # key is at most 1,024 UTF-8 bytes); exact only near the limit.
+        extra = len(ehk) if ehk is not None else 0
+        if size + 1024 + 48 + extra <= self._max_record_size:
+            return
+        alone = alone_size(len(key.encode()), data_size, ehk, tags_size)
+        if alone > self._max_record_size:
+            raise InvalidRecordError(
+                f"data plus partition_key plus tags, with the record's identity tag "
+                f"(Config.record_identities), is {alone} bytes sent alone (as an aggregate of "
+                f"one), over max_record_size ({self._max_record_size})"
+            )
+
+
+def encoder_of(producer_id: bytes) -> IdentityEncoder:
+    """The identity encoder of a spool's producer id (16 bytes, rendered as identities are)."""
+    return IdentityEncoder(base64.urlsafe_b64encode(producer_id).rstrip(b"=").decode())

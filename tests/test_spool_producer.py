@@ -1,0 +1,394 @@
+"""The durable spool and record identities through ``Producer``, on asyncio and trio under
+virtual clocks: the spool's file layer is ``MemoryFiles`` (what was fsync'd, faults, crashes)
+and its worker thread is replaced by an inline call a test can hold (a virtual clock's loop
+runs no threads), so "durable only after the fsync" is observed, not timed."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokpl import (
+    BufferFullError,
+    Config,
+    ConfigError,
+    InvalidRecordError,
+    Producer,
+    SpoolStatistics,
+)
+from aiokpl import _spooling
+from aiokpl._spool.memory import MemoryFiles
+from aiokpl.aggregation import Deduper, deaggregate, identity_of
+from aiokpl.testing import FakeKinesis, read_stream
+
+pytestmark = pytest.mark.anyio
+
+DIRECTORY = "/spool"
+CONFIG = Config(region="us-east-1", spool_directory=DIRECTORY)
+
+
+class Disk:
+    """The spool's disk for a test: ``MemoryFiles``, and the worker-thread hop, which runs
+    inline once ``gate`` (when set) opens."""
+
+    def __init__(self) -> None:
+        self.files = MemoryFiles()
+        self.gate: anyio.Event | None = None
+        self.hops = 0
+
+    async def run_sync(self, function: Callable[..., Any], *args: Any) -> Any:
+        self.hops += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        await anyio.lowlevel.checkpoint()
+        return function(*args)
+
+    def segments(self) -> list[str]:
+        return sorted(path for path in self.files.files if path.endswith(".seg"))
+
+
+@pytest.fixture
+def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
+    disk = Disk()
+    monkeypatch.setattr(_spooling, "spool_files", lambda: disk.files)
+    monkeypatch.setattr(_spooling, "run_sync", disk.run_sync)
+    yield disk
+
+
+def stream_fake(shards: int = 1) -> FakeKinesis:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=shards)
+    return fake
+
+
+async def user_records(fake: FakeKinesis, stream: str = "s") -> list[Any]:
+    return [user for _, record in await read_stream(fake, stream) for user in deaggregate(record)]
+
+
+# --- durability ------------------------------------------------------------------------------
+async def test_a_record_is_durable_only_after_the_fsync_and_one_fsync_covers_many(
+    disk: Disk,
+) -> None:
+    fake = stream_fake()
+    fake.fail_requests(10**9, stream="s")  # nothing resolves: no acknowledgement to write
+    async with Producer(CONFIG.replace(record_ttl_ms=5_000), client=fake) as producer:
+        fsyncs = disk.files.fsyncs  # the first segment's header, at the start
+        disk.gate = anyio.Event()
+        outcomes = [
+            await producer.put_record(stream="s", partition_key="k", data=b"%d" % i)
+            for i in range(20)
+        ]
+        await anyio.sleep(0.5)  # the spool task is held in its flush: nothing is durable yet
+        assert not any(outcome.durable for outcome in outcomes)
+        assert disk.files.fsyncs == fsyncs
+        assert producer.statistics().spool.records_durable == 0  # type: ignore[union-attr]
+        disk.gate.set()
+        disk.gate = None
+        await producer.wait_durable()
+        assert all(outcome.durable for outcome in outcomes)
+        assert disk.files.fsyncs == fsyncs + 1  # group commit: one fsync for the 20
+        await outcomes[0].wait_durable()  # already durable: returns at once
+        statistics = producer.statistics().spool
+        assert isinstance(statistics, SpoolStatistics)
+        assert statistics.records_appended == statistics.records_durable == 20
+        assert statistics.fsyncs == 1  # the group's (a new segment's header is not counted)
+
+
+async def test_interval_policy_fsyncs_at_most_once_per_interval(disk: Disk) -> None:
+    config = CONFIG.replace(spool_fsync="interval", spool_fsync_interval_ms=50)
+    async with Producer(config, client=stream_fake()) as producer:
+        first = await producer.put_record(stream="s", partition_key="k", data=b"first")
+        await first.wait_durable()  # after a quiet spell the first fsync is at once
+        fsynced_at = anyio.current_time()
+        fsyncs = disk.files.fsyncs
+        later = []
+        for i in range(5):
+            await anyio.sleep(0.005)
+            later.append(await producer.put_record(stream="s", partition_key="k", data=b"%d" % i))
+        assert not any(outcome.durable for outcome in later)
+        await later[-1].wait_durable()
+        assert anyio.current_time() >= fsynced_at + 0.05
+        assert all(outcome.durable for outcome in later)
+        assert disk.files.fsyncs == fsyncs + 1
+
+
+async def test_policy_none_never_fsyncs_records_and_calls_them_durable_once_written(
+    disk: Disk,
+) -> None:
+    config = CONFIG.replace(spool_fsync="none")
+    async with Producer(config, client=stream_fake()) as producer:
+        outcome = await producer.put_record(stream="s", partition_key="k", data=b"x")
+        await producer.wait_durable()
+        assert outcome.durable
+        assert disk.files.fsyncs == 0
+        assert b"x" in disk.files.content(disk.segments()[0])
+
+
+# --- acknowledgements and replay ----------------------------------------------------------------
+async def test_delivered_records_are_acknowledged_and_not_replayed(disk: Disk) -> None:
+    fake = stream_fake()
+    async with Producer(CONFIG, client=fake) as producer:
+        for i in range(10):
+            await producer.put_record(stream="s", partition_key="k", data=b"%d" % i)
+        await producer.flush()
+    async with Producer(CONFIG, client=fake) as producer:
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.records_recovered == 0
+    assert len(fake.stored_records("s")) == 1  # one aggregate, never sent again
+
+
+async def test_failed_records_reported_to_the_caller_are_acknowledged(disk: Disk) -> None:
+    fake = stream_fake()
+    fake.fail_requests(10**9, code="AccessDeniedException", stream="s")  # no retry fixes it
+    async with Producer(CONFIG, client=fake) as producer:
+        outcome = await producer.put_record(stream="s", partition_key="k", data=b"x")
+        assert not (await outcome).success
+    async with Producer(CONFIG, client=fake) as producer:
+        assert producer.statistics().spool.records_recovered == 0  # type: ignore[union-attr]
+
+
+async def put_and_cancel(config: Config, count: int) -> list[bytes]:
+    """Put ``count`` records to a stream whose requests fail, then cancel the producer: the
+    records fail by the exit (``"Cancelled"``), not by Kinesis."""
+    data = [b"record-%d" % i for i in range(count)]
+    fake = stream_fake()
+    fake.fail_requests(10**9, stream="s")
+    with anyio.move_on_after(2):
+        async with Producer(config, client=fake) as producer:
+            outcomes = [
+                await producer.put_record(stream="s", partition_key="k%d" % i, data=d)
+                for i, d in enumerate(data)
+            ]
+            await producer.wait_durable()
+            await anyio.sleep_forever()
+    assert all(outcome.result().error_code == "Cancelled" for outcome in outcomes)
+    return data
+
+
+async def test_records_failed_by_the_exit_stay_and_are_replayed_at_the_next_start(
+    disk: Disk,
+) -> None:
+    fake = stream_fake()
+    config = CONFIG.replace(record_identities=True)
+    async with Producer(config, client=fake) as producer:
+        delivered = await producer.put_record(stream="s", partition_key="k", data=b"before")
+        await producer.flush()
+        assert (await delivered).success
+    data = await put_and_cancel(config, 30)  # the stream fails, then works again
+    async with Producer(config, client=fake) as producer:
+        fresh = await producer.put_record(stream="s", partition_key="k", data=b"after")
+        await producer.flush()  # waits for the replay too
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.records_recovered == statistics.records_replayed == 30
+        assert (await fresh).success
+    records = await user_records(fake)
+    by_data = {record.data: identity_of(record) for record in records}
+    assert set(by_data) == {b"before", b"after", *data}
+    first_run = by_data[b"before"]
+    assert first_run is not None
+    second_run = by_data[b"after"]
+    assert second_run is not None and second_run.producer_id != first_run.producer_id
+    # The replayed records kept the identity of the run that accepted them.
+    replayed = [by_data[d] for d in data]
+    assert {identity.producer_id for identity in replayed if identity} != {first_run.producer_id}
+    assert sorted(identity.sequence for identity in replayed if identity) == list(range(30))
+    async with Producer(config, client=fake) as producer:
+        assert producer.statistics().spool.records_recovered == 0  # type: ignore[union-attr]
+
+
+async def test_replay_waits_for_room(disk: Disk) -> None:
+    await put_and_cancel(CONFIG, 50)
+    fake = stream_fake()
+    config = CONFIG.replace(max_outstanding_records=5)
+    peak = 0
+    async with Producer(config, client=fake) as producer:
+        with anyio.fail_after(60):
+            while not producer._spool.replay_done.is_set():  # type: ignore[union-attr]
+                peak = max(peak, producer.outstanding_records)
+                await anyio.sleep(0.001)
+        await producer.flush()
+    assert peak <= 5
+    assert len(await user_records(fake)) == 50
+
+
+async def test_a_replayed_record_that_fails_goes_to_on_record_failure(disk: Disk) -> None:
+    await put_and_cancel(CONFIG, 3)
+    fake = stream_fake()
+    fake.fail_requests(10**9, code="AccessDeniedException", stream="s")
+    failed: list[Any] = []
+    config = CONFIG.replace(on_record_failure=failed.append, return_record_on_failure=True)
+    async with Producer(config, client=fake) as producer:
+        await producer.flush()
+        statistics = producer.statistics().spool
+        assert statistics is not None and statistics.records_replay_failed == 3
+    assert sorted(result.record.data for result in failed) == [b"record-%d" % i for i in range(3)]
+    async with Producer(CONFIG, client=fake) as producer:  # acknowledged: not again
+        assert producer.statistics().spool.records_recovered == 0  # type: ignore[union-attr]
+
+
+async def test_a_corrupt_segment_does_not_stop_the_start_and_its_loss_is_counted(
+    disk: Disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = await put_and_cancel(CONFIG, 20)
+    (segment,) = disk.segments()
+    content = disk.files.files[segment].content
+    middle = len(content) // 2
+    content[middle] ^= 0xFF  # a flipped byte inside a record frame
+    fake = stream_fake()
+    async with Producer(CONFIG, client=fake) as producer:
+        await producer.flush()
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.frames_lost == 1 and statistics.bytes_lost > 0
+        assert 0 < statistics.records_recovered < 20
+        assert statistics.records_replayed == statistics.records_recovered
+    stored = [record.data for record in await user_records(fake)]
+    assert stored == data[: len(stored)]  # the records before the damage, in order
+    assert "damage found at start" in caplog.text
+
+
+# --- disk full --------------------------------------------------------------------------------
+async def test_a_full_disk_makes_puts_wait_and_they_resume_when_space_returns(
+    disk: Disk,
+) -> None:
+    fake = stream_fake()
+    async with Producer(CONFIG, client=fake) as producer:
+        disk.files.capacity_bytes = sum(len(f.content) for f in disk.files.files.values())
+        first = await producer.put_record(stream="s", partition_key="k", data=b"x" * 100)
+        await anyio.sleep(0.5)  # the flush fails: the disk is full
+        statistics = producer.statistics().spool
+        assert statistics is not None and statistics.full and statistics.write_errors >= 1
+        assert not first.durable
+        with pytest.raises(BufferFullError, match="disk is full"):
+            producer.put_record_nowait(stream="s", partition_key="k", data=b"y")
+        waiting: list[Any] = []
+
+        async def put_one() -> None:
+            waiting.append(await producer.put_record(stream="s", partition_key="k", data=b"z"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(put_one)
+            await anyio.sleep(2)
+            assert not waiting  # back-pressure: the put waits
+            disk.files.capacity_bytes = None  # space again
+            with anyio.fail_after(30):
+                await first.wait_durable()
+        assert waiting and not producer.statistics().spool.full  # type: ignore[union-attr]
+        await producer.wait_durable()
+        await producer.flush()
+    assert sorted(r.data for r in await user_records(fake)) == [b"x" * 100, b"z"]
+
+
+# --- identities -------------------------------------------------------------------------------
+async def test_identities_without_a_spool_are_tags_a_deduper_reads(disk: Disk) -> None:
+    fake = stream_fake(shards=2)
+    config = Config(region="us-east-1", record_identities=True)
+    async with Producer(config, client=fake) as producer:
+        await producer.put_record(stream="s", partition_key="a", data=b"0", tags={"u": "1"})
+        await producer.put_records(
+            stream="s", records=[("b", b"1"), ("c", b"2", None, [("v", None)])]
+        )
+        producer.put_record_nowait(stream="s", partition_key="d", data=b"3")
+        await producer.flush()
+        assert producer.statistics().spool is None
+    records = sorted(await user_records(fake), key=lambda record: record.data)
+    identities = [identity_of(record) for record in records]
+    assert all(identity is not None for identity in identities)
+    assert len({identity.producer_id for identity in identities if identity}) == 1
+    assert [identity.sequence for identity in identities if identity] == [0, 1, 2, 3]
+    assert records[0].tags[0] == ("u", "1") and records[2].tags[0] == ("v", None)
+    deduper = Deduper()
+    fresh = deduper.filter(records + records)  # every copy dropped
+    assert [record.data for record in fresh] == [b"0", b"1", b"2", b"3"]
+
+
+async def test_a_record_too_large_with_its_identity_is_refused_at_put(disk: Disk) -> None:
+    config = Config(region="us-east-1", record_identities=True, max_record_size=1000)
+    async with Producer(config, client=stream_fake()) as producer:
+        with pytest.raises(InvalidRecordError, match="identity tag"):
+            await producer.put_record(stream="s", partition_key="k", data=b"x" * 990)
+        with pytest.raises(InvalidRecordError, match=r"records\[1\].*identity tag"):
+            await producer.put_records(stream="s", records=[("k", b"ok"), ("k", b"x" * 990)])
+        assert producer.outstanding_records == 0
+        assert producer.statistics().records_put == 0
+        outcome = await producer.put_record(stream="s", partition_key="k", data=b"x" * 900)
+        assert (await outcome).success
+
+
+@pytest.mark.parametrize("tags", [{"aiokpl.id": "forged"}, [("ok", "v"), ("aiokpl.x", None)]])
+async def test_reserved_tag_keys_are_refused_on_every_put_path(tags: Any) -> None:
+    fake = stream_fake()
+    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+        with pytest.raises(InvalidRecordError, match="reserved"):
+            await producer.put_record(stream="s", partition_key="k", data=b"x", tags=tags)
+        with pytest.raises(InvalidRecordError, match="reserved"):
+            producer.put_record_nowait(stream="s", partition_key="k", data=b"x", tags=tags)
+        with pytest.raises(InvalidRecordError, match=r"records\[0\].*reserved"):
+            await producer.put_records(stream="s", records=[("k", b"x", None, tags)])
+        # A value may say it; only keys are reserved.
+        outcome = await producer.put_record(
+            stream="s", partition_key="k", data=b"x", tags={"k": "aiokpl.id"}
+        )
+        assert (await outcome).success
+
+
+# --- without a spool: nothing changes ---------------------------------------------------------
+async def test_without_a_spool_or_identities_the_put_path_is_the_plain_one() -> None:
+    async with Producer(Config(region="us-east-1"), client=stream_fake()) as producer:
+        assert producer._enqueue == producer._intake.enqueue
+        assert producer._ledger.on_resolved is None
+        outcome = await producer.put_record(stream="s", partition_key="k", data=b"x")
+        assert type(outcome).__mro__[1].__name__ == "Outcome"  # a plain UserRecord
+        assert not outcome.durable
+        with pytest.raises(RuntimeError, match="spool_directory"):
+            await outcome.wait_durable()
+        with pytest.raises(RuntimeError, match="spool_directory"):
+            await producer.wait_durable()
+        assert producer.statistics().spool is None
+
+
+def test_config_checks_the_spool_and_identity_fields() -> None:
+    import pathlib
+
+    assert Config(spool_directory=pathlib.Path("/tmp/x")).spool_directory == pathlib.Path(
+        "/tmp/x"
+    )
+    with pytest.raises(TypeError, match="spool_directory must be a str or an os.PathLike"):
+        Config(spool_directory=b"/tmp/x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="spool_directory"):
+        Config(spool_directory=3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="spool_directory must not be empty"):
+        Config(spool_directory="")
+    with pytest.raises(ConfigError, match="spool_fsync must be one of"):
+        Config(spool_fsync="always")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="spool_fsync_interval_ms"):
+        Config(spool_fsync_interval_ms=0)
+    with pytest.raises(ConfigError, match="record_identities needs aggregation_enabled"):
+        Config(record_identities=True, aggregation_enabled=False)
+    with pytest.raises(TypeError, match="record_identities must be a bool"):
+        Config(record_identities=1)  # type: ignore[arg-type]
+
+
+async def test_a_spool_that_cannot_be_opened_fails_the_start(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_spooling, "run_sync", Disk().run_sync)  # the real files, inline
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    config = CONFIG.replace(spool_directory=blocker / "spool")  # under a file: ENOTDIR
+    producer = Producer(config, client=stream_fake())
+    with pytest.raises(OSError, match="cannot open the spool"):
+        async with producer:
+            pass
+
+
+def test_the_identity_encoder_of_a_spool_id_is_the_ids_base64() -> None:
+    producer_id = bytes(range(16))
+    encoder = _spooling.encoder_of(producer_id)
+    assert encoder.producer_id == base64.urlsafe_b64encode(producer_id).rstrip(b"=").decode()
