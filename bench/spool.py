@@ -6,9 +6,10 @@ Rows (SPEC §6, "durable spool"):
 * **throughput**: bench/pipeline.py's set-up (200k records of 100 bytes over 4096 keys,
   aggregation on, a 64-shard in-process ``FakeKinesis``, put → every outcome resolved) run with
   the spool under each fsync policy (``none``, ``interval``, ``batch``) beside the in-memory
-  run, in the same ``anyio.run``, one after the other; rounds interleave asyncio and trio and
-  the best time of each is kept. Target: each spool run at least half the in-memory
-  throughput.
+  run, in the same ``anyio.run``, one after the other (the order turning from round to round);
+  rounds interleave asyncio and trio and the best time of each is kept. Target: each spool run
+  at least half the in-memory throughput. For information, ``interval`` with record
+  identities too.
 * **accepted → durable**: the same producer paced at ``PACED_RATE`` records a second (a load
   the spool keeps up with; at saturation the figure is queueing, the throughput rows' part):
   the time from ``put_record`` returning to ``record.durable`` becoming true, p50 and p99, for
@@ -296,7 +297,8 @@ def deaggregate_figures(aggregates: int) -> dict[str, Any]:
 
 # -- the pipeline with the spool ----------------------------------------------------------------
 
-VARIANTS = ("memory", *FSYNC_MODES)
+IDENTITIES = "interval-identities"  # information: what identities add to the spool's cost
+VARIANTS = ("memory", *FSYNC_MODES, IDENTITIES)
 
 
 def spool_wired() -> bool:
@@ -307,21 +309,24 @@ def spool_wired() -> bool:
 def _config(variant: str, directory: str) -> Config:
     if variant == "memory":
         return Config(region="us-east-1")
+    mode: FsyncMode = "none" if variant == "none" else "batch" if variant == "batch" else "interval"
     return Config(
         region="us-east-1",
         spool_directory=os.path.join(directory, variant),
-        spool_fsync=variant,
+        spool_fsync=mode,
         spool_fsync_interval_ms=INTERVAL_MS,
+        record_identities=variant == IDENTITIES,
     )
 
 
-async def _throughput_round(n: int, directory: str) -> dict[str, float]:
-    """bench/pipeline.py's pipeline run, in memory and with the spool per policy."""
+async def _throughput_round(n: int, directory: str, shift: int) -> dict[str, float]:
+    """bench/pipeline.py's pipeline run, in memory and with the spool per policy; the order of
+    the variants turns by ``shift`` from one round to the next, so none is always first."""
     keys = [f"key-{i}" for i in range(pipeline_scenario.KEYS)]
     data = bytes(range(pipeline_scenario.DATA_SIZE))
     fake = FakeKinesis()
     times: dict[str, float] = {}
-    for variant in VARIANTS:
+    for variant in VARIANTS[shift:] + VARIANTS[:shift]:
         fake.add_stream(variant, shard_count=pipeline_scenario.SHARDS)
         gc.collect()
         config = _config(variant, directory)
@@ -391,7 +396,8 @@ def pipeline_figures(quick: bool) -> dict[str, Any]:
         for r in range(rounds):
             for backend in backends:
                 sub = os.path.join(directory, f"{backend}-{r}")
-                times = anyio.run(_throughput_round, n, sub, backend=backend)
+                shift = (r * len(backends) + backends.index(backend)) % len(VARIANTS)
+                times = anyio.run(_throughput_round, n, sub, shift, backend=backend)
                 for variant, seconds in times.items():
                     samples.setdefault(backend, {}).setdefault(variant, []).append(seconds)
         paced = QUICK_PACED_SECONDS if quick else PACED_SECONDS
@@ -452,6 +458,18 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
                         ratio >= TARGET_THROUGHPUT_RATIO,
                     )
                 )
+        for backend, best in figures["best_seconds"].items():
+            ratio = best["interval"] / best[IDENTITIES]
+            result.rows.append(
+                Row(
+                    f"spool/throughput/{backend}",
+                    f"fsync interval with record identities: "
+                    f"{n / best[IDENTITIES] / 1000:,.1f}k rec/s",
+                    "info (what identities add)",
+                    ratio,
+                    "identities/without",
+                )
+            )
         for mode, lat in figures["durable_latency_seconds"].items():
             bound = _commit_interval_ms(mode) + TARGET_LATENCY_MARGIN_MS
             p99_ms = lat["p99"] * 1000

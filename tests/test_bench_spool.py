@@ -32,20 +32,23 @@ def test_spool_benchmark_runs_and_reports_its_figures(
 
     assert result.name == "spool"
     assert [row.scenario for row in result.rows] == [
-        *["spool/throughput/asyncio"] * 3,
+        *["spool/throughput/asyncio"] * 4,
         *["spool/durable"] * 3,
         "spool/recovery",
         "spool/flush",
         "spool/deduper",
         "spool/deaggregate",
     ]
-    assert [row.ok is not None for row in result.rows] == [True] * 6 + [False] * 4
+    assert [row.ok is not None for row in result.rows] == [True] * 3 + [False] + [True] * 3 + [
+        False
+    ] * 4
     details = result.details
     assert set(details["pipeline"]["best_seconds"]["asyncio"]) == {
         "memory",
         "batch",
         "interval",
         "none",
+        "interval-identities",
     }
     paced = round(spool.PACED_RATE * 0.2)
     for figures in details["pipeline"]["durable_latency_seconds"].values():

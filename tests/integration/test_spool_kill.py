@@ -228,7 +228,7 @@ def read_back(endpoint: str, stream: str) -> list[Stored]:
     return found
 
 
-def check_stream(stored: list[Stored], put: set[int], durable: set[int]) -> dict[str, int]:
+def check_stream(stored: list[Stored], put: set[int], durable: set[int]) -> dict[str, Any]:
     """The spool's promise held against what the stream holds; counts for the report."""
     strangers = [s for s in stored if s.number is None or s.number not in put]
     assert not strangers, f"records never put are in the stream: {strangers[:3]}"
