@@ -20,7 +20,8 @@ The plan (a JSON object):
 * ``kill``: ``null``, or ``{"op": OP, "n": N, "when": "before"|"after"|"torn"}``: SIGKILL
   itself at the Nth call of ``OsFiles.OP`` (``append``, ``fsync``, ``unlink``, ``rename``,
   ``create``, ``truncate_path``, ``write_file``), before or after the call does its work, or
-  (``append`` only) ``torn``: after writing a part of the buffer;
+  (``append`` only) ``torn``: after writing a part of the buffer; or (OP ``request``) at the
+  Nth ``PutRecords`` call, before it is sent or once its answer is back;
 * ``segment_size_bytes``: the spool's segment size (small, so segments rotate and are
   deleted often).
 
@@ -96,7 +97,7 @@ def install_kill(op: str, n: int, when: str) -> None:
 
 
 OPS = ("append", "fsync", "create", "unlink", "rename", "truncate_path", "write_file")
-calls: dict[str, int] = dict.fromkeys(OPS, 0)
+calls: dict[str, int] = dict.fromkeys((*OPS, "request"), 0)
 
 
 def install_counters() -> None:
@@ -109,6 +110,28 @@ def install_counters() -> None:
             return _original(self, *args)
 
         setattr(spool_files.OsFiles, op, counted)
+
+
+def install_request_kill(n: int, when: str) -> None:
+    """Kill the process at the ``n``th ``PutRecords`` call: ``before`` it is sent, or
+    ``after`` its answer came back (the server stored the records; the producer never learns
+    it, so they are sent again after the restart: copies)."""
+    from aiobotocore.client import AioBaseClient
+
+    original = AioBaseClient._make_api_call
+
+    async def call(self: Any, operation: str, params: Any) -> Any:
+        if operation != "PutRecords":
+            return await original(self, operation, params)
+        calls["request"] += 1
+        if calls["request"] == n and when == "before":
+            die()
+        answer = await original(self, operation, params)
+        if calls["request"] == n:
+            die()
+        return answer
+
+    AioBaseClient._make_api_call = call
 
 
 def install_segment_size(size: int) -> None:
@@ -168,6 +191,11 @@ if __name__ == "__main__":
     if plan.get("segment_size_bytes"):
         install_segment_size(plan["segment_size_bytes"])
     install_counters()
-    if plan.get("kill"):
-        install_kill(plan["kill"]["op"], plan["kill"]["n"], plan["kill"]["when"])
+    kill = plan.get("kill")
+    if kill and kill["op"] == "request":
+        install_request_kill(kill["n"], kill["when"])
+    else:
+        install_request_kill(0, "after")  # counts them only
+        if kill:
+            install_kill(kill["op"], kill["n"], kill["when"])
     anyio.run(main, plan, backend=plan["backend"])
