@@ -20,8 +20,9 @@ The plan (a JSON object):
 * ``kill``: ``null``, or ``{"op": OP, "n": N, "when": "before"|"after"|"torn"}``: SIGKILL
   itself at the Nth call of ``OsFiles.OP`` (``append``, ``fsync``, ``unlink``, ``rename``,
   ``create``, ``truncate_path``, ``write_file``), before or after the call does its work, or
-  (``append`` only) ``torn``: after writing a part of the buffer; or (OP ``request``) at the
-  Nth ``PutRecords`` call, before it is sent or once its answer is back;
+  (``append`` only) ``torn``: after writing the first ``cut`` (a fraction) of the buffer; or
+  (OP ``request``) at the Nth ``PutRecords`` call, before it is sent or once its answer is
+  back;
 * ``segment_size_bytes``: the spool's segment size (small, so segments rotate and are
   deleted often).
 
@@ -73,8 +74,9 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def install_kill(op: str, n: int, when: str) -> None:
-    """Wrap ``OsFiles.op`` so that its ``n``th call (from 1) kills the process."""
+def install_kill(op: str, n: int, when: str, cut: float) -> None:
+    """Wrap ``OsFiles.op`` so that its ``n``th call (from 1) kills the process (a torn write
+    writes the first ``cut`` of its buffer: a half could end on a frame's boundary)."""
     original = getattr(spool_files.OsFiles, op)
     calls = 0
 
@@ -85,7 +87,7 @@ def install_kill(op: str, n: int, when: str) -> None:
             return original(self, *args)
         if when == "torn":
             handle, data = args
-            original(self, handle, data[: max(1, len(data) // 2)])
+            original(self, handle, data[: max(1, min(len(data) - 1, int(len(data) * cut)))])
             die()
         if when == "before":
             die()
@@ -197,5 +199,5 @@ if __name__ == "__main__":
     else:
         install_request_kill(0, "after")  # counts them only
         if kill:
-            install_kill(kill["op"], kill["n"], kill["when"])
+            install_kill(kill["op"], kill["n"], kill["when"], kill.get("cut", 0.5))
     anyio.run(main, plan, backend=plan["backend"])

@@ -24,25 +24,27 @@ counts what it lost, and delivers every durable record outside the damaged range
 inside them.
 
 Seeded: ``AIOKPL_SPOOL_KILL_SEED`` (default 23) picks every kill; ``AIOKPL_SPOOL_KILL_ITERATIONS``
-(default 12: each kill point once, six random moments) sets how many runs are killed, for a
+(default 12: each kill point at least once) sets how many runs are killed, for a
 longer soak (``-s`` prints what each run did and the figures).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 import pytest
@@ -71,14 +73,13 @@ FRAME_HEAD = 8  # a frame's length word and CRC, before its body
 
 # The file operations a child may be killed at, how it is killed there, and up to which call
 # (a run of RECORDS_PER_RUN records makes about this many: 30 writes, 30 fsyncs but with
-# "none", 3 segments created and 2 or 3 deleted, 7 or 8 PutRecords calls).
+# "none", 3 segments created and 2 or 3 deleted, 7 or 8 PutRecords calls). A write is cut at
+# a random point ("torn"); the run after it is killed in the repair of the torn tail.
 KILL_POINTS: list[tuple[str, tuple[str, ...], int]] = [
-    ("append", ("torn", "before", "after"), 30),
+    ("append", ("torn",), 30),
     ("fsync", ("before", "after"), 28),
     ("create", ("before", "after"), 3),
     ("unlink", ("before", "after"), 3),
-    # Only a start that found a torn tail truncates: the runs after a torn write.
-    ("truncate_path", ("before", "after"), 1),
     # The Nth PutRecords, once its answer is back: the server stored the records, the
     # producer dies before it learns so; they are sent again after the restart.
     ("request", ("after",), 7),
@@ -94,6 +95,7 @@ class Child:
 
     plan: dict[str, Any]
     process: subprocess.Popen[str]
+    stderr: IO[bytes]
     lines: list[str] = field(default_factory=list)
     changed: threading.Condition = field(default_factory=threading.Condition)
     closed: bool = False
@@ -145,29 +147,31 @@ class Child:
 def children() -> Iterator[Callable[[dict[str, Any]], Child]]:
     """Starts child programs; kills and reaps every one still running at the end."""
     started: list[Child] = []
+    with contextlib.ExitStack() as files:
 
-    def start(plan: dict[str, Any]) -> Child:
-        process = subprocess.Popen(
-            [sys.executable, str(CHILD), json.dumps(plan)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
-        )
-        child = Child(plan, process)
-        threading.Thread(target=child.read, daemon=True).start()
-        started.append(child)
-        return child
+        def start(plan: dict[str, Any]) -> Child:
+            # Its log goes to a file: a pipe read only at the end could fill and block it.
+            stderr = files.enter_context(tempfile.TemporaryFile())
+            process = subprocess.Popen(
+                [sys.executable, str(CHILD), json.dumps(plan)],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+            )
+            child = Child(plan, process, stderr)
+            threading.Thread(target=child.read, daemon=True).start()
+            started.append(child)
+            return child
 
-    try:
-        yield start
-    finally:
-        for child in started:
-            child.kill()
-            child.finish()
-            for pipe in (child.process.stdout, child.process.stderr):
-                if pipe is not None:
-                    pipe.close()
+        try:
+            yield start
+        finally:
+            for child in started:
+                child.kill()
+                child.finish()
+                if child.process.stdout is not None:
+                    child.process.stdout.close()
 
 
 def plan_for(
@@ -193,7 +197,8 @@ def plan_for(
 
 def failure(child: Child) -> str:
     """What a child that should not have failed said."""
-    stderr = child.process.stderr.read() if child.process.stderr else ""
+    child.stderr.seek(0)
+    stderr = child.stderr.read().decode(errors="replace")
     return f"plan {child.plan}\nstdout {child.lines[-5:]}\nstderr {stderr[-3000:]}"
 
 
@@ -307,6 +312,7 @@ def test_every_durable_record_survives_kills_at_any_point(
     first = 0
     kills: Counter[str] = Counter()
     copies_made = False  # a run died with a PutRecords answer unread
+    torn = False  # the last run died in the middle of a write
     for iteration in range(ITERATIONS):
         plan = plan_for(
             moto_endpoint,
@@ -319,10 +325,16 @@ def test_every_durable_record_survives_kills_at_any_point(
             pause_ms=PAUSE_MS,
         )
         # Every other run is killed at a file operation, the operations in turn; the others
-        # at a random moment.
-        if iteration % 2:
+        # at a random moment, except after a torn write: then in the start's repair of it
+        # (only a start that finds a torn tail truncates a segment).
+        if torn:
+            plan["kill"] = {"op": "truncate_path", "n": 1, "when": rng.choice(("before", "after"))}
+            how = f"truncate_path#1 {plan['kill']['when']}"
+            child = children(plan)
+        elif iteration % 2:
             op, ways, most = KILL_POINTS[iteration // 2 % len(KILL_POINTS)]
             plan["kill"] = {"op": op, "n": rng.randint(1, most), "when": rng.choice(ways)}
+            plan["kill"]["cut"] = rng.random()
             if op == "fsync" and plan["fsync"] == "none":
                 plan["fsync"] = "batch"  # "none" never fsyncs
             how = f"{op}#{plan['kill']['n']} {plan['kill']['when']}"
@@ -341,6 +353,9 @@ def test_every_durable_record_survives_kills_at_any_point(
             time.sleep(delay)
             child.kill()
         code = child.finish()
+        torn = (
+            code == -signal.SIGKILL and plan["kill"] is not None and plan["kill"]["op"] == "append"
+        )
         put.update(range(first, first + RECORDS_PER_RUN))
         durable |= child.durable()
         if code == -signal.SIGKILL:
