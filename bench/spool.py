@@ -7,7 +7,8 @@ Rows (SPEC §6, "durable spool"):
   aggregation on, a 64-shard in-process ``FakeKinesis``, put → every outcome resolved) run with
   the spool under each fsync policy (``none``, ``interval``, ``batch``) beside the in-memory
   run, in the same ``anyio.run``, one after the other (the order turning from round to round);
-  rounds interleave asyncio and trio and the best time of each is kept. Target: each spool run
+  five rounds interleave asyncio and trio and the best time of each is kept (the process's
+  CPU time per record too: on a loaded machine the steadier figure). Target: each spool run
   at least half the in-memory throughput. For information, ``interval`` with record
   identities too.
 * **accepted → durable**: the same producer paced at ``PACED_RATE`` records a second (a load
@@ -87,6 +88,7 @@ PACED_RATE = 2_000  # records a second in the latency run
 PACED_SECONDS = 3.0
 QUICK_PACED_SECONDS = 1.0
 PACED_TICK = 0.01  # seconds between groups of puts
+ROUNDS = 5  # of the throughput runs, each backend; the best of each variant is kept
 TARGET_THROUGHPUT_RATIO = 0.5
 TARGET_LATENCY_MARGIN_MS = 10.0
 
@@ -319,19 +321,24 @@ def _config(variant: str, directory: str) -> Config:
     )
 
 
-async def _throughput_round(n: int, directory: str, shift: int) -> dict[str, float]:
+async def _throughput_round(n: int, directory: str, shift: int) -> dict[str, tuple[float, float]]:
     """bench/pipeline.py's pipeline run, in memory and with the spool per policy; the order of
-    the variants turns by ``shift`` from one round to the next, so none is always first."""
+    the variants turns by ``shift`` from one round to the next, so none is always first.
+    Returns ``(wall seconds, CPU seconds of the process)`` per variant."""
     keys = [f"key-{i}" for i in range(pipeline_scenario.KEYS)]
     data = bytes(range(pipeline_scenario.DATA_SIZE))
     fake = FakeKinesis()
-    times: dict[str, float] = {}
+    times: dict[str, tuple[float, float]] = {}
     for variant in VARIANTS[shift:] + VARIANTS[:shift]:
         fake.add_stream(variant, shard_count=pipeline_scenario.SHARDS)
         gc.collect()
         config = _config(variant, directory)
-        times[variant] = await pipeline_scenario.pipeline(fake, variant, keys, data, n, config)
+        cpu: list[float] = []
+        wall = await pipeline_scenario.pipeline(fake, variant, keys, data, n, config, cpu)
+        times[variant] = (wall, cpu[0])
         pipeline_scenario._check_stored(fake, variant, n + 1)  # and the warm-up record
+        if config.spool_directory is not None and not os.listdir(config.spool_directory):
+            raise RuntimeError(f"{variant}: the spool directory is empty")
     return times
 
 
@@ -388,9 +395,10 @@ async def _latency_run(seconds: float, directory: str) -> dict[str, list[float]]
 
 def pipeline_figures(quick: bool) -> dict[str, Any]:
     n = pipeline_scenario.QUICK_RECORDS if quick else pipeline_scenario.RECORDS
-    rounds = 1 if quick else pipeline_scenario.ROUNDS
+    rounds = 1 if quick else ROUNDS
     backends = ("asyncio",) if quick else ("asyncio", "trio")
     samples: dict[str, dict[str, list[float]]] = {}
+    cpu: dict[str, dict[str, list[float]]] = {}
     latencies: dict[str, list[float]] = {}
     with _directory() as directory:
         for r in range(rounds):
@@ -398,8 +406,9 @@ def pipeline_figures(quick: bool) -> dict[str, Any]:
                 sub = os.path.join(directory, f"{backend}-{r}")
                 shift = (r * len(backends) + backends.index(backend)) % len(VARIANTS)
                 times = anyio.run(_throughput_round, n, sub, shift, backend=backend)
-                for variant, seconds in times.items():
+                for variant, (seconds, cpu_seconds) in times.items():
                     samples.setdefault(backend, {}).setdefault(variant, []).append(seconds)
+                    cpu.setdefault(backend, {}).setdefault(variant, []).append(cpu_seconds)
         paced = QUICK_PACED_SECONDS if quick else PACED_SECONDS
         latencies = anyio.run(_latency_run, paced, os.path.join(directory, "paced"))
     return {
@@ -407,6 +416,8 @@ def pipeline_figures(quick: bool) -> dict[str, Any]:
         "rounds": rounds,
         "best_seconds": {b: {v: min(s) for v, s in runs.items()} for b, runs in samples.items()},
         "samples_seconds": samples,
+        "best_cpu_seconds": {b: {v: min(s) for v, s in runs.items()} for b, runs in cpu.items()},
+        "cpu_samples_seconds": cpu,
         "paced_rate": PACED_RATE,
         "paced_seconds": paced,
         "durable_latency_seconds": {
@@ -445,13 +456,15 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
         n = figures["records"]
         for backend, best in figures["best_seconds"].items():
             memory = best["memory"]
+            cpu = figures["best_cpu_seconds"][backend]
             for mode in FSYNC_MODES:
                 ratio = memory / best[mode]
                 result.rows.append(
                     Row(
                         f"spool/throughput/{backend}",
                         f"fsync {mode}: {n / best[mode] / 1000:,.1f}k rec/s; "
-                        f"in memory {n / memory / 1000:,.1f}k rec/s ({n:,} records{note})",
+                        f"in memory {n / memory / 1000:,.1f}k rec/s ({n:,} records{note}); "
+                        f"CPU {cpu[mode] / n * 1e6:.1f} vs {cpu['memory'] / n * 1e6:.1f} µs/rec",
                         f"≥ {TARGET_THROUGHPUT_RATIO:g}× in-memory throughput",
                         ratio,
                         f"{mode}/memory",
@@ -464,7 +477,8 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
                 Row(
                     f"spool/throughput/{backend}",
                     f"fsync interval with record identities: "
-                    f"{n / best[IDENTITIES] / 1000:,.1f}k rec/s",
+                    f"{n / best[IDENTITIES] / 1000:,.1f}k rec/s; CPU "
+                    f"{figures['best_cpu_seconds'][backend][IDENTITIES] / n * 1e6:.1f} µs/rec",
                     "info (what identities add)",
                     ratio,
                     "identities/without",

@@ -50,6 +50,7 @@ def test_spool_benchmark_runs_and_reports_its_figures(
         "none",
         "interval-identities",
     }
+    assert set(details["pipeline"]["best_cpu_seconds"]["asyncio"]) == set(spool.VARIANTS)
     paced = round(spool.PACED_RATE * 0.2)
     for figures in details["pipeline"]["durable_latency_seconds"].values():
         assert figures["records"] == paced
