@@ -246,3 +246,16 @@ def test_aws_kinesis_agg_reads_records_with_identities_and_its_protobuf_sees_the
         for tag in (next((t for t in r.tags if t.key == IDENTITY_KEY), None) for r in records)
     ]
     assert read[1] == [(IDENTITY_KEY, f"{PID}.1")]
+
+
+@pytest.mark.parametrize("ehk", [None, "12345678901234567890"])
+@pytest.mark.parametrize("data_size", [0, 100, 200_000])
+def test_alone_size_is_what_an_aggregate_of_one_measures(ehk: str | None, data_size: int) -> None:
+    from aiokpl._core.identity import alone_size
+
+    key = "pärtition"
+    tags = encode_tags([("u", "v")]) + IdentityEncoder(new_producer_id()).encode(10**12)
+    builder = AggregateBuilder()
+    builder.try_add(key, b"x" * data_size, ehk, float("inf"), tags)
+    measured = len(key.encode()) + len(builder.encode())
+    assert alone_size(len(key.encode()), data_size, ehk, len(tags)) == measured

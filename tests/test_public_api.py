@@ -55,6 +55,8 @@ def test_all_is_pinned() -> None:
         "RateLimiterStatistics",
         "RecordFailedError",
         "RecordResult",
+        "SpoolError",
+        "SpoolStatistics",
         "StreamStatistics",
         "SyncProducer",
         "TokenBucket",

@@ -6,7 +6,8 @@ runs no threads), so "durable only after the fsync" is observed, not timed."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterator
+import errno
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -18,9 +19,11 @@ from aiokpl import (
     ConfigError,
     InvalidRecordError,
     Producer,
+    SpoolError,
     SpoolStatistics,
+    SyncProducer,
+    _spooling,
 )
-from aiokpl import _spooling
 from aiokpl._spool.memory import MemoryFiles
 from aiokpl.aggregation import Deduper, deaggregate, identity_of
 from aiokpl.testing import FakeKinesis, read_stream
@@ -52,11 +55,11 @@ class Disk:
 
 
 @pytest.fixture
-def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
+def disk(monkeypatch: pytest.MonkeyPatch) -> Disk:
     disk = Disk()
     monkeypatch.setattr(_spooling, "spool_files", lambda: disk.files)
     monkeypatch.setattr(_spooling, "run_sync", disk.run_sync)
-    yield disk
+    return disk
 
 
 def stream_fake(shards: int = 1) -> FakeKinesis:
@@ -82,12 +85,14 @@ async def test_a_record_is_durable_only_after_the_fsync_and_one_fsync_covers_man
             await producer.put_record(stream="s", partition_key="k", data=b"%d" % i)
             for i in range(20)
         ]
-        await anyio.sleep(0.5)  # the spool task is held in its flush: nothing is durable yet
-        assert not any(outcome.durable for outcome in outcomes)
-        assert disk.files.fsyncs == fsyncs
-        assert producer.statistics().spool.records_durable == 0  # type: ignore[union-attr]
-        disk.gate.set()
-        disk.gate = None
+        try:
+            await anyio.sleep(0.5)  # the spool task is held in its flush: nothing durable yet
+            assert not any(outcome.durable for outcome in outcomes)
+            assert disk.files.fsyncs == fsyncs
+            assert producer.statistics().spool.records_durable == 0  # type: ignore[union-attr]
+        finally:  # a failure must not leave the spool's close waiting on the held flush
+            disk.gate.set()
+            disk.gate = None
         await producer.wait_durable()
         assert all(outcome.durable for outcome in outcomes)
         assert disk.files.fsyncs == fsyncs + 1  # group commit: one fsync for the 20
@@ -134,12 +139,16 @@ async def test_delivered_records_are_acknowledged_and_not_replayed(disk: Disk) -
     async with Producer(CONFIG, client=fake) as producer:
         for i in range(10):
             await producer.put_record(stream="s", partition_key="k", data=b"%d" % i)
+        await producer.put_records(stream="s", records=[("k", b"%d" % i) for i in range(10, 20)])
         await producer.flush()
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.records_appended == 20
     async with Producer(CONFIG, client=fake) as producer:
         statistics = producer.statistics().spool
         assert statistics is not None
         assert statistics.records_recovered == 0
-    assert len(fake.stored_records("s")) == 1  # one aggregate, never sent again
+    assert len(await user_records(fake)) == 20  # delivered once, never sent again
 
 
 async def test_failed_records_reported_to_the_caller_are_acknowledged(disk: Disk) -> None:
@@ -161,7 +170,7 @@ async def put_and_cancel(config: Config, count: int) -> list[bytes]:
     with anyio.move_on_after(2):
         async with Producer(config, client=fake) as producer:
             outcomes = [
-                await producer.put_record(stream="s", partition_key="k%d" % i, data=d)
+                await producer.put_record(stream="s", partition_key=f"k{i}", data=d)
                 for i, d in enumerate(data)
             ]
             await producer.wait_durable()
@@ -193,7 +202,8 @@ async def test_records_failed_by_the_exit_stay_and_are_replayed_at_the_next_star
     first_run = by_data[b"before"]
     assert first_run is not None
     second_run = by_data[b"after"]
-    assert second_run is not None and second_run.producer_id != first_run.producer_id
+    assert second_run is not None
+    assert second_run.producer_id != first_run.producer_id
     # The replayed records kept the identity of the run that accepted them.
     replayed = [by_data[d] for d in data]
     assert {identity.producer_id for identity in replayed if identity} != {first_run.producer_id}
@@ -226,7 +236,8 @@ async def test_a_replayed_record_that_fails_goes_to_on_record_failure(disk: Disk
     async with Producer(config, client=fake) as producer:
         await producer.flush()
         statistics = producer.statistics().spool
-        assert statistics is not None and statistics.records_replay_failed == 3
+        assert statistics is not None
+        assert statistics.records_replay_failed == 3
     assert sorted(result.record.data for result in failed) == [b"record-%d" % i for i in range(3)]
     async with Producer(CONFIG, client=fake) as producer:  # acknowledged: not again
         assert producer.statistics().spool.records_recovered == 0  # type: ignore[union-attr]
@@ -245,7 +256,8 @@ async def test_a_corrupt_segment_does_not_stop_the_start_and_its_loss_is_counted
         await producer.flush()
         statistics = producer.statistics().spool
         assert statistics is not None
-        assert statistics.frames_lost == 1 and statistics.bytes_lost > 0
+        assert statistics.frames_lost == 1
+        assert statistics.bytes_lost > 0
         assert 0 < statistics.records_recovered < 20
         assert statistics.records_replayed == statistics.records_recovered
     stored = [record.data for record in await user_records(fake)]
@@ -263,7 +275,9 @@ async def test_a_full_disk_makes_puts_wait_and_they_resume_when_space_returns(
         first = await producer.put_record(stream="s", partition_key="k", data=b"x" * 100)
         await anyio.sleep(0.5)  # the flush fails: the disk is full
         statistics = producer.statistics().spool
-        assert statistics is not None and statistics.full and statistics.write_errors >= 1
+        assert statistics is not None
+        assert statistics.full
+        assert statistics.write_errors >= 1
         assert not first.durable
         with pytest.raises(BufferFullError, match="disk is full"):
             producer.put_record_nowait(stream="s", partition_key="k", data=b"y")
@@ -279,7 +293,8 @@ async def test_a_full_disk_makes_puts_wait_and_they_resume_when_space_returns(
             disk.files.capacity_bytes = None  # space again
             with anyio.fail_after(30):
                 await first.wait_durable()
-        assert waiting and not producer.statistics().spool.full  # type: ignore[union-attr]
+        assert waiting
+        assert not producer.statistics().spool.full  # type: ignore[union-attr]
         await producer.wait_durable()
         await producer.flush()
     assert sorted(r.data for r in await user_records(fake)) == [b"x" * 100, b"z"]
@@ -302,7 +317,8 @@ async def test_identities_without_a_spool_are_tags_a_deduper_reads(disk: Disk) -
     assert all(identity is not None for identity in identities)
     assert len({identity.producer_id for identity in identities if identity}) == 1
     assert [identity.sequence for identity in identities if identity] == [0, 1, 2, 3]
-    assert records[0].tags[0] == ("u", "1") and records[2].tags[0] == ("v", None)
+    assert records[0].tags[0] == ("u", "1")
+    assert records[2].tags[0] == ("v", None)
     deduper = Deduper()
     fresh = deduper.filter(records + records)  # every copy dropped
     assert [record.data for record in fresh] == [b"0", b"1", b"2", b"3"]
@@ -356,10 +372,8 @@ async def test_without_a_spool_or_identities_the_put_path_is_the_plain_one() -> 
 def test_config_checks_the_spool_and_identity_fields() -> None:
     import pathlib
 
-    assert Config(spool_directory=pathlib.Path("/tmp/x")).spool_directory == pathlib.Path(
-        "/tmp/x"
-    )
-    with pytest.raises(TypeError, match="spool_directory must be a str or an os.PathLike"):
+    assert Config(spool_directory=pathlib.Path("/tmp/x")).spool_directory == pathlib.Path("/tmp/x")
+    with pytest.raises(TypeError, match=r"spool_directory must be a str or an os\.PathLike"):
         Config(spool_directory=b"/tmp/x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="spool_directory"):
         Config(spool_directory=3)  # type: ignore[arg-type]
@@ -392,3 +406,101 @@ def test_the_identity_encoder_of_a_spool_id_is_the_ids_base64() -> None:
     producer_id = bytes(range(16))
     encoder = _spooling.encoder_of(producer_id)
     assert encoder.producer_id == base64.urlsafe_b64encode(producer_id).rstrip(b"=").decode()
+
+
+# --- SyncProducer ------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_sync_producer_waits_until_what_it_put_is_durable(disk: Disk, backend: str) -> None:
+    fake = stream_fake()
+    with SyncProducer(CONFIG, client=fake, backend=backend) as producer:  # type: ignore[arg-type]
+        futures = [
+            producer.put_record(stream="s", partition_key="k", data=b"%d" % i) for i in range(50)
+        ]
+        producer.wait_durable(timeout=30)
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.records_durable == 50
+        with pytest.raises(InvalidRecordError, match="reserved"):
+            producer.put_record(stream="s", partition_key="k", data=b"x", tags={"aiokpl.a": "b"})
+    assert all(future.result().success for future in futures)
+    plain = Config(region="us-east-1")
+    with (
+        SyncProducer(plain, client=fake, backend=backend) as producer,  # type: ignore[arg-type]
+        pytest.raises(RuntimeError, match="spool_directory"),
+    ):
+        producer.wait_durable()
+
+
+def test_sync_producer_fails_a_record_its_identity_makes_too_large(disk: Disk) -> None:
+    config = Config(region="us-east-1", record_identities=True, max_record_size=1000)
+    with SyncProducer(config, client=stream_fake()) as producer:
+        refused = producer.put_record(stream="s", partition_key="k", data=b"x" * 990)
+        fits = producer.put_record(stream="s", partition_key="k", data=b"x" * 900)
+        result = refused.result(timeout=30)
+        assert not result.success
+        assert result.error_code == "InvalidRecord"
+        assert "identity tag" in (result.error_message or "")
+        assert fits.result(timeout=30).success
+
+
+# --- failures of the spool itself --------------------------------------------------------------
+async def test_a_failed_fsync_is_retried_and_logged(
+    disk: Disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with Producer(CONFIG, client=stream_fake()) as producer:
+        disk.files.fail("fsync", errno.EIO)
+        outcome = await producer.put_record(stream="s", partition_key="k", data=b"x")
+        with anyio.fail_after(30):
+            await outcome.wait_durable()
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.write_errors == 1
+        assert not statistics.full
+    assert "a write failed" in caplog.text
+
+
+async def test_wait_durable_fails_when_the_producer_closes_first(
+    disk: Disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    errors: list[BaseException] = []
+    async with anyio.create_task_group() as group:
+        async with Producer(CONFIG, client=stream_fake()) as producer:
+            disk.files.capacity_bytes = sum(len(f.content) for f in disk.files.files.values())
+            outcome = await producer.put_record(stream="s", partition_key="k", data=b"x")
+
+            async def wait() -> None:
+                try:
+                    await outcome.wait_durable()
+                except SpoolError as exc:
+                    errors.append(exc)
+
+            group.start_soon(wait)
+            await anyio.sleep(0.5)
+        assert (await outcome).success  # sending never waited for the disk
+    assert len(errors) == 1
+    assert "closed before the record was durable" in str(errors[0])
+    assert "closing failed" in caplog.text
+    with pytest.raises(SpoolError, match="closed before"):
+        await producer.wait_durable()
+
+
+async def test_a_replay_cut_short_by_the_exit_is_taken_up_at_the_next_start(
+    disk: Disk,
+) -> None:
+    data = await put_and_cancel(CONFIG, 50)
+    dead = stream_fake()
+    dead.fail_requests(10**9, stream="s")
+    with anyio.move_on_after(1):
+        async with Producer(CONFIG.replace(max_outstanding_records=5), client=dead) as producer:
+            await anyio.sleep_forever()
+    statistics = producer.statistics().spool
+    assert statistics is not None
+    assert statistics.records_recovered == 50
+    assert statistics.records_replayed <= 5  # the rest waited for room when the exit came
+    live = stream_fake()
+    async with Producer(CONFIG, client=live) as producer:
+        await producer.flush()
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.records_recovered == statistics.records_replayed == 50
+    assert sorted(record.data for record in await user_records(live)) == sorted(data)

@@ -60,6 +60,7 @@ from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
 from ._hosted import ProducerPort
 from ._kinesis import fixed_region
 from ._producer import Producer, port_of
+from ._sync_durable import wait_durable_from_thread
 from ._sync_exit import close_forgotten, forget, remember, report_abandon, uninterrupted
 
 if TYPE_CHECKING:
@@ -465,6 +466,28 @@ class SyncProducer:
                     f"flush() timed out after {timeout} s: {remaining} of the records put "
                     "before it have no result yet"
                 )
+
+    def wait_durable(self, timeout: float | None = None) -> None:
+        """Block until every record put before the call is durable in the producer's spool
+        (see :meth:`aiokpl.Producer.wait_durable`); sending does not wait for this.
+
+        Args:
+            timeout: the most seconds to wait; ``None`` waits as long as needed.
+
+        Raises:
+            RuntimeError: the producer has no spool (``Config.spool_directory`` is ``None``),
+                or the call comes from the producer's own thread (a future's done-callback).
+            TimeoutError: those records are not all durable after ``timeout`` seconds.
+            ProducerClosedError: the producer is closed.
+            SpoolError: the producer closed before those records were durable.
+        """
+        self._refuse_own_thread("wait_durable")
+        with self._lock:
+            target = self._seq
+            self._wake_locked()  # the pump hands the queued records over now
+        wait_durable_from_thread(
+            self.config, self._portal, self._producer, self._queue, target, timeout
+        )
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, resolve every future, and stop the background thread. Idempotent.
