@@ -28,6 +28,7 @@ from . import (
     pipeline,
     producers,
     saturation,
+    spool,
     startup,
     sync,
 )
@@ -38,6 +39,8 @@ SCENARIOS: dict[str, Callable[[bool, bool], ScenarioResult]] = {
     "pipeline": pipeline.run,
     "metrics": metrics.run,
     "codec": codec.run,
+    # The spool beside the in-memory pipeline, recovery of 1M records, the Deduper's cost.
+    "spool": spool.run,
     "sync": sync.run,
     "memory": memory.run,
     "isolation": isolation.run,
