@@ -265,6 +265,22 @@ async def test_a_corrupt_segment_does_not_stop_the_start_and_its_loss_is_counted
     assert "damage found at start" in caplog.text
 
 
+async def test_a_torn_tail_is_cut_back_and_counted(disk: Disk) -> None:
+    data = await put_and_cancel(CONFIG, 20)
+    (segment,) = disk.segments()
+    content = disk.files.files[segment].content
+    del content[len(content) - 3 :]  # the last frame cut short, as by a crash mid-write
+    fake = stream_fake()
+    async with Producer(CONFIG, client=fake) as producer:
+        await producer.flush()
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert statistics.torn_tails == 1
+        assert 0 < statistics.bytes_truncated < len(data[19]) + 64  # the last record's frame
+        assert (statistics.frames_lost, statistics.records_recovered) == (0, 19)
+    assert [record.data for record in await user_records(fake)] == data[:19]
+
+
 # --- disk full --------------------------------------------------------------------------------
 async def test_a_full_disk_makes_puts_wait_and_they_resume_when_space_returns(
     disk: Disk,

@@ -521,3 +521,32 @@ def test_a_torn_tail_is_truncated_and_the_frames_before_it_recovered() -> None:
     assert [r.data[0] for r in recovery.unresolved()] == [0, 1, 2]
     assert files.content(path) == whole
     assert scan(D, files).statistics.torn_tails == 0
+
+
+def test_recovery_holds_one_segment_in_memory_at_a_time(tmp_path: os.PathLike[str]) -> None:
+    """A start reads the spool a segment at a time: ``scan`` and ``unresolved`` keep at most
+    one segment's bytes alive (each kept the previous one while reading the next: twice)."""
+    import tracemalloc
+
+    directory = os.fspath(tmp_path)
+    segment = 1 << 20
+    writer = SpoolWriter(scan(directory, OsFiles()), segment_size_bytes=segment)
+    data = bytes(1000)
+    for i in range(4 * segment // 1000):
+        writer.append(stream="s", partition_key="pk", data=data, accepted_at=1.0)
+        if i % 100 == 99:
+            writer.flush(1.0)  # a segment is closed at a flush that takes it past its size
+    writer.close(1.0)
+    tracemalloc.start()
+    try:
+        recovery = scan(directory, OsFiles())
+        assert len(recovery.segments) >= 4
+        _, scan_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        count = sum(1 for _ in recovery.unresolved())
+        _, replay_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 4 * segment // 1000
+    assert scan_peak < 1.5 * segment, scan_peak
+    assert replay_peak < 1.5 * segment, replay_peak

@@ -418,6 +418,8 @@ class Spool:
             frames_lost=found.frames_lost if found else 0,
             bytes_lost=found.bytes_lost if found else 0,
             segments_moved_aside=found.segments_moved_aside if found else 0,
+            torn_tails=found.torn_tails if found else 0,
+            bytes_truncated=found.bytes_truncated if found else 0,
             full=self.full,
             write_errors=self._write_errors,
         )

@@ -96,6 +96,10 @@ class SpoolStatistics:
             could not be read (its records are lost).
         bytes_lost: the bytes lost so (from each damaged entry to the end of its segment).
         segments_moved_aside: damaged segments kept as ``*.corrupt`` files for inspection.
+        torn_tails: segments found at the start ending in a write a crash cut short, cut back
+            to their last whole entry (a crash's normal mark: what was cut was never durable,
+            unless the disk lost what an fsync had reported written).
+        bytes_truncated: the bytes cut off so.
         full: the disk is full now: puts wait (``put_record_nowait`` raises
             ``BufferFullError``) until a write succeeds again.
         write_errors: failed writes and fsyncs so far (disk full, or another error), each
@@ -116,6 +120,8 @@ class SpoolStatistics:
     frames_lost: int
     bytes_lost: int
     segments_moved_aside: int
+    torn_tails: int
+    bytes_truncated: int
     full: bool
     write_errors: int
 

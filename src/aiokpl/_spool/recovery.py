@@ -138,6 +138,7 @@ class Recovery:
             for seq, start, end in checked_records(data, segment.size):
                 if seq in segment.records and seq not in resolved:
                     yield decode_record(data, start, end, segment.producer_id)
+            del data  # before the next segment is read: one segment in memory, not two
 
 
 def walk(data: bytes, producer_id: bytes, *, decode_records: bool = True) -> Iterator[Frame]:
@@ -178,6 +179,7 @@ def scan(directory: str, files: SpoolFiles, *, repair: bool = True) -> Recovery:
         path = os.path.join(directory, name)
         data = files.read(path)
         segment = _scan_segment(number, path, data, files, repair, taken, tally, seen, resolved)
+        del data  # before the next segment is read: one segment in memory, not two
         if segment is not None:
             segments.append(segment)
     # Acknowledgements of producers with no segment left resolve nothing any more.
