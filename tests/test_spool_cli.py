@@ -96,6 +96,27 @@ def test_a_torn_tail_is_reported_by_check_and_truncated_by_repair(
     assert segment.stat().st_size == size
 
 
+def test_repair_refuses_a_spool_a_producer_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    segment = write_spool(tmp_path)
+    with segment.open("ab") as file:
+        file.write(b"\x30\x00\x00")  # a torn tail repair would cut
+    files = OsFiles()
+    held = files.lock(str(tmp_path))  # as a running producer holds it
+    try:
+        status, out, err = run_cli(capsys, "repair", str(tmp_path))
+        assert (status, out) == (1, "")
+        assert "in use by a producer" in err
+        assert segment.read_bytes().endswith(b"\x30\x00\x00")  # untouched
+        status, out, _ = run_cli(capsys, "check", str(tmp_path))  # reading is harmless
+        assert (status, "torn tails: 1" in out) == (0, True)
+    finally:
+        files.unlock(held)
+    status, out, _ = run_cli(capsys, "repair", str(tmp_path))
+    assert (status, "3 bytes truncated" in out) == (0, True)
+
+
 def test_dump_prints_one_escaped_line_per_entry(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

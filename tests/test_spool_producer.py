@@ -24,6 +24,7 @@ from aiokpl import (
     SyncProducer,
     _spooling,
 )
+from aiokpl._spool.files import OsFiles
 from aiokpl._spool.memory import MemoryFiles
 from aiokpl.aggregation import Deduper, deaggregate, identity_of
 from aiokpl.testing import FakeKinesis, read_stream
@@ -413,9 +414,42 @@ async def test_a_spool_that_cannot_be_opened_fails_the_start(
     blocker.write_bytes(b"")
     config = CONFIG.replace(spool_directory=blocker / "spool")  # under a file: ENOTDIR
     producer = Producer(config, client=stream_fake())
-    with pytest.raises(OSError, match="cannot open the spool"):
+    with pytest.raises(OSError, match=r"spool .* cannot be opened"):
         async with producer:
             pass
+
+
+async def test_a_spool_in_use_by_another_producer_is_refused_until_it_closes(
+    disk: Disk,
+) -> None:
+    fake = stream_fake()
+    async with Producer(CONFIG, client=fake) as first:
+        await first.put_record(stream="s", partition_key="k", data=b"first")
+        with pytest.raises(SpoolError, match="in use by another producer") as refused:
+            async with Producer(CONFIG, client=fake):
+                pass  # pragma: no cover - refused
+        assert isinstance(refused.value, OSError)
+        await first.flush()
+    async with Producer(CONFIG, client=fake) as second:  # the lock was given back
+        await second.put_record(stream="s", partition_key="k", data=b"second")
+    assert [record.data for record in await user_records(fake)] == [b"first", b"second"]
+    assert not disk.files.locked
+
+
+def test_a_spool_directory_lock_is_one_holder_at_a_time_and_dies_with_it(tmp_path: Any) -> None:
+    files = OsFiles()
+    directory = str(tmp_path)
+    held = files.lock(directory)
+    with pytest.raises(BlockingIOError):
+        files.lock(directory)  # a second open file, even in this process
+    files.unlock(held)
+    files.unlock(files.lock(directory))
+    memory = MemoryFiles()
+    memory.lock("/spool")
+    with pytest.raises(BlockingIOError):
+        memory.lock("/spool")
+    memory.crash()  # the holder died
+    memory.unlock(memory.lock("/spool"))
 
 
 def test_the_identity_encoder_of_a_spool_id_is_the_ids_base64() -> None:

@@ -56,6 +56,7 @@ from ._spool import (
     SpoolWriter,
     scan,
 )
+from ._spool.files import LOCK_NAME
 from ._spool.format import encode_record_fields
 from ._spool.writer import WriterStatistics
 
@@ -114,6 +115,7 @@ class Spool:
         self.closed = False
         self.replay_done = anyio.Event()
         self.on_full: Callable[[str | None], None] = lambda message: None
+        self._unlock: Callable[[], None] = lambda: None  # gives back the directory's lock
         self._wall_offset = 0.0
         # Framed on the loop, not handed to the writer yet.
         self._staged = bytearray()
@@ -138,21 +140,26 @@ class Spool:
 
     # --- start and stop -------------------------------------------------------------------
     async def open(self) -> None:
-        """Recover the directory and open a writer on it (both in a worker thread).
+        """Lock the directory, recover it and open a writer on it (in a worker thread).
 
         Raises:
-            SpoolIOError: the directory cannot be read or written (the message names it).
+            SpoolIOError: the directory cannot be read or written, or another producer uses
+                it (the message names it).
         """
         files = spool_files()
         try:
-            recovery = await run_sync(scan, self.directory, files)
-            writer = await run_sync(_open_writer, recovery, self._policy)
+            lock, recovery, writer = await run_sync(_open, self.directory, files, self._policy)
         except SpoolError:
             raise
         except OSError as exc:
-            raise SpoolIOError(
-                exc.errno, f"cannot open the spool {self.directory}: {exc.strerror or exc}"
-            ) from exc
+            why = (
+                f"is in use by another producer (it holds {os.path.join(self.directory, LOCK_NAME)}"
+                "); give each producer its own directory"
+                if isinstance(exc, BlockingIOError)
+                else f"cannot be opened: {exc.strerror or exc}"
+            )
+            raise SpoolIOError(exc.errno, f"the spool {self.directory} {why}") from exc
+        self._unlock = lambda: files.unlock(lock)
         self._recovery = recovery
         self._writer = writer
         self._snapshot = writer.statistics()
@@ -202,6 +209,7 @@ class Spool:
             )
         self._snapshot = writer.statistics()
         self.closed = True
+        self._unlock()
         self.replay_done.set()
         for _, _, event in self._waiters:
             event.set()
@@ -426,8 +434,18 @@ class Spool:
 
 
 # --- in the worker thread: the writer, one call at a time ---------------------------------
-def _open_writer(recovery: Recovery, policy: FsyncPolicy) -> SpoolWriter:
-    return SpoolWriter(recovery, policy=policy)
+def _open(
+    directory: str, files: SpoolFiles, policy: FsyncPolicy
+) -> tuple[object, Recovery, SpoolWriter]:
+    """Lock the directory, recover it, open a writer on it; the lock given back on failure."""
+    files.makedirs(directory)
+    lock = files.lock(directory)
+    try:
+        recovery = scan(directory, files)
+        return lock, recovery, SpoolWriter(recovery, policy=policy)
+    except BaseException:
+        files.unlock(lock)
+        raise
 
 
 def _flush(writer: SpoolWriter, now: float) -> tuple[int, WriterStatistics]:

@@ -21,7 +21,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from .._spool.files import OsFiles
+from .._spool.files import LOCK_NAME, OsFiles
 from .._spool.format import (
     HEADER_BYTES,
     Frame,
@@ -48,9 +48,9 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "spool",
         help="check, repair or dump a spool directory",
-        description="Check, repair or dump a spool directory (the durable spool's storage; "
-        "the producer does not write one yet). check exits 1 when records were lost to "
-        "corruption.",
+        description="Check, repair or dump a spool directory (Config.spool_directory). "
+        "check exits 1 when records were lost to corruption; repair refuses a spool a "
+        "producer is using.",
     )
     parser.add_argument("action", choices=ACTIONS, help="what to do")
     parser.add_argument("path", metavar="PATH", help="the spool directory")
@@ -69,7 +69,23 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "dump":
         return dump(path, as_json=args.json)
     repair = args.action == "repair"
-    statistics = scan(path, OsFiles(), repair=repair).statistics
+    files = OsFiles()
+    lock = None
+    if repair:  # a producer's own start repairs; never beside it
+        try:
+            lock = files.lock(path)
+        except BlockingIOError:
+            print(
+                f"aiokpl spool: {path}: in use by a producer (it holds {LOCK_NAME}); "
+                "its start repairs what it finds",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+    try:
+        statistics = scan(path, files, repair=repair).statistics
+    finally:
+        if lock is not None:
+            files.unlock(lock)
     print(summary(path, statistics, repaired=repair))
     return EXIT_FAILED if statistics.corrupt and not repair else EXIT_OK
 

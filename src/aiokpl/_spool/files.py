@@ -16,7 +16,15 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-__all__ = ("OsFiles", "SpoolFiles")
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks, the spool is not locked
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ("LOCK_NAME", "OsFiles", "SpoolFiles")
+
+LOCK_NAME = ".lock"
+"""The file in a spool directory whose lock a producer holds while it uses the spool."""
 
 
 class SpoolFiles(Protocol):
@@ -57,6 +65,16 @@ class SpoolFiles(Protocol):
 
     def unlink(self, path: str) -> None:
         """Remove the file at ``path``, durably."""
+
+    def lock(self, directory: str) -> object:
+        """Take ``directory``'s lock (the directory exists), without waiting: one user at a time.
+
+        Raises:
+            BlockingIOError: another user holds it.
+        """
+
+    def unlock(self, handle: object) -> None:
+        """Give back the lock :meth:`lock` returned."""
 
 
 class OsFiles:
@@ -118,6 +136,23 @@ class OsFiles:
     def unlink(self, path: str) -> None:
         os.unlink(path)
         self._sync_directory_of(path)
+
+    def lock(self, directory: str) -> object:
+        # flock, not fcntl's record locks: it is per open file, so a second producer in the
+        # same process is refused too, and the kernel drops it when the process dies (SIGKILL
+        # included): a lock never outlives its holder, and nothing is left to clean up.
+        fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise
+        return fd
+
+    def unlock(self, handle: object) -> None:
+        assert isinstance(handle, int)
+        os.close(handle)  # closing the file gives back its flock
 
     @staticmethod
     def _sync_directory_of(path: str) -> None:

@@ -74,6 +74,7 @@ class MemoryFiles:
         self.operation_counts: Counter[str] = Counter()
         self.fsyncs = 0
         self._faults: dict[str, list[_Fault]] = {}
+        self.locked: set[str] = set()  # directories whose lock is held
 
     # -- faults ---------------------------------------------------------------------------
 
@@ -91,6 +92,7 @@ class MemoryFiles:
                 file.synced = bytes(file.content)
         self.crash_at = None
         self._faults.clear()
+        self.locked.clear()  # a dead process holds no lock
 
     def content(self, path: str) -> bytes:
         """What the process sees in the file at ``path``."""
@@ -194,6 +196,17 @@ class MemoryFiles:
         self._check("unlink", path)
         self._file(path)
         del self.files[path]
+
+    def lock(self, directory: str) -> object:
+        # Not an operation that crashes or fails: the crash-at-N tests count file operations.
+        if directory in self.locked:
+            raise BlockingIOError(errnos.EAGAIN, "the lock is held", directory)
+        self.locked.add(directory)
+        return directory
+
+    def unlock(self, handle: object) -> None:
+        assert isinstance(handle, str)
+        self.locked.discard(handle)
 
     def _file(self, path: str) -> _File:
         if path not in self.files:
