@@ -111,6 +111,10 @@ def test_summary_level_records_only_summary_metrics() -> None:
         "UserRecordExpired",
         "UserRecordsExpiredUnsent",
         "BufferingTime",
+        "SpoolBytes",
+        "SpoolFsyncTime",
+        "SpoolRecordsRecovered",
+        "SpoolBytesLost",
     }
     assert table.leaf("RequestTime", "s") is None
     assert table.leaf("UserRecordsPut", "s") is not None

@@ -156,6 +156,7 @@ class Runtime:
         if spool is not None:
             # First: a spool that cannot be opened fails the start before anything runs. Its
             # close (the last writes and fsync) runs after the outstanding records are settled.
+            spool.metrics = self._metrics
             await spool.open()
             stack.push_async_callback(_shielded, spool.close)
             assert self._intake.marks is not None
@@ -170,7 +171,7 @@ class Runtime:
         runner = None
         if self._metrics is not None:
             runner = MetricsRunner(
-                self._metrics, self._sinks, config, clock, self.outstanding_by_stream
+                self._metrics, self._sinks, config, clock, self.outstanding_by_stream, spool
             )
             await stack.enter_async_context(runner)  # opens the sinks; the last upload at exit
         stack.push_async_callback(self._settle_outstanding)

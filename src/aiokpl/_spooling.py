@@ -34,7 +34,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -59,6 +59,9 @@ from ._spool import (
 from ._spool.files import LOCK_NAME
 from ._spool.format import encode_record_fields
 from ._spool.writer import WriterStatistics
+
+if TYPE_CHECKING:
+    from ._metrics.recorder import MetricsRecorder
 
 __all__ = ("Marks", "Spool", "run_sync", "spool_files")
 
@@ -99,6 +102,7 @@ class Spool:
         full: the last write or fsync found the disk full.
         replay_done: set once every recovered record was put back (or the producer closed).
         on_full: called with a message when the disk fills, with ``None`` when it has room.
+        metrics: the producer's metrics recorder, or ``None`` (set before :meth:`open`).
     """
 
     def __init__(self, config: Config) -> None:
@@ -116,6 +120,7 @@ class Spool:
         self.replay_done = anyio.Event()
         self.on_full: Callable[[str | None], None] = lambda message: None
         self._unlock: Callable[[], None] = lambda: None  # gives back the directory's lock
+        self.metrics: MetricsRecorder | None = None
         self._wall_offset = 0.0
         # Framed on the loop, not handed to the writer yet.
         self._staged = bytearray()
@@ -169,6 +174,10 @@ class Spool:
         # offset turns the producer's clock into them.
         self._wall_offset = time.time() - anyio.current_time()  # noqa: TID251
         found = recovery.statistics
+        if self.metrics is not None:
+            self.metrics.spool_recovered(
+                found.records_recovered, found.bytes_lost, anyio.current_time()
+            )
         if found.corrupt:
             logger.warning(
                 "spool %s: damage found at start: %d entries unreadable, %d bytes lost, %d "
@@ -348,9 +357,12 @@ class Spool:
                 # What failed is in the writer's buffer still: the next flush writes it.
                 self._snapshot = writer.statistics()
         if snapshot.fsyncs > fsyncs:
-            took = anyio.current_time() - started
+            now = anyio.current_time()
+            took = now - started
             self._fsync_total += took
             self._fsync_max = max(self._fsync_max, took)
+            if self.metrics is not None:
+                self.metrics.spool_fsynced(took, now)
         self.durable_through = durable
         self._wake_durable()
         if self.full:

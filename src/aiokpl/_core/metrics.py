@@ -73,6 +73,12 @@ METRICS: dict[str, tuple[str, str]] = {
     "UserRecordsPerKinesisRecord": ("Count", "detailed"),
     "KinesisRecordsPerPutRecordsRequest": ("Count", "detailed"),
     "UserRecordsPerPutRecordsRequest": ("Count", "detailed"),
+    # Not the KPL's: the durable spool (Config.spool_directory), global series only.
+    "SpoolBytes": ("Bytes", "summary"),
+    "SpoolSegments": ("Count", "detailed"),
+    "SpoolFsyncTime": ("Milliseconds", "summary"),
+    "SpoolRecordsRecovered": ("Count", "summary"),
+    "SpoolBytesLost": ("Bytes", "summary"),
 }
 """Every metric: its unit and the level from which it is recorded."""
 

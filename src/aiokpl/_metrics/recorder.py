@@ -13,7 +13,10 @@ metrics (``_core.metrics`` keeps them). It is called at batch level only, never 
 * every 200 ms, by the sampler task (:meth:`~MetricsRecorder.sample`), as the KPL does:
   ``UserRecordsPending`` per stream (the producer's outstanding records), and
   ``UserRecordsReceived`` as the growth of finished plus outstanding records, so
-  ``put_record`` does no metrics work at all.
+  ``put_record`` does no metrics work at all;
+* with a spool, by its task and the sampler: ``SpoolBytes`` and ``SpoolSegments`` sampled,
+  ``SpoolFsyncTime`` per flush that fsynced, and once at the start what recovery found
+  (``SpoolRecordsRecovered``, ``SpoolBytesLost``); global series only.
 
 When ``Config.metrics_level`` is ``"none"`` there is no recorder: each hook is one
 ``if ... is not None`` on a batch, and no task runs.
@@ -337,7 +340,29 @@ class MetricsRecorder:
             if pending:
                 self._series("UserRecordsPending", stream).add(waiting, now)
 
+    # --- the spool (global series: no stream dimension) ----------------------------------
+    def spool_sampled(self, bytes_on_disk: int, segments: int, now: float) -> None:
+        """A sample of the spool's size (by the sampler, every 200 ms)."""
+        self._global("SpoolBytes").add(bytes_on_disk, now)
+        if self._detailed:
+            self._global("SpoolSegments").add(segments, now)
+
+    def spool_fsynced(self, seconds: float, now: float) -> None:
+        """A spool flush that fsynced took ``seconds`` (write, fsync, the thread hop)."""
+        self._global("SpoolFsyncTime").add(seconds * 1000.0, now)
+
+    def spool_recovered(self, records: int, bytes_lost: int, now: float) -> None:
+        """What the spool's recovery found at the start: once per start, zeros included
+        (a start is a data point)."""
+        self._global("SpoolRecordsRecovered").add(records, now)
+        self._global("SpoolBytesLost").add(bytes_lost, now)
+
     # --- helpers -------------------------------------------------------------------------
+    def _global(self, name: str) -> WindowedStatistic:
+        series = self._leaf(name)
+        assert series is not None, name
+        return series
+
     def _series(
         self, name: str, stream: str, shard: str | None = None, code: str | None = None
     ) -> WindowedStatistic:

@@ -2,10 +2,10 @@
 
 :class:`MetricsRunner` is entered by the producer (pushed on its exit stack) once its task
 group runs: entering opens the sinks (closing those opened if one fails) and starts the
-sampler (``"detailed"`` level) and the uploader (when there are sinks) in the producer's task
-group; exiting makes the last upload and closes the sinks, shielded and bounded by the request
-timeout, after the task group has ended (its tasks are cancelled by then). A sink that fails
-to close is logged, never raised.
+sampler (``"detailed"`` level, or with a spool) and the uploader (when there are sinks) in
+the producer's task group; exiting makes the last upload and closes the sinks, shielded and
+bounded by the request timeout, after the task group has ended (its tasks are cancelled by
+then). A sink that fails to close is logged, never raised.
 
 The KPL's counterpart is the ``MetricsManager`` upload loop (``aws/metrics/metrics_manager.h``).
 """
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from .._core.config import Config
+    from .._spooling import Spool
 
 __all__ = ("MetricsRunner",)
 
@@ -40,6 +41,7 @@ class MetricsRunner:
         config: the producer's settings (upload interval, request timeout).
         clock: the producer's clock.
         outstanding_by_stream: what the samples read: outstanding records by stream.
+        spool: the producer's spool, whose size the sampler records too (at any level).
     """
 
     def __init__(
@@ -49,12 +51,14 @@ class MetricsRunner:
         config: Config,
         clock: Callable[[], float],
         outstanding_by_stream: Callable[[], dict[str, int]],
+        spool: Spool | None = None,
     ) -> None:
         self._metrics = metrics
         self._sinks = tuple(sinks)
         self._config = config
         self._clock = clock
         self._outstanding_by_stream = outstanding_by_stream
+        self._spool = spool
         self._uploader: Uploader | None = None
         self._opened: list[MetricsSink] = []
 
@@ -70,9 +74,10 @@ class MetricsRunner:
             raise
 
     def start(self, task_group: TaskGroup) -> None:
-        """Start the sampler (``"detailed"``) and the uploader (with sinks) in ``task_group``."""
+        """Start the sampler (``"detailed"``, or with a spool) and the uploader (with sinks)
+        in ``task_group``."""
         metrics = self._metrics
-        if metrics.table.level == "detailed":
+        if metrics.table.level == "detailed" or self._spool is not None:
             task_group.start_soon(self._sample, name="aiokpl metrics sampler")
         if self._sinks:
             outstanding = self._outstanding_by_stream
@@ -87,9 +92,14 @@ class MetricsRunner:
 
     async def _sample(self) -> None:
         metrics = self._metrics
+        spool = self._spool
         while True:
             await anyio.sleep(SAMPLE_INTERVAL)
-            metrics.sample(self._outstanding_by_stream(), self._clock(), pending=True)
+            now = self._clock()
+            metrics.sample(self._outstanding_by_stream(), now, pending=True)  # detailed only
+            if spool is not None:
+                size = spool.statistics()
+                metrics.spool_sampled(size.bytes_on_disk, size.segments, now)
 
     async def aclose(self) -> None:
         """The last upload (failures included) and the sinks' release: shielded and bounded."""
