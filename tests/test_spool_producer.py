@@ -22,6 +22,7 @@ from aiokpl import (
     SpoolError,
     SpoolStatistics,
     SyncProducer,
+    _marks,
     _spooling,
 )
 from aiokpl._spool.files import OsFiles
@@ -454,7 +455,7 @@ def test_a_spool_directory_lock_is_one_holder_at_a_time_and_dies_with_it(tmp_pat
 
 def test_the_identity_encoder_of_a_spool_id_is_the_ids_base64() -> None:
     producer_id = bytes(range(16))
-    encoder = _spooling.encoder_of(producer_id)
+    encoder = _marks.encoder_of(producer_id)
     assert encoder.producer_id == base64.urlsafe_b64encode(producer_id).rstrip(b"=").decode()
 
 

@@ -29,8 +29,8 @@ from ._record import TaggedRecord, UserRecord
 
 if TYPE_CHECKING:
     from ._core.config import Config
+    from ._marks import Marks
     from ._spool import SpoolRecord
-    from ._spooling import Marks
 
 __all__ = ("Intake", "Ledger", "Pipeline")
 

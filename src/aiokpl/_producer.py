@@ -55,13 +55,14 @@ from ._core.wire import Tags
 from ._hosted import ProducerPort
 from ._intake import Intake
 from ._kinesis import KinesisClient, create_client
+from ._marks import Marks
 from ._metrics.recorder import MetricsSink
 from ._outcome import Outcome
 from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
 from ._record import UserRecord
 from ._runtime import Runtime, check_arguments
-from ._spooling import Marks, Spool
+from ._spooling import Spool
 from ._streams import Streams
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -25,11 +25,17 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from .._core.config import Config
-    from .._spooling import Spool
+    from .._core.statistics import SpoolStatistics
 
 __all__ = ("MetricsRunner",)
 
 logger = logging.getLogger("aiokpl")
+
+
+class SampledSpool(Protocol):
+    """What the sampler reads of the producer's spool (``aiokpl._spooling.Spool``)."""
+
+    def statistics(self) -> SpoolStatistics: ...
 
 
 class MetricsRunner:
@@ -51,7 +57,7 @@ class MetricsRunner:
         config: Config,
         clock: Callable[[], float],
         outstanding_by_stream: Callable[[], dict[str, int]],
-        spool: Spool | None = None,
+        spool: SampledSpool | None = None,
     ) -> None:
         self._metrics = metrics
         self._sinks = tuple(sinks)

@@ -1,0 +1,169 @@
+"""What a record gets at put besides its fields: its place in the durable spool, its identity.
+
+:class:`Marks` builds a record at put when the producer spools or writes identities: its
+place in the spool (``_spooling.Spool.append``), its ``aiokpl.id`` tag (``_core/identity.py``).
+Without either the producer never calls it: its put path is the plain one.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING
+
+from ._core.config import Config
+from ._core.errors import InvalidRecordError
+from ._core.identity import IdentityEncoder, alone_size, identity_tag_size, new_producer_id
+from ._record import SpooledRecord, TaggedRecord, UserRecord
+
+if TYPE_CHECKING:
+    from ._spool import SpoolRecord
+    from ._spooling import Spool
+
+__all__ = ("Marks", "encoder_of")
+
+
+class Marks:
+    """What a record gets at put besides its fields: its place in the spool, its identity.
+
+    The producer binds its put path to :meth:`record` only when it spools or writes
+    identities; a record that the identity would make too large is refused before anything
+    is counted.
+
+    Args:
+        config: the producer's settings.
+        spool: the producer's spool, or ``None``.
+    """
+
+    __slots__ = ("_encoder", "_encoders", "_max_record_size", "_next", "identities", "spool")
+
+    def __init__(self, config: Config, spool: Spool | None) -> None:
+        self.spool = spool
+        self._max_record_size = config.max_record_size
+        self._encoder: IdentityEncoder | None = None
+        if config.record_identities and spool is None:
+            self._encoder = IdentityEncoder(new_producer_id())  # a new id each run
+        self._encoders: dict[bytes, IdentityEncoder] = {}  # recovered records' producers
+        self._next = 0
+        self.identities = config.record_identities
+
+    def start(self) -> None:
+        """The spool is open: identities take its producer id (a replay then reuses it)."""
+        if self.identities and self.spool is not None:
+            self._encoder = encoder_of(self.spool.producer_id)
+
+    def record(
+        self,
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        ehk: str | None,
+        tags: bytes,
+        stamps: tuple[float, float, float],
+        epoch: int,
+    ) -> UserRecord:
+        """Build a record put now: in the spool, with its identity, as configured.
+
+        Raises:
+            InvalidRecordError: the identity tag would take it over ``max_record_size``.
+        """
+        arrival, deadline, expires_at = stamps
+        spool = self.spool
+        seq = spool.next_seq if spool is not None else self._next
+        user_tags = tags
+        encoder = self._encoder
+        if encoder is not None:
+            identity = encoder.encode_next(seq)
+            tags += identity
+            size += len(identity)
+            self._check_size(key, size, len(payload), ehk, len(tags))
+        if spool is None:
+            self._next = seq + 1
+            return TaggedRecord(
+                stream, key, payload, ehk, size, arrival, deadline, expires_at, epoch, tags
+            )
+        spool.append(stream, key, payload, ehk, user_tags, arrival)
+        return SpooledRecord(
+            stream,
+            key,
+            payload,
+            ehk,
+            size,
+            arrival,
+            deadline,
+            expires_at,
+            epoch,
+            tags,
+            spool,
+            spool.producer_id,
+            seq,
+        )
+
+    def replayed(
+        self, record: SpoolRecord, stamps: tuple[float, float, float], epoch: int
+    ) -> SpooledRecord:
+        """A recovered record, rebuilt with its original identity."""
+        arrival, deadline, expires_at = stamps
+        tags = record.encoded_tags
+        if self.identities:
+            encoder = self._encoders.get(record.producer_id)
+            if encoder is None:
+                encoder = self._encoders[record.producer_id] = encoder_of(record.producer_id)
+            tags += encoder.encode_next(record.sequence_number)
+        spool = self.spool
+        assert spool is not None
+        size = len(record.partition_key.encode()) + len(record.data) + len(tags)
+        return SpooledRecord(
+            record.stream,
+            record.partition_key,
+            record.data,
+            record.explicit_hash_key,
+            size,
+            arrival,
+            deadline,
+            expires_at,
+            epoch,
+            tags,
+            spool,
+            record.producer_id,
+            record.sequence_number,
+        )
+
+    def check_group(self, records: list[tuple[str, int, bytes, str | None, bytes]]) -> None:
+        """Check that a ``put_records`` group's ``(key, size, data, ehk, tags)`` fit with their
+        identities, before any is built (a group is taken whole or not at all).
+
+        Raises:
+            InvalidRecordError: one would not fit (the message starts with ``records[i]``).
+        """
+        if self._encoder is None:
+            return
+        spool = self.spool
+        last = (spool.next_seq if spool is not None else self._next) + len(records)
+        extra = identity_tag_size(last)  # the group's longest identity
+        for index, (key, size, payload, ehk, tags) in enumerate(records):
+            try:
+                self._check_size(key, size + extra, len(payload), ehk, len(tags) + extra)
+            except InvalidRecordError as exc:
+                raise InvalidRecordError(f"records[{index}]: {exc}") from None
+
+    def _check_size(
+        self, key: str, size: int, data_size: int, ehk: str | None, tags_size: int
+    ) -> None:
+        # Quick: the aggregate of one is at most 2 keys, data, tags and 48 bytes besides (a
+        # key is at most 1,024 UTF-8 bytes); exact only near the limit.
+        extra = len(ehk) if ehk is not None else 0
+        if size + 1024 + 48 + extra <= self._max_record_size:
+            return
+        alone = alone_size(len(key.encode()), data_size, ehk, tags_size)
+        if alone > self._max_record_size:
+            raise InvalidRecordError(
+                f"data plus partition_key plus tags, with the record's identity tag "
+                f"(Config.record_identities), is {alone} bytes sent alone (as an aggregate of "
+                f"one), over max_record_size ({self._max_record_size})"
+            )
+
+
+def encoder_of(producer_id: bytes) -> IdentityEncoder:
+    """The identity encoder of a spool's producer id (16 bytes, rendered as identities are)."""
+    return IdentityEncoder(base64.urlsafe_b64encode(producer_id).rstrip(b"=").decode())
