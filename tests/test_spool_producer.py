@@ -123,6 +123,37 @@ async def test_interval_policy_fsyncs_at_most_once_per_interval(disk: Disk) -> N
         assert disk.files.fsyncs == fsyncs + 1
 
 
+async def test_interval_counts_from_the_last_fsyncs_start_so_a_record_waits_one_flush_at_most(
+    disk: Disk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record put just after a flush started waits for the interval, counted from that
+    flush's start (when its fsync was decided), then for its own flush: ``interval + one
+    flush``, not the flush it missed as well (SPEC §6: accepted → durable p99 at most the
+    interval plus a little)."""
+    hop = 0.02  # each flush (write, fsync, the thread hop) takes 20 ms of the producer's clock
+
+    async def slow_run_sync(function: Callable[..., Any], *args: Any) -> Any:
+        await anyio.sleep(hop)
+        return await disk.run_sync(function, *args)
+
+    monkeypatch.setattr(_spooling, "run_sync", slow_run_sync)
+    config = CONFIG.replace(spool_fsync="interval", spool_fsync_interval_ms=50)
+    async with Producer(config, client=stream_fake()) as producer:
+        await anyio.sleep(1)  # quiet: the next flush fsyncs at once
+        first = await producer.put_record(stream="s", partition_key="k", data=b"first")
+        started = anyio.current_time()  # the spool's task starts flushing it now
+        await anyio.sleep(0.001)
+        missed = await producer.put_record(stream="s", partition_key="k", data=b"missed")
+        put_at = anyio.current_time()
+        await first.wait_durable()
+        assert anyio.current_time() == pytest.approx(started + hop)
+        assert not missed.durable  # written after that flush took its records
+        await missed.wait_durable()
+        # The next flush starts 50 ms after the last one started, and takes 20 ms.
+        assert anyio.current_time() == pytest.approx(started + 0.05 + hop)
+        assert anyio.current_time() - put_at < 0.05 + hop
+
+
 async def test_policy_none_never_fsyncs_records_and_calls_them_durable_once_written(
     disk: Disk,
 ) -> None:
