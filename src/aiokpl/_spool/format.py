@@ -196,19 +196,22 @@ def decode_header(data: bytes) -> bytes:
     return bytes(producer_id)
 
 
-def _length_word(length: int) -> bytes:
-    """The frame's first word: the body's length (24 bits) and a check byte of it."""
+def _length_word(length: int) -> tuple[bytes, int]:
+    """The frame's first word: the body's length (24 bits) and a check byte of it; and the
+    word's CRC-32, where the frame's CRC of the body starts."""
     word = _LENGTH_WORDS.get(length)
     if word is None:
-        word = _LENGTH.pack(length | _length_check(length) << 24)
+        packed = _LENGTH.pack(length | _length_check(length) << 24)
+        word = (packed, zlib.crc32(packed))
         if len(_LENGTH_WORDS) < _LENGTH_WORDS_KEPT:
             _LENGTH_WORDS[length] = word
     return word
 
 
 # Hot path: a producer's records have few distinct lengths; their words are kept (a lookup,
-# not a CRC and a pack: about 250 ns less per record, timeit), up to a bounded number.
-_LENGTH_WORDS: dict[int, bytes] = {}
+# not a CRC and a pack: about 250 ns less per record, timeit), and with each the word's CRC,
+# where the body's starts (50 ns less again), up to a bounded number.
+_LENGTH_WORDS: dict[int, tuple[bytes, int]] = {}
 _LENGTH_WORDS_KEPT = 4096
 
 
@@ -220,8 +223,8 @@ def _length_check(length: int) -> int:
 
 
 def _frame(body: bytes) -> bytes:
-    length = _length_word(len(body))
-    return length + _LENGTH.pack(zlib.crc32(body, zlib.crc32(length))) + body
+    length, seed = _length_word(len(body))
+    return length + _LENGTH.pack(zlib.crc32(body, seed)) + body
 
 
 def encode_record(record: SpoolRecord) -> bytes:
@@ -271,8 +274,10 @@ def encode_record_fields(
             data,
         )
     )
-    length = _length_word(len(body))
-    return b"".join((length, _pack_length(_crc32(body, _crc32(length))), body))
+    word = _LENGTH_WORDS.get(len(body))  # _length_word, inline: a call less per record
+    if word is None:
+        word = _length_word(len(body))
+    return b"".join((word[0], _pack_length(_crc32(body, word[1])), body))
 
 
 def encode_ack(ack: SpoolAck) -> bytes:
