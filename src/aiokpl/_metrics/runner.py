@@ -99,10 +99,12 @@ class MetricsRunner:
     async def _sample(self) -> None:
         metrics = self._metrics
         spool = self._spool
+        detailed = metrics.table.level == "detailed"
         while True:
             await anyio.sleep(SAMPLE_INTERVAL)
             now = self._clock()
-            metrics.sample(self._outstanding_by_stream(), now, pending=True)  # detailed only
+            if detailed:
+                metrics.sample(self._outstanding_by_stream(), now, pending=True)
             if spool is not None:
                 size = spool.statistics()
                 metrics.spool_sampled(size.bytes_on_disk, size.segments, now)
