@@ -148,3 +148,13 @@ def test_merging_stops_at_a_request_that_goes_alone() -> None:
     alone = Request(records(1), alone=True)
     assert merged(alone, queued, limits) is alone.records
     assert len(queued) == 2  # a request going alone takes nothing with it
+
+
+def test_merging_takes_the_whole_queue_when_it_fits() -> None:
+    limits = _Limits(max_count=500, max_size=10_000)
+    first = Request(records(2))
+    queued = deque([Request(records(1)), Request(records(3))])
+    joined = merged(first, queued, limits)
+    assert len(joined) == 6
+    assert not queued
+    assert len(first.records) == 2  # a new list: the request's own is left as it was
