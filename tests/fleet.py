@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,8 @@ from aiokpl.coordination import Coordination
 from aiokpl.testing import FakeKinesis
 
 STREAM = "fleet"
+LINKS: weakref.WeakKeyDictionary[Producer, Link] = weakref.WeakKeyDictionary()
+"""Each running producer's link (its own counts, for ``--trace``)."""
 THROTTLED = "ProvisionedThroughputExceededException"
 
 
@@ -70,6 +73,7 @@ class Link:
         self._jitter = jitter
         self._server = server
         self._random = random_value
+        self.own = Series()  # this link's own counts
 
     async def _travel(self) -> None:
         delay = self._latency + self._jitter * -math.log(1.0 - self._random())
@@ -91,6 +95,7 @@ class Link:
         stored = sum(1 for r in response["Records"] if "SequenceNumber" in r)
         second = int(anyio.current_time() - self._origin)
         self._series.add(second, stored, throttled)
+        self.own.add(second, stored, throttled)
         await self._travel()
         return response
 
@@ -175,6 +180,7 @@ async def run(
             async with Producer(
                 config(), client=link, coordination=coordination, jitter_source=jitter
             ) as producer:
+                LINKS[producer] = link
                 producers.append(producer)
                 step = 1.0 / spec.rate
                 put = 0
@@ -203,6 +209,19 @@ async def run(
     return series
 
 
+def trace_cell(producer: Producer, second: int) -> str:
+    """``rate/queued/throttled`` of ``producer`` on its first shard in ``second``."""
+    streams = producer.statistics().streams
+    shard_rates = streams[0].rates_by_shard if streams else {}
+    shard = min(shard_rates, default=None)
+    if shard is None:
+        return f"{'-':>16}"
+    queued = streams[0].queued_by_shard.get(shard, 0)
+    own = LINKS[producer].own
+    throttled = own.throttled[second] if second < len(own.throttled) else 0
+    return f"{shard_rates[shard][0]:5.0f}/{queued:<5d}/{throttled:<4d}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--producers", type=int, default=4)
@@ -218,6 +237,11 @@ def main() -> None:
     )
     parser.add_argument("--backend", default="trio")
     parser.add_argument("--rates", action="store_true", help="print producer 0's rates")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="print each producer's rate, queue and throttled records on its first shard",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     from conftest import virtual_backend
@@ -255,6 +279,8 @@ def main() -> None:
     )
 
     def show(second: int, producers: list[Producer]) -> None:
+        if args.trace:
+            print(f"{second + 1:3d}", " ".join(trace_cell(p, second) for p in producers))
         if args.rates and producers:
             stats = producers[0].statistics().streams
             if stats:
@@ -271,6 +297,12 @@ def main() -> None:
                 )
 
     backend, options = virtual_backend(args.backend)
+    if backend == "trio":  # the same run for the same seed (see conftest's seed_trio_scheduler)
+        import trio
+
+        run_module = trio._core._run
+        run_module._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
+        run_module._r.seed(args.seed)
     series = anyio.run(run, fleet, show, backend=backend, backend_options=options)
     capacity = shards * shard_rate
     print("stored/s:   ", " ".join(f"{n:4d}" for n in series.stored))

@@ -76,6 +76,8 @@ SHARED_PIPELINE_MODULES: dict[str, str] = {
     "pure data the sender steps through, no clock and no other stage",
     "aiokpl._pipeline.ordering": "the ordering policy the router consults (it picks the limiter "
     "and where retried records go): a decision table, not a stage",
+    "aiokpl._pipeline.requests": "a request queued in the sender and how queued requests "
+    "merge: pure data the sender keeps, no clock and no other stage",
     "aiokpl._pipeline.scheduler": "the one timer every stage is given: a clock, not a stage",
     "aiokpl._pipeline.shard_map_logs": "the shard map's log lines (the missing-streams "
     "warning, message caps): formatting, no clock and no other stage",
@@ -752,6 +754,7 @@ def test_the_stage_check_catches_a_stage_importing_another(
         "_pipeline/ordering.py": "from .sender import S\n",
         "_pipeline/shard_limiter.py": "",
         "_pipeline/lane_states.py": "",
+        "_pipeline/requests.py": "",
         "_pipeline/shard_map_logs.py": "",
         "_pipeline/stream.py": "from .aggregator import A\nfrom .sender import S\n",
         "_pipeline/aggregator.py": "from .scheduler import Scheduler\nfrom .._core import x\n",

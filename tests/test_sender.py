@@ -51,11 +51,20 @@ class _Client:
         return answer
 
 
+class _Limits:
+    """A collector's limits: what one request may hold."""
+
+    def __init__(self, max_count: int = 500, max_size: int = 5 * 1024 * 1024) -> None:
+        self.max_count = max_count
+        self.max_size = max_size
+
+
 class _Destination:
     """A stream's retrier as the sender sees it; ``then`` runs inside ``handle_result``, as a
     record's done-callback would."""
 
     stream = "s"
+    collector = _Limits()
 
     def __init__(self) -> None:
         self.results: list[object] = []

@@ -318,6 +318,15 @@ def test_set_capacity_cuts_the_balance_and_keeps_a_debt() -> None:
         bucket.set_capacity(1, math.inf, 9.0)
 
 
+def test_empty_gives_up_the_saved_tokens_and_keeps_a_debt() -> None:
+    bucket = TokenBucket([(10.0, 100.0), (5.0, 5.0)])
+    bucket.force_take([0.0, 8.0], 0.0)  # stream 1 in debt: -3
+    bucket.empty(0.2)  # stream 0 full (100): to 0; stream 1 at -2: stays
+    assert bucket.tokens(0.2) == pytest.approx((0.0, -2.0))
+    assert bucket.tokens(1.2) == pytest.approx((10.0, 3.0))  # the rates go on from there
+    assert not bucket.try_take([11.0, 0.0], 1.2)
+
+
 # -- validation and introspection -------------------------------------------------------------
 
 

@@ -270,6 +270,19 @@ class TokenBucket:
             capacity = capacities[index]
             tokens[index] = refunded if refunded < capacity else capacity
 
+    def empty(self, now: float) -> None:
+        """Give up every token saved up to ``now``: balances above zero drop to zero (a debt
+        stays as it is). Tokens keep coming at the rates from ``now`` on.
+
+        Args:
+            now: The current time in seconds.
+        """
+        self._grow(now)
+        tokens = self._tokens
+        for index in range(self._count):
+            if tokens[index] > 0.0:
+                tokens[index] = 0.0
+
     def set_rate(self, index: int, rate: float, now: float) -> None:
         """Change one stream's rate from ``now`` on.
 

@@ -67,6 +67,16 @@ class Collector:
         self._current = _Request()
 
     @property
+    def max_count(self) -> int:
+        """The most records a request holds (``Config.collection_max_count``)."""
+        return self._max_count
+
+    @property
+    def max_size(self) -> int:
+        """The most bytes a request holds (``Config.collection_max_size``)."""
+        return self._max_size
+
+    @property
     def buffered_records(self) -> int:
         return len(self._current.records)
 

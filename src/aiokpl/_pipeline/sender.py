@@ -15,6 +15,10 @@ its response is read once by ``_kinesis.answer_of`` (answered record by record, 
 timed out …". Only the call is caught: an exception from our own code propagates. The SDK's
 own retries are off: the retrier owns retries.
 
+Requests that queue are merged: when a connection frees, the request taken goes out with those
+queued behind it in its lane, as many as fit in one call (why, and what never merges, in
+``requests.py``).
+
 Backoff (invariants):
 
 * a stream backs off after each request that failed as a whole (exponential with jitter,
@@ -104,6 +108,7 @@ from .lane_states import (
     SEND,
     step,
 )
+from .requests import Request, RequestLimits, merged
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -119,9 +124,12 @@ _OVERDUE_FLOOR = 1.0
 
 
 class Destination(Protocol):
-    """What the sender needs from a stream's pipeline (its retrier)."""
+    """What the sender needs from a stream's pipeline (its retrier, its collector's limits)."""
 
     stream: str
+
+    @property
+    def collector(self) -> RequestLimits: ...
 
     def expire_before_send(
         self, records: list[KinesisRecord], now: float
@@ -134,28 +142,6 @@ class Destination(Protocol):
         started: float,
         ended: float,
     ) -> None: ...
-
-
-class _Request:
-    """Records to send in one call, and (once asked) the earliest of their expiries."""
-
-    __slots__ = ("_expiry", "records")
-
-    def __init__(self, records: list[KinesisRecord]) -> None:
-        self.records = records
-        self._expiry: float | None = None
-
-    def expiry(self) -> float:
-        # Computed only for requests held by a backoff, once: their lane's wake-ups read it.
-        expiry = self._expiry
-        if expiry is None:
-            expiry = self._expiry = min(record.expires_at for record in self.records)
-        return expiry
-
-    def narrow(self, records: list[KinesisRecord]) -> None:
-        """Keep only ``records`` (the others expired)."""
-        self.records = records
-        self._expiry = None
 
 
 class _Flight:
@@ -190,7 +176,7 @@ class _Lane:
 
     def __init__(self, destination: Destination) -> None:
         self.destination = destination
-        self.requests: deque[_Request] = deque()
+        self.requests: deque[Request] = deque()
         self.state = READY  # changed only by step(): see lane_states
         self.in_ring = False
         self.probing: list[KinesisRecord] | None = None  # the probe in flight
@@ -253,7 +239,7 @@ class _Wake:
             self.call(lane, now)
 
 
-def _earliest_expiry(requests: deque[_Request]) -> float:
+def _earliest_expiry(requests: deque[Request]) -> float:
     return min(request.expiry() for request in requests)
 
 
@@ -292,6 +278,9 @@ class Sender:
         self.in_flight = 0
         self.requests_sent = 0
         self.requests_failed = 0
+        self.requests_merged = 0  # requests sent as part of an earlier one
+        # Handling an answer that failed as a whole: what is submitted meanwhile goes alone.
+        self._failure_answering = False
 
     @property
     def queued(self) -> int:
@@ -328,7 +317,7 @@ class Sender:
         lane = self._lanes.get(destination)
         if lane is None:
             lane = self._lanes[destination] = _Lane(destination)
-        request = _Request(records)
+        request = Request(records, self._failure_answering)
         lane.requests.append(request)
         if lane.state in OFF_RING:
             # Parked or probing: its wake-up must come by the new records' TTL.
@@ -428,9 +417,15 @@ class Sender:
                 continue
             if lane.held and not self._within_share(lane, now):
                 continue  # off the ring until one of its requests is answered
-            records = lane.requests.popleft().records
+            request = lane.requests.popleft()
             state = lane.state = step(lane.state, SEND)
             probing = state is PROBING
+            if probing:
+                records = request.records
+            else:  # requests waiting behind it go with it, as far as they fit
+                waiting = len(lane.requests)
+                records = merged(request, lane.requests, lane.destination.collector)
+                self.requests_merged += waiting - len(lane.requests)
             if not probing and lane.requests:
                 lane.in_ring = True
                 ring.append(lane)
@@ -582,7 +577,12 @@ class Sender:
         ended = self._clock()
         # Before the records' outcomes resolve: a callback that puts again sees the backoff.
         lane.back_off(answer, ended, self._random)
-        destination.handle_result(records, answer, started, ended)
+        failure = self._failure_answering = type(answer) is not Answered
+        try:
+            destination.handle_result(records, answer, started, ended)
+        finally:
+            if failure:
+                self._failure_answering = False
         return flight.preempted
 
     def statistics(self) -> SenderStatistics:
