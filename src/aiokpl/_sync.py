@@ -40,6 +40,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
@@ -60,7 +61,7 @@ from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
 from ._hosted import ProducerPort
 from ._kinesis import fixed_region
 from ._producer import Producer, port_of
-from ._sync_exit import close_forgotten, forget, remember, report_abandon, uninterrupted
+from ._sync_exit import forget, in_slices, remember, report_abandon, uninterrupted
 
 if TYPE_CHECKING:
     from ._kinesis import KinesisClient
@@ -69,17 +70,11 @@ if TYPE_CHECKING:
 __all__ = ("SyncProducer",)
 
 logger = logging.getLogger("aiokpl")
-_close_forgotten = close_forgotten  # the exit function, where tests call it
 
 _CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 records
 # How long an interrupted close() waits beyond request_timeout_ms for the cancelled producer's
 # exit (its async failure callbacks are bounded by request_timeout_ms) before it gives up.
 _ABANDON_MARGIN = 5.0
-# How often a thread waiting for the loop to stop looks for a pending signal. The kernel may
-# deliver SIGINT to any thread of the process; Python then runs its handler (KeyboardInterrupt)
-# in the main thread at its next bytecode, but a main thread blocked in a lock without timeout
-# was not woken, and raised only when the whole close was over. Waiting in slices bounds that.
-_SIGNAL_CHECK = 0.1
 
 # future, stream, partition key, size, data, hash key, explicit hash key, encoded tags, seq
 _Item = tuple["Future[RecordResult]", str, str, int, bytes, int, "str | None", bytes, int]
@@ -184,8 +179,9 @@ class SyncProducer:
             name="aiokpl SyncProducer",
             daemon=True,  # a forgotten producer must not hang the interpreter at exit
         )
-        self._thread.start()
-        try:
+        try:  # start() too: a Ctrl-C in it (it waits for the thread to run) leaves a loop
+            self._thread.start()
+            in_slices(lambda check: bool(wait_futures((started,), check).done))
             started.result()
         except BaseException:
             # The start failed (the loop is ending), or this thread was interrupted (Ctrl-C)
@@ -502,8 +498,7 @@ class SyncProducer:
                     self._room.wake_all()
                     if not self._loop_done:
                         self._call_soon(partial(self._on_close, timeout))
-            while not self._stopped.wait(_SIGNAL_CHECK):
-                pass  # a slice at a time, so that a Ctrl-C is seen (see _SIGNAL_CHECK)
+            in_slices(self._stopped.wait)
             self._thread.join()  # at once: the loop has ended
         except BaseException:
             self._abandon(what)
