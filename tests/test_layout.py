@@ -58,10 +58,7 @@ MAY_IMPORT_TEST_INFRASTRUCTURE: dict[tuple[str, str], str] = {
 MAX_MODULE_LINES = 600
 """No module over this many lines: a module past it holds more than one concern."""
 
-KNOWN_LONG_MODULES: dict[str, str] = {
-    "aiokpl._sync": "SyncProducer.wait_durable (issue 23) was added while another change "
-    "reworks this module's Ctrl-C handling; split it by concern once both are in",
-}
+KNOWN_LONG_MODULES: dict[str, str] = {}
 """Modules allowed over :data:`MAX_MODULE_LINES`, each with the reason (only a CLI's argument
 tables qualify, and only if they cannot be a module of their own). A module listed here that is
 no longer over the limit fails the test too."""

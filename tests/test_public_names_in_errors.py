@@ -1,5 +1,5 @@
 """Errors and reprs a user can meet name public types (``Outcome``, ``Future``), never the
-private classes behind them (``UserRecord``, ``TaggedRecord``, ``_RecordFuture``), and name
+private classes behind them (``UserRecord``, ``TaggedRecord``, ``RecordFuture``), and name
 them by the module they are imported from (``aiokpl.ConfigError``, not
 ``aiokpl._core.errors.ConfigError``)."""
 
@@ -23,7 +23,7 @@ from aiokpl._producer import Producer
 from aiokpl.testing import FakeKinesis
 
 CONFIG = Config(region="us-east-1")
-PRIVATE = re.compile(r"UserRecord|TaggedRecord|_RecordFuture|KinesisRecord|_Resolved")
+PRIVATE = re.compile(r"UserRecord|TaggedRecord|RecordFuture|KinesisRecord|_Resolved")
 
 
 def message_of(action: Callable[[], object]) -> str:

@@ -30,6 +30,7 @@ import pytest
 
 import aiokpl._exit_executor
 import aiokpl._sync
+import aiokpl._sync_exit
 from aiokpl import (
     BufferFullError,
     Config,
@@ -476,8 +477,16 @@ def test_a_stream_arn_in_another_region_is_refused_at_put_as_the_async_put_does(
 
 
 class Interrupter:
-    """Sends SIGINT to the main thread (the test's) from another thread, as Ctrl-C would, and
-    waits until the handler has taken it: the test knows where the interruption landed."""
+    """Sends SIGINT from another thread, as Ctrl-C would, and waits until the handler (which
+    Python runs in the main thread, the test's) has taken it: the test knows where the
+    interruption landed.
+
+    Sent to the main thread, the signal cuts its wait short. Sent to the interrupter's own
+    thread (``elsewhere``), it does not: it stands for a SIGINT the kernel delivered to another
+    thread of the process, and for one that came just before the main thread began to wait
+    (its C handler has run, the wait blocks after it). Either way the main thread runs the
+    handler only when it next runs Python code: its waits must be in slices.
+    """
 
     def __init__(self) -> None:
         self.taken = threading.Semaphore(0)
@@ -488,12 +497,12 @@ class Interrupter:
         self.taken.release()
         raise KeyboardInterrupt
 
-    def interrupt(self, when: Callable[[], bool] = lambda: True) -> None:
+    def interrupt(self, when: Callable[[], bool] = lambda: True, elsewhere: bool = False) -> None:
         """Interrupt the main thread once ``when()`` holds; return once it took it."""
         wait_until(when)
-        main = threading.main_thread().ident
-        assert main is not None
-        signal.pthread_kill(main, signal.SIGINT)
+        thread = threading.get_ident() if elsewhere else threading.main_thread().ident
+        assert thread is not None
+        signal.pthread_kill(thread, signal.SIGINT)
         assert self.taken.acquire(timeout=WAIT)
 
 
@@ -524,19 +533,21 @@ def wait_until(condition: Callable[[], bool]) -> None:
     raise AssertionError("the condition did not hold in time")
 
 
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["to-main", "elsewhere"])
 def test_an_interrupted_close_cancels_the_rest_and_resolves_every_future(
-    backend: Backend, interrupter: Interrupter, caplog: pytest.LogCaptureFixture
+    backend: Backend, interrupter: Interrupter, caplog: pytest.LogCaptureFixture, elsewhere: bool
 ) -> None:
     # The first Ctrl-C left the `with` block, whose close() waits for delivery; a second one
     # interrupts that wait: the records in flight are cancelled, every future resolved, and the
-    # interruption raised. (Before: raised at once, futures unresolved, no summary.)
+    # interruption raised. (Before: raised at once, futures unresolved, no summary. A SIGINT
+    # that did not cut the wait short was acted on only once the close was over.)
     fake = FakeKinesis()
     fake.add_stream("s")
     fake.latency = 3600.0  # the request stays in flight until cancelled
     producer = SyncProducer(CONFIG, client=fake, backend=backend)
     futures = [producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(50)]
     wait_until(lambda: producer.statistics().requests_in_flight == 1)
-    second = in_thread(lambda: interrupter.interrupt(when=lambda: producer._closing))
+    second = in_thread(lambda: interrupter.interrupt(lambda: producer._closing, elsewhere))
     with caplog.at_level(logging.WARNING, logger="aiokpl"), pytest.raises(KeyboardInterrupt):
         producer.close()
     second.join(WAIT)
@@ -647,7 +658,7 @@ def test_ctrl_c_during_the_close_at_exit_abandons_every_open_producer(
         lambda: interrupter.interrupt(when=lambda: any(p._closing for p in producers))
     )
     with caplog.at_level(logging.WARNING, logger="aiokpl"):
-        aiokpl._sync._close_forgotten()
+        aiokpl._sync_exit.close_forgotten()
     thread.join(WAIT)
     assert interrupter.count == 1
     assert {future.result().error_code for future in futures} == {"Cancelled"}
@@ -687,12 +698,8 @@ def test_the_loop_executor_still_runs_work_once_thread_pools_refuse_it(
         executor.submit(pow, 2, 5)  # shut down (its loop ended): refused, as by any pool
 
 
-def test_ctrl_c_while_the_constructor_starts_the_loop_stops_it(
-    backend: Backend, interrupter: Interrupter, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The constructor waits for the loop to start the producer (opening a client can take a
-    # while); Ctrl-C then cancels the start and raises. (Before: it waited for the start, then
-    # for a thread that nobody would stop.)
+def slow_start(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """The producer's start waits (up to WAIT) until cancelled: (starting, cancelled)."""
     starting, cancelled = threading.Event(), threading.Event()
 
     async def slow_enter(self: Producer) -> Producer:
@@ -705,10 +712,45 @@ def test_ctrl_c_while_the_constructor_starts_the_loop_stops_it(
         raise AssertionError("the start was not cancelled")
 
     monkeypatch.setattr(Producer, "__aenter__", slow_enter)
-    thread = in_thread(lambda: interrupter.interrupt(when=starting.is_set))
+    return starting, cancelled
+
+
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["to-main", "elsewhere"])
+def test_ctrl_c_while_the_constructor_starts_the_loop_stops_it(
+    backend: Backend, interrupter: Interrupter, monkeypatch: pytest.MonkeyPatch, elsewhere: bool
+) -> None:
+    # The constructor waits for the loop to start the producer (opening a client can take a
+    # while); Ctrl-C then cancels the start and raises. (Before: it waited for the start, then
+    # for a thread that nobody would stop. A SIGINT that did not cut the wait short was acted
+    # on only once the start was over: the start was not cancelled.)
+    starting, cancelled = slow_start(monkeypatch)
+    thread = in_thread(lambda: interrupter.interrupt(starting.is_set, elsewhere))
     with pytest.raises(KeyboardInterrupt):
         SyncProducer(CONFIG, client=FakeKinesis(), backend=backend)
     thread.join(WAIT)
+    wait_until(cancelled.is_set)
+    wait_until(lambda: not any(t.name == "aiokpl SyncProducer" for t in threading.enumerate()))
+
+
+def test_ctrl_c_while_the_constructor_starts_the_thread_stops_the_loop(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Thread.start() waits for the new thread to run: a Ctrl-C that lands there (the loop is
+    # already starting the producer) cancels the start too. (Before: raised without a word to
+    # the loop, which went on starting the producer for as long as that took.)
+    starting, cancelled = slow_start(monkeypatch)
+
+    class InterruptedStart(threading.Thread):
+        def start(self) -> None:
+            super().start()
+            if self.name == "aiokpl SyncProducer":
+                assert starting.wait(WAIT)
+                raise KeyboardInterrupt  # as if Ctrl-C came in start()'s wait, that late
+
+    monkeypatch.setattr(threading, "Thread", InterruptedStart)
+    with pytest.raises(KeyboardInterrupt):
+        SyncProducer(CONFIG, client=FakeKinesis(), backend=backend)
+    monkeypatch.undo()
     wait_until(cancelled.is_set)
     wait_until(lambda: not any(t.name == "aiokpl SyncProducer" for t in threading.enumerate()))
 
@@ -724,8 +766,61 @@ def test_the_exit_function_closes_a_producer_left_open_and_delivers(
     producer = SyncProducer(config, client=fake, backend=backend)
     futures = [producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(9)]
     with caplog.at_level(logging.WARNING, logger="aiokpl"):
-        aiokpl._sync._close_forgotten()
+        aiokpl._sync_exit.close_forgotten()
     assert all(future.result().success for future in futures)
     assert sum(stored(fake, "s").values()) == 9
     assert not producer._thread.is_alive()
     assert caplog.text == ""
+
+
+def _main_thread_in(function_name: str) -> bool:
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name == function_name:
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["to-main", "elsewhere"])
+def test_a_ctrl_c_during_wait_durable_is_acted_on_at_once(
+    backend: Backend,
+    interrupter: Interrupter,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    elsewhere: bool,
+) -> None:
+    # The spool's flush is held: wait_durable() would wait for ever. A Ctrl-C cuts it short,
+    # also one that does not interrupt the wait (elsewhere): its wait is in slices.
+    from aiokpl import _spooling
+
+    gate = threading.Event()
+
+    async def held(function: Callable[..., object], *args: object) -> object:
+        # Inline on the loop (no worker thread: trio keeps its idle ones a while, and the
+        # backend fixture counts threads); a flush waits for the gate.
+        while function is _spooling._flush and not gate.is_set():  # noqa: ASYNC110 - a threading.Event
+            await anyio.sleep(0.01)
+        return function(*args)
+
+    monkeypatch.setattr(_spooling, "run_sync", held)
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    config = CONFIG.replace(spool_directory=str(tmp_path))
+    producer = SyncProducer(config, client=fake, backend=backend)
+    try:
+        future = producer.put_record(stream="s", partition_key="k", data=b"d")
+        signal_sent = in_thread(
+            lambda: interrupter.interrupt(
+                lambda: _main_thread_in("wait_durable_from_thread"), elsewhere
+            )
+        )
+        with pytest.raises(KeyboardInterrupt):
+            producer.wait_durable()
+        signal_sent.join(WAIT)
+        assert interrupter.count == 1
+        assert not gate.is_set()  # cut short, not ended by the flush
+    finally:
+        gate.set()
+        producer.close()
+    assert future.result(WAIT).success

@@ -40,6 +40,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
@@ -61,7 +62,8 @@ from ._hosted import ProducerPort
 from ._kinesis import fixed_region
 from ._producer import Producer, port_of
 from ._sync_durable import wait_durable_from_thread
-from ._sync_exit import close_forgotten, forget, remember, report_abandon, uninterrupted
+from ._sync_exit import forget, in_slices, remember, report_abandon, uninterrupted
+from ._sync_futures import FlushWaiter, RecordFuture
 
 if TYPE_CHECKING:
     from ._kinesis import KinesisClient
@@ -70,44 +72,14 @@ if TYPE_CHECKING:
 __all__ = ("SyncProducer",)
 
 logger = logging.getLogger("aiokpl")
-_close_forgotten = close_forgotten  # the exit function, where tests call it
 
 _CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 records
 # How long an interrupted close() waits beyond request_timeout_ms for the cancelled producer's
 # exit (its async failure callbacks are bounded by request_timeout_ms) before it gives up.
 _ABANDON_MARGIN = 5.0
-# How often a thread waiting for the loop to stop looks for a pending signal. The kernel may
-# deliver SIGINT to any thread of the process; Python then runs its handler (KeyboardInterrupt)
-# in the main thread at its next bytecode, but a main thread blocked in a lock without timeout
-# was not woken, and raised only when the whole close was over. Waiting in slices bounds that.
-_SIGNAL_CHECK = 0.1
 
 # future, stream, partition key, size, data, hash key, explicit hash key, encoded tags, seq
 _Item = tuple["Future[RecordResult]", str, str, int, bytes, int, "str | None", bytes, int]
-
-
-class _RecordFuture(Future[RecordResult]):
-    """A record's future, running from the start (a record in the pipeline cannot be taken
-    back: ``cancel()`` returns ``False``), resolved by the loop's thread with ``set_result``.
-    Only ``Future``'s public API: with 100k futures held about 8 µs a future (its ``Condition``
-    is a dozen objects the collector tracks), against 1.5 µs overriding private members."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.set_running_or_notify_cancel()
-
-
-# Callers see a concurrent.futures.Future: errors and reprs name that type, never this class.
-_RecordFuture.__name__ = _RecordFuture.__qualname__ = "Future"
-
-
-class _FlushWaiter:
-    __slots__ = ("event", "horizon", "remaining")
-
-    def __init__(self, horizon: int, remaining: int) -> None:
-        self.horizon = horizon
-        self.remaining = remaining
-        self.event = threading.Event()
 
 
 class SyncProducer:
@@ -161,7 +133,7 @@ class SyncProducer:
         self._max_record_size = config.max_record_size  # hot path: read in put_record
         self._room = ThreadRoom(self._admission, self._lock)
         self._seq = 0
-        self._flush_waiters: list[_FlushWaiter] = []
+        self._flush_waiters: list[FlushWaiter] = []
         self._flush_requested = False
         self._wake_scheduled = False
         self._closing = False
@@ -185,8 +157,9 @@ class SyncProducer:
             name="aiokpl SyncProducer",
             daemon=True,  # a forgotten producer must not hang the interpreter at exit
         )
-        self._thread.start()
-        try:
+        try:  # start() too: a Ctrl-C in it (it waits for the thread to run) leaves a loop
+            self._thread.start()
+            in_slices(lambda check: bool(wait_futures((started,), check).done))
             started.result()
         except BaseException:
             # The start failed (the loop is ending), or this thread was interrupted (Ctrl-C)
@@ -408,7 +381,7 @@ class SyncProducer:
         encoded_tags = b""
         if tags is not None:
             encoded_tags, size = self._admission.check_tags(tags, key, size, ehk)
-        future = _RecordFuture()
+        future = RecordFuture()
         with self._lock:
             if not self._room.fits(size):
                 self._wait_for_room_in_thread(size, timeout)
@@ -452,7 +425,7 @@ class SyncProducer:
         with self._lock:
             if not self._room.records:
                 return
-            waiter = _FlushWaiter(self._seq, self._room.records)
+            waiter = FlushWaiter(self._seq, self._room.records)
             self._flush_waiters.append(waiter)
             self._flush_requested = True
             self._wake_locked()
@@ -525,8 +498,7 @@ class SyncProducer:
                     self._room.wake_all()
                     if not self._loop_done:
                         self._call_soon(partial(self._on_close, timeout))
-            while not self._stopped.wait(_SIGNAL_CHECK):
-                pass  # a slice at a time, so that a Ctrl-C is seen (see _SIGNAL_CHECK)
+            in_slices(self._stopped.wait)
             self._thread.join()  # at once: the loop has ended
         except BaseException:
             self._abandon(what)

@@ -16,6 +16,7 @@ import anyio
 
 from ._core.config import Config
 from ._core.errors import ProducerClosedError
+from ._sync_exit import in_slices
 
 if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal
@@ -56,7 +57,12 @@ def wait_durable_from_thread(
     except RuntimeError:  # the portal stopped meanwhile
         raise ProducerClosedError("the SyncProducer is closed; create a new one") from None
     try:
+        if timeout is None:  # in slices, so that a Ctrl-C is acted on at once
+            in_slices(lambda check: bool(concurrent.futures.wait((future,), check).done))
         future.result(timeout)
+    except KeyboardInterrupt:
+        future.cancel()
+        raise
     except concurrent.futures.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
         future.cancel()
         raise TimeoutError(

@@ -5,6 +5,7 @@
 * An interrupted close (a second Ctrl-C) abandons what is left: its steps run to their end
   even if interrupted again (:func:`uninterrupted`), and a warning sums up
   (:func:`report_abandon`).
+* The waits for the loop that a Ctrl-C must cut short are waited in slices (:func:`in_slices`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,18 @@ from typing import Protocol, TypeVar
 
 from ._core.statistics import ProducerStatistics
 
-__all__ = ("close_forgotten", "forget", "remember", "report_abandon", "uninterrupted")
+__all__ = ("close_forgotten", "forget", "in_slices", "remember", "report_abandon", "uninterrupted")
 
 logger = logging.getLogger("aiokpl")
 
 _T = TypeVar("_T")
+
+# How long a wait for the loop lasts before the waiting thread looks for a pending signal again.
+# Python runs a signal's handler (Ctrl-C's KeyboardInterrupt) in the main thread, between
+# bytecodes: a main thread blocked in a lock without timeout runs it only if the signal cuts that
+# very wait short, not if the kernel delivered it to another thread, nor if it came just before
+# the wait began (its C handler ran then, and the wait blocked after it). Slices bound the delay.
+SIGNAL_CHECK = 0.1
 
 
 class _Open(Protocol):
@@ -84,6 +92,12 @@ def close_forgotten() -> None:
                 )
         except BaseException:  # interrupted: the close abandoned the rest, and said so
             interrupted = True
+
+
+def in_slices(wait: Callable[[float], bool]) -> None:
+    """Call ``wait(SIGNAL_CHECK)`` until it returns true: a wait that a Ctrl-C cuts short."""
+    while not wait(SIGNAL_CHECK):
+        pass
 
 
 def uninterrupted(step: Callable[[], _T]) -> _T:

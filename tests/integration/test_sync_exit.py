@@ -121,14 +121,20 @@ def stored(endpoint: str, stream: str) -> Counter[bytes]:
 
 
 class Child:
-    """A child interpreter running ``script``, whose standard output is read line by line."""
+    """A child interpreter running ``script``, whose standard output is read line by line.
+
+    Its output is read unbuffered, a byte at a time up to each line's end: a buffered reader
+    takes whatever the pipe holds, so with two lines written at once the next wait for output
+    saw an empty pipe and waited for the program's last line (the signal then came at its very
+    end, not at the point the line announced).
+    """
 
     def __init__(self, script: str, *args: str) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-c", script, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
+            bufsize=0,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
 
@@ -138,7 +144,7 @@ class Child:
         assert stdout is not None
         ready, _, _ = select.select([stdout], [], [], WAIT)
         assert ready, f"no {line!r} from the child in {WAIT} s"
-        assert stdout.readline() == line + "\n"
+        assert stdout.readline().decode() == line + "\n"
 
     def interrupt(self) -> None:
         self.process.send_signal(signal.SIGINT)
@@ -146,7 +152,7 @@ class Child:
     def finish(self) -> tuple[int, str, str]:
         """Wait for the exit: (status, the rest of stdout, all of stderr)."""
         out, err = self.process.communicate(timeout=WAIT)
-        return self.process.returncode, out, err
+        return self.process.returncode, out.decode(), err.decode()
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -182,6 +188,17 @@ def check_against_the_stream(
     failed = [code for success, code, _ in results if not success]
     assert set(failed) <= {"Cancelled"}
     return len(delivered), len(failed)
+
+
+def test_lines_written_at_once_are_each_expected_without_waiting() -> None:
+    # The harness itself: the second line is already read from the pipe when the first is
+    # expected. (Before: a buffered reader held it, and expecting it waited for more output.)
+    child = Child("import time; print('one\\ntwo', flush=True); time.sleep(120)")
+    try:
+        child.expect("one")
+        child.expect("two")
+    finally:
+        child.kill()
 
 
 # --- a producer left open ----------------------------------------------------------------------
@@ -276,7 +293,11 @@ def test_a_second_ctrl_c_during_close_resolves_every_future(
                     )
                 futures[99].result()  # some are delivered before the first Ctrl-C
                 print("put", flush=True)
-                threading.Event().wait()  # until Ctrl-C
+                # Until Ctrl-C, in slices: Python raises KeyboardInterrupt between bytecodes,
+                # and a SIGINT that came just before a wait without end began (its C handler
+                # ran, then the wait blocked) would never be acted on.
+                while True:
+                    time.sleep(0.1)
         except KeyboardInterrupt:
             if not {caught}:
                 raise
