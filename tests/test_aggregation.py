@@ -1115,7 +1115,7 @@ def test_the_size_of_an_aggregate_of_one_is_exact(
     encoded = encoder.encode_tags(tags)
     blob = encode([Record(partition_key, bytes(data_len), explicit_hash_key, tags)])
     key_size = len(partition_key.encode())
-    assert encoder._aggregate_of_one_size(
+    assert encoder.aggregate_of_one_size(
         key_size, data_len, explicit_hash_key, len(encoded)
     ) == len(blob)
     size = key_size + data_len

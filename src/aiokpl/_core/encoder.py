@@ -49,6 +49,7 @@ from .wire import (
 
 __all__ = (
     "AggregateBuilder",
+    "aggregate_of_one_size",
     "check_tags",
     "encode",
     "encode_tags",
@@ -162,7 +163,7 @@ def check_tags(
     if not encoded:
         return encoded, size
     key_size = len(partition_key.encode())
-    alone = key_size + _aggregate_of_one_size(
+    alone = key_size + aggregate_of_one_size(
         key_size, size - key_size, explicit_hash_key, len(encoded)
     )
     if alone > max_record_size:
@@ -173,7 +174,7 @@ def check_tags(
     return encoded, size + len(encoded)
 
 
-def _aggregate_of_one_size(
+def aggregate_of_one_size(
     key_size: int, data_size: int, explicit_hash_key: str | None, tags_size: int
 ) -> int:
     """The exact size of an aggregate holding one record, framing included."""

@@ -50,8 +50,9 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
+from .encoder import aggregate_of_one_size
 from .errors import AggregationFormatError
-from .wire import FRAMING_OVERHEAD, Tag, varint_len
+from .wire import Tag
 
 __all__ = (
     "IDENTITY_KEY",
@@ -173,15 +174,7 @@ def alone_size(key_size: int, data_size: int, explicit_hash_key: str | None, tag
         tags: the length of its encoded tags (the identity's included).
     """
 
-    def field(n: int) -> int:  # tag, length, value
-        return 1 + varint_len(n) + n
-
-    inner = 2 + field(data_size) + tags  # partition_key_index 0, data, tags
-    body = field(key_size)  # the partition key table
-    if explicit_hash_key is not None:
-        body += field(len(explicit_hash_key))  # the explicit hash key table
-        inner += 2  # explicit_hash_key_index 0
-    return key_size + FRAMING_OVERHEAD + body + field(inner)
+    return key_size + aggregate_of_one_size(key_size, data_size, explicit_hash_key, tags)
 
 
 def parse_identity(value: str) -> Identity:
