@@ -173,7 +173,7 @@ class Spool:
         self.next_seq = self.durable_through = writer.next_sequence_number
         # Segments keep wall-clock acceptance times (a dump reads as dates); taken once, the
         # offset turns the producer's clock into them.
-        self._wall_offset = time.time() - anyio.current_time()  # noqa: TID251
+        self._wall_offset = time.time() - anyio.current_time()  # noqa: TID251 # clock-ok: a date
         found = recovery.statistics
         if self.metrics is not None:
             self.metrics.spool_recovered(
