@@ -316,11 +316,14 @@ def test_a_request_the_service_refuses_whole_takes_nothing_from_the_shard() -> N
 
 
 def test_tokens_come_back_when_moto_stores_nothing() -> None:
+    """Records moto's whole request handling serves (here, data that is not a string, which
+    the direct path leaves to moto) and that moto refuses give their tokens back."""
     served = Served(ShardLimits(records_per_second=10.0))
     stream = new_stream(served)
     served.refuse = True
-    assert served.put(stream, 10)[0] == 500  # all fit, moto refuses
-    assert served.put(stream, 15)[0] == 500  # some fit, moto refuses them
+    odd = [{"Data": None, "PartitionKey": "k"}]
+    assert served.call("PutRecords", StreamName=stream, Records=odd * 10)[0] == 500
+    assert served.call("PutRecords", StreamName=stream, Records=odd * 15)[0] == 500
     assert served.calls[-2:] == ["PutRecords", "PutRecords"]  # then the original, for its error
     status, _ = served.call("PutRecord", StreamName=stream, Data="eA==", PartitionKey="k")
     assert status == 500
@@ -329,6 +332,62 @@ def test_tokens_come_back_when_moto_stores_nothing() -> None:
     assert all(
         row["delivered"] == 10 for row in served.app.counts.rows() if row["stream"] == stream
     )
+
+
+def test_put_records_is_stored_by_moto_s_model_without_its_request_handling() -> None:
+    """``PutRecords`` that fit are handed to moto's model directly: moto's sequence numbers and
+    shards, the records readable through moto, and moto's application never called."""
+    served = Served(ShardLimits(records_per_second=10.0))
+    stream = new_stream(served, shards=2)
+    served.calls.clear()
+    records = [{"Data": "eA==", "PartitionKey": f"key-{n}"} for n in range(12)]
+    status, body = served.call("PutRecords", StreamName=stream, Records=records)
+    assert served.calls == []
+    assert status == 200
+    assert body["FailedRecordCount"] == sum("ErrorCode" in entry for entry in body["Records"])
+    stored = [entry for entry in body["Records"] if "SequenceNumber" in entry]
+    assert len(stored) == 12 - body["FailedRecordCount"] >= 10
+    for shard in {entry["ShardId"] for entry in stored}:
+        _, iterator = served.call(
+            "GetShardIterator",
+            StreamName=stream,
+            ShardId=shard,
+            ShardIteratorType="TRIM_HORIZON",
+        )
+        _, read = served.call("GetRecords", ShardIterator=iterator["ShardIterator"])
+        assert [r["SequenceNumber"] for r in read["Records"]] == [
+            e["SequenceNumber"] for e in stored if e["ShardId"] == shard
+        ]
+        assert all(r["Data"] == "eA==" for r in read["Records"])
+
+
+def test_a_record_moto_s_model_fails_is_an_internal_failure_and_gives_its_tokens_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A record moto's model raises on (its bug: it placed the record a moment before) gets
+    AWS's per-record ``InternalFailure``; the others of the request are stored."""
+    from moto.kinesis.models import Stream
+
+    served = Served(ShardLimits(records_per_second=10.0))
+    stream = new_stream(served)
+    store = Stream.put_record
+
+    def put_record(self: Any, key: str, explicit: Any, data: str) -> Any:
+        if key == "bad":
+            raise RuntimeError("moto failed")
+        return store(self, key, explicit, data)
+
+    monkeypatch.setattr(Stream, "put_record", put_record)
+    records = [{"Data": "eA==", "PartitionKey": key} for key in ("k", "bad", "k")]
+    status, body = served.call("PutRecords", StreamName=stream, Records=records)
+    assert status == 200
+    assert body["FailedRecordCount"] == 1
+    assert [entry.get("ErrorCode") for entry in body["Records"]] == [None, "InternalFailure", None]
+    assert body["Records"][1]["ErrorMessage"] == "Internal service failure."
+    # The failed record's token came back: 8 more fit in the shard's 10.
+    assert served.codes(stream, 9) == [None] * 8 + [THROTTLED]
+    rows = [row for row in served.app.counts.rows() if row["stream"] == stream]
+    assert (rows[0]["delivered"], rows[0]["failed"]) == (10, 1)
 
 
 def test_a_whole_put_records_over_the_limit_never_reaches_moto() -> None:
@@ -404,3 +463,32 @@ def test_closing_releases_a_hanging_request() -> None:
     thread.join(timeout=30)
     assert not thread.is_alive()
     assert answers == [400]  # served once released: moto has no stream "stuck"
+
+
+def test_moto_shards_mended_answer_as_before_without_copying_their_keys() -> None:
+    """``mend_moto_shards``: a shard's first and last sequence numbers are its smallest and
+    largest (0 when empty), read without copying every key (moto's own way: a list of all the
+    keys, once per record stored)."""
+    from moto.kinesis.models import Stream
+
+    from aiokpl.testing._servers import mend_moto_shards
+
+    mend_moto_shards()
+    mend_moto_shards()  # idempotent
+    stream = Stream("mended", 1, None, "us-east-1", ACCOUNT, "PROVISIONED")  # type: ignore[abstract,arg-type]
+    (shard,) = stream.shards.values()
+    assert (shard.get_min_sequence_number(), shard.get_max_sequence_number()) == (0, 0)
+    for n in range(25):
+        stream.put_record(f"k{n}", None, "eA==")  # type: ignore[arg-type]
+        keys = list(shard.records)
+        assert shard.get_min_sequence_number() == min(keys)
+        assert shard.get_max_sequence_number() == max(keys) == n + 1
+
+    class NoKeys(dict):  # type: ignore[type-arg]
+        def keys(self) -> Any:
+            raise AssertionError("the keys were copied")
+
+    shard.records = NoKeys(shard.records)
+    assert (shard.get_min_sequence_number(), shard.get_max_sequence_number()) == (1, 25)
+    shard.put_record("k", "eA==", None)  # type: ignore[arg-type]
+    assert shard.get_max_sequence_number() == 26

@@ -15,6 +15,12 @@ records lost with 24 connections, none with one; ``docs/local-development.md`` h
 for stock ``python -m moto.server``). :func:`make_moto_server` therefore serves moto's WSGI
 application behind a lock: HTTP stays concurrent, the model sees one request at a time.
 
+moto's shard also finds that largest number by copying every key it holds into a list, once
+per record stored: 8 µs a record on an empty shard, 140 µs at 10,000 records, 270 µs at 20,000,
+so a local server slowed down as it filled (a 40-second benchmark cell's requests took three
+times as long at its end). :func:`make_moto_server` reads the last key instead (the keys are
+the sequence numbers, in the order given: :func:`mend_moto_shards`).
+
 Given :class:`~aiokpl.testing._throttling.ShardLimits` (or :class:`~aiokpl.testing._throttling.
 ServerFaults`), the same server enforces AWS's per-shard write limits (or adds faults): see
 :mod:`aiokpl.testing._throttling`, which then serves moto behind the same lock.
@@ -113,6 +119,7 @@ def make_moto_server(
     except ImportError as exc:
         raise LocalServerError(MOTO_MISSING) from exc
 
+    mend_moto_shards()
     app = DomainDispatcherApplication(create_backend_app)
     lock = threading.Lock()
 
@@ -150,6 +157,26 @@ sys.path.insert(0, sys.argv[1])
 from aiokpl.testing._servers import _serve_child
 _serve_child(int(sys.argv[2]), sys.argv[3])
 """
+
+
+def mend_moto_shards() -> None:
+    """Give moto's ``Shard`` constant-time first and last sequence numbers.
+
+    Its records are a dict keyed by sequence number, inserted in increasing order (each is
+    the last plus one), so the first and last keys are the smallest and largest; moto copies
+    every key into a list to find them, once per record stored. Same answers, read from the
+    dict's ends. Idempotent.
+    """
+    from moto.kinesis.models import Shard
+
+    def get_min_sequence_number(self: Any) -> int:
+        return next(iter(self.records), 0)
+
+    def get_max_sequence_number(self: Any) -> int:
+        return next(reversed(self.records), 0)
+
+    Shard.get_min_sequence_number = get_min_sequence_number  # type: ignore[method-assign]
+    Shard.get_max_sequence_number = get_max_sequence_number  # type: ignore[method-assign]
 
 
 def _serve_child(port: int, settings: str) -> None:
