@@ -39,13 +39,16 @@ class Series:
 
     stored: list[int] = field(default_factory=list)
     throttled: list[int] = field(default_factory=list)
+    calls: list[int] = field(default_factory=list)
 
     def add(self, second: int, stored: int, throttled: int) -> None:
         while len(self.stored) <= second:
             self.stored.append(0)
             self.throttled.append(0)
+            self.calls.append(0)
         self.stored[second] += stored
         self.throttled[second] += throttled
+        self.calls[second] += 1
 
     def window(self, start: int, end: int) -> tuple[int, int]:
         """(stored, throttled) summed over seconds ``start`` … ``end - 1``."""
@@ -87,7 +90,8 @@ class Link:
         await self._travel()
         if self._server is not None:
             async with self._server.lock:  # one request at a time, as moto's server
-                await anyio.sleep(self._server.service)
+                records = len(kwargs.get("Records", ()))
+                await anyio.sleep(self._server.service + self._server.per_record * records)
                 response: dict[str, Any] = await self._fake.put_records(**kwargs)
         else:
             response = await self._fake.put_records(**kwargs)
@@ -103,8 +107,9 @@ class Link:
 class Server:
     """A server that answers one request at a time, ``service`` seconds each."""
 
-    def __init__(self, service: float) -> None:
+    def __init__(self, service: float, per_record: float = 0.0) -> None:
         self.service = service
+        self.per_record = per_record
         self.lock = anyio.Lock()
 
 
@@ -130,6 +135,7 @@ class Fleet:
     latency: float = 0.01
     jitter: float = 0.0  # mean of an exponential extra delay on each way
     service: float = 0.0  # the server's seconds per request, one at a time (0: no queue)
+    per_record: float = 0.0  # and its seconds per record of a request, with ``service``
     seconds: float = 40.0
     ttl_ms: int = 10_000
     config: dict[str, Any] = field(default_factory=dict)
@@ -146,7 +152,7 @@ async def run(
     )
     series = Series()
     origin = anyio.current_time()
-    server = Server(fleet.service) if fleet.service else None
+    server = Server(fleet.service, fleet.per_record) if fleet.service else None
     producers: list[Producer] = []
 
     def config() -> Config:
@@ -230,6 +236,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.01)
     parser.add_argument("--jitter", type=float, default=0.0)
     parser.add_argument("--service", type=float, default=0.0)
+    parser.add_argument("--per-record", type=float, default=0.0, help="s per record served")
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--coordination", action="store_true")
     parser.add_argument(
@@ -274,6 +281,7 @@ def main() -> None:
         latency=args.latency,
         jitter=args.jitter,
         service=args.service,
+        per_record=args.per_record,
         seconds=args.seconds,
         seed=args.seed,
     )
@@ -307,6 +315,7 @@ def main() -> None:
     capacity = shards * shard_rate
     print("stored/s:   ", " ".join(f"{n:4d}" for n in series.stored))
     print("throttled/s:", " ".join(f"{n:4d}" for n in series.throttled))
+    print("calls/s:    ", " ".join(f"{n:4d}" for n in series.calls))
     end = int(args.seconds)
     stored, throttled = series.window(12, end)
     span = int(args.seconds) - 12

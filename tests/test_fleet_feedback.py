@@ -53,11 +53,11 @@ def test_a_starved_shard_admits_a_batch_per_batch_interval_not_a_trickle_per_dra
         limiter.drain(tick * 0.025, admitted.append, admitted.append)
         if len(admitted) > before:
             waves.append((tick * 0.025, len(admitted) - before))
-    # The first starvation had one record waiting: held only until a token came (10 ms).
-    # Since, one wave per 0.1 s, of 0.1 s of the rate (10 records), not 2-3 every 25 ms.
-    assert waves[0] == (0.025, 2)
-    assert [at for at, _ in waves[1:]] == pytest.approx([0.025 + 0.1 * n for n in range(1, 10)])
-    assert all(count == 10 for _, count in waves[1:]), waves
+    # One wave per 0.1 s, on the multiples of 0.1 s (the stream's grid: the first starvation
+    # would have waited only 10 ms for a token, it waits for the grid), each of 0.1 s of the
+    # rate (10 records), not 2-3 every 25 ms.
+    assert [at for at, _ in waves] == pytest.approx([0.1 * n for n in range(1, 11)])
+    assert all(count == 10 for _, count in waves), waves
     # A forced drain (flush) ignores the hold.
     limiter.drain(1.01, admitted.append, admitted.append, force=True)
     assert not limiter.queue
@@ -81,6 +81,68 @@ def test_the_limiter_wakes_up_when_a_held_batch_is_due() -> None:
     assert len(admitted) == 10
     assert limiter.shards[SHARD].held_until == 0.01
     assert limiter._next_drain(0.0) == 0.01
+
+
+def test_starved_shards_of_a_stream_admit_at_the_same_instants() -> None:
+    """Two shards starved at different moments hold their batches until the same multiple of
+    ``admit_batch``, so one drain admits both and the collector sends them in one request
+    (each at a phase of its own: a request per shard per batch)."""
+    now = [0.0]
+    admitted: list[KinesisRecord] = []
+    limiter = Limiter(
+        RoutedDeadlines(Scheduler(), lambda item, now: None),
+        lambda: now[0],
+        lanes=ShardLimiter,
+        records_per_second=100.0,
+        bytes_per_second=1_000_000.0,
+        drain_interval=0.025,
+        admit_batch=0.1,
+    )
+    other = "shardId-000000000001"
+
+    def backlog(shard: str, at: float) -> None:
+        for _ in range(120):  # 100 go at once (the burst), 20 wait
+            admitted.extend(
+                limiter.put(KinesisRecord([], b"x" * 99, "k", "0", shard, at, 100.0, 1), at)[0]
+            )
+
+    backlog(SHARD, 0.013)
+    backlog(other, 0.058)
+    assert limiter.shards[SHARD].held_until == limiter.shards[other].held_until == 0.1
+    assert len(admitted) == 200
+    waves = []
+    for _ in range(20):  # drains at the times the limiter asks for, for half a second
+        now[0] = limiter._next_drain(now[0])
+        before = {SHARD: 0, other: 0}
+        for record in limiter.drain(now[0])[0]:
+            before[record.predicted_shard] += 1  # type: ignore[index]
+        if any(before.values()):
+            waves.append((round(now[0], 6), before[SHARD], before[other]))
+    # Every wave holds both shards' records (what each gathered since it starved), on the
+    # multiples of 0.1 s, until both backlogs are gone.
+    assert waves == [(0.1, 8, 4), (0.2, 10, 10), (0.3, 2, 6)]
+
+
+def test_a_cut_keeps_a_starved_shard_s_batch_and_no_more() -> None:
+    """A starved shard spends its tokens at every batch: what its bucket holds when a cut
+    comes is the batch it is gathering, kept up to a batch of the new rate (given up, every
+    cut cost a batch of the shard)."""
+    limiter = ShardLimiter(100.0, 1_000_000.0)
+    limiter.batch = 0.1
+    admitted: list[KinesisRecord] = []
+    for _ in range(300):
+        limiter.put(record(), 0.0, admitted.append, admitted.append)
+    limiter.drain(0.1, admitted.append, admitted.append)  # a batch: the bucket is spent
+    assert limiter.starved
+    assert limiter.held_until == pytest.approx(0.2)
+    limiter.accepted(100, 100 * 100, 0.15)
+    limiter.throttled(0.15, sent_at=0.1)
+    rate = limiter.current_rates(0.15)[0]
+    # 50 ms of tokens at 100/s gathered since the batch: 5, under a batch of the new rate.
+    assert limiter.bucket.tokens(0.15)[0] == pytest.approx(5.0)
+    limiter.drain(0.2, admitted.append, admitted.append)
+    # The 5 kept and 50 ms at the cut rate (about 78/s): 8 (emptied: 3).
+    assert len(admitted) - 110 == int(5.0 + rate * 0.05) == 8
 
 
 def test_a_cut_gives_up_the_tokens_saved_under_the_allowance() -> None:
@@ -225,3 +287,20 @@ async def test_many_producers_on_a_serialising_server_send_few_calls_and_converg
     assert delivered >= 0.90, (delivered, series)
     assert throttled <= 0.05, (throttled, series)
     assert worst <= 0.20, (worst, series)
+
+
+@pytest.mark.anyio
+async def test_a_producer_with_a_backlog_on_two_shards_sends_one_request_per_batch(
+    seed_trio_scheduler: Callable[[int], None],
+) -> None:
+    """One producer offered twice what its two shards take: both shards are starved, their
+    batches fall on the same multiples of the buffered time (0.1 s), so the producer sends
+    one request a batch holding both shards' records, 10 a second (batches at phases of
+    their own: one request per shard per batch, 20 a second), and the shards stay full."""
+    seed_trio_scheduler(0)
+    series = await run(Fleet([Member(2 * CAPACITY)], seconds=12.0))
+    calls = series.calls[4:12]
+    assert all(9 <= n <= 11 for n in calls), series.calls
+    delivered, throttled, _ = shares(series, 4, 12)
+    assert delivered >= 0.99, (delivered, series)
+    assert throttled <= 0.01, (throttled, series)

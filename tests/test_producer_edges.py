@@ -318,7 +318,9 @@ async def test_backoff_jitter_is_drawn_from_the_jitter_source() -> None:
             outcome = await producer.put_record(stream="s", partition_key="k", data=b"d")
             first, second = (await outcome).attempts
         assert (first.error_code, second.success) == ("InternalFailure", True)
-        assert source.draws == 1
+        # Two draws: the phase of the stream's limiter batches when its pipeline was made,
+        # then the backoff's jitter.
+        assert source.draws == 2
         waits[value] = second.started_at - first.ended_at
     # The first backoff is 100 ms, of which up to half is jitter: a draw of 0.5 takes 25 ms off.
     assert waits[0.0] - waits[0.5] == pytest.approx(0.025, abs=1e-9)

@@ -327,6 +327,17 @@ def test_empty_gives_up_the_saved_tokens_and_keeps_a_debt() -> None:
     assert not bucket.try_take([11.0, 0.0], 1.2)
 
 
+def test_empty_keeping_some_seconds_caps_each_balance_at_that_much_of_its_rate() -> None:
+    bucket = TokenBucket([(10.0, 100.0), (1000.0, 5000.0)])
+    bucket.force_take([99.5, 0.0], 0.0)  # stream 0 at 0.5, stream 1 full (5000)
+    bucket.empty(0.0, keep=0.1)  # at most 0.1 s of each rate: 1 and 100
+    assert bucket.tokens(0.0) == pytest.approx((0.5, 100.0))  # under the cap: kept whole
+    bucket.empty(0.0, keep=0.0)
+    assert bucket.tokens(0.0) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="keep"):
+        bucket.empty(0.0, keep=-0.1)
+
+
 # -- validation and introspection -------------------------------------------------------------
 
 

@@ -270,18 +270,26 @@ class TokenBucket:
             capacity = capacities[index]
             tokens[index] = refunded if refunded < capacity else capacity
 
-    def empty(self, now: float) -> None:
-        """Give up every token saved up to ``now``: balances above zero drop to zero (a debt
-        stays as it is). Tokens keep coming at the rates from ``now`` on.
+    def empty(self, now: float, keep: float = 0.0) -> None:
+        """Give up the tokens saved up to ``now`` beyond ``keep`` seconds of each stream's
+        rate: larger balances drop to that (zero by default; a debt stays as it is). Tokens
+        keep coming at the rates from ``now`` on.
 
         Args:
             now: The current time in seconds.
+            keep: Seconds of tokens, at each stream's rate, a balance may keep; 0 or more.
+
+        Raises:
+            ValueError: If ``keep`` is negative (it would turn savings into a debt).
         """
+        if not keep >= 0.0:
+            raise ValueError(f"keep must be 0 or more seconds, got {keep!r}")
         self._grow(now)
-        tokens = self._tokens
+        tokens, rates = self._tokens, self._rates
         for index in range(self._count):
-            if tokens[index] > 0.0:
-                tokens[index] = 0.0
+            kept = rates[index] * keep
+            if tokens[index] > kept:
+                tokens[index] = kept
 
     def set_rate(self, index: int, rate: float, now: float) -> None:
         """Change one stream's rate from ``now`` on.

@@ -17,14 +17,19 @@ through, with no added latency), and every ``drain_interval_ms`` while anything 
 (one scheduler entry for the whole limiter, no timers per shard). A *starved* shard (its
 last drain left records waiting for tokens) admits in batches: nothing until ``admit_batch``
 seconds (``record_max_buffered_time_ms``) after that drain, or until its bucket holds that
-long's tokens (or enough for what waits) if sooner, then all the tokens gathered. Its
+long's tokens (or enough for what waits) if sooner, then all the tokens gathered; and that
+time is rounded up to a multiple of ``admit_batch``, so every starved shard of the stream
+admits at the same instants and the collector puts their records in one request. Its
 records are past their buffered time, so the collector sends what is admitted at once; a
 trickle admitted every drain interval became one request per shard per 25 ms whatever the
 rate (one or two records each at a producer's share of a shared shard), and a fleet of
 producers spent its connections and the server on requests instead of records: four
 coordinated producers with a 0.5 s round trip delivered 40% of their ceilings
-(``tests/test_fleet_feedback.py``). ``flush`` admits everything
-that can still be sent at once, debiting the bucket so later traffic still pays for it.
+(``tests/test_fleet_feedback.py``). Batches at phases of their own still made one request
+per shard per batch; on one grid, a producer with a backlog on 2 shards sends half the
+requests (``tests/fleet.py``: 8 producers, 141 → 75 calls a second, same delivery).
+``flush`` admits everything that can still be sent at once, debiting the bucket so later
+traffic still pays for it.
 
 **Goodput under sustained overload** (where the KPL collapses). When more is offered than a
 shard takes for longer than ``record_ttl_ms``, the oldest queued records are always about to
@@ -119,6 +124,8 @@ class Limiter(Generic[L]):
         drain_interval: ``Config.drain_interval_ms``, in seconds.
         send_margin: what a record needs to live on at admission (see the module).
         admit_batch: how long a starved shard gathers tokens (see the module).
+        batch_phase: where the starved shards' common batch times fall, in ``[0,
+            admit_batch)``: ``batch_phase`` plus multiples of ``admit_batch``.
     """
 
     def __init__(
@@ -132,6 +139,7 @@ class Limiter(Generic[L]):
         drain_interval: float,
         send_margin: float = 0.0,
         admit_batch: float = 0.0,
+        batch_phase: float = 0.0,
     ) -> None:
         self._deadlines = deadlines
         # Only for set_ceiling, which coordination calls: every other method is given ``now``.
@@ -146,6 +154,7 @@ class Limiter(Generic[L]):
         self._drain_interval = drain_interval
         self.send_margin = send_margin
         self.admit_batch = admit_batch
+        self.batch_phase = batch_phase
         self._lanes = lanes
         self.shards: dict[str, L] = {}
         # Records with no predicted shard: limited per stream, at one shard's rates.
@@ -163,7 +172,7 @@ class Limiter(Generic[L]):
                 limiter = self.unmapped = self._lanes(
                     self._records_per_second, self._bytes_per_second
                 )
-                limiter.batch = self.admit_batch
+                limiter.batch, limiter.phase = self.admit_batch, self.batch_phase
             return limiter
         limiter = self.shards.get(shard)
         if limiter is None:
@@ -171,7 +180,7 @@ class Limiter(Generic[L]):
                 shard, (self._records_per_second, self._bytes_per_second)
             )
             limiter = self.shards[shard] = self._lanes(records, size)
-            limiter.batch = self.admit_batch
+            limiter.batch, limiter.phase = self.admit_batch, self.batch_phase
         return limiter
 
     def _expire(self, record: KinesisRecord) -> None:
@@ -341,6 +350,7 @@ class OrderedLimiter(Limiter[OrderedShardLimiter]):
         drain_interval: float,
         send_margin: float = 0.0,
         admit_batch: float = 0.0,
+        batch_phase: float = 0.0,
         hash_range: Callable[[str], ShardRange | None],
     ) -> None:
         super().__init__(
@@ -352,6 +362,7 @@ class OrderedLimiter(Limiter[OrderedShardLimiter]):
             drain_interval=drain_interval,
             send_margin=send_margin,
             admit_batch=admit_batch,
+            batch_phase=batch_phase,
         )
         self._hash_range = hash_range
         # Lanes of shards gone from the map that still hold records, oldest retired first.

@@ -110,7 +110,7 @@ class StreamPipeline:
         metrics: the producer's metrics recorder, if any.
         coordinator: the producer's coordinator, if any: it meters and sets the limits.
         random_value: the producer's jitter generator (``jitter_source``), for the shard
-            map's waits.
+            map's waits and the phase of the limiter's batches.
         missing_log: the producer's warning about streams not found (one line for many).
     """
 
@@ -188,7 +188,7 @@ class StreamPipeline:
             RoutedDeadlines(scheduler, self._limiter_due),
             clock,
             self.shard_map.hash_range,
-            _limits(config, self._grace),
+            _limits(config, self._grace, random_value()),
         )
         self.collector = Collector(
             RoutedDeadlines(scheduler, self._collector_due),
@@ -532,8 +532,9 @@ class StreamPipeline:
         )
 
 
-def _limits(config: Config, grace: float) -> dict[str, Any]:
-    """The limiter's settings."""
+def _limits(config: Config, grace: float, phase: float) -> dict[str, Any]:
+    """The limiter's settings; ``phase`` in [0, 1) places the batches' grid."""
+    batch = config.record_max_buffered_time_ms / 1000
     return {
         "records_per_second": config.rate_limit_records_per_sec_per_shard,
         "bytes_per_second": config.rate_limit_bytes_per_sec_per_shard,
@@ -543,7 +544,10 @@ def _limits(config: Config, grace: float) -> dict[str, Any]:
         "send_margin": grace + config.drain_interval_ms / 1000,
         # A shard with a backlog admits a batch per buffered time, not a trickle per drain:
         # its records are past their deadline, so each trickle would be a request.
-        "admit_batch": config.record_max_buffered_time_ms / 1000,
+        "admit_batch": batch,
+        # Every starved shard of the stream admits on one grid of those times (one request
+        # for all of them), at a phase of the stream's own (see ``on_grid``).
+        "batch_phase": phase * batch,
     }
 
 
