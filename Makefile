@@ -127,9 +127,11 @@ pythons: $(KINESALITE_STAMP)
 # `make pytest` and `make pythons` at once, as `make test` runs them: `make pytest` in the
 # foreground, its output as it goes; the other Pythons (their virtualenvs made if need be, then
 # their suites) one after the other in the background, their output when all have ended. The
-# status fails if any of them failed.
+# status fails if any of them failed. (`make pytest` through a variable, not $(MAKE) in the
+# recipe: `make -n test` then prints this step rather than runs it.)
+PYTEST_ALONGSIDE := $(MAKE) --no-print-directory pytest
 suites: $(DEV_STAMP) $(KINESALITE_STAMP)
-	ALONGSIDE='$(MAKE) --no-print-directory pytest' $(OTHER_PYTHONS) $(PYTHONS_PYTEST)
+	ALONGSIDE='$(PYTEST_ALONGSIDE)' $(OTHER_PYTHONS) $(PYTHONS_PYTEST)
 
 # The floors alone, on the data the last `make pytest` left.
 coverage: $(DEV_STAMP)
