@@ -33,7 +33,8 @@ TYPE_COMPLETENESS_MIN := 100
 # quick benchmark run and the coordination processes (minutes of real time each), `put` and
 # `tail` end to end, the other servers' suites. PYTHONS_PYTEST overrides the selection (`make
 # pythons PYTHONS_PYTEST=tests` for all of it); the two Pythons run at once (PARALLEL=0: one
-# after the other).
+# after the other). In `make test` (its `suites` step) they run one after the other beside
+# `make pytest`, which is one process on one core: the other core had nothing to do.
 CLAIMED_PYTHONS := $(shell sed -n 's/.*"Programming Language :: Python :: \(3\.[0-9]*\)".*/\1/p' pyproject.toml)
 PYTHONS_VENVS ?= .cache
 PARALLEL ?= 1
@@ -51,7 +52,7 @@ PYTHONS_NOT_DOCS := test_the_page_holds_its_tables_as_the_parsers_give_them \
 DIST := dist
 PACKAGE_VENV := .cache/package-venv
 
-.PHONY: test demo lint typecheck typecompleteness pytest pythons kinesalite pyright docs \
+.PHONY: test demo lint typecheck typecompleteness pytest pythons suites kinesalite pyright docs \
 	docs-tables package coverage bench clean
 
 $(PIP_STAMP):
@@ -67,7 +68,7 @@ $(DEMO_STAMP): pyproject.toml | $(PIP_STAMP)
 	$(PY) -m pip install --quiet -e '.[local]'
 	touch $(DEMO_STAMP)
 
-test: lint typecheck typecompleteness package pytest pythons docs
+test: lint typecheck typecompleteness package suites docs
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
@@ -118,9 +119,19 @@ pytest: $(DEV_STAMP) $(KINESALITE_STAMP)
 	@$(COVERAGE_FLOORS)
 
 # The suite on the other Pythons (the lowest and highest claimed and present).
+OTHER_PYTHONS := PYTHON=$(PYTHON) VENVS=$(PYTHONS_VENVS) CLAIMED="$(CLAIMED_PYTHONS)" \
+	EXTRAS=$(DEV_EXTRAS) PIP_MIN=$(PIP_MIN) PARALLEL=$(PARALLEL) .ci/other-pythons
 pythons: $(KINESALITE_STAMP)
-	PYTHON=$(PYTHON) VENVS=$(PYTHONS_VENVS) CLAIMED="$(CLAIMED_PYTHONS)" EXTRAS=$(DEV_EXTRAS) \
-		PIP_MIN=$(PIP_MIN) PARALLEL=$(PARALLEL) .ci/other-pythons $(PYTHONS_PYTEST)
+	$(OTHER_PYTHONS) $(PYTHONS_PYTEST)
+
+# `make pytest` and `make pythons` at once, as `make test` runs them: `make pytest` in the
+# foreground, its output as it goes; the other Pythons (their virtualenvs made if need be, then
+# their suites) one after the other in the background, their output when all have ended. The
+# status fails if any of them failed. (`make pytest` through a variable, not $(MAKE) in the
+# recipe: `make -n test` then prints this step rather than runs it.)
+PYTEST_ALONGSIDE := $(MAKE) --no-print-directory pytest
+suites: $(DEV_STAMP) $(KINESALITE_STAMP)
+	ALONGSIDE='$(PYTEST_ALONGSIDE)' $(OTHER_PYTHONS) $(PYTHONS_PYTEST)
 
 # The floors alone, on the data the last `make pytest` left.
 coverage: $(DEV_STAMP)

@@ -12,9 +12,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# Every scenario but the many-producers one, whose processes take about a minute even in quick
-# mode: its rows are tested in tests/test_bench_producers.py, its processes in
-# tests/integration/test_coordination_processes.py.
+# Every scenario but three. The many-producers one, whose processes take about a minute even in
+# quick mode: its rows are tested in tests/test_bench_producers.py, its processes in
+# tests/integration/test_coordination_processes.py. Isolation and start-up: their quick runs,
+# exactly as `python -m bench --quick` makes them (no --http), are tests of their own (below,
+# and tests/test_bench_startup.py) that check their figures too; the command line's dispatch
+# and report are the same for every scenario, and the others here prove those.
 SMOKED = (
     "pipeline",
     "metrics",
@@ -23,8 +26,6 @@ SMOKED = (
     "latency",
     "memory",
     "sync",
-    "isolation",
-    "startup",
     "overload",
     "ordering",
 )
