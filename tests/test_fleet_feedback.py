@@ -53,11 +53,13 @@ def test_a_starved_shard_admits_a_batch_per_batch_interval_not_a_trickle_per_dra
         limiter.drain(tick * 0.025, admitted.append, admitted.append)
         if len(admitted) > before:
             waves.append((tick * 0.025, len(admitted) - before))
-    # One wave per 0.1 s, on the multiples of 0.1 s (the stream's grid: the first starvation
-    # would have waited only 10 ms for a token, it waits for the grid), each of 0.1 s of the
-    # rate (10 records), not 2-3 every 25 ms.
-    assert [at for at, _ in waves] == pytest.approx([0.1 * n for n in range(1, 11)])
-    assert all(count == 10 for _, count in waves), waves
+    # The first starvation had one record waiting: held only until a token came (10 ms).
+    # Since, a backlog of whole batches: one wave per 0.1 s, on the multiples of 0.1 s (the
+    # stream's grid), each of what the bucket gathered since the last (10 records after the
+    # first), not 2-3 every 25 ms.
+    assert waves[:2] == [(0.025, 2), (0.1, 8)]
+    assert [at for at, _ in waves[2:]] == pytest.approx([0.1 * n for n in range(2, 11)])
+    assert all(count == 10 for _, count in waves[2:]), waves
     # A forced drain (flush) ignores the hold.
     limiter.drain(1.01, admitted.append, admitted.append, force=True)
     assert not limiter.queue
@@ -108,7 +110,6 @@ def test_starved_shards_of_a_stream_admit_at_the_same_instants() -> None:
 
     backlog(SHARD, 0.013)
     backlog(other, 0.058)
-    assert limiter.shards[SHARD].held_until == limiter.shards[other].held_until == 0.1
     assert len(admitted) == 200
     waves = []
     for _ in range(20):  # drains at the times the limiter asks for, for half a second
@@ -118,9 +119,17 @@ def test_starved_shards_of_a_stream_admit_at_the_same_instants() -> None:
             before[record.predicted_shard] += 1  # type: ignore[index]
         if any(before.values()):
             waves.append((round(now[0], 6), before[SHARD], before[other]))
-    # Every wave holds both shards' records (what each gathered since it starved), on the
-    # multiples of 0.1 s, until both backlogs are gone.
-    assert waves == [(0.1, 8, 4), (0.2, 10, 10), (0.3, 2, 6)]
+    # Each shard first waits for one token (its 101st record), alone; then its backlog of
+    # whole batches waits for the grid: both shards' batches at 0.1 s and 0.2 s, each what
+    # it gathered; what is left, less than a batch, goes when its tokens come.
+    assert waves == [
+        (0.023, 1, 0),
+        (0.068, 0, 1),
+        (0.1, 7, 3),
+        (0.2, 10, 10),
+        (0.213, 2, 0),
+        (0.258, 0, 6),
+    ]
 
 
 def test_a_cut_keeps_a_starved_shard_s_batch_and_no_more() -> None:

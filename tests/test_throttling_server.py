@@ -466,15 +466,15 @@ def test_closing_releases_a_hanging_request() -> None:
 
 
 def test_moto_shards_mended_answer_as_before_without_copying_their_keys() -> None:
-    """``mend_moto_shards``: a shard's first and last sequence numbers are its smallest and
+    """``mend_shards``: a shard's first and last sequence numbers are its smallest and
     largest (0 when empty), read without copying every key (moto's own way: a list of all the
     keys, once per record stored)."""
     from moto.kinesis.models import Stream
 
-    from aiokpl.testing._servers import mend_moto_shards
+    from aiokpl.testing._moto_model import mend_shards
 
-    mend_moto_shards()
-    mend_moto_shards()  # idempotent
+    mend_shards()
+    mend_shards()  # idempotent
     stream = Stream("mended", 1, None, "us-east-1", ACCOUNT, "PROVISIONED")  # type: ignore[abstract,arg-type]
     (shard,) = stream.shards.values()
     assert (shard.get_min_sequence_number(), shard.get_max_sequence_number()) == (0, 0)

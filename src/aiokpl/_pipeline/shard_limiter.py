@@ -44,16 +44,17 @@ def _expiry(record: KinesisRecord) -> float:
     return record.expires_at
 
 
-def on_grid(when: float, step: float, phase: float = 0.0) -> float:
-    """The first time ``phase`` plus a multiple of ``step`` at or after ``when`` (a
-    nanosecond's rounding aside).
+def next_on_grid(now: float, step: float, phase: float = 0.0) -> float:
+    """The first time after ``now`` that is ``phase`` plus a multiple of ``step`` (``now``
+    itself on the grid, a microsecond's rounding aside, gives the next one).
 
-    Starved shards hold their batches until such a time, so all of a stream's starved shards
-    admit at the same instants and the collector sends their records in one request, not
-    one request per shard at phases of their own (see ``ShardLimiter.drain``). The phase is
-    the stream's, drawn at random: processes on one host share the monotonic clock, and a
-    fleet's batches on one grid would reach the shards together."""
-    return math.ceil((when - phase) / step - 1e-9) * step + phase
+    A shard with a backlog of a batch or more holds it until such a time, so all of a
+    stream's starved shards admit at the same instants and the collector sends their records
+    in one request, not one request per shard at phases of their own (see
+    ``ShardLimiter.drain``). The phase is the stream's, drawn at random: processes on one host
+    share the monotonic clock, and a fleet's batches on one grid would reach the shards
+    together."""
+    return (math.floor((now - phase) / step + 1e-6) + 1) * step + phase
 
 
 class ShardLimiter:
@@ -165,16 +166,20 @@ class ShardLimiter:
             return True
         return False
 
-    def _batch_wait(self, waiting: int, head: KinesisRecord, now: float) -> float:
-        """How long a starved shard holds off: until its bucket holds a batch (``batch``
-        seconds of its rates, or what is waiting if less; ``head``'s size per record), at
-        most ``batch`` seconds. A shard short of tokens for a moment waits only that moment."""
+    def _batch_due(self, waiting: int, head: KinesisRecord, now: float) -> float:
+        """When a starved shard admits again. A backlog of a batch or more (``batch``
+        seconds of its rates; ``head``'s size per record) waits for the stream's next batch
+        time (:func:`next_on_grid`), then takes what the bucket gathered: all its starved
+        shards admit together. A shard short of tokens for fewer records waits only until
+        they fit, at most ``batch`` seconds."""
         bucket = self.bucket
         rates, capacities = bucket.rates, bucket.capacities
         batch = self.batch
-        records = min(float(waiting), rates[0] * batch, capacities[0])
-        size = min(waiting * float(head.size), rates[1] * batch, capacities[1])
-        return min(batch, bucket.time_until((records, size), now))
+        size = waiting * float(head.size)
+        if waiting >= rates[0] * batch or size >= rates[1] * batch:
+            return next_on_grid(now, batch, self.phase)
+        wanted = (min(float(waiting), capacities[0]), min(size, capacities[1]))
+        return now + min(batch, bucket.time_until(wanted, now))
 
     def drain(
         self,
@@ -208,8 +213,7 @@ class ShardLimiter:
             elif not self._take(record, now):
                 self.starved = True
                 if self.batch:
-                    wait = self._batch_wait(len(queue) - first, record, now)
-                    self.held_until = on_grid(now + wait, self.batch, self.phase)
+                    self.held_until = self._batch_due(len(queue) - first, record, now)
                 return
             del queue[first]
             self.admitted += 1

@@ -19,7 +19,7 @@ moto's shard also finds that largest number by copying every key it holds into a
 per record stored: 8 µs a record on an empty shard, 140 µs at 10,000 records, 270 µs at 20,000,
 so a local server slowed down as it filled (a 40-second benchmark cell's requests took three
 times as long at its end). :func:`make_moto_server` reads the last key instead (the keys are
-the sequence numbers, in the order given: :func:`mend_moto_shards`).
+the sequence numbers, in the order given: :func:`aiokpl.testing._moto_model.mend_shards`).
 
 Given :class:`~aiokpl.testing._throttling.ShardLimits` (or :class:`~aiokpl.testing._throttling.
 ServerFaults`), the same server enforces AWS's per-shard write limits (or adds faults): see
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.request import urlopen
 
+from ._moto_model import mend_shards
 from ._throttling import THROUGHPUT_PATH, ServerFaults, ShardLimits, ThrottlingApp
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def make_moto_server(
     except ImportError as exc:
         raise LocalServerError(MOTO_MISSING) from exc
 
-    mend_moto_shards()
+    mend_shards()
     app = DomainDispatcherApplication(create_backend_app)
     lock = threading.Lock()
 
@@ -157,26 +158,6 @@ sys.path.insert(0, sys.argv[1])
 from aiokpl.testing._servers import _serve_child
 _serve_child(int(sys.argv[2]), sys.argv[3])
 """
-
-
-def mend_moto_shards() -> None:
-    """Give moto's ``Shard`` constant-time first and last sequence numbers.
-
-    Its records are a dict keyed by sequence number, inserted in increasing order (each is
-    the last plus one), so the first and last keys are the smallest and largest; moto copies
-    every key into a list to find them, once per record stored. Same answers, read from the
-    dict's ends. Idempotent.
-    """
-    from moto.kinesis.models import Shard
-
-    def get_min_sequence_number(self: Any) -> int:
-        return next(iter(self.records), 0)
-
-    def get_max_sequence_number(self: Any) -> int:
-        return next(reversed(self.records), 0)
-
-    Shard.get_min_sequence_number = get_min_sequence_number  # type: ignore[method-assign]
-    Shard.get_max_sequence_number = get_max_sequence_number  # type: ignore[method-assign]
 
 
 def _serve_child(port: int, settings: str) -> None:

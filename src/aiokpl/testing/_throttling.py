@@ -41,7 +41,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import random
 import re
 import threading
@@ -52,6 +51,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._core.decoder import decode
+from ._moto_model import locate, storable
 from ._shard_limits import (
     ServerFaults,
     ShardLimits,
@@ -111,7 +111,6 @@ _MAX_REQUEST = 5 * 1024 * 1024
 # The base64 of the KPL aggregate's magic (F3 89 9A C2) starts with these characters.
 _AGGREGATE_PREFIX = "84ma"
 _ARN_STREAM = re.compile(r"^arn:[^:]+:kinesis:[^:]*:[^:]*:stream/(?P<name>.+)$")
-_ACCESS_KEY = re.compile(r"Credential=([^/,]+)/")
 
 
 def _stream_named(body: Mapping[str, Any]) -> str | None:
@@ -314,7 +313,7 @@ class ThrottlingApp:
             return self._moto(environ, start_response)
         with self._lock:
             now = self._clock()
-            located = _locate(environ, body, records)
+            located = locate(environ, body, records)
             if located is None:
                 # moto cannot place a record (no such stream, a bad key): its own error.
                 return list(self._app(environ, start_response))
@@ -332,7 +331,7 @@ class ThrottlingApp:
                 return self._put_record(environ, start_response, write, second)
             if not write.admitted:
                 return self._all_refused(start_response, write, second)
-            if not write.refused and not _storable(records):
+            if not write.refused and not storable(records):
                 paid = [(write.stream_arn, shards[i], sizes[i]) for i in write.admitted]
                 return self._stored(
                     environ, start_response, write.stream_name, second, paid, sum(users), now
@@ -384,7 +383,7 @@ class ThrottlingApp:
         model directly): moto stores those, and the answer lists every record where it was
         sent."""
         admitted, refused = write.admitted, write.refused
-        if _storable(records):
+        if storable(records):
             return self._stored_directly(start_response, records, write, second)
         partial = dict(body, Records=[records[i] for i in admitted])
         _set_body(environ, json.dumps(partial).encode())
@@ -517,21 +516,6 @@ class ThrottlingApp:
         )
 
 
-def _storable(records: list[Mapping[str, Any]]) -> bool:
-    """Whether moto's model can be given these records as they are (the fast path): data
-    and partition keys are strings, hash keys strings if given. Anything else goes through
-    moto's whole request handling, which answers it as moto does."""
-    for record in records:
-        explicit = record.get("ExplicitHashKey")
-        if not (
-            isinstance(record.get("Data"), str)
-            and isinstance(record.get("PartitionKey"), str)
-            and (explicit is None or isinstance(explicit, str))
-        ):
-            return False
-    return True
-
-
 def _user_records(record: Mapping[str, Any]) -> int:
     """How many user records a Kinesis record holds: those of a KPL aggregate, else one."""
     data = record.get("Data")
@@ -571,40 +555,3 @@ def _read_body(environ: WSGIEnvironment) -> bytes:
 def _set_body(environ: WSGIEnvironment, raw: bytes) -> None:
     environ["wsgi.input"] = io.BytesIO(raw)
     environ["CONTENT_LENGTH"] = str(len(raw))
-
-
-def _locate(
-    environ: WSGIEnvironment, body: Mapping[str, Any], records: list[Mapping[str, Any]]
-) -> tuple[Any, list[str]] | None:
-    """``(moto's stream, the shard id of each record)`` as moto sees them, or ``None`` when
-    moto cannot place every record (it then answers the request itself).
-
-    The backend is found as moto finds it for the request: the account from
-    ``MOTO_ACCOUNT_ID``, else the ``x-moto-account-id`` header, else the access key; the
-    region from the signature's credential scope.
-    """
-    from moto.iam.models import get_account_id_from
-    from moto.kinesis.models import kinesis_backends
-
-    authorization = str(environ.get("HTTP_AUTHORIZATION", ""))
-    account = os.environ.get("MOTO_ACCOUNT_ID") or environ.get("HTTP_X_MOTO_ACCOUNT_ID")
-    if not account:
-        found = _ACCESS_KEY.search(authorization)
-        account = get_account_id_from(found.group(1) if found else "AKIAEXAMPLE")
-    scope = authorization.split(",")[0].split("/")
-    region = scope[2] if "AWS4" in authorization and len(scope) >= 3 else "us-east-1"
-    try:
-        stream = kinesis_backends[str(account)][region].describe_stream(
-            stream_arn=body.get("StreamARN"), stream_name=body.get("StreamName")
-        )
-        shards = []
-        for record in records:
-            key: Any = record.get("PartitionKey")
-            explicit: Any = record.get("ExplicitHashKey")
-            shard = stream.get_shard_for_key(key, explicit)
-            if shard is None:
-                return None
-            shards.append(shard.shard_id)
-    except Exception:  # moto's own errors: let moto answer the request
-        return None
-    return stream, shards
