@@ -65,19 +65,27 @@ def test_a_starved_shard_admits_a_batch_per_batch_interval_not_a_trickle_per_dra
     assert not limiter.queue
 
 
+def stream_limiter(
+    now: list[float], *, records_per_second: float, admit_batch: float
+) -> Limiter[ShardLimiter]:
+    """A stream's limiter on the clock ``now[0]``, draining every 25 ms; no scheduler runs
+    (the tests call ``_next_drain`` and ``drain`` themselves)."""
+    return Limiter(
+        RoutedDeadlines(Scheduler(), lambda item, now: None),
+        lambda: now[0],
+        lanes=ShardLimiter,
+        records_per_second=records_per_second,
+        bytes_per_second=1_000_000.0,
+        drain_interval=0.025,
+        admit_batch=admit_batch,
+    )
+
+
 def test_the_limiter_wakes_up_when_a_held_batch_is_due() -> None:
     """The next drain is at the batch's time if that comes before the next drain interval."""
     now = [0.0]
     admitted: list[KinesisRecord] = []
-    limiter = Limiter(
-        RoutedDeadlines(Scheduler(), lambda item, now: None),
-        lambda: now[0],
-        lanes=ShardLimiter,
-        records_per_second=10.0,
-        bytes_per_second=1_000_000.0,
-        drain_interval=0.025,
-        admit_batch=0.01,
-    )
+    limiter = stream_limiter(now, records_per_second=10.0, admit_batch=0.01)
     for _ in range(11):
         admitted.extend(limiter.put(record(), now[0])[0])
     assert len(admitted) == 10
@@ -91,15 +99,7 @@ def test_starved_shards_of_a_stream_admit_at_the_same_instants() -> None:
     (each at a phase of its own: a request per shard per batch)."""
     now = [0.0]
     admitted: list[KinesisRecord] = []
-    limiter = Limiter(
-        RoutedDeadlines(Scheduler(), lambda item, now: None),
-        lambda: now[0],
-        lanes=ShardLimiter,
-        records_per_second=100.0,
-        bytes_per_second=1_000_000.0,
-        drain_interval=0.025,
-        admit_batch=0.1,
-    )
+    limiter = stream_limiter(now, records_per_second=100.0, admit_batch=0.1)
     other = "shardId-000000000001"
 
     def backlog(shard: str, at: float) -> None:
