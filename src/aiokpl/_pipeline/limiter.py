@@ -15,11 +15,12 @@ An aggregate costs one record token, whatever it holds: Kinesis counts it as one
 Drains happen on ``put`` for the record's own shard (a record that fits goes straight
 through, with no added latency), and every ``drain_interval_ms`` while anything is queued
 (one scheduler entry for the whole limiter, no timers per shard). A *starved* shard (its
-last drain left records waiting for tokens) admits in batches: nothing until ``admit_batch``
-seconds (``record_max_buffered_time_ms``) after that drain, or until its bucket holds that
-long's tokens (or enough for what waits) if sooner, then all the tokens gathered; and that
-time is rounded up to a multiple of ``admit_batch``, so every starved shard of the stream
-admits at the same instants and the collector puts their records in one request. Its
+last drain left records waiting for tokens) admits in batches. A backlog of a batch or more
+(``admit_batch`` seconds, ``record_max_buffered_time_ms``, of its rates) waits for the
+stream's next batch time (a multiple of ``admit_batch`` plus the stream's phase), then
+admits all the tokens gathered, so every starved shard of the stream admits at the same
+instants and the collector puts their records in one request; fewer records wait only until
+their tokens come (at most ``admit_batch``). Its
 records are past their buffered time, so the collector sends what is admitted at once; a
 trickle admitted every drain interval became one request per shard per 25 ms whatever the
 rate (one or two records each at a producer's share of a shared shard), and a fleet of
