@@ -171,6 +171,11 @@ class _Write:
     admitted: list[int] = field(default_factory=list)  # indexes of the records admitted
     refused: dict[int, str] = field(default_factory=dict)  # index -> shard id, the others
 
+    def throttled(self, shard: str) -> dict[str, str]:
+        """A ``PutRecords`` answer's entry for a record over ``shard``'s limit."""
+        message = throttled_message(shard, self.stream_name, self.account)
+        return {"ErrorCode": THROTTLED, "ErrorMessage": message}
+
 
 class ThrottlingApp:
     """moto's WSGI application behind its lock, with per-shard limits and faults in front.
@@ -331,7 +336,9 @@ class ThrottlingApp:
                 return self._put_record(environ, start_response, write, second)
             if not write.admitted:
                 return self._all_refused(start_response, write, second)
-            if not write.refused and not storable(records):
+            if storable(records):
+                return self._stored_directly(start_response, records, write, second)
+            if not write.refused:
                 paid = [(write.stream_arn, shards[i], sizes[i]) for i in write.admitted]
                 return self._stored(
                     environ, start_response, write.stream_name, second, paid, sum(users), now
@@ -358,13 +365,7 @@ class ThrottlingApp:
         self.counts.add(
             second, write.stream_name, throttled=len(write.shards), throttled_user=sum(write.users)
         )
-        entries = [
-            {
-                "ErrorCode": THROTTLED,
-                "ErrorMessage": throttled_message(shard, write.stream_name, write.account),
-            }
-            for shard in write.shards
-        ]
+        entries = [write.throttled(shard) for shard in write.shards]
         return _json_response(
             start_response, 200, {"FailedRecordCount": len(entries), "Records": entries}
         )
@@ -379,12 +380,10 @@ class ThrottlingApp:
         write: _Write,
         second: int,
     ) -> list[bytes]:
-        """``PutRecords`` with some records that fit (or all, when they can be handed to moto's
-        model directly): moto stores those, and the answer lists every record where it was
-        sent."""
+        """``PutRecords`` with some records that fit, which moto's model cannot be given
+        directly: moto's application stores those, and the answer lists every record where it
+        was sent."""
         admitted, refused = write.admitted, write.refused
-        if storable(records):
-            return self._stored_directly(start_response, records, write, second)
         partial = dict(body, Records=[records[i] for i in admitted])
         _set_body(environ, json.dumps(partial).encode())
         captured: list[Any] = []
@@ -407,12 +406,7 @@ class ThrottlingApp:
             return list(self._app(environ, start_response))
         stored = iter(json.loads(answer)["Records"])
         entries = [
-            {
-                "ErrorCode": THROTTLED,
-                "ErrorMessage": throttled_message(refused[index], write.stream_name, write.account),
-            }
-            if index in refused
-            else next(stored)
+            write.throttled(refused[index]) if index in refused else next(stored)
             for index in range(len(records))
         ]
         self.counts.add(
@@ -478,8 +472,7 @@ class ThrottlingApp:
         for index, record in enumerate(records):
             shard = refused.get(index)
             if shard is not None:
-                message = throttled_message(shard, write.stream_name, write.account)
-                entries.append({"ErrorCode": THROTTLED, "ErrorMessage": message})
+                entries.append(write.throttled(shard))
                 continue
             try:
                 sequence, shard_id = write.model.put_record(
