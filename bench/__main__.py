@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import (
     _load,
+    auto,
     codec,
     fleet,
     isolation,
@@ -54,6 +55,9 @@ SCENARIOS: dict[str, Callable[[bool, bool], ScenarioResult]] = {
     # The same over HTTP against the throttling moto server, as deployments run it (two cells
     # of bench/fleet.py's matrix; `python -m bench.fleet --full` runs all of it).
     "fleet": fleet.run,
+    # AUTO streams: one producer process per cell over HTTP against the throttling moto
+    # server, each stream read back as a KCL consumer reads it (about two minutes).
+    "auto": auto.run,
 }
 
 

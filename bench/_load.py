@@ -69,11 +69,17 @@ class CountingKinesis(FakeKinesis):
         Records: Sequence[Mapping[str, Any]],
         StreamName: str | None = None,
         StreamARN: str | None = None,
+        StreamId: str | None = None,
+        DryRun: bool | None = None,
     ) -> dict[str, Any]:
         self.put_requests += 1
         try:
             answer = await super().put_records(
-                Records=Records, StreamName=StreamName, StreamARN=StreamARN
+                Records=Records,
+                StreamName=StreamName,
+                StreamARN=StreamARN,
+                StreamId=StreamId,
+                DryRun=DryRun,
             )
         except Exception:
             self.failed_requests += 1
@@ -274,7 +280,7 @@ def match(fake: FakeKinesis, load: Load) -> Delivery:
 def kinesis_bytes_between(fake: FakeKinesis, start: float, end: float) -> int:
     """Bytes (partition key plus data) the stream took in during ``[start, end)``."""
     return sum(
-        len(r.partition_key.encode()) + len(r.data)
+        len((r.partition_key or "").encode()) + len(r.data)
         for r in fake.stored_records(STREAM)
         if start <= r.arrival_time < end
     )

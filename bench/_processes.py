@@ -1,5 +1,6 @@
-"""What the many-process benchmarks share (``bench.coordination``, ``bench.fleet``): producer
-processes that write one JSON object a line, and a context that kills them all on leaving.
+"""What the many-process benchmarks share (``bench.coordination``, ``bench.fleet``,
+``bench.auto``): producer processes that write one JSON object a line, a context that kills them
+all on leaving, and the environment they run in (:func:`producer_environment`).
 
 A process is started by the benchmark with its standard output piped; a reader thread keeps
 every line it could parse (a line that is not JSON, half written at a kill, is skipped). The
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -98,3 +100,22 @@ def spawn(
     into.append(item)
     item.start_reader()
     return item
+
+
+# Credentials a local server accepts; they open nothing anywhere else.
+DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+def producer_environment(root: Path, producer_src: Path | None = None) -> dict[str, str]:
+    """The environment of a producer process: this one's without any ``AWS_*`` variable, with
+    dummy credentials and no instance metadata, so that nothing reaches AWS.
+
+    With ``producer_src`` (``--producer-src``: an earlier commit's ``src/``, say), the process
+    imports aiokpl from that tree, and the bench package from ``root`` after it: two versions
+    of the producer measured against the same server, which always runs this tree's code.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(DUMMY_CREDENTIALS, AWS_EC2_METADATA_DISABLED="true")
+    if producer_src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(producer_src), str(root)])
+    return env

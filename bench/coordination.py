@@ -43,14 +43,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._processes import LineProcess, processes, spawn
+from ._processes import LineProcess, processes, producer_environment, spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = "coordination"
 SHARDS = 2
 PRODUCERS = 4
 TTL_MS = 5000
-DUMMY = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 DUMMY_KEY = "testing"  # moto accepts any credentials; never real ones
 THROTTLED = "ProvisionedThroughputExceededException"
 
@@ -75,10 +74,16 @@ def _counting_fake() -> Any:
             Records: Sequence[Mapping[str, Any]],
             StreamName: str | None = None,
             StreamARN: str | None = None,
+            StreamId: str | None = None,
+            DryRun: bool | None = None,
         ) -> dict[str, Any]:
             # Counted as the call returns, in the same step as the fake served it.
             response = await super().put_records(
-                Records=Records, StreamName=StreamName, StreamARN=StreamARN
+                Records=Records,
+                StreamName=StreamName,
+                StreamARN=StreamARN,
+                StreamId=StreamId,
+                DryRun=DryRun,
             )
             second = int(time.monotonic())
             for entry in response["Records"]:
@@ -235,9 +240,7 @@ _processes = processes
 
 
 def _environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(DUMMY, AWS_EC2_METADATA_DISABLED="true")
-    return env
+    return producer_environment(ROOT)
 
 
 def _spawn(name: str, arguments: list[str], into: list[_Process]) -> _Process:

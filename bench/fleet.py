@@ -76,7 +76,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ._processes import LineProcess, processes, spawn
+from ._processes import LineProcess, processes, producer_environment, spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "bench" / "results" / "fleet.json"
@@ -91,7 +91,6 @@ AGGREGATE_BYTES = 51_200 // BYTE_SCALE
 KEY_SAMPLE = "0123abcd-12345"  # a worker's partition keys: 8 hex digits, "-", the index
 TTL_MS = 10_000
 GROUP = "fleet"
-DUMMY = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 REGION = "us-east-1"
 COORDINATIONS = ("off", "inside", "process")
 LIMITS = ("matched", "default")
@@ -305,12 +304,7 @@ _PRODUCER_SRC: Path | None = None
 
 
 def _environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(DUMMY, AWS_EC2_METADATA_DISABLED="true")
-    if _PRODUCER_SRC is not None:
-        # The producer's tree first; ROOT after it, for the bench package itself.
-        env["PYTHONPATH"] = os.pathsep.join([str(_PRODUCER_SRC), str(ROOT)])
-    return env
+    return producer_environment(ROOT, _PRODUCER_SRC)
 
 
 _processes = processes

@@ -68,6 +68,8 @@ class _FailingKinesis(_load.CountingKinesis):
         Records: Sequence[Mapping[str, Any]],
         StreamName: str | None = None,
         StreamARN: str | None = None,
+        StreamId: str | None = None,
+        DryRun: bool | None = None,
     ) -> dict[str, Any]:
         if StreamName == FAILING:
             self.failing_calls += 1
@@ -76,7 +78,11 @@ class _FailingKinesis(_load.CountingKinesis):
                 "InternalFailure", "Internal service failure.", "PutRecords", http_status=500
             )
         return await super().put_records(
-            Records=Records, StreamName=StreamName, StreamARN=StreamARN
+            Records=Records,
+            StreamName=StreamName,
+            StreamARN=StreamARN,
+            StreamId=StreamId,
+            DryRun=DryRun,
         )
 
 
@@ -94,12 +100,18 @@ class _HungKinesis(_load.CountingKinesis):
         Records: Sequence[Mapping[str, Any]],
         StreamName: str | None = None,
         StreamARN: str | None = None,
+        StreamId: str | None = None,
+        DryRun: bool | None = None,
     ) -> dict[str, Any]:
         if StreamName == HUNG:
             self.hung_calls += 1
             await anyio.sleep(HANG_SECONDS)
         return await super().put_records(
-            Records=Records, StreamName=StreamName, StreamARN=StreamARN
+            Records=Records,
+            StreamName=StreamName,
+            StreamARN=StreamARN,
+            StreamId=StreamId,
+            DryRun=DryRun,
         )
 
 

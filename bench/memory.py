@@ -64,11 +64,17 @@ def _child(n: int) -> dict[str, Any]:
             Records: Sequence[Mapping[str, Any]],
             StreamName: str | None = None,
             StreamARN: str | None = None,
+            StreamId: str | None = None,
+            DryRun: bool | None = None,
         ) -> dict[str, Any]:
             if self.hold:
                 await anyio.sleep_forever()
             return await super().put_records(
-                Records=Records, StreamName=StreamName, StreamARN=StreamARN
+                Records=Records,
+                StreamName=StreamName,
+                StreamARN=StreamARN,
+                StreamId=StreamId,
+                DryRun=DryRun,
             )
 
     async def main() -> dict[str, Any]:

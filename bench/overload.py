@@ -189,9 +189,15 @@ class OverloadKinesis(FakeKinesis):
         Records: Sequence[Mapping[str, Any]],
         StreamName: str | None = None,
         StreamARN: str | None = None,
+        StreamId: str | None = None,
+        DryRun: bool | None = None,
     ) -> dict[str, Any]:
         answer = await super().put_records(
-            Records=Records, StreamName=StreamName, StreamARN=StreamARN
+            Records=Records,
+            StreamName=StreamName,
+            StreamARN=StreamARN,
+            StreamId=StreamId,
+            DryRun=DryRun,
         )
         second = math.floor(anyio.current_time() - self.start)
         self.sent[second] += len(Records)
@@ -374,7 +380,8 @@ def measure(combination: Combination, seconds: float) -> dict[str, Any]:
         second = math.floor(stored.arrival_time - fake.start)
         if 0 <= second < length:
             kinesis_records[second] += 1
-            kinesis_bytes[second] += len(stored.partition_key.encode()) + len(stored.data)
+            key = stored.partition_key or ""  # none: put without one to an AUTO stream
+            kinesis_bytes[second] += len(key.encode()) + len(stored.data)
         blobs: Iterable[bytes] = (
             (r.data for r in decode(stored.data)) if is_aggregated(stored.data) else (stored.data,)
         )

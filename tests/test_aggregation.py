@@ -965,6 +965,48 @@ def test_deaggregate_optional_keys() -> None:
     assert records == [DeaggregatedRecord("p", b"x", None, None, 0, False, None)]
 
 
+def keyless_shapes(blob: bytes) -> list[dict[str, Any]]:
+    """``blob`` in a Kinesis record stored without a partition key (a stream whose record
+    distribution strategy is AUTO), in each shape a consumer receives it."""
+    boto3 = boto3_record(blob)
+    del boto3["PartitionKey"]  # get_records leaves it out
+    missing = lambda_record(blob)
+    del missing["kinesis"]["partitionKey"]
+    null = lambda_record(blob)
+    null["kinesis"]["partitionKey"] = None
+    return [boto3, missing, missing["kinesis"], null, null["kinesis"]]
+
+
+def test_deaggregate_a_record_stored_without_a_partition_key() -> None:
+    for record in keyless_shapes(b"plain"):
+        (user,) = deaggregate(record)
+        assert user.partition_key is None
+        assert (user.data, user.explicit_hash_key, user.aggregated) == (b"plain", None, False)
+        assert user.sub_sequence_number == 0
+        assert user.sequence_number in {"4959", boto3_record(b"")["SequenceNumber"]}
+        assert deaggregate_records([record]) == [user]
+
+
+def test_deaggregate_an_aggregate_stored_without_a_partition_key() -> None:
+    # Its user records carry their own keys: the Kinesis record's is not needed.
+    for record in keyless_shapes(encode(USER_RECORDS)):
+        assert [(r.partition_key, r.data, r.explicit_hash_key) for r in deaggregate(record)] == [
+            tuple(r[:3]) for r in USER_RECORDS
+        ]
+
+
+def test_the_filter_keeps_a_record_without_a_key_that_was_not_aggregated() -> None:
+    # No hash key to check, and Kinesis placed it itself: it belongs where it is.
+    for record in keyless_shapes(b"placed"):
+        for shard in (LOWER, UPPER):
+            assert [(r.partition_key, r.data) for r in deaggregate(record, shard=shard)] == [
+                (None, b"placed")
+            ]
+    # An aggregate without a Kinesis-level key is filtered by its user records' keys.
+    boto3, *_ = keyless_shapes(encode(STALE))
+    assert [r.data for r in deaggregate(boto3, shard=UPPER)] == [b"upper-by-md5", b"upper-by-ehk"]
+
+
 def test_deaggregate_raises_for_a_malformed_aggregate() -> None:
     with pytest.raises(AggregationFormatError, match="has no data"):
         deaggregate(boto3_record(frame(b"\x0a\x01a\x1a\x02\x08\x00")))
@@ -975,9 +1017,7 @@ def test_deaggregate_raises_for_a_malformed_aggregate() -> None:
     [
         pytest.param({}, "no 'Data' key .* 'kinesis' key .* 'data' key", id="empty"),
         pytest.param({"PartitionKey": "a"}, "no 'Data' key", id="no-data"),
-        pytest.param({"Data": b"x"}, "boto3 Kinesis record has no 'PartitionKey' key"),
         pytest.param({"kinesis": {"partitionKey": "a"}}, "'kinesis' dict has no 'data' key"),
-        pytest.param({"kinesis": {"data": "eA=="}}, "has no 'partitionKey' key"),
         pytest.param({"data": "e", "partitionKey": "a"}, "'data' is not valid base64"),
         pytest.param({"data": "not base64!", "partitionKey": "a"}, "'data' is not valid base64"),
     ],
@@ -1355,9 +1395,7 @@ def test_we_read_aws_aggregates(records: list[Record]) -> None:
 
     assert [r for blob in blobs for r in decode(blob)] == records
     deaggregated = deaggregate_records([boto3_record(blob) for blob in blobs])
-    assert [
-        Record(r.partition_key, r.data, r.explicit_hash_key, r.tags) for r in deaggregated
-    ] == records
+    assert [(r.partition_key, r.data, r.explicit_hash_key, r.tags) for r in deaggregated] == records
     assert all(r.aggregated for r in deaggregated)
 
 

@@ -189,21 +189,23 @@ async def produce(
 
 
 def delivered_on_range(fake: FakeKinesis, stream: str) -> Counter[tuple[str, bytes, str]]:
-    """(key, data, shard) of each stored user record inside the range of its shard.
+    """(key, data, shard) of each stored user record a KCL consumer reads.
 
-    A copy outside the range (part of an aggregate that landed on a split child) is not
-    delivered: range-checking consumers such as the KCL skip it.
+    The KCL drops a whole aggregate as soon as one of its user records is outside the range
+    of its shard (one that landed on a split child): none of its copies is delivered.
     """
     shards = {shard.shard_id: shard for shard in fake.shards(stream)}
     found: Counter[tuple[str, bytes, str]] = Counter()
     for stored in fake.stored_records(stream):
+        assert stored.partition_key is not None  # every record here is put with a key
         records = (
-            [(r.partition_key, r.data, r.explicit_hash_key) for r in decode(stored.data)]
+            [(r.partition_key, r.data) for r in decode(stored.data)]
             if is_aggregated(stored.data)
-            else [(stored.partition_key, stored.data, stored.explicit_hash_key)]
+            else [(stored.partition_key, stored.data)]
         )
-        for key, data, _ in records:
-            if hash_key_of(key.encode()) in shards[stored.shard_id]:
+        shard = shards[stored.shard_id]
+        if all(hash_key_of(key.encode()) in shard for key, _ in records):
+            for key, data in records:
                 found[(key, data, stored.shard_id)] += 1
     return found
 
@@ -298,12 +300,13 @@ def order_violations(run: Run, fake: FakeKinesis, *, per_shard: bool) -> list[st
             if is_aggregated(stored.data)
             else [(stored.partition_key, stored.data)]
         )
-        for key, data in users:
+        for stored_key, data in users:
+            assert stored_key is not None  # every record here is put with a key
             index = int(data[:8])
-            if hash_key_of(key.encode()) not in shards[stored.shard_id] or index in seen:
+            if hash_key_of(stored_key.encode()) not in shards[stored.shard_id] or index in seen:
                 continue
             seen.add(index)
-            read_by_key[key].append(index)
+            read_by_key[stored_key].append(index)
             read_by_shard[stored.shard_id].append(index)
     reads = [*read_by_key.items(), *(read_by_shard.items() if per_shard else ())]
     for name, indexes in reads:

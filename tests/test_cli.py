@@ -302,6 +302,7 @@ def test_plain_lines_get_random_keys_and_their_bytes_as_data() -> None:
     assert first.data == second.data == b"hello \xff"
     assert first.explicit_hash_key is None
     assert first.partition_key != second.partition_key
+    assert first.partition_key is not None
     assert len(first.partition_key) == 32
     assert int(first.partition_key, 16) >= 0
 

@@ -18,8 +18,10 @@ import anyio.lowlevel
 import pytest
 
 from aiokpl import Config, Producer
-from aiokpl._cli.lines import FieldPath, LineParser
-from aiokpl._cli.put import MAX_REPORTED_BAD_LINES, Input, PutRun
+from aiokpl._cli import build_parser
+from aiokpl._cli.lines import BadLine, FieldPath, LineParser, ParsedRecord, Template
+from aiokpl._cli.options import EXIT_USAGE
+from aiokpl._cli.put import MAX_REPORTED_BAD_LINES, Input, PutRun, _parser_from_args
 from aiokpl._cli.put_report import DeadLetters, PutReport
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis
@@ -49,7 +51,7 @@ def dead_letters(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def stored(fake: FakeKinesis) -> list[tuple[str, bytes]]:
+def stored(fake: FakeKinesis) -> list[tuple[str | None, bytes]]:
     return [
         (record.partition_key, record.data)
         for kinesis in fake.stored_records("s")
@@ -311,3 +313,93 @@ async def test_a_run_stopped_between_reads_resumes_at_the_next_input(tmp_path: P
     assert (report.lines, report.delivered, report.not_put) == (2, 2, 0)
     assert (report.resume_source, report.resume_line) == ("two", 1)
     assert report.unread_inputs == ("3",)
+
+
+# --------------------------------------------------------------------------------------------
+# --no-partition-key
+# --------------------------------------------------------------------------------------------
+
+
+def test_no_partition_key_is_parsed_and_excludes_the_key_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = build_parser().parse_args(["put", "s", "--no-partition-key"])
+    parser = _parser_from_args(args)
+    assert parser.no_partition_key
+    assert parser.parse(b"line", 1) == ParsedRecord(None, b"line", None)
+    assert not _parser_from_args(build_parser().parse_args(["put", "s"])).no_partition_key
+    for other in (["--partition-key-field", "a"], ["--partition-key-template", "{n}"]):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(["put", "s", "--no-partition-key", *other])
+        assert exited.value.code == EXIT_USAGE
+        assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_line_parser_without_partition_keys() -> None:
+    parser = LineParser(
+        json_lines=True,
+        no_partition_key=True,
+        explicit_hash_key_field=FieldPath.parse("ehk"),
+        data_field=FieldPath.parse("v"),
+    )
+    assert parser.parse(b'{"ehk": 7, "v": "x"}', 1) == ParsedRecord(None, b"x", "7")
+    assert parser.parse(b'{"v": "x"}', 2) == BadLine("MissingField", "no field 'ehk'")
+    with pytest.raises(ValueError, match="--no-partition-key and a partition key field"):
+        LineParser(json_lines=True, no_partition_key=True, partition_key_field=FieldPath.parse("k"))
+    with pytest.raises(ValueError, match="--no-partition-key and a partition key field"):
+        LineParser(no_partition_key=True, partition_key_template=Template.parse("{n}"))
+
+
+async def test_no_partition_key_on_a_stream_routed_by_key(tmp_path: Path) -> None:
+    # The producer places each record: the key "-" and an explicit hash key of its shard.
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=4)
+    lines = [f"line {i}".encode() for i in range(40)]
+    run, _ = make_run(tmp_path, lines, LineParser(no_partition_key=True))
+    config = Config(region="us-east-1", aggregation_enabled=False)
+    async with Producer(config, client=fake) as producer:
+        await run.run(producer)
+    run._dead_letters.close()
+    assert (run.report.delivered, run.report.exit_status()) == (40, 0)
+    shards = {shard.shard_id: shard for shard in fake.shards("s")}
+    records = fake.stored_records("s")
+    assert sorted(record.data for record in records) == sorted(lines)
+    for record in records:
+        assert record.partition_key == "-"
+        assert record.explicit_hash_key is not None
+        shard = shards[record.shard_id]
+        assert shard.starting_hash_key <= int(record.explicit_hash_key) <= shard.ending_hash_key
+
+
+async def test_no_partition_key_on_a_stream_that_places_records(tmp_path: Path) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2, on_demand=True, record_distribution="AUTO")
+    lines = [b"one", b"two", b"three"]
+    run, _ = make_run(tmp_path, lines, LineParser(no_partition_key=True))
+    async with Producer(Config(region="us-east-1"), client=fake) as producer:
+        await run.run(producer)
+    run._dead_letters.close()
+    assert run.report.delivered == 3
+    assert sorted(stored(fake)) == [(None, b"one"), (None, b"three"), (None, b"two")]
+    assert all(record.partition_key is None for record in fake.stored_records("s"))
+
+
+async def test_a_failed_record_without_a_key_is_dead_lettered_with_a_null_key(
+    tmp_path: Path,
+) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    fake.script_records([("ProvisionedThroughputExceededException", "Rate exceeded for shard")])
+    run, _ = make_run(tmp_path, [b"lost", b"kept"], LineParser(no_partition_key=True))
+    config = Config(region="us-east-1", aggregation_enabled=False, fail_if_throttled=True)
+    async with Producer(config, client=fake) as producer:
+        await run.run(producer)
+    run._dead_letters.close()
+    assert run.report.delivered == 1
+    [entry] = dead_letters(tmp_path)
+    assert entry["error_code"] == "ProvisionedThroughputExceededException"
+    assert (entry["partition_key"], entry["explicit_hash_key"]) == (None, None)
+    assert entry["data"] in {"lost", "kept"}  # the one the script failed
+    assert [record.data.decode() for record in fake.stored_records("s")] == [
+        data for data in ("lost", "kept") if data != entry["data"]
+    ]

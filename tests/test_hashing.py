@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from aiokpl._core.errors import InvalidRecordError, InvalidRecordTypeError
 from aiokpl._core.hashing import (
+    KEYLESS,
     MAX_HASH_KEY,
+    PLACED_PARTITION_KEY,
     check_explicit_hash_key,
     check_stream_name,
     check_user_record,
@@ -118,13 +120,27 @@ def test_str_subclass_key_is_accepted_as_plain_str() -> None:
             "partition_key must be 1 … 256 UTF-16 code units long, as Kinesis counts .*; got 257$",
         ),
         (b"bytes", InvalidRecordTypeError, "partition_key must be a str, not bytes"),
-        (None, InvalidRecordTypeError, "partition_key must be a str, not NoneType"),
         ("\ud800", InvalidRecordError, "UTF-8"),
     ],
 )
 def test_bad_partition_keys(key: object, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         check_user_record(key, b"data", None, MiB)
+
+
+def test_a_record_without_a_partition_key() -> None:
+    # Without an explicit hash key it is placed later (KEYLESS); its size counts the one byte
+    # of the key it may be given, so that placing it changes nothing.
+    assert check_user_record(None, bytearray(b"data"), None, MiB) == ("", 5, b"data", KEYLESS, None)
+    # With one, that key routes it and it carries the placed key at once.
+    assert check_user_record(None, b"data", 7, MiB) == (PLACED_PARTITION_KEY, 5, b"data", 7, "7")
+    with pytest.raises(InvalidRecordError, match="data is 5 bytes, over max_record_size \\(5\\)"):
+        check_user_record(None, b"12345", None, 5)
+    assert check_user_record(None, b"1234", None, 5)[1] == 5
+    with pytest.raises(InvalidRecordTypeError, match="data must be bytes"):
+        check_user_record(None, "text", None, MiB)
+    with pytest.raises(InvalidRecordError, match="explicit_hash_key must be in"):
+        check_user_record(None, b"d", -1, MiB)
 
 
 def test_partition_keys_are_counted_in_utf16_code_units_as_kinesis_counts() -> None:

@@ -46,13 +46,19 @@ class HangsFor(FakeKinesis):
         Records: Sequence[Mapping[str, Any]],
         StreamName: str | None = None,
         StreamARN: str | None = None,
+        StreamId: str | None = None,
+        DryRun: bool | None = None,
     ) -> dict[str, Any]:
         # The parameters spelled out: the server passes a method those it declares.
         if StreamName == self.hung_stream:
             self.hung_calls += 1
             await anyio.sleep(HANG_S)
         return await super().put_records(
-            Records=Records, StreamName=StreamName, StreamARN=StreamARN
+            Records=Records,
+            StreamName=StreamName,
+            StreamARN=StreamARN,
+            StreamId=StreamId,
+            DryRun=DryRun,
         )
 
 

@@ -23,6 +23,7 @@ from aiokpl._core.encoder import encode_tags
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.ordering import overlaps, regroup
 from aiokpl._core.records import KinesisRecord, UserRecordLike
+from aiokpl._core.results import Attempt
 from aiokpl._core.shards import ShardRange
 from aiokpl._core.wire import Tag
 from aiokpl._pipeline.limiter import Flow, OrderedLimiter
@@ -68,24 +69,22 @@ def test_ranges_overlap_when_they_share_a_key_and_an_unknown_range_overlaps_all(
 def test_regroup_resends_nothing_all_one_or_some_of_a_kinesis_record() -> None:
     records: list[UserRecordLike] = [user_record(b"%d" % i, LOW + i) for i in range(3)]
     sent = KinesisRecord(records, b"blob", "a", str(LOW), "shard-a", 0.1, 30.0, 1)
-    assert regroup(sent, []) is None
+    assert regroup(sent, []) == []
 
     for record in records:
         record.set_deadline(5.0)
-    again = regroup(sent, records)
+    (again,) = regroup(sent, records)
     assert again is sent  # all of them: the same aggregate, its blob unchanged
     assert (again.deadline, again.expires_at, again.data) == (5.0, 30.0, b"blob")
 
     records[2].expires_at = 20.0
-    one = regroup(sent, [records[2]])
-    assert one is not None
+    (one,) = regroup(sent, [records[2]])
     assert one.records == [records[2]]
     assert (one.data, one.partition_key, one.explicit_hash_key) == (b"2", "k", str(LOW + 2))
     assert one.predicted_shard == "shard-a"  # back to the same lane
     assert one.expires_at == 20.0
 
-    some = regroup(sent, [records[0], records[2]])
-    assert some is not None
+    (some,) = regroup(sent, [records[0], records[2]])
     assert some.records == [records[0], records[2]]
     assert is_aggregated(some.data)
     assert [r.data for r in decode(some.data)] == [b"0", b"2"]  # in put order
@@ -94,12 +93,27 @@ def test_regroup_resends_nothing_all_one_or_some_of_a_kinesis_record() -> None:
     assert (some.deadline, some.expires_at) == (5.0, 20.0)
 
 
+def test_regroup_sends_a_misplaced_aggregate_again_one_record_at_a_time() -> None:
+    # It landed on a shard that does not hold all of it ("Wrong Shard"): the same aggregate
+    # would land there again; each record alone lands where its own key routes it.
+    records: list[UserRecordLike] = [user_record(b"%d" % i, LOW + i) for i in range(3)]
+    sent = KinesisRecord(records, b"blob", "a", str(LOW), "shard-a", 0.1, 30.0, 1)
+    for record in records:
+        record.add_attempt(Attempt(0.0, 0.1, 0.0, False, "Wrong Shard", "landed elsewhere"))
+    again = regroup(sent, records)
+    assert [kinesis_record.records for kinesis_record in again] == [[r] for r in records]
+    assert [kinesis_record.data for kinesis_record in again] == [b"0", b"1", b"2"]
+    assert [kinesis_record.explicit_hash_key for kinesis_record in again] == [
+        str(LOW + i) for i in range(3)
+    ]
+    assert {kinesis_record.predicted_shard for kinesis_record in again} == {"shard-a"}
+
+
 def test_regroup_routes_a_new_aggregate_by_its_first_records_hash_key() -> None:
     # Without explicit hash keys: the first record's MD5 hash key, as the aggregator does.
     records: list[UserRecordLike] = [user_record(b"%d" % i) for i in range(3)]
     sent = KinesisRecord(records, b"blob", "a", "1", "shard-a", 0.1, 30.0, 1)
-    some = regroup(sent, records[1:])
-    assert some is not None
+    (some,) = regroup(sent, records[1:])
     assert some.explicit_hash_key == str(records[1].hash_key)
 
 
@@ -111,14 +125,12 @@ def test_regroup_keeps_each_records_tags() -> None:
     ]
     records: list[UserRecordLike] = list(tagged)
     sent = KinesisRecord(records, b"blob", "a", "1", "shard-a", 0.1, 30.0, 1)
-    some = regroup(sent, records[1:])
-    assert some is not None
+    (some,) = regroup(sent, records[1:])
     assert [(r.data, r.tags) for r in decode(some.data)] == [
         (b"1", (Tag("source", "a"),)),
         (b"2", (Tag("source", "a"),)),
     ]
-    one = regroup(sent, records[2:])
-    assert one is not None
+    (one,) = regroup(sent, records[2:])
     assert is_aggregated(one.data)  # an aggregate of one: a raw record cannot carry tags
     assert [r.tags for r in decode(one.data)] == [(Tag("source", "a"),)]
 
@@ -154,7 +166,8 @@ class _Recorded:
         self._record(self._limiter.put(record, self._lanes.now))
 
     def settle(self, record: KinesisRecord, again: KinesisRecord | None) -> None:
-        self._record(self._limiter.settle(record, again, self._lanes.now))
+        retried = [] if again is None else [again]
+        self._record(self._limiter.settle(record, retried, self._lanes.now))
 
     def drain(self, now: float, *, force: bool = False) -> None:
         self._record(self._limiter.drain(now, force=force))

@@ -44,7 +44,8 @@ def stored_per_second(fake: FakeKinesis, stream: str, start: float) -> Counter[i
     """Partition key plus data bytes the fake stored in each whole second since ``start``."""
     seconds: Counter[int] = Counter()
     for record in fake.stored_records(stream):
-        seconds[int(record.arrival_time - start)] += len(record.partition_key) + len(record.data)
+        key = record.partition_key or ""  # every record here has one
+        seconds[int(record.arrival_time - start)] += len(key) + len(record.data)
     return seconds
 
 

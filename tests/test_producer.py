@@ -33,9 +33,9 @@ CONFIG = Config(region="us-east-1")
 EPS = 1e-6
 
 
-def user_records(fake: FakeKinesis, stream: str) -> list[tuple[str, str, bytes]]:
+def user_records(fake: FakeKinesis, stream: str) -> list[tuple[str, str | None, bytes]]:
     """(shard, partition key, data) of every user record stored, deaggregated."""
-    found: list[tuple[str, str, bytes]] = []
+    found: list[tuple[str, str | None, bytes]] = []
     for stored in fake.stored_records(stream):
         if is_aggregated(stored.data):
             found.extend((stored.shard_id, r.partition_key, r.data) for r in decode(stored.data))

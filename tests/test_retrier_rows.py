@@ -309,24 +309,28 @@ async def test_aggregate_record_outside_the_actual_shard_is_retried_as_wrong_sha
         assert trigger.shard_id == upper
         first_result, second_result = await first, await second
         await anyio.sleep(1)
+    # A KCL consumer drops the aggregate whole (the second record is outside the lower
+    # child), so both records are sent again: the first to the lower child, alone.
     assert first_result.success
-    (attempt,) = first_result.attempts
-    assert attempt.shard_id == lower
+    first_wrong, first_right = first_result.attempts
+    assert (first_wrong.error_code, first_right.shard_id) == ("Wrong Shard", lower)
     assert second_result.success
     wrong, right = second_result.attempts
     assert (wrong.success, wrong.error_code) == (False, "Wrong Shard")
     assert wrong.error_message is not None
     assert lower in wrong.error_message
-    assert (wrong.started_at, wrong.ended_at) == (attempt.started_at, attempt.ended_at)
+    assert "a KCL consumer then drops whole" in wrong.error_message
+    assert (wrong.started_at, wrong.ended_at) == (first_wrong.started_at, first_wrong.ended_at)
     assert wrong.started_at == pytest.approx(t0 + SEND, abs=EPS)
     assert (right.success, right.shard_id, second_result.shard_id) == (True, upper, upper)
     assert right.started_at == pytest.approx(wrong.ended_at + RESEND, abs=EPS)
     assert fake.calls("ListShards") == list_shards + 1
-    # The aggregate cannot be taken apart: the lower child holds both records, and the second
-    # one is also in the upper child, where its result says.
+    # The aggregate stays in the lower child (a KCL consumer skips it); each record is also
+    # where its result says.
     assert [(shard, data) for _, shard, data in user_records(fake, lower)] == [
         (lower, b"first"),
         (lower, b"second"),
+        (lower, b"first"),
     ]
     assert user_records(fake, upper) == [
         (trigger.sequence_number, upper, b"trigger"),
@@ -335,10 +339,9 @@ async def test_aggregate_record_outside_the_actual_shard_is_retried_as_wrong_sha
 
 
 async def test_wrong_shard_when_the_actual_shard_is_not_known_yet() -> None:
-    # Without a refresh before the answer, the child's range is unknown. Unlike the KPL, which
-    # retries every record of the aggregate (writing duplicates of those that landed right),
-    # the verdict waits for the refresh this news starts: "first" is in the lower child's
-    # range and is delivered once; only "second" is retried, predicted with the new map.
+    # Without a refresh before the answer, the child's range is unknown: the verdict waits for
+    # the refresh this news starts. The lower child does not hold "second", so a KCL consumer
+    # drops the whole aggregate there: both records are retried, predicted with the new map.
     fake = FakeKinesis()
     fake.add_stream("s", shard_count=1)
     async with Producer(CONFIG, client=fake) as producer:
@@ -354,16 +357,16 @@ async def test_wrong_shard_when_the_actual_shard_is_not_known_yet() -> None:
         first_result, second_result = await first, await second
         await anyio.sleep(1)
     assert fake.calls("ListShards") == list_shards + 1
-    assert codes(first_result) == [None]
+    assert codes(first_result) == ["Wrong Shard", None]
     assert first_result.shard_id == lower
     assert codes(second_result) == ["Wrong Shard", None]
     assert second_result.shard_id == upper
     wrong, delivered = second_result.attempts
     assert delivered.started_at == pytest.approx(wrong.ended_at + RESEND, abs=EPS)
     assert [data for _, _, data in user_records(fake, upper)] == [b"second"]
-    # The aggregate itself is in the lower child once. Its copy of "second" lies outside that
-    # shard's range: consumers that check ranges (the KCL does) skip it.
-    assert [data for _, _, data in user_records(fake, lower)] == [b"first", b"second"]
+    # The aggregate itself stays in the lower child; the copy a KCL consumer reads of each
+    # record is the one its result names.
+    assert [data for _, _, data in user_records(fake, lower)] == [b"first", b"second", b"first"]
 
 
 # --- row 6: record throttled ------------------------------------------------------------------

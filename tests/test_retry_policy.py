@@ -144,14 +144,20 @@ def test_success_on_split_child_counts_and_invalidates() -> None:
     assert decisions.invalidate == [(0.5, "shardId-000000000000")]
 
 
-def test_wrong_shard_aggregate_is_retried_and_invalidates_once() -> None:
+def test_wrong_shard_aggregate_is_retried_whole_and_invalidates_once() -> None:
+    # A KCL consumer drops the whole aggregate (one record is outside shard 2's range): the
+    # one inside goes again too, not only the one outside.
     inside, outside = user_record(5), user_record(HALF // 2 + 7)
     decisions = run([kinesis_record(inside, outside)], {"Records": [ok("shardId-000000000002")]})
-    assert decisions.succeeded == [inside]
-    assert decisions.retry == [outside]
-    assert outside.attempts[-1].error_code == "Wrong Shard"
-    assert outside.deadline == pytest.approx(1.05)
+    assert decisions.succeeded == []
+    assert decisions.retry == [inside, outside]
+    for record in (inside, outside):
+        assert record.attempts[-1].error_code == "Wrong Shard"
+        assert "KCL consumer then drops whole" in (record.attempts[-1].error_message or "")
+        assert record.deadline == pytest.approx(1.05)
     assert decisions.invalidate == [(0.5, "shardId-000000000000")]
+    # Shard 2's range holds the key the aggregate was routed by: a split, not evidence.
+    assert not decisions.unrouted
 
 
 def test_unknown_actual_shard_defers_the_verdict_of_an_aggregate() -> None:
@@ -163,7 +169,7 @@ def test_unknown_actual_shard_defers_the_verdict_of_an_aggregate() -> None:
     assert decisions.succeeded == decisions.retry == decisions.failed == []
     assert (a.attempts, b.attempts) == ((), ())
     assert decisions.invalidate == [(0.5, "shardId-000000000000")]
-    # After the refresh: the range holds a but not b.
+    # After the refresh: the range holds a but not b, so a KCL consumer drops both.
     later = Decisions()
     place(
         later,
@@ -176,8 +182,8 @@ def test_unknown_actual_shard_defers_the_verdict_of_an_aggregate() -> None:
         2.0,
         POLICY,
     )
-    assert later.succeeded == [a]
-    assert later.retry == [b]
+    assert later.succeeded == []
+    assert later.retry == [a, b]
     assert b.attempts[-1].error_code == "Wrong Shard"
     assert b.deadline == pytest.approx(2.05)
 
@@ -201,6 +207,8 @@ def test_a_known_range_without_the_routing_key_is_another_streams_and_defers_the
     assert decisions.undecided == [(sent, "shardId-000000000001", "49590")]
     assert decisions.succeeded == decisions.retry == []
     assert decisions.invalidate == [(0.5, "shardId-000000000000")]
+    # Evidence too: either another stream's range, or the service placed it (AUTO).
+    assert decisions.unrouted
     # Judged with the new stream's range of shard 1 (the whole key space, say): delivered.
     later = Decisions()
     whole = ShardRange("shardId-000000000001", 0, MAX_HASH_KEY)
@@ -224,12 +232,16 @@ def test_a_known_range_without_the_routing_key_is_another_streams_and_defers_the
 
 
 def test_a_hand_made_record_without_a_decimal_routing_key_is_judged_by_the_range() -> None:
-    a, b = user_record(5), user_record(HALF // 2 + 7)
+    a, b = user_record(5), user_record(6)
     sent = kinesis_record(a, b)
     sent.explicit_hash_key = "not a number"
     decisions = run([sent], {"Records": [ok("shardId-000000000002")]})
-    assert decisions.succeeded == [a]
-    assert decisions.retry == [b]
+    assert decisions.succeeded == [a, b]
+    c, d = user_record(5), user_record(HALF // 2 + 7)
+    sent = kinesis_record(c, d)
+    sent.explicit_hash_key = "not a number"
+    decisions = run([sent], {"Records": [ok("shardId-000000000002")]})
+    assert decisions.retry == [c, d]
 
 
 def test_raw_single_record_elsewhere_is_a_success() -> None:
@@ -237,6 +249,73 @@ def test_raw_single_record_elsewhere_is_a_success() -> None:
     decisions = run([kinesis_record(record)], {"Records": [ok("shardId-000000000099")]})
     assert decisions.succeeded == [record]
     assert decisions.invalidate == [(0.5, "shardId-000000000000")]
+    assert not decisions.unrouted  # shard 99 is unknown: nothing to tell
+
+
+def test_a_raw_record_stored_where_its_key_does_not_route_is_a_success_and_evidence() -> None:
+    record = user_record(5)
+    decisions = run([kinesis_record(record)], {"Records": [ok("shardId-000000000001")]})
+    assert decisions.succeeded == [record]
+    assert decisions.unrouted
+
+
+def auto_policy(*, anywhere: bool = False) -> RetryPolicy:
+    policy = RetryPolicy(
+        fail_if_throttled=False,
+        aggregation_enabled=True,
+        retry_delay=0.05,
+        aggregates_anywhere=anywhere,
+    )
+    policy.service_places = True
+    return policy
+
+
+def test_on_a_stream_that_places_records_an_aggregate_is_judged_at_once_by_its_shard() -> None:
+    # Shard 1's known range does not hold the routing key (5): under AUTO it is still the
+    # range a KCL consumer judges by, so no wait for a refresh.
+    a, b = user_record(5), user_record(HALF + 1)
+    decisions = run(
+        [kinesis_record(a, b)], {"Records": [ok("shardId-000000000001")]}, policy=auto_policy()
+    )
+    assert decisions.unrouted
+    assert decisions.undecided == []
+    assert decisions.retry == [a, b]  # a is outside shard 1: the KCL drops both
+    # All inside the shard it landed on: a KCL consumer keeps it, delivered.
+    c, d = user_record(HALF + 1), user_record(HALF + 2)
+    sent = kinesis_record(c, d)
+    sent.explicit_hash_key = "5"  # routed by a key of shard 0's, placed on shard 1
+    decisions = run([sent], {"Records": [ok("shardId-000000000001")]}, policy=auto_policy())
+    assert decisions.succeeded == [c, d]
+    assert decisions.unrouted
+
+
+def test_aggregates_anywhere_are_delivered_wherever_the_service_placed_them() -> None:
+    a, b = user_record(5), user_record(HALF + 1)
+    policy = auto_policy(anywhere=True)
+    decisions = run(
+        [kinesis_record(a, b)], {"Records": [ok("shardId-000000000001")]}, policy=policy
+    )
+    assert decisions.succeeded == [a, b]
+    # Unknown shard: judged after the refresh, delivered then.
+    c, d = user_record(5), user_record(6)
+    sent = kinesis_record(c, d)
+    decisions = run([sent], {"Records": [ok("shardId-000000000099")]}, policy=policy)
+    assert decisions.undecided == [(sent, "shardId-000000000099", "49590")]
+    later = Decisions()
+    place(later, sent, "shardId-000000000099", "1", None, 0.5, 0.75, 2.0, policy)
+    assert later.succeeded == [c, d]
+
+
+def test_what_is_stored_is_counted_as_it_is_billed() -> None:
+    small = kinesis_record(user_record(5))  # size 1: 1 KiB, one 25 KiB unit
+    large = kinesis_record(user_record(6))
+    large.size = 25 * 1024 + 1  # 26 KiB, two units
+    throttled = kinesis_record(user_record(7))
+    decisions = run(
+        [small, large, throttled],
+        {"Records": [ok(), ok(), {"ErrorCode": THROTTLED, "ErrorMessage": "Rate exceeded"}]},
+    )
+    assert (decisions.billed_kib, decisions.put_payload_units) == (1 + 26, 1 + 2)
 
 
 def test_wrong_shard_with_aggregation_off_succeeds() -> None:
@@ -472,9 +551,8 @@ def test_wrong_shard_records_get_their_data_back() -> None:
     inside, outside = payload_record(5, b"in"), payload_record(HALF // 2 + 5, b"out")
     aggregate = encoded_aggregate(inside, outside, shard="shardId-000000000001")
     decisions = run([aggregate], {"Records": [ok("shardId-000000000002")]})
-    assert decisions.succeeded == [inside]
-    assert decisions.retry == [outside]
-    assert outside.data == b"out"
+    assert decisions.retry == [inside, outside]
+    assert (inside.data, outside.data) == (b"in", b"out")
 
 
 def test_delivered_aggregate_is_not_decoded() -> None:

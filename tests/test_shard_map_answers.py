@@ -19,11 +19,12 @@ from aiokpl import Config, Producer
 from aiokpl._core.listings import (
     MALFORMED,
     NOT_ACTIVE,
+    StreamSummary,
     UnusableAnswer,
-    capacity_mode_of,
     describe_stream_page,
     list_shards_page,
     open_shards_table,
+    summary_of,
 )
 from aiokpl.testing import FakeKinesis
 
@@ -113,9 +114,13 @@ async def test_a_malformed_summary_is_counted_and_logged_and_the_mode_stays_unkn
         outcome = await producer.put_record(stream="s", partition_key="k", data=b"d")
         assert (await outcome).success
         stats = producer.statistics().streams[0]
-        assert stats.capacity_mode is None
+        assert (stats.capacity_mode, stats.record_distribution) == (None, None)
         assert stats.shard_map_last_error is None  # the map's state does not depend on it
-        assert producer._streams["s"].shard_map.malformed_answers == 1
+        assert producer._streams["s"].distribution.malformed_answers == 1
+        assert producer._streams["s"].distribution.last_error == (
+            "MalformedResponse",
+            "DescribeStreamSummary answered without StreamModeDetails.StreamMode",
+        )
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
         "DescribeStreamSummary answered malformed for stream 's' (DescribeStreamSummary "
         "answered without StreamModeDetails.StreamMode): the answer is not used"
@@ -206,16 +211,35 @@ def test_the_table_holds_the_open_shards_only() -> None:
         assert caught.value.message.startswith(message)
 
 
-def test_the_capacity_mode() -> None:
-    summary = {"StreamDescriptionSummary": {"StreamModeDetails": {"StreamMode": "ON_DEMAND"}}}
-    assert capacity_mode_of(summary) == "ON_DEMAND"
-    # A server older than capacity modes (kinesalite) says nothing of them: not malformed.
-    assert capacity_mode_of({"StreamDescriptionSummary": {"StreamStatus": "ACTIVE"}}) is None
+def test_the_summary() -> None:
+    summary = {
+        "StreamDescriptionSummary": {
+            "StreamModeDetails": {"StreamMode": "ON_DEMAND"},
+            "RecordDistributionStrategy": "AUTO",
+            "OpenShardCount": 4,
+            "StreamId": "abc",
+        }
+    }
+    assert summary_of(summary) == StreamSummary("ON_DEMAND", "AUTO", 4, "abc")
+    # A server older than capacity modes (kinesalite) says nothing of them: not malformed;
+    # a stream without a distribution (provisioned, or an older server) places by key.
+    assert summary_of({"StreamDescriptionSummary": {"StreamStatus": "ACTIVE"}}) == StreamSummary(
+        None, "USER_PARTITION_KEY", None, None
+    )
     garbled: list[object] = [None, {}, {"StreamDescriptionSummary": []}]
     for response in garbled:
         with pytest.raises(UnusableAnswer, match="without a StreamDescriptionSummary"):
-            capacity_mode_of(response)
+            summary_of(response)
     odd_details: list[object] = [[], {}, {"StreamMode": 1}]
     for details in odd_details:
         with pytest.raises(UnusableAnswer, match=r"without StreamModeDetails\.StreamMode"):
-            capacity_mode_of({"StreamDescriptionSummary": {"StreamModeDetails": details}})
+            summary_of({"StreamDescriptionSummary": {"StreamModeDetails": details}})
+    for member, value, says in (
+        ("RecordDistributionStrategy", 1, "RecordDistributionStrategy that is not a string"),
+        ("OpenShardCount", "4", "OpenShardCount that is not an integer"),
+        ("OpenShardCount", True, "OpenShardCount that is not an integer"),
+        ("StreamId", 7, "StreamId that is not a string"),
+    ):
+        with pytest.raises(UnusableAnswer, match=says) as caught:
+            summary_of({"StreamDescriptionSummary": {member: value}})
+        assert caught.value.code == MALFORMED

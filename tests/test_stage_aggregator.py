@@ -28,13 +28,14 @@ def test_records_of_one_shard_share_an_aggregate_sealed_at_its_earliest_deadline
     assert stage.put(other, 9, "b") is None
     assert stage.buffered_records == 3
     assert [when for when, _ in deadlines.calls] == [0.2, 0.1, 0.3]
-    (sealed,) = stage.due(deadlines.calls[1][1], 0.1)
+    (sealed,), released = stage.due(deadlines.calls[1][1], 0.1)
+    assert released == []
     assert sealed.records == [first, second]
     assert (sealed.predicted_shard, sealed.explicit_hash_key) == ("a", "7")  # the first's key
     assert (sealed.deadline, sealed.expires_at) == (0.1, 3.0)
     assert is_aggregated(sealed.data)
     assert [r.data for r in decode(sealed.data)] == [b"1", b"2"]
-    assert stage.due(deadlines.calls[0][1], 0.2) == []  # the same batch: sealed already
+    assert stage.due(deadlines.calls[0][1], 0.2) == ([], [])  # the same batch: sealed already
     assert stage.kinesis_records_out == 1
     assert [k.records for k in stage.flush()] == [[other]]
     assert stage.flush() == []
@@ -86,7 +87,7 @@ def test_without_aggregation_every_record_is_its_own_kinesis_record() -> None:
     assert deadlines.calls == []
 
 
-def test_held_records_are_released_alone_at_their_deadline_less_the_lead() -> None:
+def test_held_records_are_released_at_their_deadline_less_the_lead() -> None:
     stage, deadlines = aggregator()
     late = user_record(b"late", deadline=0.5)
     early = user_record(b"early", deadline=0.1)
@@ -97,12 +98,11 @@ def test_held_records_are_released_alone_at_their_deadline_less_the_lead() -> No
     assert [when for when, _ in deadlines.calls] == [0.5 - 0.02 - turn, 0.1 - 0.02 - turn]
     hold = deadlines.calls[1][1]
     deadlines.calls.clear()
-    assert stage.due(hold, 0.08 - turn) == []  # armed: released one turn later
+    assert stage.due(hold, 0.08 - turn) == ([], [])  # armed: released one turn later
     ((when, _),) = deadlines.calls
     assert when == 0.08
-    (released,) = stage.due(hold, 0.08)
-    assert released.records == [early]
-    assert released.predicted_shard is None  # alone and unpredicted
+    # Handed back with its hash key: the router places it (alone, unpredicted, or placed).
+    assert stage.due(hold, 0.08) == ([], [(early, 2)])
     assert stage.held_records == 1
     assert stage.flush() == []
     assert stage.flush_on_release  # the stream is flushed when the hold ends

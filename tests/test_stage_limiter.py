@@ -107,9 +107,13 @@ def test_records_without_a_prediction_share_one_limit_and_go_back_when_a_map_loa
 
 def test_outside_strict_order_a_settled_retry_is_queued_again() -> None:
     stage, _ = limiter()
-    sent, again = kinesis_record(), kinesis_record()
-    assert flow(stage.settle(sent, None, 0.0)) == ([], [])
-    assert flow(stage.settle(sent, again, 0.0)) == ([again], [])
+    sent, again, more = kinesis_record(), kinesis_record(), kinesis_record()
+    assert flow(stage.settle(sent, (), 0.0)) == ([], [])
+    assert flow(stage.settle(sent, [again], 0.0)) == ([again], [])
+    # A misplaced aggregate comes back as its records, each alone: each queued again, the
+    # first admitted with the bucket's last token (2 records/s), the other left waiting.
+    assert flow(stage.settle(sent, [more, again], 0.0)) == ([more], [])
+    assert stage.statistics().queued_by_shard == {"a": 1}
 
 
 def test_throttling_cuts_a_shards_rate_and_prune_forgets_idle_shards() -> None:

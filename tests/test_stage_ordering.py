@@ -61,12 +61,12 @@ def test_in_strict_order_every_answered_record_settles_its_lane_with_what_it_ret
         [retried, delivered, resent, waiting], decisions
     )
     assert to_aggregator == ()
-    ((first, again), (second, none)) = settlements  # resent and waiting stay in flight
-    assert (first, second, none) == (retried, delivered, None)
-    assert again is not None
+    ((first, retry), (second, none)) = settlements  # resent and waiting stay in flight
+    assert (first, second, none) == (retried, delivered, [])
+    (again,) = retry
     assert again.records == [retried.records[1]]  # the head of the lane, in a record of its own
     assert again.predicted_shard == "a"
-    assert ShardOrder().after_unsent(delivered) == [(delivered, None)]
+    assert ShardOrder().after_unsent(delivered) == [(delivered, ())]
     placed = Decisions()
     placed.retry = list(waiting.records)
-    assert ShardOrder().after_placed(waiting, placed) == ((), [(waiting, waiting)])
+    assert ShardOrder().after_placed(waiting, placed) == ((), [(waiting, [waiting])])

@@ -40,7 +40,10 @@ async def test_each_stage_reports_its_own_snapshot_and_the_stream_composes_them(
             aggregating=3, waiting_for_shard_map=0
         )
         assert pipeline.collector.statistics() == CollectorStatistics(collecting=0)
-        assert pipeline.retrier.statistics() == RetrierStatistics(retries=0, expired_unsent=0)
+        # The warm-up record, stored: 1 KiB on demand, one 25 KiB unit provisioned.
+        assert pipeline.retrier.statistics() == RetrierStatistics(
+            retries=0, expired_unsent=0, billed_kib=1, put_payload_units=1
+        )
         limiter = pipeline.limiter.statistics()
         assert (limiter.queued, limiter.queued_by_shard, limiter.unmapped_rate) == (0, {}, None)
         assert len(limiter.rates_by_shard) == 1  # the warm-up record's shard
@@ -54,7 +57,10 @@ async def test_each_stage_reports_its_own_snapshot_and_the_stream_composes_them(
         stream = producer.statistics().streams[0]
         assert stream.shard_map_state == shard_map.state
         assert stream.shard_map_refreshes == shard_map.refreshes
-        assert stream.capacity_mode == shard_map.capacity_mode
+        assert stream.capacity_mode == pipeline.distribution.capacity_mode == "PROVISIONED"
+        assert stream.record_distribution == pipeline.distribution.strategy
+        assert stream.record_distribution == "USER_PARTITION_KEY"
+        assert not stream.placed_by_service
         assert stream.aggregating == 3
         assert stream.rates_by_shard == limiter.rates_by_shard
         assert stream.ceilings_by_shard == limiter.ceilings_by_shard

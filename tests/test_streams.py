@@ -326,7 +326,7 @@ async def test_statistics_show_the_capacity_mode(on_demand: bool) -> None:
     assert fake.calls("DescribeStreamSummary") == 1
 
 
-async def test_the_capacity_mode_is_asked_after_the_map_loads_and_delays_nothing() -> None:
+async def test_the_summary_is_asked_beside_the_first_map_and_records_wait_for_both() -> None:
     fake = FakeKinesis()
     fake.add_stream("events", on_demand=True)
     fake.latency = 0.5  # every call takes 0.5 s
@@ -334,70 +334,79 @@ async def test_the_capacity_mode_is_asked_after_the_map_loads_and_delays_nothing
         t0 = anyio.current_time()
         outcome = await producer.put_record(stream="events", partition_key="k", data=b"x")
         await outcome
-        # The record waited for the map until its deadline (0.1 s), went unpredicted and was
-        # answered 0.5 s later; the summary was asked only once the map loaded (at 0.5 s).
+        # Both asked at once; the record waited for them until its deadline (0.1 s), went
+        # unpredicted and was answered 0.5 s later.
         assert anyio.current_time() - t0 == pytest.approx(0.6, abs=1e-6)
-        assert [r.operation for r in fake.requests] == [
-            "ListShards",
-            "PutRecords",
-            "DescribeStreamSummary",
-        ]
-        assert producer.statistics().streams[0].capacity_mode is None
-        await anyio.sleep(0.45)  # answered at 1.0 s
-        assert producer.statistics().streams[0].capacity_mode == "ON_DEMAND"
+        operations = [r.operation for r in fake.requests]
+        assert sorted(operations[:2]) == ["DescribeStreamSummary", "ListShards"]
+        assert operations[2:] == ["PutRecords"]
+        stats = producer.statistics().streams[0]
+        assert (stats.capacity_mode, stats.record_distribution) == (
+            "ON_DEMAND",
+            "USER_PARTITION_KEY",
+        )
 
 
-async def test_a_denied_summary_leaves_the_mode_unknown_and_is_not_asked_again_soon() -> None:
+async def test_the_summary_is_read_again_every_check_interval() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("events", shard_count=2)
+    config = CONFIG.replace(record_distribution_check_ms=60_000)
+    async with Producer(config, client=fake) as producer:
+        for _ in range(5):  # kept busy, so its pipeline is not released as idle
+            await producer.put_record(stream="events", partition_key="k", data=b"x")
+            await anyio.sleep(30)
+        # At 0, 60 and 120 s.
+        assert fake.calls("DescribeStreamSummary") == 3
+
+
+async def test_a_denied_summary_leaves_the_mode_unknown_and_is_not_asked_again_soon(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     fake = FakeKinesis()
     fake.add_stream("events", shard_count=2, on_demand=True)
     fake.deny("DescribeStreamSummary")
     async with Producer(CONFIG, client=fake) as producer:
         first = await producer.put_record(stream="events", partition_key="k", data=b"x")
         assert (await first).success
-        # Refreshes (a split the producer learns of) do not ask again within 10 minutes.
-        fake.split("events", "shardId-000000000000", 2**125)
-        for i in range(50):
-            await producer.put_record(stream="events", partition_key=f"k{i}", data=b"x")
-        await producer.flush()
         await anyio.sleep(5)
         stats = producer.statistics().streams[0]
-        assert stats.shard_map_refreshes == 2
-        assert stats.capacity_mode is None
+        assert (stats.capacity_mode, stats.record_distribution) == (None, None)
+        assert not stats.placed_by_service
         assert fake.calls("DescribeStreamSummary") == 1
-        # Ten minutes later (the stream kept busy, so its pipeline is not released as idle),
-        # the next refresh asks again, and is answered.
+        # Ten minutes later (the stream kept busy, so its pipeline is not released as idle)
+        # it is asked again, and answered.
+        fake.allow("DescribeStreamSummary")
         for _ in range(60):
             await producer.put_record(stream="events", partition_key="k", data=b"x")
             await anyio.sleep(10)
-        fake.allow("DescribeStreamSummary")
-        fake.split("events", "shardId-000000000001", 2**127 + 1)
-        for i in range(50):
-            await producer.put_record(stream="events", partition_key=f"k{i}", data=b"x")
-        await producer.flush()
-        await anyio.sleep(5)
         stats = producer.statistics().streams[0]
-        assert stats.shard_map_refreshes == 3
         assert stats.capacity_mode == "ON_DEMAND"
     assert fake.calls("DescribeStreamSummary") == 2
+    denials = [
+        r.getMessage()
+        for r in caplog.records
+        if "DescribeStreamSummary is denied" in r.getMessage()
+    ]
+    assert len(denials) == 1
+    assert "Grant kinesis:DescribeStreamSummary" in denials[0]
 
 
-async def test_a_failed_summary_is_asked_again_at_the_next_refresh() -> None:
+async def test_a_failed_summary_is_asked_again_after_a_backoff() -> None:
     fake = FakeKinesis()
     fake.add_stream("events", shard_count=2)
-    fake.fail_requests(1, operation="DescribeStreamSummary", code="LimitExceededException")
+    fake.fail_requests(2, operation="DescribeStreamSummary", code="LimitExceededException")
     async with Producer(CONFIG, client=fake) as producer:
         assert (
             await (await producer.put_record(stream="events", partition_key="k", data=b"x"))
         ).success
-        await anyio.sleep(1)
         assert producer.statistics().streams[0].capacity_mode is None
-        fake.split("events", "shardId-000000000000", 2**125)
-        for i in range(50):
-            await producer.put_record(stream="events", partition_key=f"k{i}", data=b"x")
-        await producer.flush()
-        await anyio.sleep(1)
+        assert producer._streams["events"].distribution.last_error == (
+            "LimitExceededException",
+            "Internal service failure.",
+        )
+        await anyio.sleep(4)  # backoffs of at most 1 s and 2 s
         assert producer.statistics().streams[0].capacity_mode == "PROVISIONED"
-    assert fake.calls("DescribeStreamSummary") == 2
+    assert fake.calls("DescribeStreamSummary") == 3
 
 
 class _ListingOnly:

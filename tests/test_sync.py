@@ -58,7 +58,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     assert set(threading.enumerate()) <= before
 
 
-def stored(fake: FakeKinesis, stream: str) -> Counter[tuple[str, bytes]]:
+def stored(fake: FakeKinesis, stream: str) -> Counter[tuple[str | None, bytes]]:
     """(partition key, data) of every user record the stream holds, read back and counted."""
     records = anyio.run(read_stream, fake, stream)
     return Counter(

@@ -8,6 +8,7 @@ times of its calls) and its error handling are checked without a server.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from aiokpl import Config, Producer
 from aiokpl._cli.reader import MIN_READ_INTERVAL, StartPosition, TailError, tail_stream
+from aiokpl._cli.tail import format_record
 from aiokpl._kinesis import client_error
 from aiokpl.aggregation import MAGIC, DeaggregatedRecord
 from aiokpl.testing import FakeKinesis
@@ -98,7 +100,9 @@ async def test_reads_every_user_record_of_every_shard() -> None:
     )
     aggregated = [r for _, r in collected.records if r.aggregated]
     assert len(aggregated) > 100  # the fixture does exercise deaggregation
-    wanted_ehk = {(key, data): ehk for key, data, ehk in sent}
+    wanted_ehk: dict[tuple[str | None, bytes], str | None] = {
+        (key, data): ehk for key, data, ehk in sent
+    }
     for shard_id, record in collected.records:
         if record.aggregated:  # Kinesis returns no explicit hash key for a plain record
             assert record.explicit_hash_key == wanted_ehk[(record.partition_key, record.data)]
@@ -357,6 +361,59 @@ async def test_an_undecodable_aggregate_is_passed_on_as_it_is() -> None:
     )
     assert [(r.partition_key, r.data, r.aggregated) for _, r in collected.records] == [
         ("k", blob, False)
+    ]
+    assert len(warnings) == 1
+    assert "shown undecoded" in warnings[0]
+
+
+async def test_records_stored_without_a_partition_key_are_read_with_none() -> None:
+    # A stream that places records itself (AUTO) keeps no key for a record put without one.
+    fake = FakeKinesis()
+    fake.add_stream("auto", shard_count=2, on_demand=True, record_distribution="AUTO")
+    await fake.put_record(StreamName="auto", Data=b"keyless")
+    await fake.put_records(StreamName="auto", Records=[{"Data": b"keyless too"}])
+    await put(fake, "auto", "k", b"keyed")
+    collected = Collected()
+    await tail_stream(fake, "auto", start=TRIM_HORIZON, on_records=collected, follow=False)
+    assert sorted((r.data, r.partition_key, r.aggregated) for _, r in collected.records) == [
+        (b"keyed", "k", False),
+        (b"keyless", None, False),
+        (b"keyless too", None, False),
+    ]
+    # aiokpl tail prints null for the missing key; every other field as for a keyed record.
+    lines = {
+        r.data: json.loads(format_record("auto", shard_id, r, "auto"))
+        for shard_id, r in collected.records
+    }
+    keyless, keyed = lines[b"keyless"], lines[b"keyed"]
+    assert keyless["partition_key"] is None
+    assert keyed["partition_key"] == "k"
+    assert list(keyless) == list(keyed)  # the same keys, in the same order
+    assert (keyless["data"], keyless["data_encoding"]) == ("keyless", "text")
+    assert keyless["explicit_hash_key"] is None
+    assert keyless["sequence_number"] == next(
+        s.sequence_number for s in fake.stored_records("auto") if s.data == b"keyless"
+    )
+
+
+async def test_an_undecodable_aggregate_without_a_partition_key_is_passed_on() -> None:
+    fake = FakeKinesis()
+    fake.add_stream("auto", shard_count=1, on_demand=True, record_distribution="AUTO")
+    body = b"\x0a\x05ab"  # a partition key that runs past the end of the body
+    blob = MAGIC + body + hashlib.md5(body).digest()
+    await fake.put_record(StreamName="auto", Data=blob)
+    warnings: list[str] = []
+    collected = Collected()
+    await tail_stream(
+        fake,
+        "auto",
+        start=TRIM_HORIZON,
+        on_records=collected,
+        follow=False,
+        on_warning=warnings.append,
+    )
+    assert [(r.partition_key, r.data, r.aggregated) for _, r in collected.records] == [
+        (None, blob, False)
     ]
     assert len(warnings) == 1
     assert "shown undecoded" in warnings[0]

@@ -211,7 +211,12 @@ class Served:
     inside moto looks like), so the tokens paid for the records must come back.
     """
 
-    def __init__(self, limits: ShardLimits | None, faults: ServerFaults | None = None) -> None:
+    def __init__(
+        self,
+        limits: ShardLimits | None,
+        faults: ServerFaults | None = None,
+        placement_seed: int | None = 0,
+    ) -> None:
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
         from werkzeug.test import Client
 
@@ -229,7 +234,13 @@ class Served:
             return moto(environ, start_response)
 
         self.app = ThrottlingApp(
-            inner, threading.Lock(), limits, faults, clock=lambda: self.now, wall=lambda: 7.5
+            inner,
+            threading.Lock(),
+            limits,
+            faults,
+            placement_seed=placement_seed,
+            clock=lambda: self.now,
+            wall=lambda: 7.5,
         )
         self.client = Client(self.app)
 
@@ -492,3 +503,437 @@ def test_moto_shards_mended_answer_as_before_without_copying_their_keys() -> Non
     assert (shard.get_min_sequence_number(), shard.get_max_sequence_number()) == (1, 25)
     shard.put_record("k", "eA==", None)  # type: ignore[arg-type]
     assert shard.get_max_sequence_number() == 26
+
+
+# -- AUTO streams, keyless records and DryRun, played in front of moto -------------------------
+
+DRY_RUN = "DryRunOperationException"
+
+
+def auto_stream(served: Served, shards: int = 4, strategy: str | None = "AUTO") -> str:
+    """An on-demand stream with ``shards`` shards (moto alone would make 4) and ``strategy``."""
+    name = f"wsgi-{next(_streams)}"
+    body: dict[str, Any] = {
+        "StreamName": name,
+        "ShardCount": shards,
+        "StreamModeDetails": {"StreamMode": "ON_DEMAND"},
+    }
+    if strategy is not None:
+        body["RecordDistributionStrategy"] = strategy
+    assert served.call("CreateStream", **body) == (200, {})
+    return name
+
+
+def arn_of(stream: str) -> str:
+    return f"arn:aws:kinesis:us-east-1:{ACCOUNT}:stream/{stream}"
+
+
+def read_shard(served: Served, stream: str, shard: str) -> list[dict[str, Any]]:
+    """Every record moto holds on ``shard``, as its ``GetRecords`` answers them."""
+    _, iterator = served.call(
+        "GetShardIterator", StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+    )
+    status, page = served.call("GetRecords", ShardIterator=iterator["ShardIterator"])
+    assert status == 200, page
+    records: list[dict[str, Any]] = page["Records"]
+    return records
+
+
+def stored_count(served: Served, stream: str) -> int:
+    _, listed = served.call("ListShards", StreamName=stream)
+    return sum(len(read_shard(served, stream, s["ShardId"])) for s in listed["Shards"])
+
+
+def strategy_of(served: Served, stream: str) -> str | None:
+    status, body = served.call("DescribeStreamSummary", StreamName=stream)
+    assert status == 200, body
+    found: str | None = body["StreamDescriptionSummary"].get("RecordDistributionStrategy")
+    return found
+
+
+def test_create_stream_keeps_the_strategy_and_an_on_demand_shard_count() -> None:
+    served = Served(None)
+    stream = auto_stream(served, shards=3)
+    _, listed = served.call("ListShards", StreamName=stream)
+    assert len(listed["Shards"]) == 3
+    assert listed["Shards"][-1]["HashKeyRange"]["EndingHashKey"] == str(2**128 - 1)
+    assert strategy_of(served, stream) == "AUTO"
+    keyed = auto_stream(served, shards=2, strategy=None)
+    assert strategy_of(served, keyed) == "USER_PARTITION_KEY"
+    assert strategy_of(served, new_stream(served)) is None  # provisioned: no such member
+    name = f"wsgi-{next(_streams)}"
+    assert served.call(
+        "CreateStream", StreamName=name, StreamModeDetails={"StreamMode": "ON_DEMAND"}
+    ) == (200, {})
+    _, listed = served.call("ListShards", StreamName=name)
+    assert len(listed["Shards"]) == 4  # moto's on-demand default, without a ShardCount
+
+
+def test_create_stream_refuses_auto_when_provisioned_and_unknown_strategies() -> None:
+    served = Served(None)
+    name = f"wsgi-{next(_streams)}"
+    status, body = served.call(
+        "CreateStream", StreamName=name, ShardCount=1, RecordDistributionStrategy="AUTO"
+    )
+    assert (status, body["__type"]) == (400, "InvalidArgumentException")
+    status, body = served.call(
+        "CreateStream",
+        StreamName=name,
+        StreamModeDetails={"StreamMode": "ON_DEMAND"},
+        RecordDistributionStrategy="auto",
+    )
+    assert (status, body["__type"]) == (400, "ValidationException")
+    assert "[AUTO, USER_PARTITION_KEY]" in body["message"]
+    assert served.call("DescribeStreamSummary", StreamName=name)[1]["__type"] == (
+        "ResourceNotFoundException"
+    )
+    assert served.call(
+        "CreateStream",
+        StreamName=name,
+        ShardCount=1,
+        RecordDistributionStrategy="USER_PARTITION_KEY",
+    ) == (200, {})
+    status, body = served.call("CreateStream", StreamName=name, ShardCount=1)
+    assert (status, body["__type"]) == (400, "ResourceInUseException")  # moto's own answer
+
+
+def test_update_record_distribution_strategy_on_demand_only() -> None:
+    served = Served(None)
+    stream = auto_stream(served, shards=2, strategy=None)
+    update = "UpdateStreamRecordDistributionStrategy"
+    assert served.call(update, StreamARN=arn_of(stream), RecordDistributionStrategy="AUTO") == (
+        200,
+        {},
+    )
+    assert strategy_of(served, stream) == "AUTO"
+    status, body = served.call(update, RecordDistributionStrategy="AUTO")
+    assert (status, body["__type"]) == (400, "ValidationException")
+    assert "Value null at 'streamARN'" in body["message"]
+    status, body = served.call(update, StreamARN=arn_of(stream))
+    assert "Value null at 'recordDistributionStrategy'" in body["message"]
+    status, body = served.call(update, StreamARN=arn_of(stream), RecordDistributionStrategy="X")
+    assert (status, body["__type"]) == (400, "ValidationException")
+    status, body = served.call(update, StreamARN=arn_of("nope"), RecordDistributionStrategy="AUTO")
+    assert (status, body["__type"]) == (400, "ResourceNotFoundException")
+    provisioned = new_stream(served)
+    status, body = served.call(
+        update, StreamARN=arn_of(provisioned), RecordDistributionStrategy="AUTO"
+    )
+    assert (status, body["__type"]) == (400, "InvalidArgumentException")
+    assert strategy_of(served, provisioned) is None
+    assert served.calls.count(update) == 0  # moto never sees it (it does not implement it)
+
+
+@pytest.mark.parametrize("limits", [None, ShardLimits()], ids=["plain", "throttled"])
+def test_auto_places_records_at_random_whatever_their_keys(limits: ShardLimits | None) -> None:
+    served = Served(limits)
+    stream = auto_stream(served)
+    served.calls.clear()
+    records = [{"Data": "eA==", "PartitionKey": "k"} for _ in range(100)]
+    records += [{"Data": "eQ==", "PartitionKey": "k", "ExplicitHashKey": "0"} for _ in range(100)]
+    records += [{"Data": "eg=="} for _ in range(100)]  # no partition key at all
+    status, body = served.call("PutRecords", StreamName=stream, Records=records)
+    assert (status, body["FailedRecordCount"]) == (200, 0)
+    assert served.calls == []  # stored on moto's shards directly
+    entries = body["Records"]
+    for block in (entries[:100], entries[100:200], entries[200:]):
+        assert len({entry["ShardId"] for entry in block}) == 4  # every shard, whatever the key
+    for shard in {entry["ShardId"] for entry in entries}:
+        read = read_shard(served, stream, shard)
+        mine = [
+            (e["SequenceNumber"], r)
+            for e, r in zip(entries, records, strict=True)
+            if e["ShardId"] == shard
+        ]
+        assert [r["SequenceNumber"] for r in read] == [sequence for sequence, _ in mine]
+        assert [(r["Data"], r.get("PartitionKey")) for r in read] == [
+            (record["Data"], record.get("PartitionKey")) for _, record in mine
+        ]
+    rows = [row for row in served.app.counts.rows() if row["stream"] == stream]
+    assert rows[0]["delivered"] == 300
+
+
+def test_the_same_placement_seed_places_alike() -> None:
+    def shards_of(seed: int) -> list[str]:
+        served = Served(None, placement_seed=seed)
+        stream = auto_stream(served)
+        _, body = served.call("PutRecords", StreamName=stream, Records=[{"Data": ""}] * 40)
+        return [entry["ShardId"] for entry in body["Records"]]
+
+    assert shards_of(11) == shards_of(11)
+    assert shards_of(11) != shards_of(12)
+
+
+def test_switching_back_or_to_provisioned_routes_by_key_again() -> None:
+    served = Served(None)
+    stream = auto_stream(served)
+    update = "UpdateStreamRecordDistributionStrategy"
+    served.call(update, StreamARN=arn_of(stream), RecordDistributionStrategy="USER_PARTITION_KEY")
+    _, body = served.put(stream, 30, key="k")
+    assert len({entry["ShardId"] for entry in body["Records"]}) == 1
+    served.call(update, StreamARN=arn_of(stream), RecordDistributionStrategy="AUTO")
+    _, body = served.put(stream, 30, key="k")
+    assert len({entry["ShardId"] for entry in body["Records"]}) > 1
+    status, _ = served.call(
+        "UpdateStreamMode",
+        StreamARN=arn_of(stream),
+        StreamModeDetails={"StreamMode": "PROVISIONED"},
+    )
+    assert status == 200
+    assert strategy_of(served, stream) is None
+    _, body = served.put(stream, 30, key="k")
+    assert len({entry["ShardId"] for entry in body["Records"]}) == 1
+
+
+@pytest.mark.parametrize("limits", [None, ShardLimits()], ids=["plain", "throttled"])
+def test_a_record_without_a_key_fails_the_whole_write_unless_auto(
+    limits: ShardLimits | None,
+) -> None:
+    served = Served(limits)
+    for stream in (new_stream(served), auto_stream(served, strategy="USER_PARTITION_KEY")):
+        status, body = served.call(
+            "PutRecords",
+            StreamName=stream,
+            Records=[{"Data": "eA==", "PartitionKey": "k"}, {"Data": "eA=="}],
+        )
+        assert (status, body) == (
+            400,
+            {
+                "__type": "ValidationException",
+                "message": "1 validation error detected: Value null at "
+                "'records.2.member.partitionKey' failed to satisfy constraint: Member must not "
+                "be null",
+            },
+        )
+        status, body = served.call("PutRecord", StreamName=stream, Data="eA==")
+        assert (status, body["__type"]) == (400, "ValidationException")
+        assert "'partitionKey'" in body["message"]
+        assert stored_count(served, stream) == 0
+    auto = auto_stream(served)
+    status, body = served.call("PutRecord", StreamName=auto, Data="eA==")
+    assert status == 200
+    assert [r.get("PartitionKey", "none") for r in read_shard(served, auto, body["ShardId"])] == [
+        "none"
+    ]
+
+
+def test_sequence_number_for_ordering_is_refused_on_auto_streams_only() -> None:
+    served = Served(None)
+    auto = auto_stream(served)
+    keyed = auto_stream(served, strategy=None)
+    ordering = {"Data": "eA==", "PartitionKey": "k", "SequenceNumberForOrdering": "1"}
+    status, body = served.call("PutRecord", StreamName=auto, **ordering)
+    assert (status, body["__type"]) == (400, "InvalidArgumentException")
+    assert "AUTO" in body["message"]
+    assert stored_count(served, auto) == 0
+    assert served.call("PutRecord", StreamName=keyed, **ordering)[0] == 200
+
+
+def test_throttling_on_auto_applies_to_the_shard_each_record_was_placed_on() -> None:
+    served = Served(ShardLimits(records_per_second=5.0))
+    stream = auto_stream(served)
+    status, body = served.call("PutRecords", StreamName=stream, Records=[{"Data": "eA=="}] * 60)
+    assert (status, body["FailedRecordCount"]) == (200, 40)
+    stored = Counter(entry["ShardId"] for entry in body["Records"] if "ShardId" in entry)
+    assert stored == {f"shardId-00000000000{i}": 5 for i in range(4)}
+    throttled = {e["ErrorMessage"].split()[4] for e in body["Records"] if "ErrorCode" in e}
+    assert throttled == set(stored)
+    status, body = served.call("PutRecord", StreamName=stream, Data="eA==")
+    assert (status, body["__type"]) == (400, THROTTLED)
+    served.now = 1.0
+    assert served.call("PutRecord", StreamName=stream, Data="eA==")[0] == 200
+    [row] = [row for row in served.app.counts.rows() if row["stream"] == stream]
+    assert (row["delivered"], row["throttled"]) == (21, 41)
+
+
+@pytest.mark.parametrize("limits", [None, ShardLimits(records_per_second=2.0)])
+def test_a_dry_run_write_stores_nothing_takes_nothing_and_never_reaches_moto(
+    limits: ShardLimits | None,
+) -> None:
+    served = Served(limits)
+    for stream in (new_stream(served, 2), auto_stream(served)):
+        served.calls.clear()
+        for _ in range(3):
+            status, body = served.call(
+                "PutRecords",
+                StreamName=stream,
+                Records=[{"Data": "eA==", "PartitionKey": "k"}] * 2,
+                DryRun=True,
+            )
+            assert (status, body) == (
+                400,
+                {
+                    "__type": DRY_RUN,
+                    "message": "The request was rejected because the DryRun parameter was "
+                    "specified.",
+                },
+            )
+            status, body = served.call(
+                "PutRecord", StreamName=stream, Data="eA==", PartitionKey="k", DryRun=True
+            )
+            assert (status, body["__type"]) == (400, DRY_RUN)
+        assert served.calls == []
+        assert stored_count(served, stream) == 0
+        # No tokens were taken: the real request fits whole.
+        status, body = served.call(
+            "PutRecords",
+            StreamName=stream,
+            Records=[{"Data": "eA==", "PartitionKey": "k"}] * 2,
+            DryRun=False,
+        )
+        assert (status, body["FailedRecordCount"]) == (200, 0)
+    assert [row["delivered"] for row in served.app.counts.rows()] == [2, 2]
+
+
+def test_a_dry_run_write_is_checked_as_the_real_one_and_refused_here() -> None:
+    served = Served(None)
+    stream = new_stream(served, 2)
+    served.calls.clear()
+
+    def dry(**body: Any) -> tuple[int, str]:
+        status, answer = served.call("PutRecords", StreamName=stream, DryRun=True, **body)
+        return status, answer["__type"]
+
+    good = {"Data": "eA==", "PartitionKey": "k"}
+    assert served.call("PutRecords", StreamName="nope", Records=[good], DryRun=True)[1][
+        "__type"
+    ] == ("ResourceNotFoundException")
+    assert dry(Records=[good] * 501) == (400, "ValidationException")
+    big = {"Data": base64.b64encode(bytes(1024 * 1024)).decode(), "PartitionKey": "k"}
+    assert dry(Records=[good, big]) == (400, "ValidationException")
+    assert dry(
+        Records=[good, {"Data": "eA==", "PartitionKey": "k", "ExplicitHashKey": str(2**128)}]
+    ) == (
+        400,
+        "InvalidArgumentException",
+    )
+    # moto has no shard for the very last key: its failure, answered here, nothing stored.
+    assert dry(
+        Records=[good, {"Data": "", "PartitionKey": "k", "ExplicitHashKey": str(2**128 - 1)}]
+    ) == (
+        500,
+        "InternalFailure",
+    )
+    assert served.calls == []
+    assert stored_count(served, stream) == 0
+
+
+def test_a_dry_run_read_is_served_by_moto_then_refused() -> None:
+    served = Served(None)
+    stream = new_stream(served)
+    served.put(stream, 1)
+    ask = {"StreamName": stream, "ShardIteratorType": "TRIM_HORIZON"}
+    status, body = served.call(
+        "GetShardIterator", ShardId="shardId-000000000000", DryRun=True, **ask
+    )
+    assert (status, body["__type"]) == (400, DRY_RUN)
+    status, body = served.call(
+        "GetShardIterator", ShardId="shardId-000000000009", DryRun=True, **ask
+    )
+    assert (status, body["__type"]) == (400, "ResourceNotFoundException")
+    _, iterator = served.call("GetShardIterator", ShardId="shardId-000000000000", **ask)
+    status, body = served.call("GetRecords", ShardIterator=iterator["ShardIterator"], DryRun=True)
+    assert (status, body["__type"]) == (400, DRY_RUN)
+    assert len(read_shard(served, stream, "shardId-000000000000")) == 1
+
+
+def test_auto_writes_moto_cannot_take_are_answered_here_and_store_nothing() -> None:
+    served = Served(ShardLimits(records_per_second=10.0))
+    stream = auto_stream(served, shards=1)
+    served.calls.clear()
+    good = {"Data": "eA==", "PartitionKey": "k"}
+    for bad, code in (
+        ({"Data": "eA==", "ExplicitHashKey": str(2**128)}, "InvalidArgumentException"),
+        ({"Data": "eA==", "ExplicitHashKey": "x1"}, "InvalidArgumentException"),
+        ({"Data": "eA==", "PartitionKey": "k" * 257}, "InvalidArgumentException"),
+        ({"Data": "eA==", "PartitionKey": 5}, "InvalidArgumentException"),
+        ({"Data": None}, "SerializationException"),
+    ):
+        status, body = served.call("PutRecords", StreamName=stream, Records=[good, bad])
+        assert (status, body["__type"]) == (400, code), bad
+    assert served.calls == []
+    assert stored_count(served, stream) == 0
+    assert served.codes(stream, 12) == [None] * 10 + [THROTTLED] * 2  # no tokens were taken
+
+
+def test_a_record_moto_fails_to_store_on_auto_is_an_internal_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from moto.kinesis.models import Shard
+
+    served = Served(ShardLimits(records_per_second=10.0))
+    stream = auto_stream(served, shards=1)
+    store = Shard.put_record
+
+    def put_record(self: Any, key: Any, data: str, explicit: Any) -> Any:
+        if data == "YmFk":  # b"bad"
+            raise RuntimeError("moto failed")
+        return store(self, key, data, explicit)
+
+    monkeypatch.setattr(Shard, "put_record", put_record)
+    records = [{"Data": data} for data in ("eA==", "YmFk", "eA==")]
+    status, body = served.call("PutRecords", StreamName=stream, Records=records)
+    assert status == 200
+    assert [entry.get("ErrorCode") for entry in body["Records"]] == [None, "InternalFailure", None]
+    status, body = served.call("PutRecord", StreamName=stream, Data="YmFk")
+    assert (status, body["__type"]) == (500, "InternalFailure")
+    # Both failed records' tokens came back: 8 more fit in the shard's 10.
+    assert served.codes(stream, 9) == [None] * 8 + [THROTTLED]
+
+
+def test_a_put_record_over_a_mebibyte_is_refused_whole() -> None:
+    served = Served(None)
+    stream = new_stream(served)
+    data = base64.b64encode(bytes(1024 * 1024)).decode()
+    status, body = served.call("PutRecord", StreamName=stream, Data=data, PartitionKey="k")
+    assert (status, body["__type"]) == (400, "ValidationException")
+    assert "'data'" in body["message"]
+    assert stored_count(served, stream) == 0
+
+
+def test_the_summary_of_a_stream_moto_does_not_know_is_moto_s_error() -> None:
+    served = Served(None)
+    status, body = served.call("DescribeStreamSummary", StreamName="nope")
+    assert (status, body["__type"]) == (400, "ResourceNotFoundException")
+    stream = auto_stream(served)
+    status, body = served.call("DescribeStreamSummary", StreamARN=arn_of(stream))
+    assert body["StreamDescriptionSummary"]["RecordDistributionStrategy"] == "AUTO"
+
+
+def test_a_write_over_five_mebibytes_in_all_is_refused_whole() -> None:
+    served = Served(None)
+    stream = new_stream(served)
+    data = base64.b64encode(bytes(900 * 1024)).decode()
+    records = [{"Data": data, "PartitionKey": "k"}] * 6  # each under 1 MiB, 5.3 MiB in all
+    status, body = served.call("PutRecords", StreamName=stream, Records=records)
+    assert (status, body) == (
+        400,
+        {"__type": "InvalidArgumentException", "message": "Records size exceeds 5 MB limit"},
+    )
+    assert stored_count(served, stream) == 0
+
+
+def test_without_limits_what_moto_fails_to_store_is_answered_as_with_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from moto.kinesis.models import Stream
+
+    served = Served(None)
+    stream = new_stream(served)
+    store = Stream.put_record
+
+    def put_record(self: Any, key: str, explicit: Any, data: str) -> Any:
+        if key == "bad":
+            raise RuntimeError("moto failed")
+        return store(self, key, explicit, data)
+
+    monkeypatch.setattr(Stream, "put_record", put_record)
+    records = [{"Data": "eA==", "PartitionKey": key} for key in ("k", "bad")]
+    status, body = served.call("PutRecords", StreamName=stream, Records=records)
+    assert status == 200
+    assert [entry.get("ErrorCode") for entry in body["Records"]] == [None, "InternalFailure"]
+    served.refuse = True  # moto's application answers PutRecord with HTTP 500
+    status, _ = served.call("PutRecord", StreamName=stream, Data="eA==", PartitionKey="k")
+    assert status == 500
+    [row] = [row for row in served.app.counts.rows() if row["stream"] == stream]
+    assert (row["delivered"], row["failed"]) == (1, 1)

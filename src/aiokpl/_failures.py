@@ -89,7 +89,7 @@ class FailureHandler:
             # Built now, while the record still holds its data (resolving lets go of it).
             failed = FailedRecord(
                 record.stream,
-                record.partition_key,
+                record.partition_key or None,  # "": put without a key, never placed
                 record.data,
                 record.explicit_hash_key,
                 decode_tags(record.encoded_tags) if record.encoded_tags else (),

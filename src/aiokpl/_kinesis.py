@@ -7,6 +7,9 @@ Everything the pipeline needs from the SDK passes through here:
 * :func:`error_of`, which turns any exception raised by a client call into ``(code, message)``
   data, once, in one place (like httpcore's ``map_exceptions``): the sender and retrier never
   see an exception type; :func:`failure_of` makes it a typed ``RequestFailed``;
+* :func:`call_control`, a control-plane read (``ListShards``, ``DescribeStream``,
+  ``DescribeStreamSummary``) within a timeout, whose failure is
+  ``_core.listings.UnusableAnswer`` with :func:`error_of`'s code;
 * :func:`answer_of`, which reads a ``PutRecords`` response once, into a typed answer
   (``_core.answers``): answered record by record, or malformed; nothing below reads the dict;
 * :func:`client_error`, which builds the exception a real client raises for a service error, so
@@ -54,6 +57,7 @@ from ._core.answers import (
 )
 from ._core.errors import ConfigError, InvalidRecordError
 from ._core.hashing import StreamArn
+from ._core.listings import UnusableAnswer
 
 if TYPE_CHECKING:
     from ._core.config import Config
@@ -64,6 +68,7 @@ __all__ = (
     "RegionalClients",
     "answer_of",
     "arn_argument",
+    "call_control",
     "check_region",
     "client_error",
     "create_client",
@@ -80,8 +85,9 @@ class KinesisClient(Protocol):
     """The Kinesis client methods the producer calls (keyword arguments as in botocore).
 
     ``describe_stream`` is called only when ``list_shards`` fails, and
-    ``describe_stream_summary`` once per stream to learn its capacity mode (see
-    ``aiokpl._pipeline.shard_map``); a client without them works while ``list_shards`` does.
+    ``describe_stream_summary`` to learn each stream's record distribution and capacity mode
+    (``aiokpl._pipeline.shard_map``, ``distribution``); a client without them works while
+    ``list_shards`` does (its streams are then taken to place records by key).
     """
 
     async def list_shards(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
@@ -270,6 +276,22 @@ def error_of(exc: BaseException) -> tuple[str, str]:
     text = str(exc)
     described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return "Internal", described[:_MAX_MESSAGE]
+
+
+async def call_control(client: Any, operation: str, time_limit: float, **arguments: Any) -> object:
+    """Call ``operation`` of ``client`` within ``time_limit`` seconds.
+
+    Only the call is caught: what it raises becomes :class:`UnusableAnswer` with
+    :func:`error_of`'s code (a client without the method too: its ``__cause__`` is the
+    ``AttributeError``); reading the answer is the caller's, and a bug there propagates.
+    """
+    try:
+        method = getattr(client, operation)  # a client may lack describe_stream(_summary)
+        with anyio.fail_after(time_limit):
+            response: object = await method(**arguments)
+    except Exception as exc:
+        raise UnusableAnswer(*error_of(exc)) from exc
+    return response
 
 
 def failure_of(exc: BaseException) -> RequestFailed:

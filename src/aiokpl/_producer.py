@@ -235,7 +235,7 @@ class Producer:
         self,
         *,
         stream: str,
-        partition_key: str,
+        partition_key: str | None = None,
         data: bytes | bytearray | memoryview,
         explicit_hash_key: str | int | None = None,
         tags: Tags | None = None,
@@ -249,7 +249,11 @@ class Producer:
         Args:
             stream: the stream name.
             partition_key: 1 … 256 UTF-16 code units (an emoji counts 2); decides the
-                shard unless ``explicit_hash_key``.
+                shard unless ``explicit_hash_key``. ``None`` (or left out): a record without
+                a key, which goes as it is to a stream that places records itself
+                (``AUTO``); on one that places them by key the producer chooses its shard
+                (the one with the most room) and gives it the partition key ``"-"`` and an
+                explicit hash key in that shard's range, so it aggregates like the rest.
             data: the payload; ``len(data)`` + the key's UTF-8 length must fit
                 ``Config.max_record_size``.
             explicit_hash_key: a decimal hash key (0 … 2**128 - 1) choosing the shard.
@@ -298,7 +302,7 @@ class Producer:
         self,
         *,
         stream: str,
-        partition_key: str,
+        partition_key: str | None = None,
         data: bytes | bytearray | memoryview,
         explicit_hash_key: str | int | None = None,
         tags: Tags | None = None,
@@ -346,7 +350,7 @@ class Producer:
             records: ``(partition_key, data)``, ``(partition_key, data, explicit_hash_key)``
                 or ``(partition_key, data, explicit_hash_key, tags)`` sequences (tuples, or
                 anything of length 2 to 4), with the meaning and limits of
-                :meth:`put_record`'s arguments.
+                :meth:`put_record`'s arguments (a ``None`` partition key included).
 
         Returns:
             One :class:`Outcome` per record, in the order given.

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ._core.hashing import hash_key_of
+from ._core.hashing import KEYLESS, PLACED_PARTITION_KEY, hash_key_of
 from ._core.records import Delivered, result_of
 from ._core.results import Attempt, FailedRecord, RecordResult
 from ._outcome import Outcome, settle
@@ -96,9 +96,19 @@ class UserRecord(Outcome[RecordResult]):
 
     @property
     def hash_key(self) -> int:
-        """The record's 128-bit hash key: its explicit hash key, or the MD5 of its key."""
+        """The record's 128-bit hash key: its explicit hash key, or the MD5 of its key;
+        ``KEYLESS`` for a record put without either, until it is placed."""
         ehk = self.explicit_hash_key
-        return int(ehk) if ehk is not None else hash_key_of(self.partition_key.encode())
+        if ehk is not None:
+            return int(ehk)
+        key = self.partition_key
+        return hash_key_of(key.encode()) if key else KEYLESS
+
+    def place(self, hash_key: int) -> None:
+        """Give a record put without a key the hash key ``hash_key`` (the producer chose its
+        shard) and the partition key that goes with it. *Mutates* the record."""
+        self.partition_key = PLACED_PARTITION_KEY
+        self.explicit_hash_key = str(hash_key)
 
     def add_attempt(self, attempt: Attempt) -> None:
         """Record one more failed attempt; it ends when ``attempt`` ended."""

@@ -78,7 +78,8 @@ _CHECKPOINT_EVERY_MASK = 255  # the pump yields to the loop once every 256 recor
 # exit (its async failure callbacks are bounded by request_timeout_ms) before it gives up.
 _ABANDON_MARGIN = 5.0
 
-# future, stream, partition key, size, data, hash key, explicit hash key, encoded tags, seq
+# future, stream, partition key, size, data, hash key, explicit hash key, encoded tags, seq;
+# a record put without a key has key "" and hash key KEYLESS here (the producer places it)
 _Item = tuple["Future[RecordResult]", str, str, int, bytes, int, "str | None", bytes, int]
 
 
@@ -289,7 +290,9 @@ class SyncProducer:
             )
             record = None
             if self.config.return_record_on_failure:
-                record = FailedRecord(stream, key, payload, ehk, decode_tags(tags) if tags else ())
+                record = FailedRecord(
+                    stream, key or None, payload, ehk, decode_tags(tags) if tags else ()
+                )
             self._settle_one(future, RecordResult(False, None, None, (attempt,), record), size, seq)
 
     def _on_outcome(
@@ -340,7 +343,7 @@ class SyncProducer:
         self,
         *,
         stream: str,
-        partition_key: str,
+        partition_key: str | None = None,
         data: bytes | bytearray | memoryview,
         explicit_hash_key: str | int | None = None,
         tags: Tags | None = None,
@@ -351,9 +354,11 @@ class SyncProducer:
         Args:
             stream: the stream name.
             partition_key: 1 … 256 UTF-16 code units (an emoji counts 2); decides the
-                shard unless ``explicit_hash_key``.
+                shard unless ``explicit_hash_key``. ``None`` (or left out): a record without
+                a key, placed as by :meth:`aiokpl.Producer.put_record`.
             data: the payload; ``len(data)`` + the key's UTF-8 length must fit
-                ``Config.max_record_size``.
+                ``Config.max_record_size`` (a record without a key counts the 1 byte of
+                ``"-"``).
             explicit_hash_key: a decimal hash key (0 … 2**128 - 1) choosing the shard.
             tags: the record's tags, as for :meth:`aiokpl.Producer.put_record`.
             timeout: the most seconds to wait for room; ``None`` waits as long as needed.

@@ -7,8 +7,9 @@ module is that format, for consumers and for tests:
 
 * ``deaggregate`` / ``deaggregate_records``: split the records a consumer receives
   (from ``get_records``, or a Lambda Kinesis event) into user records, passing records that
-  are not aggregates through unchanged; with ``shard=``, dropping the user records outside
-  that shard's hash key range, as the KCL does;
+  are not aggregates through unchanged (a record stored without a partition key, on an
+  ``AUTO`` stream, with ``partition_key=None``); with ``shard=``, dropping the user records
+  outside that shard's hash key range, as the KCL does;
 * ``decode`` / ``is_aggregated``: the same on raw bytes, strictly;
 * ``encode`` and ``AggregateBuilder``: build aggregates yourself;
 * ``Tag``: a user record's tag (the format's ``Record.tags``), as ``put_record(tags=...)``
@@ -21,7 +22,7 @@ Example:
     ```python
     from aiokpl.aggregation import deaggregate_records
 
-    def process(partition_key: str, data: bytes) -> None: ...
+    def process(partition_key: str | None, data: bytes) -> None: ...
 
     def handler(event, context):  # an AWS Lambda function reading a Kinesis stream
         for record in deaggregate_records(event):

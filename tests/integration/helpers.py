@@ -108,7 +108,7 @@ class Delivered(NamedTuple):
     """A user record read back from a stream."""
 
     shard_id: str
-    partition_key: str
+    partition_key: str | None
     data: bytes
     sequence_number: str
     aggregated: bool

@@ -76,7 +76,7 @@ def _stop(process: subprocess.Popen[str], signum: int) -> tuple[str, str]:
     return out, err
 
 
-async def _put_and_read(endpoint: str, stream: str, count: int) -> list[tuple[str, bytes]]:
+async def _put_and_read(endpoint: str, stream: str, count: int) -> list[tuple[str | None, bytes]]:
     async with Producer(config(endpoint, record_max_buffered_time_ms=20)) as producer:
         outcomes = [
             await producer.put_record(
@@ -221,5 +221,38 @@ def test_throttle_through_the_console_script_says_and_does_what_it_enforces(
     }
     [row] = [row for row in counts["series"] if row["stream"] == "events"]
     assert (row["delivered"], row["throttled"]) == (250, 150)
+    _, err = _stop(process, signal.SIGINT)
+    assert process.returncode == 0, err
+
+
+async def _auto_burst(endpoint: str) -> tuple[list[str], dict[str, Any], list[str]]:
+    """60 records without keys to ``auto``, then what the server says of both streams."""
+    async with admin_client(endpoint) as admin:
+        answer = await admin.put_records(StreamName="auto", Records=[{"Data": b"x"}] * 60)
+        summaries = [
+            (await admin.describe_stream_summary(StreamName=name))["StreamDescriptionSummary"]
+            for name in ("auto", "keyed")
+        ]
+        stored = [shard for shard, record in await read_stream(admin, "auto")]
+    strategies = [summary.get("RecordDistributionStrategy", "-") for summary in summaries]
+    return stored, answer, strategies
+
+
+def test_an_auto_stream_from_the_command_line_is_placed_by_the_server_and_throttled(
+    start_local: StartLocal,
+) -> None:
+    process, endpoint, out = start_local(
+        "--stream", "auto:4:auto", "--stream", "keyed:2", "--throttle",
+        "--shard-records-per-sec", "5",
+    )  # fmt: skip
+    assert (
+        "streams: auto (4 shards, on-demand, AUTO: records placed by the server), "
+        "keyed (2 shards)\n"
+    ) in out
+    stored, answer, strategies = anyio.run(_auto_burst, endpoint)
+    assert strategies == ["AUTO", "-"]
+    # Each shard takes 5 of the 60 records without keys: the shard each was placed on decides.
+    assert answer["FailedRecordCount"] == 40
+    assert sorted(stored) == [f"shardId-00000000000{i}" for i in range(4) for _ in range(5)]
     _, err = _stop(process, signal.SIGINT)
     assert process.returncode == 0, err

@@ -52,7 +52,7 @@ async def test_thousands_of_records_land_intact_where_predicted(
         await create_stream(admin, stream, 4)
         shards = await shard_ranges(admin, stream)
         # identity (partition key, data) -> (hash key, outcome)
-        sent: dict[tuple[str, bytes], tuple[int, Any]] = {}
+        sent: dict[tuple[str | None, bytes], tuple[int, Any]] = {}
         async with Producer(config(endpoint)) as producer:
             # Let the shard map load, so most records are aggregated.
             first = await producer.put_record(stream=stream, partition_key="first", data=b"0")
@@ -70,7 +70,7 @@ async def test_thousands_of_records_land_intact_where_predicted(
                 sent[(key, data)] = (hash_key, outcome)
         stored = await read_stream(admin, stream)
 
-    results: dict[tuple[str, bytes], RecordResult] = {}
+    results: dict[tuple[str | None, bytes], RecordResult] = {}
     for identity, (hash_key, outcome) in sent.items():
         result = outcome.result()
         assert result.success, result
@@ -79,7 +79,7 @@ async def test_thousands_of_records_land_intact_where_predicted(
         results[identity] = result
     # Aggregation happened: far fewer Kinesis records than user records.
     assert len(stored) < COUNT / 5
-    seen: Counter[tuple[str, bytes]] = Counter()
+    seen: Counter[tuple[str | None, bytes]] = Counter()
     for record in user_records(stored):
         identity = (record.partition_key, record.data)
         seen[identity] += 1

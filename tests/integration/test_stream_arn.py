@@ -41,7 +41,7 @@ async def put_and_read_back(producer_config: Config, admin: Any, arn: str) -> tu
     sequence number its result names.
     """
     rng = random.Random(7)
-    sent: dict[tuple[str, bytes], Any] = {}
+    sent: dict[tuple[str | None, bytes], Any] = {}
     async with Producer(producer_config) as producer:
         first = await producer.put_record(stream=arn, partition_key="first", data=b"0")
         await first  # the map loads: the rest is aggregated

@@ -276,9 +276,10 @@ class Template:
 
 
 class ParsedRecord(NamedTuple):
-    """What one line puts: the ``put_record`` arguments."""
+    """What one line puts: the ``put_record`` arguments (``partition_key`` is ``None`` for a
+    record put without one: ``--no-partition-key``)."""
 
-    partition_key: str
+    partition_key: str | None
     data: bytes
     explicit_hash_key: str | None
 
@@ -313,7 +314,10 @@ class LineParser:
         explicit_hash_key_field: the field holding an explicit hash key (decimal string or
             integer).
         data_field: the field holding the data; otherwise the data is the line itself.
-        random_key: the source of random partition keys (used when neither of the above).
+        no_partition_key: every record goes without a partition key (not with a key field
+            or template).
+        random_key: the source of random partition keys (used when none of the key options
+            is given).
     """
 
     json_lines: bool = False
@@ -321,6 +325,7 @@ class LineParser:
     partition_key_template: Template | None = None
     explicit_hash_key_field: FieldPath | None = None
     data_field: FieldPath | None = None
+    no_partition_key: bool = False
     random_key: Callable[[], str] = field(
         default_factory=lambda: partial(random_partition_key, random.Random())
     )
@@ -328,6 +333,10 @@ class LineParser:
     def __post_init__(self) -> None:
         if self.partition_key_field and self.partition_key_template:
             raise ValueError("give a partition key field or a template, not both")
+        if self.no_partition_key and (self.partition_key_field or self.partition_key_template):
+            raise ValueError(
+                "--no-partition-key and a partition key field or template exclude each other"
+            )
         if not self.json_lines:
             needs_json = [
                 name
@@ -352,10 +361,13 @@ class LineParser:
             except ValueError as exc:  # UnicodeDecodeError is a ValueError too
                 return BadLine("InvalidJson", f"invalid JSON: {exc}")
         try:
+            partition_key: str | None
             if self.partition_key_field is not None:
                 partition_key = self.partition_key_field.text_of(document)
             elif self.partition_key_template is not None:
                 partition_key = self.partition_key_template.render(document, number)
+            elif self.no_partition_key:
+                partition_key = None
             else:
                 partition_key = self.random_key()
             explicit_hash_key = None

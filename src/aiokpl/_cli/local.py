@@ -4,7 +4,9 @@ It serves moto's Kinesis on 127.0.0.1 (default port :data:`DEFAULT_PORT`) throug
 launcher as the demo and the tests (:func:`aiokpl.testing._servers.make_moto_server`): moto's
 WSGI application behind a lock, because stock ``python -m moto.server`` loses acknowledged
 records under concurrent ``PutRecords`` (see that module and ``docs/local-development.md``).
-It creates the streams given with ``--stream NAME[:SHARDS]``, prints the endpoint and the
+It creates the streams given with ``--stream NAME[:SHARDS[:auto]]`` (``:auto``: an on-demand
+stream whose record distribution strategy is ``AUTO``, which the server places records on
+itself, whatever their keys), prints the endpoint and the
 lines that point a shell, the ``aws`` CLI or a :class:`~aiokpl.Config` at it, and serves until
 SIGINT or SIGTERM, which stop it with one line on stderr and exit status 0 (stopping is how a
 server ends, as for ``tail`` and ``coordinate``).
@@ -39,7 +41,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import anyio
 
@@ -58,6 +60,8 @@ from .options import EXIT_OK, EXIT_SERVICE_ERROR, EXIT_USAGE, made_of, positive_
 
 __all__ = (
     "DEFAULT_PORT",
+    "AutoStreamSpec",
+    "StreamSpec",
     "add_parser",
     "enforcement_lines",
     "fault_rate",
@@ -72,6 +76,29 @@ DEFAULT_PORT = 4567
 """The port ``aiokpl local`` listens on by default (kinesalite's default too)."""
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+
+
+class StreamSpec(NamedTuple):
+    """A ``--stream``: its name and shard count (a provisioned stream)."""
+
+    name: str
+    shards: int
+
+
+class AutoStreamSpec(StreamSpec):
+    """A ``--stream NAME:SHARDS:auto``: an on-demand stream whose record distribution strategy
+    is ``AUTO`` (the server places its records, whatever their keys)."""
+
+    __slots__ = ()
+
+
+def _described(stream: tuple[str, int]) -> str:
+    """``events (4 shards)``; an ``AUTO`` stream says so."""
+    name, shards = stream
+    plural = "s" if shards > 1 else ""
+    if isinstance(stream, AutoStreamSpec):
+        return f"{name} ({shards} shard{plural}, on-demand, AUTO: records placed by the server)"
+    return f"{name} ({shards} shard{plural})"
 
 
 class _Stopped(Exception):
@@ -131,22 +158,29 @@ def _request_log(stderr: TextIO, *, enabled: bool) -> Iterator[None]:
         logger.propagate = saved[1]
 
 
-def stream_spec(text: str) -> tuple[str, int]:
-    """An argparse type: ``NAME`` or ``NAME:SHARDS`` (1 shard when not given)."""
-    name, colon, shards_text = text.partition(":")
+def stream_spec(text: str) -> StreamSpec:
+    """An argparse type: ``NAME``, ``NAME:SHARDS`` (1 shard when not given) or
+    ``NAME:SHARDS:auto`` (an on-demand ``AUTO`` stream: :class:`AutoStreamSpec`)."""
+    name, colon, rest = text.partition(":")
     if not _STREAM_NAME.fullmatch(name):
         raise argparse.ArgumentTypeError(
             f"invalid stream name {name!r}: 1 to 128 of a-z, A-Z, 0-9, '_', '.', '-'"
         )
     if not colon:
-        return name, 1
+        return StreamSpec(name, 1)
+    shards_text, colon, mode = rest.partition(":")
+    if colon and mode != "auto":
+        raise argparse.ArgumentTypeError(
+            f"after the shard count only ':auto' may follow (an on-demand stream whose records "
+            f"the server places), got {':' + mode!r}"
+        )
     try:
         shards = int(shards_text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a shard count: {shards_text!r}") from None
     if shards < 1:
         raise argparse.ArgumentTypeError(f"a stream needs at least 1 shard, got {shards}")
-    return name, shards
+    return AutoStreamSpec(name, shards) if colon else StreamSpec(name, shards)
 
 
 def _is_loopback(host: str) -> bool:
@@ -223,7 +257,7 @@ def usage_lines(
     key = DUMMY_CREDENTIALS["aws_access_key_id"]
     secret = DUMMY_CREDENTIALS["aws_secret_access_key"]
     example = streams[0][0] if streams else "STREAM"
-    created = ", ".join(f"{n} ({s} shard{'s' if s > 1 else ''})" for n, s in streams)
+    created = ", ".join(_described(stream) for stream in streams)
     return [
         f"local Kinesis (moto) at {endpoint}, region {region}",
         f"streams: {created or 'none yet (create them with --stream, or the aws line below)'}",
@@ -270,8 +304,17 @@ async def _create_streams(endpoint: str, region: str, streams: list[tuple[str, i
         aws_secret_access_key=DUMMY_CREDENTIALS["aws_secret_access_key"],
     )
     async with create_client(config) as client:
-        for name, shards in streams:
-            await client.create_stream(StreamName=name, ShardCount=shards)
+        for stream in streams:
+            name, shards = stream
+            if isinstance(stream, AutoStreamSpec):
+                await client.create_stream(
+                    StreamName=name,
+                    ShardCount=shards,
+                    StreamModeDetails={"StreamMode": "ON_DEMAND"},
+                    RecordDistributionStrategy="AUTO",
+                )
+            else:
+                await client.create_stream(StreamName=name, ShardCount=shards)
 
 
 def run_local_command(
@@ -415,8 +458,10 @@ def _add_server_options(local: argparse.ArgumentParser) -> None:
         dest="streams",
         action="append",
         type=stream_spec,
-        metavar="NAME[:SHARDS]",
-        help="create this stream at start-up, with SHARDS shards (default 1); repeatable",
+        metavar="NAME[:SHARDS[:auto]]",
+        help="create this stream at start-up, with SHARDS shards (default 1); ':auto' makes it "
+        "an on-demand stream whose record distribution strategy is AUTO (the server places "
+        "each record on a shard of its choosing, whatever its keys); repeatable",
     )
     local.add_argument(
         "--region",

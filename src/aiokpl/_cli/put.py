@@ -370,6 +370,7 @@ def _parser_from_args(args: argparse.Namespace) -> LineParser:
         json_lines=args.json,
         partition_key_field=args.partition_key_field,
         partition_key_template=args.partition_key_template,
+        no_partition_key=args.no_partition_key,
         explicit_hash_key_field=args.explicit_hash_key_field,
         data_field=args.data_field,
     )

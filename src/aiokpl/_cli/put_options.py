@@ -57,14 +57,23 @@ def _add_record_options(parser: argparse.ArgumentParser) -> None:
         "--partition-key-field",
         type=FieldPath.parse,
         metavar="PATH",
-        help="partition key from this JSON field (dotted path: user.id). Without this or "
-        "--partition-key-template, each record gets a random key (32 hex digits)",
+        help="partition key from this JSON field (dotted path: user.id). Without this, "
+        "--partition-key-template or --no-partition-key, each record gets a random key (32 hex "
+        "digits)",
     )
     key.add_argument(
         "--partition-key-template",
         type=Template.parse,
         metavar="TEMPLATE",
         help="partition key from a template: '{user.id}-{n}' ({n}: the line number)",
+    )
+    key.add_argument(
+        "--no-partition-key",
+        action="store_true",
+        help="put each record without a partition key: a stream that places records itself "
+        "(AUTO record distribution) takes it as it is; on one that routes by key, the producer "
+        "places it (key '-', an explicit hash key of the shard with the most room) unless "
+        "--explicit-hash-key-field gives one",
     )
     records.add_argument(
         "--explicit-hash-key-field",

@@ -200,7 +200,8 @@ class DeadLetters:
     ``error_message``, ``attempts`` (0 for a line rejected before it was sent),
     ``outcome_unknown`` (true when the record may be in the stream all the same: replaying it
     can store it twice),
-    ``partition_key`` and ``explicit_hash_key`` (``null`` when the line never became a record),
+    ``partition_key`` and ``explicit_hash_key`` (``null`` when the line never became a record;
+    ``partition_key`` is ``null`` too for a record put without one, ``--no-partition-key``),
     ``data`` and ``data_encoding`` (``"text"``, or ``"base64"`` when the bytes are not UTF-8;
     the whole line when it never became a record, ``null`` for a line over the length limit).
     """

@@ -332,7 +332,7 @@ class _StreamReader:
                 )
                 found.append(
                     DeaggregatedRecord(
-                        record["PartitionKey"],
+                        record.get("PartitionKey"),  # none on a stream that places records
                         record["Data"],
                         None,
                         record.get("SequenceNumber"),

@@ -77,8 +77,10 @@ def _timestamp_text(value: Any) -> str | None:
 def format_record(stream: str, shard_id: str, record: DeaggregatedRecord, data_mode: str) -> str:
     """One user record as a JSON line (without the newline).
 
-    Keys: ``stream``, ``shard_id``, ``partition_key``, ``explicit_hash_key`` (``null`` unless the
-    record came out of an aggregate that gave it one: Kinesis does not return it otherwise),
+    Keys: ``stream``, ``shard_id``, ``partition_key`` (``null`` for a record stored without one,
+    on a stream that places records itself: ``AUTO`` distribution), ``explicit_hash_key``
+    (``null`` unless the record came out of an aggregate that gave it one: Kinesis does not
+    return it otherwise),
     ``sequence_number``, ``sub_sequence_number``, ``aggregated``,
     ``approximate_arrival_timestamp`` (ISO 8601, UTC, milliseconds), ``data`` and
     ``data_encoding`` (``"text"`` or ``"base64"``).

@@ -88,6 +88,31 @@ class Config:
     and digest). A single user record larger than this is sent on its own
     (KPL ``AggregationMaxSize``)."""
 
+    aggregation_on_auto_streams: bool = False
+    """Aggregate on streams that place records themselves (``RecordDistributionStrategy``
+    ``AUTO``) too. Off by default: there an aggregate lands on a shard whose hash key range
+    does not hold its user records, and a KCL consumer drops them all. Turn it on only if
+    every consumer of such streams reads aggregates without checking ranges
+    (:func:`aiokpl.aggregation.deaggregate` without ``shard=``, ``aws_kinesis_agg`` in a
+    Lambda): aggregation then saves what it saves elsewhere (on-demand billing rounds every
+    Kinesis record up to 1 KiB). Records with tags travel only in aggregates, so without it
+    they fail on such streams (``"TagsOnAutoStream"``)."""
+
+    dry_run_check: bool = False
+    """Before a stream's first record is sent, ask ``PutRecords`` with ``DryRun=True``: a
+    missing permission (``kinesis:PutRecords``, a KMS key's) is then one line in the log
+    before the first record, rather than a failed result for each. Records wait for its
+    answer as for the first shard map (within their deadline). Off by default: the call is
+    billed and limited like a ``PutRecords``, and a server that does not know ``DryRun``
+    (moto, kinesalite) stores its empty record."""
+
+    record_distribution_check_ms: int = 300_000
+    """How often each stream's record distribution (does the service place records itself?)
+    is read again with ``DescribeStreamSummary``, in milliseconds, 1,000 … 86,400,000. It is
+    also read when a stream is first put to, and at once when a record is seen stored where
+    its key does not route. A stream switched back to placing records by key is aggregated
+    again at the next reading at the latest."""
+
     # --- Collection into PutRecords requests --------------------------------------------
     collection_max_count: int = 500
     """Most Kinesis records in one ``PutRecords`` request, 1 … 500
@@ -335,11 +360,14 @@ _RULES: tuple[tuple[str, str, float, float], ...] = (
     ("profile_name", _OPTIONAL_STR, 0, 0),
     ("verify_ssl", "bool", 0, 0),
     ("aggregation_enabled", "bool", 0, 0),
+    ("aggregation_on_auto_streams", "bool", 0, 0),
+    ("dry_run_check", "bool", 0, 0),
     ("fail_if_throttled", "bool", 0, 0),
     ("record_identities", "bool", 0, 0),
     ("return_record_on_failure", "bool", 0, 0),
     ("aggregation_max_count", "int", 1, 4_294_967_295),
     ("aggregation_max_size", "int", 64, 1 * MiB),
+    ("record_distribution_check_ms", "int", 1_000, 86_400_000),
     ("collection_max_count", "int", 1, 500),
     ("collection_max_size", "int", 52_224, 10 * MiB),
     ("record_max_buffered_time_ms", "int", 0, 86_400_000),

@@ -9,6 +9,10 @@ Invariants:
 * Framing decides: data framed as an aggregate (magic, a matching MD5 digest, a non-empty body)
   is deaggregated, and raises ``aiokpl.AggregationFormatError`` if its body is malformed;
   anything else is one ordinary record with ``aggregated=False``.
+* A Kinesis record may come without a partition key (a stream whose record distribution
+  strategy is ``AUTO`` stores records put without one): an ordinary record then has
+  ``partition_key=None``; the user records of an aggregate always have theirs (the format
+  requires one), whatever the Kinesis record's.
 * Every user record of an aggregate carries its index in it as its sub-sequence number, also
   when others were dropped by ``shard=``.
 
@@ -16,9 +20,10 @@ Consumer side, ``deaggregate(..., shard=...)`` drops the user records whose hash
 outside the shard they were read from, as the KCL's ``AggregatorUtil.deaggregate`` does (the
 copies an aggregate sent with a stale shard map leaves on the wrong shard). Where we differ:
 the KCL drops the *whole* aggregate as soon as one of its user records is out of range; we
-drop exactly the out-of-range ones. A producer that resends only those (ours, and the KPL's
-``retrier.cc`` ``succeed_if_correct_shard``) reports the others delivered, with that shard's
-sequence number: dropping them would lose them.
+drop exactly the out-of-range ones, which reads every record a KPL producer stores (its
+``retrier.cc`` ``succeed_if_correct_shard`` resends only those and reports the others
+delivered). aiokpl's producer resends the whole aggregate, so that a KCL consumer loses
+none: read with ``shard=``, the in-range records of such an aggregate come twice.
 """
 
 from __future__ import annotations
@@ -131,6 +136,11 @@ def deaggregate(
     * the ``"kinesis"`` dict of such a record on its own: ``data`` (base64), ``partitionKey``,
       ``sequenceNumber``, ``approximateArrivalTimestamp``.
 
+    A record stored without a partition key (on a stream whose record distribution strategy is
+    ``AUTO``) comes without ``PartitionKey`` from ``get_records``, and without
+    ``partitionKey`` (or with ``null``) in a Lambda event: if it is not an aggregate, its one
+    user record has ``partition_key=None``.
+
     Like AWS's deaggregators (the KCL's and ``aws_kinesis_agg``), data that is not framed as an
     aggregate (no magic bytes, a digest that does not match, nothing between the magic and the
     digest) is an ordinary record and comes back as a single ``DeaggregatedRecord`` with
@@ -140,16 +150,16 @@ def deaggregate(
 
     Args:
         record: the Kinesis record, in one of the shapes above. Only the keys named above are
-            read; ``SequenceNumber`` and ``ApproximateArrivalTimestamp`` (and their Lambda
-            spellings) may be absent.
+            read; ``PartitionKey``, ``SequenceNumber`` and ``ApproximateArrivalTimestamp`` (and
+            their Lambda spellings) may be absent.
         shard: the shard the record was read from, to drop the user records of an aggregate
             whose hash key (explicit, or the MD5 of the partition key) lies outside its range,
             as the KCL does: the stale copies an aggregate sent with an outdated shard map
             leaves behind around a reshard, whose producer resent them to the right shard.
             A ``ListShards`` / ``DescribeStream`` shard entry, its ``HashKeyRange``, or a
             ``(starting, ending)`` pair (inclusive). A record that was not aggregated is
-            never dropped (Kinesis routed it itself). ``None`` (the default) keeps every
-            user record.
+            never dropped (Kinesis routed it itself), with or without a partition key.
+            ``None`` (the default) keeps every user record.
 
     Each user record comes with the Kinesis record's sequence number and arrival time, and its
     own sub-sequence number (its index in the aggregate, also when others were dropped).
@@ -180,6 +190,7 @@ def _in_range(
         ehk = user_record.explicit_hash_key
         if ehk is None:
             key = user_record.partition_key
+            assert key is not None  # a user record of an aggregate: the format requires one
             hash_key = by_partition_key.get(key)
             if hash_key is None:
                 hash_key = by_partition_key[key] = hash_key_of(key.encode())
@@ -200,7 +211,7 @@ def _deaggregate(
     """``deaggregate``, its records as an iterator (``deaggregate_records`` extends its list)."""
     if "Data" in record:
         data = record["Data"]
-        partition_key = _require(record, "PartitionKey", "boto3 Kinesis record")
+        partition_key = record.get("PartitionKey")  # none on a stream that places records
         sequence_number = record.get("SequenceNumber")
         timestamp = record.get("ApproximateArrivalTimestamp")
     else:
@@ -215,7 +226,7 @@ def _deaggregate(
                 "event record) or 'data' key (a Lambda record's 'kinesis' dict)"
             )
         encoded = _require(record, "data", what)
-        partition_key = _require(record, "partitionKey", what)
+        partition_key = record.get("partitionKey")  # missing or null: stored without one
         sequence_number = record.get("sequenceNumber")
         timestamp = record.get("approximateArrivalTimestamp")
         try:

@@ -30,8 +30,10 @@ from typing import Any, NamedTuple
 from .errors import InvalidRecordError, InvalidRecordTypeError
 
 __all__ = (
+    "KEYLESS",
     "MAX_HASH_KEY",
     "MAX_PARTITION_KEY_LENGTH",
+    "PLACED_PARTITION_KEY",
     "StreamArn",
     "check_explicit_hash_key",
     "check_stream_name",
@@ -49,6 +51,17 @@ MAX_PARTITION_KEY_LENGTH = 256
 """Kinesis limit on a partition key, in Unicode characters."""
 
 MAX_STREAM_NAME_LENGTH = 128
+
+KEYLESS = -1
+"""The hash key :func:`check_user_record` gives a record put without a partition key nor an
+explicit hash key: no key routes it. A stream that places records itself (``AUTO``) takes it
+as it is; on one that places them by key the producer chooses its shard (``_pipeline.stream``)
+and gives it :data:`PLACED_PARTITION_KEY` and an explicit hash key in that shard's range."""
+
+PLACED_PARTITION_KEY = "-"
+"""The partition key of a record put without one, as sent where a key is needed: to a stream
+that places records by key (the explicit hash key routes it), and inside aggregates. Its one
+byte counts toward the record's size from the put on, wherever the record goes."""
 
 try:
     # CPython's built-in MD5 costs about 280 ns for a short key against 490 ns through
@@ -226,7 +239,8 @@ def check_user_record(
     """Validate one user record, the way ``put_record`` does before accepting it.
 
     Args:
-        partition_key: must be a non-empty ``str`` of at most 256 UTF-16 code units.
+        partition_key: a non-empty ``str`` of at most 256 UTF-16 code units, or ``None``: a
+            record without a key (see :func:`_keyless`).
         data: ``bytes``, ``bytearray`` or ``memoryview`` (anything else is a type error).
         explicit_hash_key: ``None``, or a decimal ``str``/``int`` in 0 … 2**128 - 1.
         max_record_size: the limit on ``len(data) + len(partition key in UTF-8)``.
@@ -241,6 +255,8 @@ def check_user_record(
         InvalidRecordError: a field is out of its limits; the message names field and limit.
     """
     if type(partition_key) is not str:
+        if partition_key is None:
+            return _keyless(data, explicit_hash_key, max_record_size)
         if not isinstance(partition_key, str):
             raise InvalidRecordTypeError(
                 f"partition_key must be a str, not {type(partition_key).__name__}"
@@ -264,13 +280,7 @@ def check_user_record(
     ):
         raise _key_length_error(partition_key)
     if type(data) is not bytes:
-        if isinstance(data, bytes | bytearray | memoryview):
-            data = bytes(data)
-        else:
-            hint = "; encode it first, e.g. data.encode()" if isinstance(data, str) else ""
-            raise InvalidRecordTypeError(
-                f"data must be bytes, bytearray or memoryview, not {type(data).__name__}{hint}"
-            )
+        data = _bytes_of(data)
     size = len(data) + len(key_bytes)
     if size > max_record_size:
         raise InvalidRecordError(
@@ -281,3 +291,37 @@ def check_user_record(
         return partition_key, size, data, hash_key, None
     hash_key = check_explicit_hash_key(explicit_hash_key)
     return partition_key, size, data, hash_key, str(hash_key)
+
+
+def _bytes_of(data: Any) -> bytes:
+    """``data`` as immutable ``bytes``, if it is bytes-like."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    hint = "; encode it first, e.g. data.encode()" if isinstance(data, str) else ""
+    raise InvalidRecordTypeError(
+        f"data must be bytes, bytearray or memoryview, not {type(data).__name__}{hint}"
+    )
+
+
+def _keyless(
+    data: Any, explicit_hash_key: Any, max_record_size: int
+) -> tuple[str, int, bytes, int, str | None]:
+    """:func:`check_user_record` of a record put without a partition key.
+
+    With an explicit hash key, that key routes it and it carries
+    :data:`PLACED_PARTITION_KEY`; without, its key is ``""`` and its hash key
+    :data:`KEYLESS` until it is placed. Its size counts the one byte of
+    :data:`PLACED_PARTITION_KEY` either way, so that it does not change when it is placed.
+    """
+    if type(data) is not bytes:
+        data = _bytes_of(data)
+    size = len(data) + len(PLACED_PARTITION_KEY)
+    if size > max_record_size:
+        raise InvalidRecordError(
+            f"data is {len(data)} bytes, over max_record_size ({max_record_size}) with the "
+            f"{len(PLACED_PARTITION_KEY)}-byte partition key a record without one is given"
+        )
+    if explicit_hash_key is None:
+        return "", size, data, KEYLESS, None
+    hash_key = check_explicit_hash_key(explicit_hash_key)
+    return PLACED_PARTITION_KEY, size, data, hash_key, str(hash_key)

@@ -1,5 +1,5 @@
-"""Reading the answers a shard map is loaded from: ``ListShards``, ``DescribeStream`` and
-``DescribeStreamSummary`` pages, pure.
+"""Reading the answers a shard map is loaded from (``ListShards``, ``DescribeStream`` pages) and
+the stream's summary (``DescribeStreamSummary``), pure.
 
 The shard map (``aiokpl._pipeline.shard_map``) catches what its client calls raise, and
 nothing else; an answer that came back but cannot make a map is reported by these readers as
@@ -7,7 +7,8 @@ nothing else; an answer that came back but cannot make a map is reported by thes
 
 * ``"MalformedResponse"``: not the shape the API documents (no ``Shards`` list, a shard without
   a hash-key range, no open shard at all, more pages announced without a shard to continue
-  from, capacity-mode details without a mode): a proxy's page parsed as an empty document, a
+  from, capacity-mode details without a mode, a record distribution that is not a string): a
+  proxy's page parsed as an empty document, a
   broken server. The shard map logs it, counts it and retries after its backoff, like a
   failed call;
 * ``"StreamNotActive"``: ``DescribeStream`` says the stream is being created or deleted: it has
@@ -18,21 +19,28 @@ Anything else these functions raise is a bug, and propagates.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from .shards import ShardTable
 
 __all__ = (
+    "AUTO",
     "MALFORMED",
     "NOT_ACTIVE",
+    "USER_PARTITION_KEY",
+    "StreamSummary",
     "UnusableAnswer",
-    "capacity_mode_of",
     "describe_stream_page",
     "list_shards_page",
     "open_shards_table",
+    "summary_of",
 )
 
 MALFORMED = "MalformedResponse"
+AUTO = "AUTO"
+"""The record distribution of a stream whose service places records itself."""
+USER_PARTITION_KEY = "USER_PARTITION_KEY"
+"""The record distribution of a stream that places records by partition key (the default)."""
 NOT_ACTIVE = "StreamNotActive"
 # A stream in another state (CREATING, DELETING) has no shards to write to.
 _USABLE_STATUSES = ("ACTIVE", "UPDATING")
@@ -105,21 +113,61 @@ def open_shards_table(shards: list[dict[str, Any]], operation: str) -> ShardTabl
         raise UnusableAnswer(MALFORMED, f"{operation} answered {exc}") from exc
 
 
-def capacity_mode_of(response: object) -> str | None:
-    """``StreamModeDetails.StreamMode`` of a ``DescribeStreamSummary`` answer; ``None`` if it
-    has no ``StreamModeDetails``: a server older than capacity modes (kinesalite), not a
-    malformed answer."""
+class StreamSummary(NamedTuple):
+    """What a ``DescribeStreamSummary`` answer says that the producer uses.
+
+    Attributes:
+        capacity_mode: ``StreamModeDetails.StreamMode`` (``"PROVISIONED"``, ``"ON_DEMAND"``),
+            ``None`` from a server older than capacity modes (kinesalite).
+        record_distribution: ``RecordDistributionStrategy`` (``"AUTO"``,
+            ``"USER_PARTITION_KEY"``); the service gives it for on-demand streams only, and
+            a stream without it places records by key: ``"USER_PARTITION_KEY"`` then.
+        open_shards: ``OpenShardCount``, ``None`` if absent.
+        stream_id: ``StreamId``, ``None`` if absent.
+    """
+
+    capacity_mode: str | None
+    record_distribution: str
+    open_shards: int | None
+    stream_id: str | None
+
+
+def summary_of(response: object) -> StreamSummary:
+    """Read a ``DescribeStreamSummary`` answer.
+
+    Raises:
+        UnusableAnswer: ``"MalformedResponse"``: no ``StreamDescriptionSummary``, or one of
+            the members read here has another type than the API documents.
+    """
     summary = response.get("StreamDescriptionSummary") if isinstance(response, dict) else None
     if not isinstance(summary, dict):
         raise UnusableAnswer(
             MALFORMED, "DescribeStreamSummary answered without a StreamDescriptionSummary"
         )
+    mode = None
     details = summary.get("StreamModeDetails")
-    if details is None:
-        return None
-    mode = details.get("StreamMode") if isinstance(details, dict) else None
-    if not isinstance(mode, str):
+    if details is not None:
+        mode = details.get("StreamMode") if isinstance(details, dict) else None
+        if not isinstance(mode, str):
+            raise UnusableAnswer(
+                MALFORMED, "DescribeStreamSummary answered without StreamModeDetails.StreamMode"
+            )
+    distribution = summary.get("RecordDistributionStrategy", USER_PARTITION_KEY)
+    if not isinstance(distribution, str):
         raise UnusableAnswer(
-            MALFORMED, "DescribeStreamSummary answered without StreamModeDetails.StreamMode"
+            MALFORMED,
+            "DescribeStreamSummary answered a RecordDistributionStrategy that is "
+            f"not a string ({type(distribution).__name__})",
         )
-    return mode
+    count = summary.get("OpenShardCount")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+        raise UnusableAnswer(
+            MALFORMED,
+            f"DescribeStreamSummary answered an OpenShardCount that is not an integer ({count!r})",
+        )
+    stream_id = summary.get("StreamId")
+    if stream_id is not None and not isinstance(stream_id, str):
+        raise UnusableAnswer(
+            MALFORMED, "DescribeStreamSummary answered a StreamId that is not a string"
+        )
+    return StreamSummary(mode, distribution, count, stream_id or None)

@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING
 
 from .encoder import AggregateBuilder
 from .records import AGGREGATE_PARTITION_KEY, KinesisRecord, UserRecordLike
+from .retry_policy import WRONG_SHARD
 
 if TYPE_CHECKING:
     from .shards import ShardRange
@@ -84,32 +85,38 @@ def overlaps(first: ShardRange | None, second: ShardRange | None) -> bool:
     )
 
 
-def regroup(sent: KinesisRecord, retry: Sequence[UserRecordLike]) -> KinesisRecord | None:
-    """The Kinesis record that resends ``retry``, the user records of ``sent`` to retry.
+def regroup(sent: KinesisRecord, retry: Sequence[UserRecordLike]) -> list[KinesisRecord]:
+    """The Kinesis records that resend ``retry``, the user records of ``sent`` to retry, in
+    order.
 
     ``retry`` holds user records of ``sent`` in its order (a retried record's data is back,
     see ``KinesisRecord.restore_data``). The result keeps ``sent``'s prediction, so it goes
     back to the head of the same lane.
 
-    * none to retry: ``None``;
-    * all of them: ``sent`` itself, its blob unchanged (*mutating*: its deadline and expiry
-      become the earliest of theirs, the retry deadline set by the retry policy);
+    * none to retry: none;
+    * all of them, ``sent`` landed where predicted: ``sent`` itself, its blob unchanged
+      (*mutating*: its deadline and expiry become the earliest of theirs, the retry deadline
+      set by the retry policy);
+    * all of them because ``sent`` landed on a shard that does not hold them all
+      (``"Wrong Shard"``: a KCL consumer drops it whole): each alone, raw, so that each lands
+      where its own key routes it (the same aggregate would land where it did);
     * one: that record alone, raw (with tags, an aggregate of one: ``KinesisRecord.single``);
     * some: a new aggregate of those, in their order, tags kept (it fits, as ``sent`` did).
     """
     if not retry:
-        return None
+        return []
     deadline = min(record.deadline for record in retry)
     expires_at = min(record.expires_at for record in retry)
+    last = retry[0].attempts[-1:]
+    if len(retry) > 1 and last and last[0].error_code == WRONG_SHARD:
+        return [_alone(sent, record) for record in retry]
     if len(retry) == len(sent.records):
         sent.deadline = deadline
         sent.expires_at = expires_at
-        return sent
+        return [sent]
     first = retry[0]
     if len(retry) == 1:
-        single = KinesisRecord.single(first, first.hash_key)
-        single.predicted_shard = sent.predicted_shard
-        return single
+        return [_alone(sent, first)]
     builder = AggregateBuilder()
     for record in retry:
         builder.try_add(
@@ -120,13 +127,22 @@ def regroup(sent: KinesisRecord, retry: Sequence[UserRecordLike]) -> KinesisReco
             record.encoded_tags,
         )
     ehk = first.explicit_hash_key
-    return KinesisRecord(
-        list(retry),
-        builder.encode(),
-        AGGREGATE_PARTITION_KEY,
-        ehk if ehk is not None else str(first.hash_key),
-        sent.predicted_shard,
-        deadline,
-        expires_at,
-        len(AGGREGATE_PARTITION_KEY),
-    )
+    return [
+        KinesisRecord(
+            list(retry),
+            builder.encode(),
+            AGGREGATE_PARTITION_KEY,
+            ehk if ehk is not None else str(first.hash_key),
+            sent.predicted_shard,
+            deadline,
+            expires_at,
+            len(AGGREGATE_PARTITION_KEY),
+        )
+    ]
+
+
+def _alone(sent: KinesisRecord, record: UserRecordLike) -> KinesisRecord:
+    """``record`` alone, raw, back to the lane of ``sent``."""
+    single = KinesisRecord.single(record, record.hash_key)
+    single.predicted_shard = sent.predicted_shard
+    return single

@@ -130,6 +130,10 @@ class KinesisRecord:
         ``hash_key`` is the record's hash key (it travels as the explicit hash key).
         """
         ehk = record.explicit_hash_key
+        routed_by = ehk
+        if routed_by is None:
+            # A record without a key goes without one (only to a stream that places records).
+            routed_by = str(hash_key) if hash_key >= 0 else ""
         data = record.data
         tags = record.encoded_tags
         if tags:  # an aggregate of one: a raw record has no place for tags
@@ -140,7 +144,7 @@ class KinesisRecord:
                 [record],
                 blob,
                 record.partition_key,
-                ehk if ehk is not None else str(hash_key),
+                routed_by,
                 record.predicted_shard,
                 record.deadline,
                 record.expires_at,
@@ -150,7 +154,7 @@ class KinesisRecord:
             [record],
             data,
             record.partition_key,
-            ehk if ehk is not None else str(hash_key),
+            routed_by,
             record.predicted_shard,
             record.deadline,
             record.expires_at,
@@ -188,12 +192,15 @@ class KinesisRecord:
                 record.data = decoded.data
 
     def entry(self) -> dict[str, Any]:
-        """The ``PutRecordsRequestEntry`` for this record."""
-        return {
-            "Data": self.data,
-            "PartitionKey": self.partition_key,
-            "ExplicitHashKey": self.explicit_hash_key,
-        }
+        """The ``PutRecordsRequestEntry`` for this record (a record put without a key, to a
+        stream that places records itself, goes without one: its keys are ``""`` here)."""
+        if self.partition_key:
+            return {
+                "Data": self.data,
+                "PartitionKey": self.partition_key,
+                "ExplicitHashKey": self.explicit_hash_key,
+            }
+        return {"Data": self.data}
 
     def __repr__(self) -> str:
         return (

@@ -74,7 +74,9 @@ class FailedRecord:
 
     Attributes:
         stream: the stream it was put to.
-        partition_key: its partition key.
+        partition_key: its partition key; ``None`` for a record put without one (and not
+            given one yet: one placed by the producer carries ``"-"`` and the explicit hash
+            key of the shard chosen).
         data: its payload, as ``bytes``.
         explicit_hash_key: the explicit hash key as a decimal string, or ``None`` if the record
             was routed by its partition key.
@@ -83,7 +85,7 @@ class FailedRecord:
     """
 
     stream: str
-    partition_key: str
+    partition_key: str | None
     data: bytes
     explicit_hash_key: str | None = None
     tags: tuple[Tag, ...] = ()

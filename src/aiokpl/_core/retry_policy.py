@@ -20,16 +20,20 @@ any other request error (including a malformed response or a          retry ever
 count mismatch, ``RecordCountMismatch``, and a request that never
 left: ``EndpointConnectionError`` …, whose outcome stays known)
 record succeeded on the predicted shard, or with no prediction        succeed
-record succeeded elsewhere, hash key inside the actual shard's        succeed; invalidate the
-range (a split child): the map is stale                               shard map if the actual
+record succeeded elsewhere, every user record's hash key inside the   succeed; invalidate the
+actual shard's range (a split child): the map is stale                shard map if the actual
                                                                       shard is newer
-record succeeded elsewhere, on a shard whose known range does not     wait for the refreshed
-hold the record's explicit hash key (another stream's range: the      map, then as below
-stream was deleted and created again), aggregation on
-record succeeded elsewhere, hash key outside that range (or range     retry ("Wrong Shard") and
-unknown), aggregation on                                              invalidate the shard map
-the same, aggregation off (a raw record lands where Kinesis routes    succeed; invalidate
-it, which is always right)
+record succeeded elsewhere, on a shard whose known range does not     *evidence* (``unrouted``);
+hold the key it was routed by: another stream's range (the stream     wait for the refreshed
+was deleted and created again) or the service placed it (``AUTO``),   map, then as below; with
+aggregation on                                                        ``service_places``, judge
+                                                                      by that range at once
+an aggregate succeeded elsewhere with a user record outside that      retry every user record
+range (or range unknown)                                              of it ("Wrong Shard");
+                                                                      invalidate the shard map
+the same, ``service_places`` and ``aggregates_anywhere``              succeed
+a raw record succeeded elsewhere (Kinesis routed it by its own key,   succeed; invalidate (and
+or placed it itself)                                                  evidence, as above)
 record failed with a ``FAIL_FAST`` code                               fail
 ``ExpiredTokenException`` (request or record) for the third time      fail (else retry, after
                                                                       the request backoff)
@@ -45,16 +49,34 @@ shard prediction may have changed.
 Better than the KPL, which retries every error until expiry: codes that cannot succeed on retry
 (missing stream, denied access, invalid request, KMS key problems, bad credentials) fail at
 once, with their code.
+
+**An aggregate on another shard is retried whole.** A KCL consumer keeps an aggregate only if
+every one of its user records has its hash key in the range of the shard that holds it: as
+soon as one is outside, it drops all of them (``AggregatorUtil.deaggregate`` removes those it
+took and stops). So the user records of an aggregate that landed with any record outside the
+shard's range are all sent again, not only those outside (the KPL's ``retrier.cc``
+``succeed_if_correct_shard`` reports those inside delivered, and a KCL consumer never sees
+them). A consumer without the range check (``deaggregate()`` without ``shard=``) sees those
+inside twice; :class:`aiokpl.aggregation.Deduper` drops such copies.
+
+**Streams that place records themselves** (``RecordDistributionStrategy`` ``AUTO``): the
+router sends their records unpredicted (so they succeed wherever they land) and sets
+``RetryPolicy.service_places``; aggregates sent before it knew land anywhere, and are judged by
+the range of the shard that stored them, at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .answers import UNKNOWN_OUTCOME, Answer, Answered, Entry, Refused, RequestFailed
 from .records import KinesisRecord, UserRecordLike
 from .results import Attempt
 from .shards import ShardRange
+
+if TYPE_CHECKING:
+    from .config import Config
 
 __all__ = (
     "FAIL_FAST",
@@ -78,6 +100,9 @@ succeed; static credentials with an expired session token never will, and fail a
 many."""
 WRONG_SHARD = "Wrong Shard"
 EXPIRED = "Expired"
+
+_KIB = 1024
+_PUT_PAYLOAD_UNIT = 25 * _KIB
 
 NARROWED = frozenset({"ValidationException", "InvalidArgumentException"})
 """Request-level codes that one bad entry can cause: a request of several Kinesis records
@@ -115,16 +140,46 @@ class RetryPolicy:
         fail_if_throttled: fail throttled records instead of retrying them.
         aggregation_enabled: whether a wrong-shard aggregate must be retried.
         retry_delay: seconds from now to a retried record's new deadline.
+        aggregates_anywhere: ``Config.aggregation_on_auto_streams``: the stream's consumers
+            do not check hash key ranges, so an aggregate stored on any shard of a stream that
+            places records itself is delivered.
+
+    Attributes:
+        service_places: the stream places records itself (as far as the router knows); the
+            router sets it as that changes. *Mutable*, the only field that is.
     """
 
-    __slots__ = ("aggregation_enabled", "fail_if_throttled", "retry_delay")
+    __slots__ = (
+        "aggregates_anywhere",
+        "aggregation_enabled",
+        "fail_if_throttled",
+        "retry_delay",
+        "service_places",
+    )
 
     def __init__(
-        self, *, fail_if_throttled: bool, aggregation_enabled: bool, retry_delay: float
+        self,
+        *,
+        fail_if_throttled: bool,
+        aggregation_enabled: bool,
+        retry_delay: float,
+        aggregates_anywhere: bool = False,
     ) -> None:
         self.fail_if_throttled = fail_if_throttled
         self.aggregation_enabled = aggregation_enabled
         self.retry_delay = retry_delay
+        self.aggregates_anywhere = aggregates_anywhere
+        self.service_places = False
+
+    @classmethod
+    def of(cls, config: Config) -> RetryPolicy:
+        """The policy a stream's retrier follows under ``config``."""
+        return cls(
+            fail_if_throttled=config.fail_if_throttled,
+            aggregation_enabled=config.aggregation_enabled,
+            retry_delay=config.record_max_buffered_time_ms / 1000 / 2,
+            aggregates_anywhere=config.aggregation_on_auto_streams,
+        )
 
 
 class Decisions:
@@ -145,18 +200,25 @@ class Decisions:
         resend: groups of Kinesis records to send again as they are, each as a request of
             its own (the halves of a request refused as a whole for one bad entry).
         request_error: the request-level ``(code, message)``, if the call failed as a whole.
+        unrouted: evidence that the service placed a record itself: one was stored on a shard
+            whose known range does not hold the key it was routed by.
+        billed_kib: the Kinesis records stored, each rounded up to a whole KiB (on-demand
+            billing); ``put_payload_units`` the same in 25 KiB units (provisioned billing).
     """
 
     __slots__ = (
         "accepted",
+        "billed_kib",
         "failed",
         "invalidate",
+        "put_payload_units",
         "request_error",
         "resend",
         "retry",
         "succeeded",
         "throttled_shards",
         "undecided",
+        "unrouted",
     )
 
     def __init__(self) -> None:
@@ -169,6 +231,9 @@ class Decisions:
         self.undecided: list[tuple[KinesisRecord, str, str]] = []
         self.resend: list[list[KinesisRecord]] = []
         self.request_error: tuple[str, str] | None = None
+        self.unrouted = False
+        self.billed_kib = 0
+        self.put_payload_units = 0
 
 
 def _fail_or_retry(
@@ -276,6 +341,10 @@ def _judge_entries(
                 )
             continue
         shard_id, sequence_number = entry
+        # Stored, so billed: on demand by the KiB, provisioned by the 25 KiB unit.
+        size = kinesis_record.size
+        decisions.billed_kib += -(-size // _KIB)
+        decisions.put_payload_units += -(-size // _PUT_PAYLOAD_UNIT)
         predicted = kinesis_record.predicted_shard
         if predicted is None or predicted == shard_id:
             # One tuple of plain values for all of them: it is what their results are built
@@ -287,17 +356,24 @@ def _judge_entries(
             decisions.succeeded += records
             tally = decisions.accepted.get(predicted)
             if tally is None:
-                decisions.accepted[predicted] = [1, kinesis_record.size]
+                decisions.accepted[predicted] = [1, size]
             else:
                 tally[0] += 1
-                tally[1] += kinesis_record.size
+                tally[1] += size
             continue
-        # It landed on another shard than predicted: the shard map is stale.
+        # It landed on another shard than predicted: the shard map is stale, or the service
+        # placed it itself.
         decisions.invalidate.append((started, predicted))
-        actual_range = _range_that_routed(kinesis_record, hash_range(shard_id))
+        known = hash_range(shard_id)
+        actual_range = _range_that_routed(kinesis_record, known)
+        if known is not None and actual_range is None:
+            decisions.unrouted = True
+            if policy.service_places:
+                actual_range = known  # the shard's own range: it judges what a KCL keeps
         if actual_range is None and policy.aggregation_enabled and len(kinesis_record.records) > 1:
-            # A shard the map does not know yet (a new child): which of these records it
-            # holds can only be told once the map has been refreshed.
+            # A shard the map does not know yet (a new child), or one whose known range is
+            # not the one that routed it: which of these records it holds can only be told
+            # once the map has been refreshed.
             decisions.undecided.append((kinesis_record, shard_id, sequence_number))
             continue
         place(
@@ -382,33 +458,41 @@ def place(
 ) -> None:
     """Judge a Kinesis record that landed on ``shard_id``, not on its predicted shard.
 
-    Its user records inside ``actual_range`` are delivered; the others (all of them if the range
-    is unknown, or is not one that holds the record's explicit hash key: another stream's) are
-    retried as ``"Wrong Shard"``, unless the record was sent raw, in which case Kinesis routed
-    it by its own hash key and it is where it belongs.
+    A raw record is delivered: Kinesis routed it by its own key (or placed it itself), and a
+    consumer takes it wherever it is. An aggregate is delivered if every user record of it
+    has its hash key in ``actual_range``, or if the stream places records itself and its
+    consumers take aggregates anywhere (``aggregates_anywhere``); otherwise a KCL consumer
+    drops all of it, and every user record of it is retried as ``"Wrong Shard"``. A range
+    that is not one that holds the record's explicit hash key is another stream's, or the
+    service placed the record: it counts as unknown (evidence, ``unrouted``), unless the
+    stream is known to place records itself (``service_places``): then it is the range a
+    KCL consumer judges by.
     """
-    actual_range = _range_that_routed(kinesis_record, actual_range)
-    raw = len(kinesis_record.records) == 1 or not policy.aggregation_enabled
-    if not raw:
-        kinesis_record.restore_data()  # some may be retried
-    delivered = (started, ended, shard_id, sequence_number)
-    for record in kinesis_record.records:
-        if raw or (actual_range is not None and record.hash_key in actual_range):
+    routed = _range_that_routed(kinesis_record, actual_range)
+    if actual_range is not None and routed is None:
+        decisions.unrouted = True
+        if policy.service_places:
+            routed = actual_range
+    records = kinesis_record.records
+    if (
+        len(records) == 1
+        or not policy.aggregation_enabled
+        or (policy.service_places and policy.aggregates_anywhere)
+        or (routed is not None and all(record.hash_key in routed for record in records))
+    ):
+        delivered = (started, ended, shard_id, sequence_number)
+        for record in records:
             record.delivered = delivered
-            decisions.succeeded.append(record)
-        else:
-            _fail_or_retry(
-                decisions,
-                record,
-                WRONG_SHARD,
-                f"record landed on {shard_id}, whose hash key range does not hold it "
-                f"(predicted {kinesis_record.predicted_shard})",
-                False,
-                started,
-                ended,
-                now,
-                policy,
-            )
+        decisions.succeeded += records
+        return
+    kinesis_record.restore_data()  # they are retried
+    message = (
+        f"record landed on {shard_id}, whose hash key range does not hold all of its "
+        f"aggregate, which a KCL consumer then drops whole (predicted "
+        f"{kinesis_record.predicted_shard})"
+    )
+    for record in records:
+        _fail_or_retry(decisions, record, WRONG_SHARD, message, False, started, ended, now, policy)
 
 
 def expire(kinesis_record: KinesisRecord, now: float, where: str) -> list[UserRecordLike]:

@@ -47,9 +47,25 @@ class StreamStatistics:
         waiting_for_shard_map: user records held until the stream's first map load ends
             (records put before it are aggregated with it; none wait past their deadline).
         capacity_mode: ``"PROVISIONED"`` or ``"ON_DEMAND"``, as ``DescribeStreamSummary``
-            says (asked once the first map has loaded, again every 10 minutes at most); ``None``
-            until it answers, or when it cannot be asked (the IAM policy lacks
-            ``kinesis:DescribeStreamSummary``). Nothing else depends on it.
+            says (asked when the stream is first put to, then every
+            ``Config.record_distribution_check_ms``); ``None`` until it answers, or when it
+            cannot be asked (the IAM policy lacks ``kinesis:DescribeStreamSummary``).
+        record_distribution: ``"AUTO"`` (the service places records) or
+            ``"USER_PARTITION_KEY"`` (by key), as ``DescribeStreamSummary`` last said;
+            ``None`` until it answers, or when it cannot be asked.
+        placed_by_service: what the producer does: ``True`` while it takes the service to
+            place the stream's records (``record_distribution`` is ``"AUTO"``, or a record was
+            seen stored where its key does not route and no summary has said otherwise since):
+            records then go one per Kinesis record (unless
+            ``Config.aggregation_on_auto_streams``), unpredicted, under one stream-level limit.
+        billed_kib: what on-demand billing counts of the records delivered: each Kinesis record
+            rounded up to a whole KiB.
+        put_payload_units: what provisioned billing counts of the records delivered: each
+            Kinesis record rounded up to a whole 25 KiB PUT payload unit.
+        dry_run: with ``Config.dry_run_check``, what the stream's dry run of ``PutRecords``
+            answered: ``"DryRunOperationException"`` (records would be taken), the error code
+            that says why not (``"AccessDeniedException"`` …), or ``"Stored"`` (the server does
+            not know ``DryRun``); ``None`` without the check, or before it answers.
     """
 
     stream: str
@@ -69,6 +85,11 @@ class StreamStatistics:
     shard_map_last_error: tuple[str, str, str] | None = None
     waiting_for_shard_map: int = 0
     capacity_mode: str | None = None
+    record_distribution: str | None = None
+    placed_by_service: bool = False
+    billed_kib: int = 0
+    put_payload_units: int = 0
+    dry_run: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +199,6 @@ class ShardMapStatistics:
     refreshes: int
     source: str | None
     last_error: tuple[str, str, str] | None
-    capacity_mode: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,10 +230,13 @@ class CollectorStatistics:
 
 @dataclass(frozen=True, slots=True)
 class RetrierStatistics:
-    """A stream's retrier: user-record retries, and records expired before they were sent."""
+    """A stream's retrier: user-record retries, records expired before they were sent, and
+    what the records stored are billed (fields as in :class:`StreamStatistics`)."""
 
     retries: int
     expired_unsent: int
+    billed_kib: int = 0
+    put_payload_units: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,7 +111,10 @@ class DeaggregatedRecord(NamedTuple):
 
     Attributes:
         partition_key: the user record's partition key (for a record that was not aggregated,
-            the Kinesis record's own).
+            the Kinesis record's own); ``None`` for a record that was not aggregated and was
+            stored without one (on a stream whose record distribution strategy is ``AUTO``).
+            A user record of an aggregate always has one: a record put to aiokpl without a
+            key is ``"-"`` there.
         data: the user record's payload.
         explicit_hash_key: the user record's explicit hash key, or ``None`` if it had none (always
             ``None`` for a record that was not aggregated: Kinesis does not return it).
@@ -126,7 +129,7 @@ class DeaggregatedRecord(NamedTuple):
             always for a record that was not aggregated.
     """
 
-    partition_key: str
+    partition_key: str | None
     data: bytes
     explicit_hash_key: str | None
     sequence_number: str | None

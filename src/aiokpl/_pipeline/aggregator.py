@@ -19,13 +19,14 @@ record with no predicted shard once the stream's first map load attempt has ende
 **Start-up hold** (better than the KPL, which sends everything put before its first map
 unpredicted: unaggregated and not rate limited, a throttling storm when a producer starts with
 a burst). A record put while the stream's *first* map load attempt runs (never loaded, no
-attempt failed yet) is held, retried records included. When the attempt ends, the held records
-are put again, in deadline then arrival order: predicted and aggregated with the new map, or
-alone as above if it failed. Held records stay outstanding, so ``max_outstanding_*`` bound
-them. Invariants of the hold:
+attempt failed yet; and its first summary, the router says: ``distribution.py``) is held,
+retried records included. When the attempt ends, the held records are put again, in deadline
+then arrival order: predicted and aggregated with the new map, or alone as above if it failed.
+Held records stay outstanding, so ``max_outstanding_*`` bound them. Invariants of the hold:
 
 * a held record is never held past its own deadline: one scheduler entry for the whole hold,
-  at its earliest release time, releases (alone, unpredicted) what is due then. The release
+  at its earliest release time, releases what is due then, to the router, which sends it
+  without a prediction (alone; placed first, if it has no key). The release
   time is the deadline less the collector's grace, so the record is sent at its deadline,
   exactly as it would have been without the hold. (The entry first arms the release and a
   second one, a microsecond later, does it: a map that answered while the event loop was
@@ -72,7 +73,7 @@ class _Batch:
         "shard",
     )
 
-    def __init__(self, shard: str, first_hash_key: int) -> None:
+    def __init__(self, shard: str | None, first_hash_key: int) -> None:
         self.shard = shard
         # The aggregate's explicit hash key (KPL: its first record's); records keep none.
         self.first_hash_key = first_hash_key
@@ -186,7 +187,8 @@ class Aggregator:
         self._max_size = max_size
         self._max_count = max_count
         self._release_data = release_data
-        self._batches: dict[str, _Batch] = {}
+        # By predicted shard; None: a stream that places records itself, aggregated anyway.
+        self._batches: dict[str | None, _Batch] = {}
         self.kinesis_records_out = 0
         self._hold = _Hold(deadlines, release_lead)
         # A flush came while records were held: the stream is flushed when they are released.
@@ -202,9 +204,10 @@ class Aggregator:
         return len(self._hold.records)
 
     def put(
-        self, record: UserRecord, hash_key: int, shard: str
+        self, record: UserRecord, hash_key: int, shard: str | None
     ) -> KinesisRecord | list[KinesisRecord] | None:
-        """Add one record (new, or back from the retrier) predicted for ``shard``; returns
+        """Add one record (new, or back from the retrier) predicted for ``shard`` (``None``:
+        none, the stream places records itself and ``aggregation_on_auto_streams``); returns
         the Kinesis record(s) it closed: mostly none, rarely two (the full batch, closed
         before the record, and the record alone, too large to aggregate)."""
         record.predicted_shard = shard
@@ -253,14 +256,17 @@ class Aggregator:
         then arrival order."""
         return [(record, hash_key) for _, _, record, hash_key in self._hold.take()]
 
-    def due(self, item: _Batch | _Hold, now: float) -> list[KinesisRecord]:
-        """A deadline of ``item`` came: a batch closes if it is still open and due; the
-        hold releases what is due, each record alone and unpredicted."""
+    def due(
+        self, item: _Batch | _Hold, now: float
+    ) -> tuple[list[KinesisRecord], list[tuple[UserRecord, int]]]:
+        """A deadline of ``item`` came: a batch closes if it is still open and due (the
+        Kinesis record it becomes, first); the hold releases what is due (second: the records
+        with their hash keys, for the router to send without a prediction)."""
         if isinstance(item, _Batch):
             if item.open and item.deadline <= now:
-                return [self._close(item)]
-            return []
-        return [self.single(record, hash_key) for record, hash_key in item.due(now)]
+                return [self._close(item)], []
+            return [], []
+        return [], item.due(now)
 
     def _close(self, batch: _Batch) -> KinesisRecord:
         """Turn ``batch`` into a Kinesis record."""
@@ -301,6 +307,23 @@ class Aggregator:
             self._close(batch)
             for batch in [batch for shard, batch in self._batches.items() if shard not in shards]
         ]
+
+    def take_open(self) -> list[UserRecord]:
+        """Empty every open batch without closing it: its user records, oldest batch first,
+        each in put order (the stream now places records itself: they go one by one)."""
+        taken: list[UserRecord] = []
+        for batch in self._batches.values():
+            batch.open = False
+            taken += batch.records
+            batch.records = []
+            batch.builder.clear()
+        self._batches = {}
+        return taken
+
+    def open_size(self, shard: str) -> int:
+        """The encoded size of ``shard``'s open aggregate (0 without one)."""
+        batch = self._batches.get(shard)
+        return batch.builder.size if batch is not None else 0
 
     def flush(self) -> list[KinesisRecord]:
         """Close every open batch now (``Producer.flush`` and shutdown).

@@ -88,7 +88,7 @@ what expired (to fail), a :data:`Flow`, and the stream's router routes them.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
-from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from .._core.ordering import overlaps
 from .._core.records import KinesisRecord
@@ -96,10 +96,11 @@ from .._core.statistics import LimiterStatistics
 from .shard_limiter import OrderedShardLimiter, ShardLimiter
 
 if TYPE_CHECKING:
+    from .._core.config import Config
     from .._core.shards import ShardRange
     from .scheduler import Deadlines
 
-__all__ = ("Flow", "Limiter", "OrderedLimiter", "ShardLimiter")
+__all__ = ("Flow", "Limiter", "OrderedLimiter", "ShardLimiter", "limits_of")
 
 Flow: TypeAlias = tuple[Sequence[KinesisRecord], Sequence[KinesisRecord]]
 """What a limiter call returns: the Kinesis records it admitted (oldest first), and those
@@ -110,6 +111,26 @@ _NO_FLOW: Flow = ((), ())
 
 
 L = TypeVar("L", bound=ShardLimiter)
+
+
+def limits_of(config: Config, grace: float, phase: float) -> dict[str, Any]:
+    """A stream's limiter settings from ``config``: ``grace`` is the collector's, ``phase``
+    in [0, 1) places the batches' grid."""
+    batch = config.record_max_buffered_time_ms / 1000
+    return {
+        "records_per_second": config.rate_limit_records_per_sec_per_shard,
+        "bytes_per_second": config.rate_limit_bytes_per_sec_per_shard,
+        "drain_interval": config.drain_interval_ms / 1000,
+        # What a record needs to live on at admission to reach the wire in time: the
+        # collector's grace, plus one drain interval of slack for the event loop.
+        "send_margin": grace + config.drain_interval_ms / 1000,
+        # A shard with a backlog admits a batch per buffered time, not a trickle per drain:
+        # its records are past their deadline, so each trickle would be a request.
+        "admit_batch": batch,
+        # Every starved shard of the stream admits on one grid of those times (one request
+        # for all of them), at a phase of the stream's own (see ``next_on_grid``).
+        "batch_phase": phase * batch,
+    }
 
 
 class Limiter(Generic[L]):
@@ -158,8 +179,10 @@ class Limiter(Generic[L]):
         self.batch_phase = batch_phase
         self._lanes = lanes
         self.shards: dict[str, L] = {}
-        # Records with no predicted shard: limited per stream, at one shard's rates.
+        # Records with no predicted shard: limited per stream, at one shard's rates (without a
+        # map), or at the stream's (a stream that places records itself: set_stream_ceiling).
         self.unmapped: L | None = None
+        self._stream_ceiling: tuple[float, float] | None = None
         self._ceilings: dict[str, tuple[float, float]] = {}
         self._waiting: set[str | None] = set()
         self._drain_scheduled = False
@@ -170,9 +193,11 @@ class Limiter(Generic[L]):
         if shard is None:
             limiter = self.unmapped
             if limiter is None:
-                limiter = self.unmapped = self._lanes(
-                    self._records_per_second, self._bytes_per_second
+                records, size = self._stream_ceiling or (
+                    self._records_per_second,
+                    self._bytes_per_second,
                 )
+                limiter = self.unmapped = self._lanes(records, size)
                 limiter.batch, limiter.phase = self.admit_batch, self.batch_phase
             return limiter
         limiter = self.shards.get(shard)
@@ -266,10 +291,18 @@ class Limiter(Generic[L]):
         shard = record.predicted_shard
         return self.shards.get(shard) if shard is not None else self.unmapped
 
-    def settle(self, record: KinesisRecord, again: KinesisRecord | None, now: float) -> Flow:
+    def settle(self, record: KinesisRecord, again: Sequence[KinesisRecord], now: float) -> Flow:
         """Outside strict order nothing is in flight to settle (:class:`OrderedLimiter`
         keeps lanes): what is retried is queued again, by its expiry."""
-        return self.put(again, now) if again is not None else _NO_FLOW
+        if len(again) == 1:
+            return self.put(again[0], now)  # the common case: no lists to join
+        admitted: list[KinesisRecord] = []
+        expired: list[KinesisRecord] = []
+        for kinesis_record in again:
+            flow = self.put(kinesis_record, now)
+            admitted += flow[0]
+            expired += flow[1]
+        return (admitted, expired) if admitted or expired else _NO_FLOW
 
     def take_unmapped(self, now: float) -> tuple[list[KinesisRecord], Flow]:
         """Remove and return the records queued without a predicted shard (oldest first).
@@ -301,6 +334,42 @@ class Limiter(Generic[L]):
         limiter = self.shards.get(shard)
         if limiter is not None:
             limiter.set_ceiling(records_per_second, bytes_per_second, self._clock())
+
+    def set_stream_ceiling(self, shards: int | None, now: float) -> None:
+        """Limit records without a predicted shard at ``shards`` shards' rates (a stream that
+        places records itself: the service spreads them over its shards), or at one shard's
+        (``None``: records go unpredicted only for want of a map)."""
+        ceiling = None
+        if shards is not None:
+            ceiling = (self._records_per_second * shards, self._bytes_per_second * shards)
+        if ceiling == self._stream_ceiling:
+            return
+        self._stream_ceiling = ceiling
+        if self.unmapped is not None:
+            records, size = ceiling or (self._records_per_second, self._bytes_per_second)
+            self.unmapped.set_ceiling(records, size, now)
+
+    def take_queued(self, now: float) -> list[KinesisRecord]:
+        """Remove and return every record queued for a predicted shard, oldest first by
+        shard, those in flight left alone (a stream that now places records itself: the
+        router sends them again unpredicted, or with ``ordering="shard"`` fails them)."""
+        taken: list[KinesisRecord] = []
+        for shard, limiter in self.shards.items():
+            if limiter.queue:
+                taken += limiter.queue
+                limiter.queue.clear()
+                limiter.starved = False
+                self._waiting.discard(shard)
+        return taken
+
+    def room(self, shard: str, now: float) -> float:
+        """The bytes ``shard`` could take now: its bucket's balance less what waits in its
+        queue (a full second of its ceiling for a shard not limited yet)."""
+        limiter = self.shards.get(shard)
+        if limiter is None:
+            return self._ceilings.get(shard, (self._records_per_second, self._bytes_per_second))[1]
+        queued: int = sum(record.size for record in limiter.queue)
+        return limiter.bucket.tokens(now)[1] - queued
 
     def throttled(self, shard: str | None, now: float, sent_at: float | None = None) -> None:
         """Kinesis throttled records predicted for ``shard`` (``None``: without a map), in a
@@ -426,6 +495,13 @@ class OrderedLimiter(Limiter[OrderedShardLimiter]):
             self._schedule(now)
         return flow
 
+    def take_queued(self, now: float) -> list[KinesisRecord]:
+        taken = super().take_queued(now)
+        for shard, lane in list(self.shards.items()):
+            if lane.in_flight is None:
+                self._lane_emptied(shard, lane, now)  # a retired lane is done with
+        return taken
+
     def _lane_emptied(self, shard: str | None, lane: OrderedShardLimiter, now: float) -> None:
         """``lane`` has nothing left: if it held others (retired, or unpredicted), free them."""
         if shard is None:
@@ -453,18 +529,17 @@ class OrderedLimiter(Limiter[OrderedShardLimiter]):
             self._drain_lane(shard, self.shard_limiter(shard), now, force=force)
         return self._flow()
 
-    def settle(self, record: KinesisRecord, again: KinesisRecord | None, now: float) -> Flow:
+    def settle(self, record: KinesisRecord, again: Sequence[KinesisRecord], now: float) -> Flow:
         """``record``, in flight, was answered and judged (or expired unsent): its lane is
-        free. ``again`` (what of it is retried) goes back to the lane's head, before any
-        later record; then the lane's next record is admitted if it can be."""
+        free. ``again`` (what of it is retried, in order) goes back to the lane's head, before
+        any later record; then the lane's next record is admitted if it can be."""
         shard = record.predicted_shard
         lane = self.shards.get(shard) if shard is not None else self.unmapped
         if lane is None or lane.in_flight is not record:
             # Not in flight here (cannot happen): resend it, last rather than never.
-            return self.put(again, now) if again is not None else self._flow()
+            return super().settle(record, again, now)
         lane.in_flight = None
-        if again is not None:
-            lane.queue.appendleft(again)
+        lane.queue.extendleft(reversed(again))
         self._drain_lane(shard, lane, now)
         return self._flow()
 

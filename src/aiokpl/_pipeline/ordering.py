@@ -11,6 +11,8 @@ the router asks                   ``"aggregate"`` (default)   ``"shard"``
 ``limiter(...)``                  ``limiter.Limiter``          ``limiter.OrderedLimiter``
 ``grace(record, now, grace)``     the collector's grace       none for a record already late
 ``closes_batches_on_new_map``     no                          yes: old predictions go first
+``keeps_shard_order``             no                          yes: a stream that places
+                                                              records itself fails them
 ``after_answer(sent, d)``         retried → the aggregator    each sent record settles its
                                                               lane; retried → the lane's head
 ``after_placed(record, d)``       retried → the aggregator    the record settles its lane
@@ -18,7 +20,8 @@ the router asks                   ``"aggregate"`` (default)   ``"shard"``
 ================================  ==========================  ===============================
 
 A *settlement* ``(record, again)`` frees the lane of ``record`` (in flight until then) and puts
-``again`` (what of it is retried, as one Kinesis record, or ``None``) back at its head.
+``again`` (what of it is retried, as Kinesis records in order: see ``_core.ordering.regroup``)
+back at its head.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ("AggregateOrder", "Ordering", "Route", "ShardOrder", "ordering_of")
 
-Settlement = tuple["KinesisRecord", "KinesisRecord | None"]
+Settlement = tuple["KinesisRecord", "Sequence[KinesisRecord]"]
 Route = tuple[Sequence["UserRecord"], Sequence[Settlement]]
 """Where retried records go: user records back to the aggregator, and lane settlements."""
 
@@ -49,6 +52,7 @@ class AggregateOrder:
     """``ordering="aggregate"``: put order within an aggregate, as the KPL keeps it."""
 
     closes_batches_on_new_map = False
+    keeps_shard_order = False
 
     def limiter(
         self,
@@ -83,6 +87,7 @@ class ShardOrder(AggregateOrder):
     """``ordering="shard"``: put order per shard (lanes; see ``_core/ordering.py``)."""
 
     closes_batches_on_new_map = True
+    keeps_shard_order = True
 
     def limiter(
         self,
@@ -109,11 +114,11 @@ class ShardOrder(AggregateOrder):
             pending.update(map(id, group))
         pending.update(id(kinesis_record) for kinesis_record, _, _ in decisions.undecided)
         retried = {id(record) for record in decisions.retry}
-        settlements = []
+        settlements: list[Settlement] = []
         for kinesis_record in sent:
             if id(kinesis_record) in pending:
                 continue
-            again = None
+            again: list[KinesisRecord] = []
             if retried:
                 retry = [record for record in kinesis_record.records if id(record) in retried]
                 again = regroup(kinesis_record, retry)
@@ -126,7 +131,7 @@ class ShardOrder(AggregateOrder):
 
     def after_unsent(self, record: KinesisRecord) -> Sequence[Settlement]:
         """``record`` expired before it was sent: its lane is free."""
-        return [(record, None)]
+        return [(record, ())]
 
 
 Ordering = AggregateOrder

@@ -57,6 +57,8 @@ class Retrier:
         self._metrics = metrics
         self.retries = 0
         self.expired = 0
+        self.billed_kib = 0
+        self.put_payload_units = 0
 
     def handle_result(
         self,
@@ -75,6 +77,8 @@ class Retrier:
         if self._metrics is not None:
             counted = self._metrics.request_done(self.stream, records, answer, started, ended, now)
         self._count(decisions, counted, now)
+        self.billed_kib += decisions.billed_kib
+        self.put_payload_units += decisions.put_payload_units
         return decisions
 
     def place(
@@ -124,4 +128,9 @@ class Retrier:
 
     def statistics(self) -> RetrierStatistics:
         """A snapshot: user-record retries, and records expired before they were sent."""
-        return RetrierStatistics(retries=self.retries, expired_unsent=self.expired)
+        return RetrierStatistics(
+            retries=self.retries,
+            expired_unsent=self.expired,
+            billed_kib=self.billed_kib,
+            put_payload_units=self.put_payload_units,
+        )

@@ -54,14 +54,8 @@ keeps its map until a refresh succeeds.
 The stream is named as the producer was given it: a name goes as ``StreamName``, a stream ARN as
 ``StreamARN`` (the pages after the first carry ``NextToken`` alone either way).
 
-Capacity mode: once a table is installed, ``DescribeStreamSummary`` is asked, in a task of its
-own, for the stream's ``StreamModeDetails.StreamMode`` (``PROVISIONED`` or ``ON_DEMAND``), kept
-in ``capacity_mode``. It never delays a prediction and nothing depends on it: it is shown in
-the statistics. An answer is kept for 10 minutes, then asked again at the next install (a
-stream may switch modes, twice a day at most); a failure is asked again at the next install,
-a denial (the policy lacks ``kinesis:DescribeStreamSummary``) or a client without the method
-after 10 minutes, and the mode stays unknown (``None``) meanwhile. The KPL's newest pipeline
-asks ``DescribeStreamSummary`` too, for the stream's id and record-distribution strategy.
+The stream's record distribution and capacity mode (``DescribeStreamSummary``) are
+``distribution.py``'s.
 
 On-demand streams reshard on their own, often. That costs what any reshard costs here, nothing
 more: records predicted for a closed parent still land (the service routes them to the child
@@ -86,14 +80,13 @@ from .._core.backoff import Backoff
 from .._core.listings import (
     MALFORMED,
     UnusableAnswer,
-    capacity_mode_of,
     describe_stream_page,
     list_shards_page,
     open_shards_table,
 )
 from .._core.shards import ShardRange, ShardTable
 from .._core.statistics import ShardMapStatistics
-from .._kinesis import error_of, stream_argument
+from .._kinesis import call_control, stream_argument
 from .shard_map_logs import MissingStreamsLog, brief, described
 
 if TYPE_CHECKING:
@@ -112,12 +105,8 @@ DESCRIBE_PAGE_SIZE = 100
 # After ListShards was denied, refreshes use DescribeStream alone for this long.
 LIST_SHARDS_RETRY_AFTER = 600.0
 
-# A capacity mode learnt from DescribeStreamSummary is asked again after this long.
-SUMMARY_MAX_AGE = 600.0
-
 LIST_SHARDS = "ListShards"
 DESCRIBE_STREAM = "DescribeStream"
-DESCRIBE_STREAM_SUMMARY = "DescribeStreamSummary"
 PUT_RECORDS = "PutRecords"
 
 _DENIED = "AccessDeniedException"
@@ -151,8 +140,6 @@ class ShardMap:
             the last attempt failed, or, when the table came from ``DescribeStream``, why
             ``ListShards`` could not be used; ``None`` after a load with ``ListShards``.
         first_attempt_pending: the first load attempt has not ended yet.
-        capacity_mode: ``"PROVISIONED"`` or ``"ON_DEMAND"`` as ``DescribeStreamSummary`` last
-            said, ``None`` until it has answered (or if it cannot be asked).
         malformed_answers: answers of the three APIs that came back malformed.
     """
 
@@ -200,10 +187,7 @@ class ShardMap:
         self._list_shards_denial: tuple[str, str] | None = None
         self._list_shards_denied_until = -float("inf")
         self._warned: frozenset[str] = frozenset()
-        self.capacity_mode: str | None = None
         self.malformed_answers = 0  # answers that came back unusable (logged, retried)
-        self._summary_scope: anyio.CancelScope | None = None  # while one is asked
-        self._summary_after = -float("inf")  # not asked again before this time
 
     # --- queries (synchronous, hot path) ------------------------------------------------
     def hash_range(self, shard_id: str) -> ShardRange | None:
@@ -287,9 +271,6 @@ class ShardMap:
         """Stop refreshing for good (the producer released this stream's idle pipeline)."""
         if self._scope is not None:
             self._scope.cancel()
-        if self._summary_scope is not None:
-            self._summary_scope.cancel()
-        self._summary_after = float("inf")
         self._after_refresh = []
         self.on_install = None
 
@@ -471,51 +452,6 @@ class ShardMap:
         if self.on_install is not None:
             self.on_install(table, replaced)
         self._run_after_refresh()
-        if now >= self._summary_after and self._summary_scope is None:
-            self._summary_scope = anyio.CancelScope()
-            self._task_group.start_soon(
-                self._ask_capacity_mode, name=f"aiokpl stream summary {self.stream}"
-            )
-
-    async def _ask_capacity_mode(self) -> None:
-        """Learn the stream's capacity mode with ``DescribeStreamSummary`` (once a while)."""
-        scope = self._summary_scope
-        assert scope is not None
-        response: object = None
-        try:
-            with scope:
-                response = await self._call(
-                    "describe_stream_summary", **stream_argument(self.stream)
-                )
-        except UnusableAnswer as failure:
-            if failure.code == _DENIED or isinstance(failure.__cause__, AttributeError):
-                # Not allowed (or not a method of this client): try again much later.
-                self._summary_after = anyio.current_time() + SUMMARY_MAX_AGE
-            logger.debug(
-                "DescribeStreamSummary failed for stream %r (%s: %s); its capacity mode stays "
-                "unknown",
-                self.stream,
-                failure.code,
-                failure.message,
-            )
-            return
-        finally:
-            if self._summary_scope is scope:
-                self._summary_scope = None
-        if scope.cancel_called:
-            return  # closed meanwhile
-        try:
-            mode = capacity_mode_of(response)
-        except UnusableAnswer as failure:
-            self._unusable(DESCRIBE_STREAM_SUMMARY, failure)  # asked again at the next install
-            return
-        if mode is None:
-            logger.debug("the server of stream %r does not tell capacity modes", self.stream)
-            return
-        if mode != self.capacity_mode:
-            logger.info("stream %r is in %s capacity mode", self.stream, mode)
-        self.capacity_mode = mode
-        self._summary_after = anyio.current_time() + SUMMARY_MAX_AGE
 
     def _run_after_refresh(self) -> None:
         callbacks, self._after_refresh = self._after_refresh, []
@@ -523,15 +459,7 @@ class ShardMap:
             callback()
 
     async def _call(self, operation: str, **arguments: Any) -> object:
-        """Call ``operation`` of the client. Only the call is caught: what it raises becomes
-        :class:`UnusableAnswer` with :func:`error_of`'s code; reading its answer is not."""
-        try:
-            method = getattr(self._client, operation)  # a client may lack describe_stream
-            with anyio.fail_after(self._request_timeout):
-                response: object = await method(**arguments)
-        except Exception as exc:
-            raise UnusableAnswer(*error_of(exc)) from exc
-        return response
+        return await call_control(self._client, operation, self._request_timeout, **arguments)
 
     async def _list_open_shards(self) -> ShardTable:
         response = await self._call(
@@ -575,5 +503,4 @@ class ShardMap:
             refreshes=self.refreshes,
             source=self.source,
             last_error=self.last_error,
-            capacity_mode=self.capacity_mode,
         )

@@ -7,7 +7,8 @@ each returns what it produces, and this router hands it on, one method per event
 event                          route
 =============================  ===========================================================
 ``put`` (a record)             shard map predicts → aggregator → (sealed) limiter →
-                               (admitted) collector → (request) sender
+                               (admitted) collector → (request) sender; on a stream that
+                               places records itself, alone and unpredicted (below)
 a due deadline                 ``_aggregator_due`` (a batch, or the start-up hold),
                                ``_limiter_due`` (a drain), ``_collector_due`` (a request),
                                ``_verdict_due`` (a delayed verdict, or its refresh)
@@ -15,7 +16,10 @@ a due deadline                 ``_aggregator_due`` (a batch, or the start-up hol
                                outcomes; retried records → the ordering policy's route
 ``expire_before_send``         the sender found records past their TTL: refund, fail
 ``_map_installed``/``dropped``  limiter prunes; records without a prediction are put again
-``_first_attempt_ended``       the start-up hold's records are put again
+``_first_attempt_ended``       the start-up hold's records are put again (once the first map
+                               load and the first summary have both ended)
+``_distribution_changed``      the service now places records (or no longer): open and
+                               queued aggregates go again one by one (or prediction resumes)
 ``flush``                      aggregator, limiter (forced), collector: everything out
 =============================  ===========================================================
 
@@ -24,6 +28,13 @@ step runs between ``ledger.enter()`` and ``ledger.leave()``, and what it resolve
 (done-callbacks and ``on_record_failure`` run) when the outermost step leaves. So a callback
 that puts a record starts a new step; it never runs inside a stage's mutation.
 
+**Who places the records** is a second policy (``placement.py``): records the map does not
+predict go where it routes them. While the service places the stream's records (``AUTO``:
+``distribution.py`` says when), nothing is predicted (``_table`` is ``None``) and everything
+goes under the limiter's stream-level limit at the open shards' combined rates; at the switch,
+open aggregates and those queued in the limiter go again one by one (those sent are the retry
+policy's), and back to placement by key, prediction resumes with a refreshed map.
+
 ``Config.ordering`` is a policy the router consults (``_pipeline/ordering.py``). The producer
 builds one pipeline per stream on its first put and releases it when idle. Mirrors the
 per-stream part of ``aws/kinesis/core/pipeline.h``.
@@ -31,25 +42,29 @@ per-stream part of ``aws/kinesis/core/pipeline.h``.
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from .._core.config import Config
 from .._core.records import KinesisRecord
+from .._core.results import Attempt
 from .._core.retry_policy import MISSING, Decisions, RetryPolicy
 from .._core.shards import ShardTable
 from .._core.statistics import StreamStatistics
 from .._record import UserRecord
 from .aggregator import Aggregator
 from .collector import Collector
-from .limiter import Flow
+from .distribution import Distribution
+from .limiter import Flow, limits_of
 from .ordering import Route, ordering_of
+from .placement import AGGREGATE, ALONE, ORDERING_ON_AUTO, Placement, refusal
+from .preflight import Preflight
 from .retrier import Retrier
 from .scheduler import RoutedDeadlines
 from .shard_map import MissingStreamsLog, ShardMap
+from .stream_logs import StreamWarnings
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -61,38 +76,24 @@ if TYPE_CHECKING:
     from .scheduler import Scheduler
     from .sender import Sender
 
-__all__ = ("OVERLOAD_LOG_INTERVAL", "StreamPipeline")
-
-logger = logging.getLogger("aiokpl")
-
-# Seconds between two warnings that a stream is offered more than it takes.
-OVERLOAD_LOG_INTERVAL = 60.0
+__all__ = ("StreamPipeline",)
 
 
 def _counted(record: KinesisRecord) -> None:
     """What coordination's meter passes an admitted record on to: the router routes it."""
 
 
+@dataclass(slots=True, eq=False)
 class _Verdict:
     """An aggregate delivered to a shard the map did not know: judged once, on the next
     refresh attempt or at its expiry, whichever comes first."""
 
-    __slots__ = ("ended", "kinesis_record", "open", "sequence_number", "shard_id", "started")
-
-    def __init__(
-        self,
-        kinesis_record: KinesisRecord,
-        shard_id: str,
-        sequence_number: str,
-        started: float,
-        ended: float,
-    ) -> None:
-        self.kinesis_record = kinesis_record
-        self.shard_id = shard_id
-        self.sequence_number = sequence_number
-        self.started = started
-        self.ended = ended
-        self.open = True
+    kinesis_record: KinesisRecord
+    shard_id: str
+    sequence_number: str
+    started: float
+    ended: float
+    open: bool = True
 
 
 class StreamPipeline:
@@ -117,19 +118,22 @@ class StreamPipeline:
     __slots__ = (
         "_clock",
         "_grace",
-        "_hold_registered",
         "_last_seen_out",
         "_ledger",
         "_meter",
-        "_overload_logged_at",
-        "_overload_since_log",
+        "_policy",
         "_scheduler",
         "_sender",
-        "_ttl_ms",
+        "_starting",
+        "_table",
+        "_warnings",
         "aggregator",
         "collector",
+        "distribution",
         "limiter",
         "ordering",
+        "placement",
+        "preflight",
         "retrier",
         "shard_map",
         "stream",
@@ -156,23 +160,27 @@ class StreamPipeline:
         self._scheduler = scheduler
         self._sender = sender
         self._ledger = ledger
-        self._ttl_ms = config.record_ttl_ms
-        self._overload_logged_at = -math.inf
-        self._overload_since_log = 0
+        self._warnings = StreamWarnings(stream, config.record_ttl_ms)
         self._last_seen_out = -1  # the aggregator's output count at the last idle sweep
-        self._hold_registered = False
+        # The first map load and the first summary still running: records are held.
+        self._starting = {"map", "summary"}
+        if config.dry_run_check:
+            self._starting.add("dry run")
+        # The table records are predicted with: the map's, unless the service places them.
+        self._table: ShardTable | None = None
         # When the stream's backoff ends (the sender parks it until then): the retrier's.
         buffered = config.record_max_buffered_time_ms / 1000
         # The collector's grace: a record entering it waits at least this for company.
         self._grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
         self.ordering = ordering_of(config.ordering)
-        self.shard_map = ShardMap(
-            stream,
-            client,
-            task_group,
-            request_timeout=config.request_timeout_ms / 1000,
+        self.placement = Placement(
+            ordered=self.ordering.keeps_shard_order,
+            anywhere=config.aggregation_on_auto_streams,
+            budget=config.aggregation_max_size,
             random_value=random_value,
-            missing_log=missing_log,
+        )
+        self.shard_map, self.distribution = _control_plane(
+            stream, config, client, task_group, random_value, missing_log
         )
         self.aggregator = Aggregator(
             RoutedDeadlines(scheduler, self._aggregator_due),
@@ -188,28 +196,46 @@ class StreamPipeline:
             RoutedDeadlines(scheduler, self._limiter_due),
             clock,
             self.shard_map.hash_range,
-            _limits(config, self._grace, random_value()),
+            limits_of(config, self._grace, random_value()),
         )
         self.collector = Collector(
             RoutedDeadlines(scheduler, self._collector_due),
             max_count=config.collection_max_count,
             max_size=config.collection_max_size,
         )
-        self.retrier = Retrier(stream, _retry_policy(config), metrics=metrics)
+        self._policy = RetryPolicy.of(config)
+        self.retrier = Retrier(stream, self._policy, metrics=metrics)
         self._meter = None
         if coordinator is not None:
             self._meter = coordinator.meter(stream, _counted)
             coordinator.attach(stream, self.limiter)
+        self.preflight = (
+            Preflight(stream, client, task_group, request_timeout=config.request_timeout_ms / 1000)
+            if config.dry_run_check
+            else None
+        )
+        self._start()
+
+    def _start(self) -> None:
+        """Hear what the shard map and the summary learn, and start both."""
         self.shard_map.on_install = self._map_installed
         self.shard_map.on_drop = self._map_dropped
+        self.distribution.on_change = self._distribution_changed
+        self.distribution.on_first = partial(self._started, "summary")
         self.shard_map.start()
+        # The refresh just started: this only asks to be told when it ends.
+        self.shard_map.after_refresh(partial(self._started, "map"))
+        self.distribution.start()
+        if self.preflight is not None:
+            self.preflight.on_done = partial(self._started, "dry run")
+            self.preflight.start()
 
     # --- events ---------------------------------------------------------------------------
     def put(self, record: UserRecord, hash_key: int) -> None:
         """A record put (new, or retried) whose hash key is ``hash_key``."""
-        # Hot path: the shard map's table read inline; most puts close nothing.
-        table = self.shard_map.table
-        shard = table.lookup(hash_key) if table is not None else None
+        # Hot path: the table read inline; most puts close nothing.
+        table = self._table
+        shard = table.lookup(hash_key) if table is not None and hash_key >= 0 else None
         if shard is not None:
             sealed = self.aggregator.put(record, hash_key, shard)
             if sealed is None:
@@ -233,8 +259,17 @@ class StreamPipeline:
     def _aggregator_due(self, item: Any, now: float) -> None:
         self._ledger.enter()
         try:
-            for kinesis_record in self.aggregator.due(item, now):
+            closed, released = self.aggregator.due(item, now)
+            for kinesis_record in closed:
                 self._limit(kinesis_record, now)
+            for record, hash_key in released:
+                # Held to its deadline: it goes now where the placement policy says.
+                sealed = self._placed(record, hash_key)
+                if isinstance(sealed, KinesisRecord):
+                    self._limit(sealed, now)
+                elif sealed is not None:
+                    for kinesis_record in sealed:
+                        self._limit(kinesis_record, now)
         finally:
             self._ledger.leave()
 
@@ -282,6 +317,8 @@ class StreamPipeline:
             for kinesis_record, shard_id, sequence_number in decisions.undecided:
                 verdict = _Verdict(kinesis_record, shard_id, sequence_number, started, ended)
                 self._await_verdict(verdict)
+            if decisions.unrouted:
+                self._unrouted(now)
             self._act(decisions, self.ordering.after_answer(records, decisions), now)
         finally:
             self._ledger.leave()
@@ -311,9 +348,18 @@ class StreamPipeline:
         )
         self._ledger.enter()
         try:
+            if decisions.unrouted:
+                self._unrouted(now)
             self._act(decisions, self.ordering.after_placed(kinesis_record, decisions), now)
         finally:
             self._ledger.leave()
+
+    def _unrouted(self, now: float) -> None:
+        """A record was stored where its key does not route: the service placed it, as far as
+        is known. No more aggregates from now on (the records retried at this step already go
+        one by one), unless lanes keep order: records that fail for it fail only once the
+        summary says so (a stream deleted and created again looks the same until then)."""
+        self.distribution.evidence(now, presume=not self.ordering.keeps_shard_order)
 
     def expire_before_send(self, records: list[KinesisRecord], now: float) -> list[KinesisRecord]:
         """The sender's turn for ``records``: drop (and fail) those whose TTL passed while
@@ -345,24 +391,26 @@ class StreamPipeline:
         if replaced:
             kept = {shard.shard_id for shard in table} - replaced
         now = self._clock()
+        self.distribution.stream_found()
         self._ledger.enter()
         try:
+            if self.placement.by_service:
+                self.limiter.set_stream_ceiling(len(table), now)
+            elif not self._starting:
+                self._table = table
             if self.ordering.closes_batches_on_new_map:
                 # Records predicted with the old map go to their lanes before those retire.
                 for kinesis_record in self.aggregator.close_batches_outside(kept):
                     self._limit(kinesis_record, now)
             self._route_flow(self.limiter.prune(kept, now), now)
-            unmapped, flow = self.limiter.take_unmapped(now)
-            self._route_flow(flow, now)
-            for kinesis_record in unmapped:
-                for record in cast("list[UserRecord]", kinesis_record.records):
-                    self.put(record, record.hash_key)
+            self._put_unmapped_again(now)
         finally:
             self._ledger.leave()
 
     def _map_dropped(self) -> None:
         """The stream is missing: no shard of it keeps any state (rates, ceilings), except
         what records still queued for it need until they leave."""
+        self._table = None
         now = self._clock()
         self._ledger.enter()
         try:
@@ -373,9 +421,18 @@ class StreamPipeline:
         finally:
             self._ledger.leave()
 
+    def _started(self, part: str) -> None:
+        """``part`` (``"map"``, ``"summary"``, ``"dry run"``) ended its first attempt; with
+        all of them, the start-up hold ends."""
+        self._starting.discard(part)
+        if not self._starting:
+            self._first_attempt_ended()
+
     def _first_attempt_ended(self) -> None:
-        """The first map load attempt ended: put the start-up hold's records again."""
-        self._hold_registered = False
+        """The first map load attempt and the first summary ended: predict with the map (if
+        the stream places records by key), and put the start-up hold's records again."""
+        if not self.placement.by_service:
+            self._table = self.shard_map.table
         self._ledger.enter()
         try:
             for record, hash_key in self.aggregator.take_held():
@@ -404,20 +461,92 @@ class StreamPipeline:
     def _unpredicted(
         self, record: UserRecord, hash_key: int
     ) -> KinesisRecord | list[KinesisRecord] | None:
-        """A record without a prediction: held while the first map load attempt runs, else
-        alone (and the map of a missing stream is woken: it is tried again only when needed)."""
-        shard_map = self.shard_map
-        if shard_map.first_attempt_pending:
-            if not self._hold_registered:
-                self._hold_registered = True
-                # The first attempt is running (the map starts it with the stream), so this
-                # only asks to be told when it ends.
-                shard_map.after_refresh(self._first_attempt_ended)
+        """A record without a prediction: held while the stream's first map load and
+        summary run; then where the placement policy routes it (and the map of a missing
+        stream is woken: it is tried again only when needed)."""
+        if self._starting:
             self.aggregator.hold(record, hash_key)
             return None
-        if shard_map.dormant:
-            shard_map.wanted()
-        return self.aggregator.single(record, hash_key)
+        return self._placed(record, hash_key)
+
+    def _placed(
+        self, record: UserRecord, hash_key: int
+    ) -> KinesisRecord | list[KinesisRecord] | None:
+        """``record``, not predicted, where the placement policy routes it."""
+        route, hash_key, shard = self.placement.route(record, hash_key, self._table, self._room)
+        if route is ALONE:
+            shard_map = self.shard_map
+            if shard_map.dormant:
+                shard_map.wanted()
+            return self.aggregator.single(record, hash_key)
+        if route is AGGREGATE:
+            return self.aggregator.put(record, hash_key, shard)
+        self._refuse(record, route)
+        return None
+
+    def _room(self, shard: str) -> float:
+        """The bytes ``shard`` could take now: its bucket's, less its open aggregate."""
+        return self.limiter.room(shard, self._clock()) - self.aggregator.open_size(shard)
+
+    def _refuse(self, record: UserRecord, code: str) -> None:
+        """Fail ``record`` at once with ``code``: the placement policy refused it."""
+        now = self._clock()
+        message = refusal(code, self.stream)
+        self._warnings.refused(code, message)
+        record.add_attempt(Attempt(now, now, now - record.last_end, False, code, message))
+        self._ledger.enter()
+        try:
+            self._fail([record])
+        finally:
+            self._ledger.leave()
+
+    def _distribution_changed(self) -> None:
+        """The service now places the stream's records itself, or no longer does."""
+        places = self.distribution.service_places
+        if places == self.placement.by_service:
+            return
+        self.placement.by_service = places
+        self._policy.service_places = places
+        now = self._clock()
+        table = self.shard_map.table
+        self._ledger.enter()
+        try:
+            if places:
+                self._table = None
+                shards = len(table) if table is not None else self.distribution.open_shards
+                self.limiter.set_stream_ceiling(shards or 1, now)
+                if self.placement.keeps_aggregates:
+                    return  # delivered anywhere
+                # Nothing predicted waits any more: open aggregates, and aggregates queued
+                # for their shards, go again one by one (those sent are the retrier's); with
+                # ordering="shard" they fail, as every record put from now on.
+                for record in self.aggregator.take_open():
+                    self.put(record, record.hash_key)
+                self._put_again(self.limiter.take_queued(now))
+            else:
+                if not self._starting:
+                    self._table = table
+                self.limiter.set_stream_ceiling(None, now)
+                if table is not None:
+                    # It may be stale: the stream resharded on its own meanwhile, perhaps.
+                    self.shard_map.invalidate(now, None)
+                self._put_unmapped_again(now)
+        finally:
+            self._ledger.leave()
+
+    def _put_unmapped_again(self, now: float) -> None:
+        """Records queued at the stream-level limit go back to be predicted (and aggregated)
+        with the map now in force."""
+        unmapped, flow = self.limiter.take_unmapped(now)
+        self._route_flow(flow, now)
+        self._put_again(unmapped)
+
+    def _put_again(self, kinesis_records: Sequence[KinesisRecord]) -> None:
+        """The user records of ``kinesis_records`` (taken out of the limiter) are put again."""
+        for kinesis_record in kinesis_records:
+            kinesis_record.restore_data()
+            for record in cast("list[UserRecord]", kinesis_record.records):
+                self.put(record, record.hash_key)
 
     def _limit(self, kinesis_record: KinesisRecord, now: float) -> None:
         """A sealed Kinesis record: to the limiter, and on with what it admits or expires."""
@@ -453,12 +582,20 @@ class StreamPipeline:
         for group in decisions.resend:
             self._sender.submit(self, group)
         to_aggregator, settlements = route
+        if self.placement.by_service and self.ordering.keeps_shard_order:
+            # Lanes keep no order where the service places records: what they would send
+            # again fails, as every record put there.
+            for _, again in settlements:
+                for kinesis_record in again:
+                    for record in cast("list[UserRecord]", kinesis_record.records):
+                        self._refuse(record, ORDERING_ON_AUTO)
+            settlements = [(record, ()) for record, _ in settlements]
         for record in to_aggregator:
             self.put(record, record.hash_key)
         self._settle_lanes(settlements, now)
 
     def _settle_lanes(
-        self, settlements: Sequence[tuple[KinesisRecord, KinesisRecord | None]], now: float
+        self, settlements: Sequence[tuple[KinesisRecord, Sequence[KinesisRecord]]], now: float
     ) -> None:
         for record, again in settlements:
             self._route_flow(self.limiter.settle(record, again, now), now)
@@ -470,24 +607,11 @@ class StreamPipeline:
         for record in expired:
             self._fail(self.retrier.expire(record, "rate limiter", now))
         overloaded = self.limiter.take_overloaded()
-        if not overloaded:
-            return  # they came back too close to their TTL to be sent: no sign of overload
-        # The stream is offered more than its shards take: say so, once a minute at most.
-        self._overload_since_log += overloaded
-        if now - self._overload_logged_at >= OVERLOAD_LOG_INTERVAL:
-            logger.warning(
-                "stream %r is offered more than its shards take: %d records expired waiting "
-                "in the rate limiter (record_ttl_ms=%d) since %s; send less, add shards, or "
-                "lower max_outstanding_records so that put_record waits instead",
-                self.stream,
-                self._overload_since_log,
-                self._ttl_ms,
-                "the last warning" if self._overload_logged_at > -math.inf else "it started",
-            )
-            self._overload_logged_at = now
-            self._overload_since_log = 0
+        if overloaded:  # none: they came back too close to their TTL, no sign of overload
+            self._warnings.overloaded(overloaded, now)
 
     # --- what the sender and the producer read --------------------------------------------
+
     @property
     def expired(self) -> int:
         """User records expired before they were sent, so far."""
@@ -502,8 +626,9 @@ class StreamPipeline:
         return idle
 
     def close(self) -> None:
-        """Release the pipeline: it holds no record, and its shard map stops refreshing."""
+        """Release the pipeline: it holds no record, and its shard map and summary stop."""
         self.shard_map.close()
+        self.distribution.close()
 
     def statistics(self) -> StreamStatistics:
         """The stream's snapshot, composed of its stages' own."""
@@ -528,32 +653,39 @@ class StreamPipeline:
             shard_map_source=shard_map.source,
             shard_map_last_error=shard_map.last_error,
             waiting_for_shard_map=aggregator.waiting_for_shard_map,
-            capacity_mode=shard_map.capacity_mode,
+            capacity_mode=self.distribution.capacity_mode,
+            record_distribution=self.distribution.strategy,
+            placed_by_service=self.placement.by_service,
+            billed_kib=retrier.billed_kib,
+            put_payload_units=retrier.put_payload_units,
+            dry_run=self.preflight.outcome if self.preflight is not None else None,
         )
 
 
-def _limits(config: Config, grace: float, phase: float) -> dict[str, Any]:
-    """The limiter's settings; ``phase`` in [0, 1) places the batches' grid."""
-    batch = config.record_max_buffered_time_ms / 1000
-    return {
-        "records_per_second": config.rate_limit_records_per_sec_per_shard,
-        "bytes_per_second": config.rate_limit_bytes_per_sec_per_shard,
-        "drain_interval": config.drain_interval_ms / 1000,
-        # What a record needs to live on at admission to reach the wire in time: the
-        # collector's grace, plus one drain interval of slack for the event loop.
-        "send_margin": grace + config.drain_interval_ms / 1000,
-        # A shard with a backlog admits a batch per buffered time, not a trickle per drain:
-        # its records are past their deadline, so each trickle would be a request.
-        "admit_batch": batch,
-        # Every starved shard of the stream admits on one grid of those times (one request
-        # for all of them), at a phase of the stream's own (see ``on_grid``).
-        "batch_phase": phase * batch,
-    }
-
-
-def _retry_policy(config: Config) -> RetryPolicy:
-    return RetryPolicy(
-        fail_if_throttled=config.fail_if_throttled,
-        aggregation_enabled=config.aggregation_enabled,
-        retry_delay=config.record_max_buffered_time_ms / 1000 / 2,
+def _control_plane(
+    stream: str,
+    config: Config,
+    client: Any,
+    task_group: TaskGroup,
+    random_value: Callable[[], float],
+    missing_log: MissingStreamsLog | None,
+) -> tuple[ShardMap, Distribution]:
+    """What the control plane says of ``stream``: its shard map, and who places its records."""
+    request_timeout = config.request_timeout_ms / 1000
+    shard_map = ShardMap(
+        stream,
+        client,
+        task_group,
+        request_timeout=request_timeout,
+        random_value=random_value,
+        missing_log=missing_log,
     )
+    distribution = Distribution(
+        stream,
+        client,
+        task_group,
+        check_interval=config.record_distribution_check_ms / 1000,
+        request_timeout=request_timeout,
+        random_value=random_value,
+    )
+    return shard_map, distribution

@@ -11,7 +11,9 @@
   resets, slow responses and malformed bodies (:class:`HttpFaultPlan`), counted in
   :class:`LoopbackStatistics`.
 * :func:`read_stream`: every record of every shard of a stream, from any client that speaks the
-  Kinesis API (the fake, moto's server, kinesalite).
+  Kinesis API (the fake, moto's server, kinesalite); :func:`read_as_kcl` reads it as a KCL
+  consumer does, keeping each KPL aggregate whole or dropping it whole by the hash keys inside
+  it (:func:`deaggregate_as_kcl`, the same rule over records already read).
 
 What the fake models faithfully:
 
@@ -53,7 +55,17 @@ What the fake models faithfully:
 * **capacity modes**: a stream is ``PROVISIONED`` or ``ON_DEMAND`` (``DescribeStreamSummary``,
   ``DescribeStream``), with the same per-shard limits; :meth:`FakeKinesis.auto_reshard` stands
   in for the service's own scaling of an on-demand stream: it splits the hottest shard (and
-  now and then merges the coldest pair) every few seconds of the fake's clock under load.
+  now and then merges the coldest pair) every few seconds of the fake's clock under load;
+* **record distribution**: an on-demand stream's ``RecordDistributionStrategy`` is
+  ``USER_PARTITION_KEY`` (by key, the default) or ``AUTO`` (``CreateStream``,
+  ``UpdateStreamRecordDistributionStrategy``, :meth:`FakeKinesis.set_record_distribution`;
+  a provisioned stream refuses it with ``InvalidArgumentException``; the summary of an
+  on-demand stream shows it). On ``AUTO`` the partition key and explicit hash key are ignored
+  and each record goes to an open shard drawn at random from the fake's seeded generator
+  (``placement_seed``); a record may come without a partition key (refused on other streams
+  with ``ValidationException``, read back without ``PartitionKey``), and ``PutRecord`` refuses
+  ``SequenceNumberForOrdering``. ``DryRun=True`` on a write or a read checks the request and
+  answers ``DryRunOperationException``, storing nothing; ``StreamId`` is accepted and ignored.
 
 What it does not model: persistence (everything lives in this object), retention (records
 never expire, so the trim horizon is the first record), enhanced fan-out
@@ -78,6 +90,8 @@ from ._fake import FakeKinesis as FakeKinesis
 from ._fake import Request as Request
 from ._faults import FaultPlan as FaultPlan
 from ._http_faults import HttpFaultPlan as HttpFaultPlan
+from ._kcl import deaggregate_as_kcl as deaggregate_as_kcl
+from ._kcl import read_as_kcl as read_as_kcl
 from ._loopback import LoopbackKinesis as LoopbackKinesis
 from ._loopback import LoopbackStatistics as LoopbackStatistics
 from ._read import read_stream as read_stream
@@ -93,6 +107,8 @@ __all__ = (
     "LoopbackStatistics",
     "Request",
     "StoredRecord",
+    "deaggregate_as_kcl",
+    "read_as_kcl",
     "read_stream",
 )
 

@@ -7,7 +7,8 @@ call of the facade's call path (``_fake.FakeKinesis._call``) with the operation'
 ``_operations``: the signatures and their documentation are here, the behaviour is there.
 
 Invariants: a method passes every argument on by name, ``None`` included (the call path drops
-``None`` as botocore does), and does nothing else.
+``None`` as botocore does), and does nothing else. ``StreamId`` ("Not Implemented. Reserved for
+future use." in the API model) is taken wherever the API has it, and ignored.
 """
 
 from __future__ import annotations
@@ -40,16 +41,21 @@ class ClientApi:
         ShardCount: int | None = None,
         StreamModeDetails: Mapping[str, str] | None = None,
         MaxRecordSizeInKiB: int | None = None,
+        RecordDistributionStrategy: str | None = None,
     ) -> dict[str, Any]:
         """Create a stream, active at once, like ``CreateStream``.
 
         Without ``ShardCount``, an ``ON_DEMAND`` stream starts with 4 shards. Streams created
-        here are not throttled; use :meth:`add_stream` for that.
+        here are not throttled; use :meth:`add_stream` for that. ``RecordDistributionStrategy``
+        ``"AUTO"`` (on-demand streams only) has the stream place records itself, ignoring
+        their keys (see :meth:`update_stream_record_distribution_strategy`);
+        ``"USER_PARTITION_KEY"`` is the default.
 
         Raises:
             botocore.exceptions.ClientError: ``ResourceInUseException`` if the name is taken,
-                ``ValidationException`` for a bad name or number, ``InvalidArgumentException``
-                for a provisioned stream without ``ShardCount``.
+                ``ValidationException`` for a bad name, number or strategy,
+                ``InvalidArgumentException`` for a provisioned stream without ``ShardCount``
+                or with the ``AUTO`` strategy.
         """
         return await self._call(
             "CreateStream",
@@ -58,6 +64,32 @@ class ClientApi:
             ShardCount=ShardCount,
             StreamModeDetails=StreamModeDetails,
             MaxRecordSizeInKiB=MaxRecordSizeInKiB,
+            RecordDistributionStrategy=RecordDistributionStrategy,
+        )
+
+    async def update_stream_record_distribution_strategy(
+        self, *, StreamARN: str, RecordDistributionStrategy: str, StreamId: str | None = None
+    ) -> dict[str, Any]:
+        """Set an on-demand stream's record distribution strategy, at once, like
+        ``UpdateStreamRecordDistributionStrategy``.
+
+        On ``"AUTO"`` the stream ignores the partition key and explicit hash key of the records
+        put afterwards and places each on one of its open shards, drawn at random (the fake's
+        ``placement_seed`` seeds the draws); a record may then come without a partition key,
+        and ``PutRecord`` refuses ``SequenceNumberForOrdering``. ``"USER_PARTITION_KEY"`` routes
+        by key again. Records already stored stay where they are.
+
+        Raises:
+            botocore.exceptions.ClientError: ``InvalidArgumentException`` for a provisioned
+                stream, ``ValidationException`` for an unknown strategy or a malformed ARN,
+                ``ResourceNotFoundException`` for an unknown stream.
+        """
+        return await self._call(
+            "UpdateStreamRecordDistributionStrategy",
+            self._operations.update_stream_record_distribution_strategy,
+            StreamARN=StreamARN,
+            RecordDistributionStrategy=RecordDistributionStrategy,
+            StreamId=StreamId,
         )
 
     async def delete_stream(
@@ -66,6 +98,7 @@ class ClientApi:
         StreamName: str | None = None,
         StreamARN: str | None = None,
         EnforceConsumerDeletion: bool | None = None,
+        StreamId: str | None = None,
     ) -> dict[str, Any]:
         """Delete a stream at once, like ``DeleteStream``.
 
@@ -79,6 +112,7 @@ class ClientApi:
             StreamName=StreamName,
             StreamARN=StreamARN,
             EnforceConsumerDeletion=EnforceConsumerDeletion,
+            StreamId=StreamId,
         )
 
     async def describe_stream(
@@ -88,6 +122,7 @@ class ClientApi:
         Limit: int | None = None,
         ExclusiveStartShardId: str | None = None,
         StreamARN: str | None = None,
+        StreamId: str | None = None,
     ) -> dict[str, Any]:
         """Describe a stream and a page of its shards, like ``DescribeStream``.
 
@@ -110,12 +145,20 @@ class ClientApi:
             Limit=Limit,
             ExclusiveStartShardId=ExclusiveStartShardId,
             StreamARN=StreamARN,
+            StreamId=StreamId,
         )
 
     async def describe_stream_summary(
-        self, *, StreamName: str | None = None, StreamARN: str | None = None
+        self,
+        *,
+        StreamName: str | None = None,
+        StreamARN: str | None = None,
+        StreamId: str | None = None,
     ) -> dict[str, Any]:
         """Describe a stream, like ``DescribeStreamSummary``.
+
+        An on-demand stream's summary has its ``RecordDistributionStrategy``; a provisioned
+        one's has none, as from the service.
 
         Raises:
             botocore.exceptions.ClientError: ``ResourceNotFoundException`` for an unknown
@@ -126,10 +169,11 @@ class ClientApi:
             self._operations.describe_stream_summary,
             StreamName=StreamName,
             StreamARN=StreamARN,
+            StreamId=StreamId,
         )
 
     async def update_max_record_size(
-        self, *, MaxRecordSizeInKiB: int, StreamARN: str | None = None
+        self, *, MaxRecordSizeInKiB: int, StreamARN: str | None = None, StreamId: str | None = None
     ) -> dict[str, Any]:
         """Change a stream's maximum record size, like ``UpdateMaxRecordSize``.
 
@@ -142,6 +186,7 @@ class ClientApi:
             self._operations.update_max_record_size,
             MaxRecordSizeInKiB=MaxRecordSizeInKiB,
             StreamARN=StreamARN,
+            StreamId=StreamId,
         )
 
     async def list_shards(
@@ -154,6 +199,7 @@ class ClientApi:
         MaxResults: int | None = None,
         StreamCreationTimestamp: datetime | float | None = None,
         ShardFilter: Mapping[str, Any] | None = None,
+        StreamId: str | None = None,
     ) -> dict[str, Any]:
         """List shards a page at a time, like ``ListShards``.
 
@@ -183,6 +229,7 @@ class ClientApi:
             MaxResults=MaxResults,
             StreamCreationTimestamp=StreamCreationTimestamp,
             ShardFilter=ShardFilter,
+            StreamId=StreamId,
         )
 
     async def put_records(
@@ -191,17 +238,24 @@ class ClientApi:
         Records: Sequence[Mapping[str, Any]],
         StreamName: str | None = None,
         StreamARN: str | None = None,
+        StreamId: str | None = None,
+        DryRun: bool | None = None,
     ) -> dict[str, Any]:
         """Put up to 500 records, like ``PutRecords``.
 
         Each record is routed, throttled and stored on its own; the response's ``Records``
         are aligned with the request's: ``{"SequenceNumber", "ShardId"}`` for a stored record,
         ``{"ErrorCode", "ErrorMessage"}`` for a failed one, counted in ``FailedRecordCount``.
+        On an ``AUTO`` stream each record goes to an open shard drawn at random, whatever its
+        keys, and may come without ``PartitionKey``. With ``DryRun=True`` the request is
+        checked as it would be served, then refused: nothing is stored.
 
         Raises:
             botocore.exceptions.ClientError: ``ValidationException`` for a request outside the
                 API's constraints (0 or over 500 records, a partition key of 0 or over 256
-                characters, a malformed explicit hash key, data over 10 MiB),
+                characters, or none on a stream that is not ``AUTO``, a malformed explicit hash
+                key, data over 10 MiB), ``DryRunOperationException`` for a dry run that passed
+                its checks,
                 ``InvalidArgumentException`` for an explicit hash key over 2**128 - 1, a record
                 over the stream's maximum record size, or a request over 5 MiB;
                 ``ResourceNotFoundException`` for an unknown stream; and anything scripted.
@@ -214,26 +268,33 @@ class ClientApi:
             Records=Records,
             StreamName=StreamName,
             StreamARN=StreamARN,
+            StreamId=StreamId,
+            DryRun=DryRun,
         )
 
     async def put_record(
         self,
         *,
-        PartitionKey: str,
         Data: bytes | bytearray | str,
+        PartitionKey: str | None = None,
         StreamName: str | None = None,
         StreamARN: str | None = None,
         ExplicitHashKey: str | None = None,
         SequenceNumberForOrdering: str | None = None,
+        StreamId: str | None = None,
+        DryRun: bool | None = None,
     ) -> dict[str, Any]:
         """Put one record, like ``PutRecord``.
 
         ``SequenceNumberForOrdering`` is checked for form only: sequence numbers here always
-        increase anyway.
+        increase anyway. An ``AUTO`` stream places the record as :meth:`put_records` does, and
+        refuses ``SequenceNumberForOrdering``.
 
         Raises:
-            botocore.exceptions.ClientError: as :meth:`put_records` for the request, and
-                ``ProvisionedThroughputExceededException`` when the record is throttled.
+            botocore.exceptions.ClientError: as :meth:`put_records` for the request,
+                ``InvalidArgumentException`` for ``SequenceNumberForOrdering`` on an ``AUTO``
+                stream, and ``ProvisionedThroughputExceededException`` when the record is
+                throttled.
             TypeError: A parameter botocore would refuse to send.
         """
         return await self._call(
@@ -245,6 +306,8 @@ class ClientApi:
             StreamARN=StreamARN,
             ExplicitHashKey=ExplicitHashKey,
             SequenceNumberForOrdering=SequenceNumberForOrdering,
+            StreamId=StreamId,
+            DryRun=DryRun,
         )
 
     async def get_shard_iterator(
@@ -256,6 +319,8 @@ class ClientApi:
         StreamARN: str | None = None,
         StartingSequenceNumber: str | None = None,
         Timestamp: datetime | float | None = None,
+        StreamId: str | None = None,
+        DryRun: bool | None = None,
     ) -> dict[str, Any]:
         """Get an iterator into a shard, like ``GetShardIterator``.
 
@@ -267,7 +332,8 @@ class ClientApi:
             botocore.exceptions.ClientError: ``ResourceNotFoundException`` for an unknown
                 stream or shard, ``ValidationException`` for an unknown iterator type or a
                 malformed sequence number, ``InvalidArgumentException`` for a missing or
-                foreign sequence number or a missing timestamp.
+                foreign sequence number or a missing timestamp, ``DryRunOperationException``
+                for ``DryRun=True`` once the rest is checked.
         """
         return await self._call(
             "GetShardIterator",
@@ -278,10 +344,18 @@ class ClientApi:
             StreamARN=StreamARN,
             StartingSequenceNumber=StartingSequenceNumber,
             Timestamp=Timestamp,
+            StreamId=StreamId,
+            DryRun=DryRun,
         )
 
     async def get_records(
-        self, *, ShardIterator: str, Limit: int | None = None, StreamARN: str | None = None
+        self,
+        *,
+        ShardIterator: str,
+        Limit: int | None = None,
+        StreamARN: str | None = None,
+        StreamId: str | None = None,
+        DryRun: bool | None = None,
     ) -> dict[str, Any]:
         """Read records from a shard iterator, like ``GetRecords``.
 
@@ -290,13 +364,15 @@ class ClientApi:
         read to its end, when ``ChildShards`` lists its children instead) and
         ``MillisBehindLatest``: how old the first record not returned is, 0 when caught up.
         Each record has ``SequenceNumber``, ``ApproximateArrivalTimestamp`` (a UTC datetime of
-        the clock reading), ``Data`` and ``PartitionKey``, as from the service.
+        the clock reading), ``Data`` and ``PartitionKey``, as from the service; a record put
+        without a partition key (on an ``AUTO`` stream) has no ``PartitionKey``.
 
         Raises:
             botocore.exceptions.ClientError: ``ExpiredIteratorException`` for an iterator
                 older than 300 seconds, ``InvalidArgumentException`` for one that is not an
                 iterator, ``ResourceNotFoundException`` if its stream was deleted,
-                ``ValidationException`` for a bad ``Limit``.
+                ``ValidationException`` for a bad ``Limit``, ``DryRunOperationException`` for
+                ``DryRun=True`` once the rest is checked.
         """
         return await self._call(
             "GetRecords",
@@ -304,6 +380,8 @@ class ClientApi:
             ShardIterator=ShardIterator,
             Limit=Limit,
             StreamARN=StreamARN,
+            StreamId=StreamId,
+            DryRun=DryRun,
         )
 
     async def split_shard(
@@ -313,6 +391,7 @@ class ClientApi:
         NewStartingHashKey: str,
         StreamName: str | None = None,
         StreamARN: str | None = None,
+        StreamId: str | None = None,
     ) -> dict[str, Any]:
         """Split a shard at once, like ``SplitShard`` (see :meth:`split`).
 
@@ -328,6 +407,7 @@ class ClientApi:
             NewStartingHashKey=NewStartingHashKey,
             StreamName=StreamName,
             StreamARN=StreamARN,
+            StreamId=StreamId,
         )
 
     async def merge_shards(
@@ -337,6 +417,7 @@ class ClientApi:
         AdjacentShardToMerge: str,
         StreamName: str | None = None,
         StreamARN: str | None = None,
+        StreamId: str | None = None,
     ) -> dict[str, Any]:
         """Merge two adjacent shards at once, like ``MergeShards`` (see :meth:`merge`).
 
@@ -352,4 +433,5 @@ class ClientApi:
             AdjacentShardToMerge=AdjacentShardToMerge,
             StreamName=StreamName,
             StreamARN=StreamARN,
+            StreamId=StreamId,
         )

@@ -62,16 +62,16 @@ class FakeKinesis(ClientApi):
     """An in-memory Kinesis Data Streams service with the interface of an aiobotocore client.
 
     Set it up with the synchronous helpers (:meth:`add_stream`, :meth:`split`, :meth:`merge`,
-    :meth:`remove_stream`), or through the API as a real client would (``create_stream``,
-    ``split_shard`` …). Every API method is a coroutine taking botocore's keyword arguments and
-    returning botocore's response dictionary (including a ``ResponseMetadata``); service errors
-    are raised as ``botocore.exceptions.ClientError`` with the service's code, message and HTTP
-    status. Streams live in one account and one region (``123456789012``, ``us-east-1`` unless
-    told otherwise), as seen through a client of that region: a ``StreamARN`` of another region
-    is not found (``ResourceNotFoundException``), one of another account is not authorized
-    (``AccessDeniedException``: no resource policy grants it), and one that does not match the
-    service's pattern is a ``ValidationException``. The :mod:`aiokpl.testing` documentation says
-    what is and is not modelled.
+    :meth:`remove_stream`, :meth:`set_record_distribution`), or through the API as a real client
+    would (``create_stream``, ``split_shard`` …). Every API method is a coroutine taking
+    botocore's keyword arguments and returning botocore's response dictionary (including a
+    ``ResponseMetadata``); service errors are raised as ``botocore.exceptions.ClientError`` with
+    the service's code, message and HTTP status. Streams live in one account and one region
+    (``123456789012``, ``us-east-1`` unless told otherwise), as seen through a client of that
+    region: a ``StreamARN`` of another region is not found (``ResourceNotFoundException``), one
+    of another account is not authorized (``AccessDeniedException``: no resource policy grants
+    it), and one that does not match the service's pattern is a ``ValidationException``. The
+    :mod:`aiokpl.testing` documentation says what is and is not modelled.
 
     Example:
         ```python
@@ -94,6 +94,9 @@ class FakeKinesis(ClientApi):
             epoch wherever the API returns a datetime.
         region: The region of the streams (and of the client the fake stands for).
         account_id: The 12-digit account that owns the streams.
+        placement_seed: The seed of the ``random.Random`` that places the records of streams
+            whose record distribution strategy is ``AUTO`` (one draw per record placed): the
+            same seed places the same records on the same shards.
 
     Raises:
         ValueError: ``account_id`` is not 12 digits, or ``region`` is not a region name.
@@ -109,8 +112,11 @@ class FakeKinesis(ClientApi):
         clock: Callable[[], float] | None = None,
         region: str = _REGION,
         account_id: str = _ACCOUNT_ID,
+        placement_seed: int = 0,
     ) -> None:
-        self._model = _Model(anyio.current_time if clock is None else clock, region, account_id)
+        self._model = _Model(
+            anyio.current_time if clock is None else clock, region, account_id, placement_seed
+        )
         self._fault_state = _FaultState()
         self._operations = _Operations(self._model, self._fault_state)
         self._request_ids = itertools.count(1)
@@ -173,6 +179,7 @@ class FakeKinesis(ClientApi):
         burst_seconds: float = 1.0,
         max_record_size: int = _DEFAULT_MAX_RECORD_SIZE,
         on_demand: bool = False,
+        record_distribution: str = "USER_PARTITION_KEY",
     ) -> None:
         """Create an active stream whose shards split the hash-key space evenly.
 
@@ -193,9 +200,13 @@ class FakeKinesis(ClientApi):
                 ``DescribeStreamSummary``) rather than provisioned. Its shards keep their
                 per-shard limits either way; add :meth:`auto_reshard` for the resharding the
                 service does on its own as an on-demand stream's traffic changes.
+            record_distribution: The stream's ``RecordDistributionStrategy``:
+                ``"USER_PARTITION_KEY"`` (the default: records go by their keys) or, for an
+                on-demand stream only, ``"AUTO"`` (see :meth:`set_record_distribution`).
 
         Raises:
-            ValueError: The name is invalid or taken, or a number is out of range.
+            ValueError: The name is invalid or taken, a number is out of range, or the
+                strategy is unknown, or ``AUTO`` for a provisioned stream.
         """
         self._model.add_stream(
             name,
@@ -206,7 +217,27 @@ class FakeKinesis(ClientApi):
             burst_seconds=burst_seconds,
             max_record_size=max_record_size,
             on_demand=on_demand,
+            record_distribution=record_distribution,
         )
+
+    def set_record_distribution(self, stream: str, strategy: str) -> None:
+        """Set an on-demand stream's record distribution strategy, as
+        ``UpdateStreamRecordDistributionStrategy`` does, at once.
+
+        ``"AUTO"``: the stream ignores the partition key and explicit hash key of every record
+        put afterwards and places it on one of its open shards, each as likely, drawn from the
+        fake's seeded generator (``placement_seed``); records may come without a partition key
+        (stored with ``partition_key=None``, read back without ``PartitionKey``); ``PutRecord``
+        refuses ``SequenceNumberForOrdering``; a shard's throttling applies to the records
+        placed on it. ``"USER_PARTITION_KEY"``: records go by their keys again, and a record
+        without a partition key is refused (``ValidationException``). Records already stored
+        stay where they are. ``DescribeStreamSummary`` shows the strategy of on-demand streams.
+
+        Raises:
+            ValueError: The stream does not exist, the strategy is unknown, or it is ``AUTO``
+                and the stream is provisioned.
+        """
+        self._model.set_record_distribution(stream, strategy)
 
     def auto_reshard(
         self,

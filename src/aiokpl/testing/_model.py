@@ -2,9 +2,11 @@
 
 What is here: :class:`_Model`, the streams of one region and account: it resolves a stream by
 name or ARN, creates streams whose shards split the hash-key space evenly, stores records with
-the next sequence number, splits and merges shards, and reshards a stream on its own under load
-(:meth:`_Model.auto_reshard`). The streams and shards it holds, and what a test reads back of
-them (:class:`StoredRecord`, :class:`FakeShard`), are ``_streams``'. The API operations
+the next sequence number, splits and merges shards, reshards a stream on its own under load
+(:meth:`_Model.auto_reshard`), sets a stream's record distribution strategy, and holds the
+seeded generator that places the records of ``AUTO`` streams. The streams and shards it
+holds, and what a test reads back of them (:class:`StoredRecord`, :class:`FakeShard`), are
+``_streams``'. The API operations
 (``_operations``) work on the model, and the setup helpers of
 :class:`~aiokpl.testing.FakeKinesis` call it directly.
 
@@ -21,7 +23,10 @@ Invariants:
 * every stream gets a unique ``uid``: tokens and iterators carry it, so they are not found
   once the stream is deleted, even if a stream of the same name is created again;
 * the model reads no clock but the one it was given; setup helpers may run outside an event
-  loop, where ``anyio.current_time`` raises, and then read 0.
+  loop, where ``anyio.current_time`` raises, and then read 0;
+* only an on-demand stream can be ``AUTO``; one placement generator, ``random.Random(seed)``,
+  serves every stream, one draw per record placed on an ``AUTO`` stream, so the same seed and
+  the same calls place the same records on the same shards.
 
 Errors: the model raises :class:`~aiokpl.testing._validation._Rejected` for service errors
 (the facade turns them into ``ClientError``) and ``ValueError`` from the setup helpers, which a
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import re
 from collections.abc import Callable
 
@@ -44,12 +50,15 @@ from ._streams import (
     _Throttle,
 )
 from ._validation import (
+    _AUTO,
+    _DISTRIBUTIONS,
     _LARGEST_MAX_RECORD_SIZE,
     _REGION_NAME,
     _STREAM_ARN,
     _STREAM_ARN_PARTS,
     _STREAM_ARN_PATTERN,
     _STREAM_NAME,
+    _USER_PARTITION_KEY,
     _partition_of,
     _Rejected,
     _sequence_str,
@@ -71,14 +80,17 @@ class _Model:
         clock: Returns the current time in seconds; ``anyio.current_time`` by default.
         region: The region of the streams.
         account: The 12-digit account that owns them.
+        placement_seed: The seed of the generator that places the records of ``AUTO`` streams.
 
     Raises:
         ValueError: ``account`` is not 12 digits, or ``region`` is not a region name.
     """
 
-    __slots__ = ("account", "clock", "operation", "region", "sequence", "streams")
+    __slots__ = ("account", "clock", "operation", "placement", "region", "sequence", "streams")
 
-    def __init__(self, clock: Callable[[], float], region: str, account: str) -> None:
+    def __init__(
+        self, clock: Callable[[], float], region: str, account: str, placement_seed: int = 0
+    ) -> None:
         if not isinstance(account, str) or re.fullmatch(r"\d{12}", account) is None:
             raise ValueError(f"account_id must be 12 digits, got {account!r}")
         if not isinstance(region, str) or _REGION_NAME.fullmatch(region) is None:
@@ -89,6 +101,7 @@ class _Model:
         self.streams: dict[str, _Stream] = {}
         self.sequence = 0
         self.operation = ""  # of the call being served, for messages
+        self.placement = random.Random(placement_seed)
 
     def record_count(self) -> int:
         """How many records all streams hold."""
@@ -111,6 +124,7 @@ class _Model:
         burst_seconds: float,
         max_record_size: int,
         on_demand: bool,
+        record_distribution: str,
     ) -> None:
         """Create a stream as :meth:`aiokpl.testing.FakeKinesis.add_stream` documents."""
         if _STREAM_NAME.fullmatch(name) is None:
@@ -133,11 +147,19 @@ class _Model:
                 f"max_record_size must be 1 … {_LARGEST_MAX_RECORD_SIZE} bytes, "
                 f"got {max_record_size!r}"
             )
+        _setup_distribution(record_distribution, on_demand, name)
         limits = (
             _Throttle(records_per_second, bytes_per_second, burst_seconds) if throttle else None
         )
         mode = _ON_DEMAND if on_demand else _PROVISIONED
-        self.create(name, shard_count, limits, max_record_size, mode)
+        self.create(name, shard_count, limits, max_record_size, mode, record_distribution)
+
+    def set_record_distribution(self, stream: str, strategy: str) -> None:
+        """Set a stream's strategy as :meth:`aiokpl.testing.FakeKinesis.set_record_distribution`
+        documents."""
+        state = self.setup_stream(stream)
+        _setup_distribution(strategy, state.mode == _ON_DEMAND, state.name)
+        state.distribution = strategy
 
     def set_auto_reshard(
         self,
@@ -199,9 +221,11 @@ class _Model:
         throttle: _Throttle | None,
         max_record_size: int,
         mode: str,
+        distribution: str = _USER_PARTITION_KEY,
     ) -> None:
         now = self.setup_now()
         stream = _Stream(name, now, throttle, max_record_size, mode, self.account, self.region)
+        stream.distribution = distribution
         width = (MAX_HASH_KEY + 1) // shard_count
         for index in range(shard_count):
             start = index * width
@@ -259,11 +283,21 @@ class _Model:
         self.sequence += 1
         return self.sequence
 
+    def update_distribution(self, stream: _Stream, strategy: str) -> None:
+        """``UpdateStreamRecordDistributionStrategy``: on-demand streams only, at once."""
+        if stream.mode != _ON_DEMAND:
+            raise _Rejected(
+                "InvalidArgumentException",
+                f"Stream {stream.name} under account {stream.account} is in PROVISIONED mode: "
+                "the record distribution strategy applies only to streams in ON_DEMAND mode.",
+            )
+        stream.distribution = strategy
+
     def store(
         self,
         stream: _Stream,
         shard: _Shard,
-        partition_key: str,
+        partition_key: str | None,
         explicit_hash_key: str | None,
         data: bytes,
         now: float,
@@ -361,3 +395,16 @@ class _Model:
             if hottest.end > hottest.start:
                 self.split(stream, hottest.shard_id, (hottest.start + hottest.end + 1) // 2)
         autoscale.marks = {shard_id: len(s.records) for shard_id, s in stream.shards.items()}
+
+
+def _setup_distribution(strategy: str, on_demand: bool, name: str) -> None:
+    """Check a strategy a setup helper was given (raises ``ValueError``)."""
+    if strategy not in _DISTRIBUTIONS:
+        raise ValueError(
+            f"record_distribution must be one of {', '.join(_DISTRIBUTIONS)}, got {strategy!r}"
+        )
+    if strategy == _AUTO and not on_demand:
+        raise ValueError(
+            f"stream {name!r} is provisioned: only an on-demand stream (on_demand=True) can "
+            "have the AUTO record distribution strategy"
+        )

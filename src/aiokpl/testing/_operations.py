@@ -15,8 +15,14 @@ Invariants:
   rejected as a whole (validation, a record over the stream's maximum, over 5 MiB) stores
   nothing and consumes no record script;
 * the records of one ``PutRecords`` are decided in order, each on its own: its scripted
-  outcome, else a draw of the random plan, else routing and the shard's token bucket, else it
+  outcome, else a draw of the random plan, else placement (by its hash key, or on an ``AUTO``
+  stream one draw of the model's placement generator) and the shard's token bucket, else it
   is stored, so one bad or throttled record never fails the others;
+* a write without a partition key is refused whole (``ValidationException``) unless its stream
+  is ``AUTO``; a ``DryRun`` write or read is checked as the real one (stream, arguments,
+  sizes) and then refused with ``DryRunOperationException``: it stores nothing, takes no
+  throughput, consumes no record script and draws nothing;
+* ``StreamId`` ("reserved for future use") is accepted wherever the API has it, and ignored;
 * pages (``ListShards``, ``DescribeStream``) list shards in shard id order, and a page's token
   or an iterator names its stream's ``uid`` and the clock reading it was issued at: it
   expires after ``_TOKEN_LIFETIME`` seconds and is not found once its stream is deleted.
@@ -29,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .._core.hashing import hash_key_of
 from ._faults import _FaultState
 from ._model import _Model
 from ._streams import _check_record_rules, _Shard, _throttled
@@ -38,6 +43,8 @@ from ._validation import (
     _DESCRIBE_LIMIT_DEFAULT,
     _DESCRIBE_LIMIT_MAX,
     _DESCRIBE_PAGE_MAX,
+    _DRY_RUN,
+    _DRY_RUN_MESSAGE,
     _FILTER_TYPES,
     _GET_RECORDS_LIMIT,
     _GET_RECORDS_MAX_BYTES,
@@ -52,14 +59,19 @@ from ._validation import (
     _SEQUENCE_BASE,
     _STREAM_NAME,
     _TOKEN_LIFETIME,
+    _check_distribution,
     _check_entry,
     _check_sequence_number,
+    _created_distribution,
     _datetime,
     _decode,
+    _dry_run,
     _encode,
     _max_record_size_of,
+    _missing,
     _page_size,
     _Rejected,
+    _require_keys,
     _seconds,
     _validation,
 )
@@ -81,6 +93,7 @@ class _Operations:
         ShardCount: int | None,
         StreamModeDetails: Mapping[str, str] | None,
         MaxRecordSizeInKiB: int | None,
+        RecordDistributionStrategy: str | None,
     ) -> dict[str, Any]:
         if not isinstance(StreamName, str) or _STREAM_NAME.fullmatch(StreamName) is None:
             raise _validation(
@@ -107,16 +120,28 @@ class _Operations:
         max_record_size = _DEFAULT_MAX_RECORD_SIZE
         if MaxRecordSizeInKiB is not None:
             max_record_size = _max_record_size_of(MaxRecordSizeInKiB)
+        distribution = _created_distribution(RecordDistributionStrategy, mode)
         if StreamName in self._model.streams:
             raise _Rejected(
                 "ResourceInUseException",
                 f"Stream {StreamName} under account {self._model.account} already exists.",
             )
-        self._model.create(StreamName, ShardCount, None, max_record_size, mode)
+        self._model.create(StreamName, ShardCount, None, max_record_size, mode, distribution)
+        return {}
+
+    def update_stream_record_distribution_strategy(
+        self, StreamARN: str, RecordDistributionStrategy: str, StreamId: str | None
+    ) -> dict[str, Any]:
+        strategy = _check_distribution(RecordDistributionStrategy)
+        self._model.update_distribution(self._model.stream(None, StreamARN), strategy)
         return {}
 
     def delete_stream(
-        self, StreamName: str | None, StreamARN: str | None, EnforceConsumerDeletion: bool | None
+        self,
+        StreamName: str | None,
+        StreamARN: str | None,
+        EnforceConsumerDeletion: bool | None,
+        StreamId: str | None,
     ) -> dict[str, Any]:
         stream = self._model.stream(StreamName, StreamARN)
         del self._model.streams[stream.name]
@@ -128,6 +153,7 @@ class _Operations:
         Limit: int | None,
         ExclusiveStartShardId: str | None,
         StreamARN: str | None,
+        StreamId: str | None,
     ) -> dict[str, Any]:
         # Up to 10,000 is valid, but a page holds 100 shards at most, as the service answers.
         limit = min(
@@ -156,28 +182,30 @@ class _Operations:
         }
 
     def describe_stream_summary(
-        self, StreamName: str | None, StreamARN: str | None
+        self, StreamName: str | None, StreamARN: str | None, StreamId: str | None
     ) -> dict[str, Any]:
         stream = self._model.stream(StreamName, StreamARN)
         open_count = sum(1 for s in stream.shards.values() if s.ending_sequence is None)
-        return {
-            "StreamDescriptionSummary": {
-                "StreamName": stream.name,
-                "StreamARN": stream.arn,
-                "StreamStatus": "ACTIVE",
-                "StreamModeDetails": {"StreamMode": stream.mode},
-                "RetentionPeriodHours": 24,
-                "StreamCreationTimestamp": _datetime(stream.created_at),
-                "EnhancedMonitoring": [{"ShardLevelMetrics": []}],
-                "EncryptionType": "NONE",
-                "OpenShardCount": open_count,
-                "ConsumerCount": 0,
-                "MaxRecordSizeInKiB": stream.max_record_size // 1024,
-            }
+        summary: dict[str, Any] = {
+            "StreamName": stream.name,
+            "StreamARN": stream.arn,
+            "StreamStatus": "ACTIVE",
+            "StreamModeDetails": {"StreamMode": stream.mode},
+            "RetentionPeriodHours": 24,
+            "StreamCreationTimestamp": _datetime(stream.created_at),
+            "EnhancedMonitoring": [{"ShardLevelMetrics": []}],
+            "EncryptionType": "NONE",
+            "OpenShardCount": open_count,
+            "ConsumerCount": 0,
+            "MaxRecordSizeInKiB": stream.max_record_size // 1024,
         }
+        if stream.mode == "ON_DEMAND":
+            # "Only present for streams that use the on-demand capacity mode."
+            summary["RecordDistributionStrategy"] = stream.distribution
+        return {"StreamDescriptionSummary": summary}
 
     def update_max_record_size(
-        self, MaxRecordSizeInKiB: int, StreamARN: str | None
+        self, MaxRecordSizeInKiB: int, StreamARN: str | None, StreamId: str | None
     ) -> dict[str, Any]:
         size = _max_record_size_of(MaxRecordSizeInKiB)
         self._model.stream(None, StreamARN).max_record_size = size
@@ -192,6 +220,7 @@ class _Operations:
         MaxResults: int | None,
         StreamCreationTimestamp: datetime | float | None,
         ShardFilter: Mapping[str, Any] | None,
+        StreamId: str | None,
     ) -> dict[str, Any]:
         now = self._model.now()
         limit = _page_size(MaxResults, "maxResults", _MAX_RESULTS_DEFAULT, _MAX_RESULTS_LIMIT)
@@ -268,7 +297,10 @@ class _Operations:
         Records: Sequence[Mapping[str, Any]],
         StreamName: str | None,
         StreamARN: str | None,
+        StreamId: str | None,
+        DryRun: bool | None,
     ) -> dict[str, Any]:
+        dry_run = _dry_run(DryRun)
         if not isinstance(Records, list | tuple):
             raise TypeError(
                 f"Invalid type for parameter Records, value: {Records!r}, "
@@ -288,8 +320,10 @@ class _Operations:
             for index, entry in enumerate(Records)
         ]
         stream = self._model.stream(StreamName, StreamARN)
+        if not stream.auto:
+            _require_keys(entries)
         autoscale = stream.autoscale
-        if autoscale is not None and self._model.now() >= autoscale.next_at:
+        if autoscale is not None and not dry_run and self._model.now() >= autoscale.next_at:
             self._model.auto_reshard(stream, autoscale, self._model.now())
         total = 0
         for index, (_, data, explicit_hash_key, key_bytes) in enumerate(entries):
@@ -300,12 +334,15 @@ class _Operations:
                 "InvalidArgumentException",
                 f"Records size exceeds {request_limit // _MIB} MB limit",
             )
+        if dry_run:
+            raise _Rejected(_DRY_RUN, _DRY_RUN_MESSAGE)
         script = (
             self._fault_state.record_scripts.popleft() if self._fault_state.record_scripts else None
         )
         plan = self._fault_state.plan
         record_rate = plan.record_failure_rate
         draw = self._fault_state.random.random
+        placement = self._model.placement
         now = self._model.now()
         results: list[dict[str, str]] = []
         failed = 0
@@ -314,10 +351,8 @@ class _Operations:
             if outcome is None and record_rate > 0.0 and draw() < record_rate:
                 outcome = plan.record_error
             if outcome is None:
-                hash_key = (
-                    hash_key_of(key_bytes) if explicit_hash_key is None else int(explicit_hash_key)
-                )
-                shard = stream.route(hash_key)
+                key = None if partition_key is None else key_bytes
+                shard = stream.place(key, explicit_hash_key, placement)
                 if shard.bucket is not None and not shard.bucket.try_take(
                     (1.0, float(len(key_bytes) + len(data))), now
                 ):
@@ -334,26 +369,41 @@ class _Operations:
 
     def put_record(
         self,
-        PartitionKey: str,
+        PartitionKey: str | None,
         Data: bytes | bytearray | str,
         StreamName: str | None,
         StreamARN: str | None,
         ExplicitHashKey: str | None,
         SequenceNumberForOrdering: str | None,
+        StreamId: str | None,
+        DryRun: bool | None,
     ) -> dict[str, Any]:
-        entry: dict[str, Any] = {"PartitionKey": PartitionKey, "Data": Data}
+        dry_run = _dry_run(DryRun)
+        entry: dict[str, Any] = {"Data": Data}
+        if PartitionKey is not None:
+            entry["PartitionKey"] = PartitionKey
         if ExplicitHashKey is not None:
             entry["ExplicitHashKey"] = ExplicitHashKey
         partition_key, data, explicit_hash_key, key_bytes = _check_entry(entry, "", "")
         if SequenceNumberForOrdering is not None:
             _check_sequence_number(SequenceNumberForOrdering, "sequenceNumberForOrdering")
         stream = self._model.stream(StreamName, StreamARN)
+        if partition_key is None and not stream.auto:
+            raise _missing("partitionKey")
+        if SequenceNumberForOrdering is not None and stream.auto:
+            raise _Rejected(
+                "InvalidArgumentException",
+                f"SequenceNumberForOrdering is not supported for stream {stream.name} under "
+                f"account {stream.account}: its record distribution strategy is AUTO.",
+            )
         autoscale = stream.autoscale
-        if autoscale is not None and self._model.now() >= autoscale.next_at:
+        if autoscale is not None and not dry_run and self._model.now() >= autoscale.next_at:
             self._model.auto_reshard(stream, autoscale, self._model.now())
         _check_record_rules(stream, key_bytes, data, explicit_hash_key, None)
-        hash_key = hash_key_of(key_bytes) if explicit_hash_key is None else int(explicit_hash_key)
-        shard = stream.route(hash_key)
+        if dry_run:
+            raise _Rejected(_DRY_RUN, _DRY_RUN_MESSAGE)
+        key = None if partition_key is None else key_bytes
+        shard = stream.place(key, explicit_hash_key, self._model.placement)
         now = self._model.now()
         if shard.bucket is not None and not shard.bucket.try_take(
             (1.0, float(len(key_bytes) + len(data))), now
@@ -371,7 +421,10 @@ class _Operations:
         StreamARN: str | None,
         StartingSequenceNumber: str | None,
         Timestamp: datetime | float | None,
+        StreamId: str | None,
+        DryRun: bool | None,
     ) -> dict[str, Any]:
+        dry_run = _dry_run(DryRun)
         if ShardIteratorType not in _ITERATOR_TYPES:
             raise _validation(
                 ShardIteratorType,
@@ -415,14 +468,22 @@ class _Operations:
                 position = bisect_left(shard.sequences, number)
             else:
                 position = bisect_right(shard.sequences, number)
+        if dry_run:
+            raise _Rejected(_DRY_RUN, _DRY_RUN_MESSAGE)
         iterator = _encode(
             "ShardIterator", [stream.name, stream.uid, shard.shard_id, position, self._model.now()]
         )
         return {"ShardIterator": iterator}
 
     def get_records(
-        self, ShardIterator: str, Limit: int | None, StreamARN: str | None
+        self,
+        ShardIterator: str,
+        Limit: int | None,
+        StreamARN: str | None,
+        StreamId: str | None,
+        DryRun: bool | None,
     ) -> dict[str, Any]:
+        dry_run = _dry_run(DryRun)
         limit = _page_size(Limit, "limit", _GET_RECORDS_LIMIT, _GET_RECORDS_LIMIT)
         name, uid, shard_id, position, issued = _decode(ShardIterator, "ShardIterator", 5)
         now = self._model.now()
@@ -445,23 +506,26 @@ class _Operations:
                 f"StreamARN {StreamARN} does not match the stream of the shard iterator.",
             )
         shard = stream.shard(shard_id)
+        if dry_run:
+            raise _Rejected(_DRY_RUN, _DRY_RUN_MESSAGE)
         stored = shard.records
         records: list[dict[str, Any]] = []
         size = 0
         end = min(len(stored), position + limit)
         while position < end:
             record = stored[position]
-            size += len(record.data) + len(record.partition_key.encode())
+            key = record.partition_key
+            size += len(record.data) + (0 if key is None else len(key.encode()))
             if records and size > _GET_RECORDS_MAX_BYTES:
                 break
-            records.append(
-                {
-                    "SequenceNumber": record.sequence_number,
-                    "ApproximateArrivalTimestamp": _datetime(record.arrival_time),
-                    "Data": record.data,
-                    "PartitionKey": record.partition_key,
-                }
-            )
+            answer = {
+                "SequenceNumber": record.sequence_number,
+                "ApproximateArrivalTimestamp": _datetime(record.arrival_time),
+                "Data": record.data,
+            }
+            if key is not None:  # a record put without one is read back without one
+                answer["PartitionKey"] = key
+            records.append(answer)
             position += 1
         behind = 0
         if position < len(stored):
@@ -494,6 +558,7 @@ class _Operations:
         NewStartingHashKey: str,
         StreamName: str | None,
         StreamARN: str | None,
+        StreamId: str | None,
     ) -> dict[str, Any]:
         if (
             not isinstance(NewStartingHashKey, str)
@@ -514,6 +579,7 @@ class _Operations:
         AdjacentShardToMerge: str,
         StreamName: str | None,
         StreamARN: str | None,
+        StreamId: str | None,
     ) -> dict[str, Any]:
         stream = self._model.stream(StreamName, StreamARN)
         self._model.merge(stream, ShardToMerge, AdjacentShardToMerge)

@@ -59,6 +59,7 @@ _METHODS: dict[str, str] = {
     "PutRecords": "put_records",
     "SplitShard": "split_shard",
     "UpdateMaxRecordSize": "update_max_record_size",
+    "UpdateStreamRecordDistributionStrategy": "update_stream_record_distribution_strategy",
 }
 
 

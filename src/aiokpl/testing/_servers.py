@@ -15,6 +15,12 @@ records lost with 24 connections, none with one; ``docs/local-development.md`` h
 for stock ``python -m moto.server``). :func:`make_moto_server` therefore serves moto's WSGI
 application behind a lock: HTTP stays concurrent, the model sees one request at a time.
 
+In front of it, always, is :class:`~aiokpl.testing._throttling.ThrottlingApp`: it plays what
+moto 5.2 lacks of on-demand streams whose record distribution strategy is ``AUTO`` (records
+placed at random whatever their keys, records without a partition key,
+``UpdateStreamRecordDistributionStrategy``, the strategy in ``DescribeStreamSummary``) and
+``DryRun``, and it stores ``PutRecords`` through moto's model directly, with or without limits.
+
 moto's shard also finds that largest number by copying every key it holds into a list, once
 per record stored: 8 µs a record on an empty shard, 140 µs at 10,000 records, 270 µs at 20,000,
 so a local server slowed down as it filled (a 40-second benchmark cell's requests took three
@@ -22,8 +28,8 @@ times as long at its end). :func:`make_moto_server` reads the last key instead (
 the sequence numbers, in the order given: :func:`aiokpl.testing._moto_model.mend_shards`).
 
 Given :class:`~aiokpl.testing._throttling.ShardLimits` (or :class:`~aiokpl.testing._throttling.
-ServerFaults`), the same server enforces AWS's per-shard write limits (or adds faults): see
-:mod:`aiokpl.testing._throttling`, which then serves moto behind the same lock.
+ServerFaults`), the same application enforces AWS's per-shard write limits (or adds faults):
+see :mod:`aiokpl.testing._throttling`.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -49,7 +55,6 @@ from ._moto_model import mend_shards
 from ._throttling import THROUGHPUT_PATH, ServerFaults, ShardLimits, ThrottlingApp
 
 if TYPE_CHECKING:
-    from _typeshed.wsgi import StartResponse, WSGIEnvironment
     from werkzeug.serving import BaseWSGIServer
 
 __all__ = (
@@ -101,10 +106,10 @@ def make_moto_server(
 
     The socket is listening when this returns (port 0: the kernel picks one; read it from the
     server's ``server_port``). Requests are served on threads, and moto's WSGI application
-    runs behind one lock (see the module header for why). With ``limits`` every shard takes
-    at most that much, with ``faults`` requests fail or hang as they say; then the server also
-    counts, per second, what it stored and refused (``GET`` :data:`THROUGHPUT_PATH`, or
-    :func:`throughput`).
+    runs behind one lock (see the module header for why), with ``AUTO`` streams and ``DryRun``
+    played in front of it. With ``limits`` every shard takes at most that much, with
+    ``faults`` requests fail or hang as they say; the server counts, per second, what it
+    stored and refused (``GET`` :data:`THROUGHPUT_PATH`, or :func:`throughput`).
 
     Raises:
         LocalServerError: moto's server is not installed.
@@ -121,16 +126,9 @@ def make_moto_server(
         raise LocalServerError(MOTO_MISSING) from exc
 
     mend_shards()
-    app = DomainDispatcherApplication(create_backend_app)
-    lock = threading.Lock()
-
-    def serialized(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        with lock:
-            return list(app(environ, start_response))
-
-    served: Any = serialized
-    if limits is not None or (faults is not None and faults.any):
-        served = ThrottlingApp(app, lock, limits, faults)
+    served = ThrottlingApp(
+        DomainDispatcherApplication(create_backend_app), threading.Lock(), limits, faults
+    )
 
     # Bound here, not by werkzeug, which prints its own message and exits on a bind error.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -3,23 +3,27 @@
 What is here: :class:`StoredRecord` and :class:`FakeShard` (the frozen views a test reads),
 ``_Shard`` (a shard's hash-key range, records and sequence numbers), ``_Throttle`` (a shard's
 optional token bucket), ``_Stream`` (its shards, the routing table over the open ones, its
-settings) and ``_Autoscale`` (the state of a stream's automatic resharding), and the service's
-rules for one record. The model (``_model``) holds the streams of one fake and changes them.
+settings, and where a record goes: by its hash key, or on an ``AUTO`` stream to an open shard
+drawn at random) and ``_Autoscale`` (the state of a stream's automatic resharding), and the
+service's rules for one record. The model (``_model``) holds the streams of one fake and
+changes them.
 
-Invariants: a stream's routing table holds exactly its open shards; a shard's records are in
-the order they were stored; every stream gets a unique ``uid`` (see ``_model``).
+Invariants: a stream's routing table and its list of open shards hold exactly its open shards
+(the list in shard id order); a shard's records are in the order they were stored; every
+stream gets a unique ``uid`` (see ``_model``); only an on-demand stream is ``AUTO``.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 from dataclasses import dataclass
 from typing import Any
 
-from .._core.hashing import MAX_HASH_KEY
+from .._core.hashing import MAX_HASH_KEY, hash_key_of
 from .._core.shards import ShardRange, ShardTable
 from .._core.token_bucket import TokenBucket
-from ._validation import _partition_of, _Rejected, _sequence_str
+from ._validation import _AUTO, _USER_PARTITION_KEY, _partition_of, _Rejected, _sequence_str
 
 __all__ = ("FakeShard", "StoredRecord")
 
@@ -34,7 +38,9 @@ class StoredRecord:
         stream: The stream name.
         shard_id: The shard the record was routed to.
         sequence_number: Its sequence number, as returned by ``PutRecords``.
-        partition_key: The partition key it was put with.
+        partition_key: The partition key it was put with; ``None`` for a record put without
+            one (which only a stream whose record distribution strategy is ``AUTO`` takes;
+            ``GetRecords`` then returns it without a ``PartitionKey``).
         explicit_hash_key: The explicit hash key it was put with, or ``None``.
         data: The data blob.
         arrival_time: The fake's clock reading when the record was stored (seconds).
@@ -43,7 +49,7 @@ class StoredRecord:
     stream: str
     shard_id: str
     sequence_number: str
-    partition_key: str
+    partition_key: str | None
     explicit_hash_key: str | None
     data: bytes
     arrival_time: float
@@ -185,10 +191,12 @@ class _Stream:
         "arn",
         "autoscale",
         "created_at",
+        "distribution",
         "max_record_size",
         "mode",
         "name",
         "next_shard_index",
+        "open_shards",
         "open_table",
         "shards",
         "throttle",
@@ -214,9 +222,12 @@ class _Stream:
         self.throttle = throttle
         self.max_record_size = max_record_size
         self.mode = mode
+        # USER_PARTITION_KEY: by hash key; AUTO (on-demand streams only): a random open shard.
+        self.distribution = _USER_PARTITION_KEY
         self.shards: dict[str, _Shard] = {}
         self.next_shard_index = 0
         self.open_table = ShardTable()
+        self.open_shards: list[_Shard] = []
 
     def new_shard(
         self,
@@ -239,11 +250,30 @@ class _Stream:
         shard.closed_at = now
 
     def reindex(self) -> None:
+        self.open_shards = [s for s in self.shards.values() if s.ending_sequence is None]
         self.open_table = ShardTable(
-            ShardRange(s.shard_id, s.start, s.end)
-            for s in self.shards.values()
-            if s.ending_sequence is None
+            ShardRange(s.shard_id, s.start, s.end) for s in self.open_shards
         )
+
+    @property
+    def auto(self) -> bool:
+        """Whether the service, not the records' keys, places the records (``AUTO``)."""
+        return self.distribution == _AUTO
+
+    def place(
+        self, key_bytes: bytes | None, explicit_hash_key: str | None, placement: random.Random
+    ) -> _Shard:
+        """The open shard a record goes to: drawn at random (each open shard alike) on an
+        ``AUTO`` stream, where its keys are ignored; else the one whose range holds its
+        explicit hash key, or the MD5 of its partition key (``key_bytes``, UTF-8; ``None``
+        for a record without one, which only an ``AUTO`` stream takes)."""
+        if self.distribution == _AUTO:
+            shards = self.open_shards
+            return shards[placement.randrange(len(shards))]
+        if explicit_hash_key is not None:
+            return self.route(int(explicit_hash_key))
+        assert key_bytes is not None  # a record without a key was refused before
+        return self.route(hash_key_of(key_bytes))
 
     def route(self, hash_key: int) -> _Shard:
         shard_id = self.open_table.lookup(hash_key)

@@ -1,5 +1,5 @@
-"""AWS's per-shard write limits and a few faults, in front of moto's server (``aiokpl local
---throttle``, :func:`aiokpl.testing._servers.moto_server`).
+"""AWS's per-shard write limits, a few faults, and ``AUTO`` streams, in front of moto's server
+(``aiokpl local``, :func:`aiokpl.testing._servers.moto_server`).
 
 moto, kinesalite and LocalStack store every record they are sent; Kinesis does not. A shard
 takes 1,000 records and 1 MiB (data plus partition key) per second, and a client that sends
@@ -13,12 +13,19 @@ more sees ``ProvisionedThroughputExceededException``: per record in a ``PutRecor
   and pure parts are ``_shard_limits``'; this module is the WSGI application);
 * which shard a record goes to is moto's own answer (``Stream.get_shard_for_key`` on moto's
   model, under the same lock that serialises moto), so a throttled record is refused by the
-  shard moto would have stored it on;
-* records that fit are stored by moto: a ``PutRecords`` by moto's model directly (its
-  ``Stream.put_record``, moto's sequence numbers and shards, without moto's request handling,
-  which took three quarters of the server's time: see ``_stored_directly``), anything else
-  by moto's application; records that do not fit are answered with AWS's error code and
-  message, at their positions; tokens taken for records moto then refuses are given back;
+  shard moto would have stored it on; on a stream whose record distribution strategy is
+  ``AUTO`` (which moto knows nothing of: ``_moto_extras`` keeps it) it is an open shard drawn
+  at random, one draw of the application's seeded generator per record, the keys ignored,
+  and the record is refused or stored there;
+* records that fit are stored by moto: a ``PutRecords`` (any write to an ``AUTO`` stream) by
+  moto's model directly (``Stream.put_record``, or the drawn ``Shard``'s: moto's sequence
+  numbers, without moto's request handling, which took three quarters of the server's time:
+  see ``_stored_directly``), anything else by moto's application; records that do not fit are
+  answered with AWS's error code and message, at their positions; tokens taken for records
+  moto then refuses are given back;
+* refused here, as by the service and not by moto: a record without a partition key on a
+  stream that is not ``AUTO`` (``ValidationException``), ``SequenceNumberForOrdering`` on an
+  ``AUTO`` stream, and ``DryRun`` (checked as if served, then ``DryRunOperationException``);
 * optional faults (:class:`ServerFaults`): a fraction of Kinesis requests fail at random with
   ``InternalFailure`` (HTTP 500) or ``ServiceUnavailable`` (HTTP 503); requests naming a
   *failing* stream fail with ``InternalFailure``; requests naming a *hanging* stream are
@@ -27,8 +34,11 @@ more sees ``ProvisionedThroughputExceededException``: per record in a ``PutRecor
   (:class:`ThroughputCounts`), served as JSON at :data:`THROUGHPUT_PATH`: a benchmark reads
   the server's own counts, not the producers' accounting.
 
-Everything else (other operations, other services such as the DynamoDB table of
-``aiokpl.coordination``) goes to moto untouched, behind the same lock as before.
+Without limits every record fits: the same application serves ``aiokpl local`` with or
+without ``--throttle``, so ``AUTO`` streams and ``DryRun`` behave alike. ``CreateStream``,
+``UpdateStreamRecordDistributionStrategy``, ``DescribeStreamSummary`` and dry-run reads are
+``_moto_extras``'. Everything else (other operations, other services such as the DynamoDB table
+of ``aiokpl.coordination``) goes to moto untouched, behind the same lock as before.
 
 What it does not model: read limits (``GetRecords``: 5 calls and 2 MiB per second per shard),
 control-plane limits (``ListShards`` at 100 calls per second per stream, ...), on-demand
@@ -39,19 +49,34 @@ streams' own scaling, and the service's habit of refusing a whole ``PutRecords``
 from __future__ import annotations
 
 import base64
-import io
 import json
 import random
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._core.decoder import decode
-from ._moto_model import locate, storable
+from ._moto_extras import (
+    DRY_RUN,
+    DRY_RUN_MESSAGE,
+    create_stream,
+    describe_summary,
+    dry_read,
+    error,
+    internal_failure,
+    json_response,
+    missing_key,
+    moto_error,
+    ordering_refused,
+    read_body,
+    set_body,
+    too_large,
+    update_distribution,
+)
+from ._moto_model import MissingKey, find_stream, is_auto, place, storable
 from ._shard_limits import (
     ServerFaults,
     ShardLimits,
@@ -91,23 +116,14 @@ _FAULTED = _WRITES | {
     "GetShardIterator",
     "ListShards",
 }
+# Requests whose body the application reads: those above, and what moto lacks.
+_READ = _FAULTED | {"CreateStream", "UpdateStreamRecordDistributionStrategy"}
+_DRY_READS = frozenset({"GetRecords", "GetShardIterator"})
 _FAILED = "Internal service failure."
 _RANDOM_FAULTS = (
     (500, "InternalFailure", "Internal service failure (injected: --fault-rate)."),
     (503, "ServiceUnavailable", "Service is unavailable (injected: --fault-rate)."),
 )
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
-# The service's limits of one request, checked before any shard's: 500 records, 1 MiB a
-# record, 5 MiB in all (data plus partition keys).
-_MAX_RECORDS = 500
-_MAX_RECORD = 1024 * 1024
-_MAX_REQUEST = 5 * 1024 * 1024
 # The base64 of the KPL aggregate's magic (F3 89 9A C2) starts with these characters.
 _AGGREGATE_PREFIX = "84ma"
 _ARN_STREAM = re.compile(r"^arn:[^:]+:kinesis:[^:]*:[^:]*:stream/(?P<name>.+)$")
@@ -133,32 +149,10 @@ def _decoded_size(data: Any) -> int:
     return length // 4 * 3 - data.endswith("=") - data.endswith("==")
 
 
-def _json_response(
-    start_response: StartResponse,
-    status: int,
-    document: Mapping[str, Any],
-    error: str = "",
-    content_type: str = "application/x-amz-json-1.1",
-) -> list[bytes]:
-    body = json.dumps(document).encode()
-    headers = [
-        ("Content-Type", content_type),
-        ("Content-Length", str(len(body))),
-        ("x-amzn-RequestId", str(uuid.uuid4())),
-    ]
-    if error:
-        headers.append(("x-amzn-ErrorType", error))
-    start_response(f"{status} {_REASONS[status]}", headers)
-    return [body]
-
-
-def _error(start_response: StartResponse, status: int, code: str, message: str) -> list[bytes]:
-    return _json_response(start_response, status, {"__type": code, "message": message}, code)
-
-
 @dataclass
 class _Write:
-    """A write located by moto, and what its shards decided: each record admitted or not."""
+    """A write placed on its shards (by moto, or at random on an ``AUTO`` stream), and what
+    its shards decided: each record admitted or not."""
 
     stream_arn: str
     stream_name: str
@@ -168,6 +162,7 @@ class _Write:
     sizes: list[int]  # what each record counts against its shard, in bytes
     users: list[int]  # the user records each record holds
     now: float
+    auto: bool = False  # placed at random: stored on those shards by the application
     admitted: list[int] = field(default_factory=list)  # indexes of the records admitted
     refused: dict[int, str] = field(default_factory=dict)  # index -> shard id, the others
 
@@ -176,15 +171,30 @@ class _Write:
         message = throttled_message(shard, self.stream_name, self.account)
         return {"ErrorCode": THROTTLED, "ErrorMessage": message}
 
+    def store(self, index: int, record: Mapping[str, Any]) -> tuple[str, str]:
+        """Store record ``index`` on its shard with moto's model: ``(sequence, shard id)``."""
+        if self.auto:
+            shard_id = self.shards[index]
+            shard = self.model.shards[shard_id]
+            key, explicit = record.get("PartitionKey"), record.get("ExplicitHashKey")
+            return shard.put_record(key, record["Data"], explicit), shard_id
+        sequence, shard_id = self.model.put_record(
+            record["PartitionKey"], record.get("ExplicitHashKey"), record["Data"]
+        )
+        return sequence, shard_id
+
 
 class ThrottlingApp:
-    """moto's WSGI application behind its lock, with per-shard limits and faults in front.
+    """moto's WSGI application behind its lock, with per-shard limits, faults and ``AUTO``
+    streams in front.
 
     Args:
         app: moto's WSGI application.
         lock: The lock moto's model is used under (every request goes through it).
         limits: The per-shard limits; ``None`` throttles nothing.
         faults: The faults to add; ``None`` adds none.
+        placement_seed: Seed of the generator that places the records of ``AUTO`` streams
+            (``None``: a new sequence every run).
         clock: Monotonic seconds, for the buckets.
         wall: Wall-clock seconds, for the per-second counts.
     """
@@ -196,6 +206,7 @@ class ThrottlingApp:
         limits: ShardLimits | None = None,
         faults: ServerFaults | None = None,
         *,
+        placement_seed: int | None = None,
         # A server on real threads, outside any event loop: the system's clocks.
         clock: Callable[[], float] = time.monotonic,  # noqa: TID251 - a threaded WSGI server
         wall: Callable[[], float] = time.time,  # noqa: TID251 - seconds other processes share
@@ -206,6 +217,7 @@ class ThrottlingApp:
         self.faults = faults or ServerFaults()
         self._throttle = ShardThrottle(limits) if limits is not None else None
         self._random = random.Random(self.faults.seed)
+        self._placement = random.Random(placement_seed)
         self._clock = clock
         self._wall = wall
         self.counts = ThroughputCounts()
@@ -222,15 +234,19 @@ class ThrottlingApp:
             return self._report(start_response)
         target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
         operation = target[len(_TARGET_PREFIX) :] if target.startswith(_TARGET_PREFIX) else ""
-        if operation not in _FAULTED:
+        if operation not in _READ:
             return self._moto(environ, start_response)
-        raw = _read_body(environ)
+        raw = read_body(environ)
         try:
             body = json.loads(raw) if raw else {}
         except ValueError:
             body = None
         if not isinstance(body, dict):
             return self._moto(environ, start_response)  # moto answers what is malformed
+        if operation == "CreateStream":
+            return create_stream(self._app, self._lock, environ, start_response, body)
+        if operation == "UpdateStreamRecordDistributionStrategy":
+            return update_distribution(self._lock, environ, start_response, body)
         stream = _stream_named(body)
         records = _records_of(operation, body)
         failed = self._fault(stream, start_response)
@@ -238,13 +254,16 @@ class ThrottlingApp:
             if stream is not None and records:
                 self.counts.add(int(self._wall()), stream, failed=len(records))
             return failed
-        if self._throttle is None or stream is None or not records:
-            users = sum(_user_records(record) for record in records)
-            return self._counted(environ, start_response, stream, len(records), users)
-        return self._throttled(environ, start_response, operation, raw, body, records)
+        if operation == "DescribeStreamSummary":
+            return describe_summary(self._app, self._lock, environ, start_response, body)
+        if operation in _DRY_READS and body.get("DryRun") is True:
+            return dry_read(self._app, self._lock, environ, start_response)
+        if stream is None or not records:
+            return self._moto(environ, start_response)
+        return self._write(environ, start_response, operation, raw, body, records)
 
     def _report(self, start_response: StartResponse) -> list[bytes]:
-        return _json_response(
+        return json_response(
             start_response,
             200,
             {
@@ -267,7 +286,7 @@ class ThrottlingApp:
         if stream is not None and stream in faults.hang_streams:
             self._closing.wait(faults.hang_seconds)
         if stream is not None and stream in faults.fail_streams:
-            return _error(
+            return error(
                 start_response,
                 500,
                 "InternalFailure",
@@ -275,30 +294,10 @@ class ThrottlingApp:
             )
         if faults.fault_rate and self._random.random() < faults.fault_rate:
             status, code, message = self._random.choice(_RANDOM_FAULTS)
-            return _error(start_response, status, code, message)
+            return error(start_response, status, code, message)
         return None
 
-    def _counted(
-        self,
-        environ: WSGIEnvironment,
-        start_response: StartResponse,
-        stream: str | None,
-        n: int,
-        users: int,
-    ) -> list[bytes]:
-        """moto answers; its stored records are counted (not throttled, nothing to decide)."""
-        status: list[str] = []
-
-        def capture(value: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            status.append(value)
-            return start_response(value, headers, exc_info)
-
-        answer = self._moto(environ, capture)
-        if stream is not None and n and status and status[0].startswith("200"):
-            self.counts.add(int(self._wall()), stream, delivered=n, delivered_user=users)
-        return answer
-
-    def _throttled(
+    def _write(
         self,
         environ: WSGIEnvironment,
         start_response: StartResponse,
@@ -307,36 +306,56 @@ class ThrottlingApp:
         body: dict[str, Any],
         records: list[Mapping[str, Any]],
     ) -> list[bytes]:
-        """A write to a throttled stream: each record admitted or refused by its shard's
-        buckets, under moto's lock; moto stores the admitted ones."""
-        throttle = self._throttle
-        assert throttle is not None
+        """A write: checked and placed, each record admitted or refused by its shard's
+        buckets (all admitted without limits), under moto's lock; the admitted ones stored."""
         sizes = [_record_size(record) for record in records]
+        large = too_large(operation, sizes)
+        if large is not None:
+            # The service refuses such a request whole, before any shard's limit.
+            return error(start_response, 400, *large)
         users = [_user_records(record) for record in records]
-        if len(records) > _MAX_RECORDS or max(sizes) > _MAX_RECORD or sum(sizes) > _MAX_REQUEST:
-            # The service refuses such a request whole, before any shard's limit: moto's error.
-            return self._moto(environ, start_response)
+        dry_run = body.get("DryRun") is True
         with self._lock:
             now = self._clock()
-            located = locate(environ, body, records)
-            if located is None:
-                # moto cannot place a record (no such stream, a bad key): its own error.
-                return list(self._app(environ, start_response))
-            model, shards = located
+            try:
+                model = find_stream(environ, body)
+            except Exception as exc:  # no such stream: moto's error, nothing stored
+                return self._unplaced(environ, start_response, exc, dry_run)
+            auto = is_auto(model)
+            ordering = body.get("SequenceNumberForOrdering")
+            if auto and operation == "PutRecord" and ordering is not None:
+                return error(start_response, 400, *ordering_refused(model))
+            try:
+                shards = place(model, records, auto, self._placement)
+            except MissingKey as missing:
+                return error(start_response, 400, *missing_key(operation, missing.index))
+            except Exception as exc:  # a key moto refuses
+                return self._unplaced(environ, start_response, exc, dry_run or auto)
+            if shards is None:  # a key moto has no shard for: its own failure
+                return self._unplaced(environ, start_response, None, dry_run)
+            if dry_run:
+                return error(start_response, 400, DRY_RUN, DRY_RUN_MESSAGE)
+            if auto and not storable(records, keyless=True):
+                message = "a record's Data, PartitionKey or ExplicitHashKey is not a string"
+                return error(start_response, 400, "SerializationException", message)
             write = _Write(
-                model.arn, model.stream_name, model.account_id, shards, model, sizes, users, now
+                model.arn,
+                model.stream_name,
+                model.account_id,
+                shards,
+                model,
+                sizes,
+                users,
+                now,
+                auto,
             )
-            for index, shard_id in enumerate(shards):
-                if throttle.admit(write.stream_arn, shard_id, sizes[index], now):
-                    write.admitted.append(index)
-                else:
-                    write.refused[index] = shard_id
+            self._admit(write)
             second = int(self._wall())
             if operation == "PutRecord":
-                return self._put_record(environ, start_response, write, second)
+                return self._put_record(environ, start_response, records, write, second)
             if not write.admitted:
                 return self._all_refused(start_response, write, second)
-            if storable(records):
+            if auto or storable(records):
                 return self._stored_directly(start_response, records, write, second)
             if not write.refused:
                 paid = [(write.stream_arn, shards[i], sizes[i]) for i in write.admitted]
@@ -345,14 +364,60 @@ class ThrottlingApp:
                 )
             return self._partly_refused(environ, start_response, raw, body, records, write, second)
 
-    def _put_record(
-        self, environ: WSGIEnvironment, start_response: StartResponse, write: _Write, second: int
+    def _admit(self, write: _Write) -> None:
+        """Each record admitted by its shard's buckets, or refused (all admitted without
+        limits)."""
+        throttle = self._throttle
+        if throttle is None:
+            write.admitted = list(range(len(write.shards)))
+            return
+        for index, shard_id in enumerate(write.shards):
+            if throttle.admit(write.stream_arn, shard_id, write.sizes[index], write.now):
+                write.admitted.append(index)
+            else:
+                write.refused[index] = shard_id
+
+    def _unplaced(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        exc: BaseException | None,
+        answer_here: bool,
     ) -> list[bytes]:
-        """``PutRecord``: refused whole (HTTP 400) over its shard's limit, else moto's."""
+        """A write moto cannot place (no such stream, a key it refuses or has no shard for):
+        moto's own answer (under the lock already held); for a dry run or an ``AUTO`` stream,
+        moto's error answered here instead, as moto's application would store the records
+        before the one it fails on (by key)."""
+        if not answer_here:
+            return list(self._app(environ, start_response))
+        return moto_error(start_response, exc)
+
+    def _give_back(self, write: _Write, index: int) -> None:
+        """What record ``index`` took from its shard's buckets goes back (not stored)."""
+        if self._throttle is not None:
+            self._throttle.give_back(
+                write.stream_arn, write.shards[index], write.sizes[index], write.now
+            )
+
+    def _put_record(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        records: list[Mapping[str, Any]],
+        write: _Write,
+        second: int,
+    ) -> list[bytes]:
+        """``PutRecord``: refused whole (HTTP 400) over its shard's limit, else moto's (on an
+        ``AUTO`` stream, stored on its shard here)."""
         if write.refused:
             self.counts.add(second, write.stream_name, throttled=1, throttled_user=write.users[0])
             message = throttled_message(write.refused[0], write.stream_name, write.account)
-            return _error(start_response, 400, THROTTLED, message)
+            return error(start_response, 400, THROTTLED, message)
+        if write.auto:
+            entries, failed = self._store(records, write, second)
+            if failed:
+                return internal_failure(start_response)
+            return json_response(start_response, 200, entries[0])
         paid = [(write.stream_arn, write.shards[0], write.sizes[0])]
         return self._stored(
             environ, start_response, write.stream_name, second, paid, write.users[0], write.now
@@ -366,7 +431,7 @@ class ThrottlingApp:
             second, write.stream_name, throttled=len(write.shards), throttled_user=sum(write.users)
         )
         entries = [write.throttled(shard) for shard in write.shards]
-        return _json_response(
+        return json_response(
             start_response, 200, {"FailedRecordCount": len(entries), "Records": entries}
         )
 
@@ -385,7 +450,7 @@ class ThrottlingApp:
         was sent."""
         admitted, refused = write.admitted, write.refused
         partial = dict(body, Records=[records[i] for i in admitted])
-        _set_body(environ, json.dumps(partial).encode())
+        set_body(environ, json.dumps(partial).encode())
         captured: list[Any] = []
 
         def capture(value: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
@@ -396,13 +461,9 @@ class ThrottlingApp:
         if not captured or not captured[0].startswith("200"):
             # moto refused the rewritten request: nothing stored, the tokens go back, and
             # the client gets moto's error for its original request.
-            throttle = self._throttle
-            assert throttle is not None
             for index in admitted:
-                throttle.give_back(
-                    write.stream_arn, write.shards[index], write.sizes[index], write.now
-                )
-            _set_body(environ, raw)
+                self._give_back(write, index)
+            set_body(environ, raw)
             return list(self._app(environ, start_response))
         stored = iter(json.loads(answer)["Records"])
         entries = [
@@ -417,7 +478,7 @@ class ThrottlingApp:
             delivered_user=sum(write.users[i] for i in admitted),
             throttled_user=sum(write.users[i] for i in refused),
         )
-        return _json_response(
+        return json_response(
             start_response, 200, {"FailedRecordCount": len(refused), "Records": entries}
         )
 
@@ -442,11 +503,9 @@ class ThrottlingApp:
         answer = list(self._app(environ, capture))
         if status and status[0].startswith("200"):
             self.counts.add(second, stream, delivered=len(paid), delivered_user=users)
-        else:
-            throttle = self._throttle
-            assert throttle is not None
+        elif self._throttle is not None:
             for stream_arn, shard_id, size in paid:
-                throttle.give_back(stream_arn, shard_id, size, now)
+                self._throttle.give_back(stream_arn, shard_id, size, now)
         return answer
 
     def _stored_directly(
@@ -464,8 +523,21 @@ class ThrottlingApp:
         and the server answers one request at a time. Measured with eight producers
         without aggregation (``bench/fleet.py``), that handling kept the server busy 90% of
         every second, requests waited 1-3 s for the lock, and the cell measured moto's speed
-        instead of the producers'. Sequence numbers and shards are moto's own.
+        instead of the producers'. Sequence numbers and shards are moto's own (on an ``AUTO``
+        stream, the shards drawn for the records).
         """
+        entries, failed = self._store(records, write, second)
+        return json_response(
+            start_response,
+            200,
+            {"FailedRecordCount": len(write.refused) + failed, "Records": entries},
+        )
+
+    def _store(
+        self, records: list[Mapping[str, Any]], write: _Write, second: int
+    ) -> tuple[list[dict[str, str]], int]:
+        """Store the admitted records with moto's model: the answer's entries (throttled
+        ones at their positions) and how many moto failed to store; all counted."""
         refused = write.refused
         entries: list[dict[str, str]] = []
         stored = users = failed = 0
@@ -475,19 +547,13 @@ class ThrottlingApp:
                 entries.append(write.throttled(shard))
                 continue
             try:
-                sequence, shard_id = write.model.put_record(
-                    record["PartitionKey"], record.get("ExplicitHashKey"), record["Data"]
-                )
+                sequence, shard_id = write.store(index, record)
             except Exception:
                 # moto failed to store it (its model placed it a moment ago, so this is
                 # moto's bug): AWS's per-record answer for a failure of its own, and the
                 # record's tokens go back, as for a record never stored.
                 failed += 1
-                throttle = self._throttle
-                assert throttle is not None
-                throttle.give_back(
-                    write.stream_arn, write.shards[index], write.sizes[index], write.now
-                )
+                self._give_back(write, index)
                 entries.append({"ErrorCode": "InternalFailure", "ErrorMessage": _FAILED})
                 continue
             entries.append({"SequenceNumber": sequence, "ShardId": shard_id})
@@ -502,11 +568,7 @@ class ThrottlingApp:
             delivered_user=users,
             throttled_user=sum(write.users[index] for index in refused),
         )
-        return _json_response(
-            start_response,
-            200,
-            {"FailedRecordCount": len(refused) + failed, "Records": entries},
-        )
+        return entries, failed
 
 
 def _user_records(record: Mapping[str, Any]) -> int:
@@ -535,16 +597,3 @@ def _records_of(operation: str, body: Mapping[str, Any]) -> list[Mapping[str, An
         if isinstance(records, list) and all(isinstance(r, dict) for r in records):
             return records
     return []
-
-
-def _read_body(environ: WSGIEnvironment) -> bytes:
-    """The request body, read once; ``environ`` is left able to give it again."""
-    length = int(environ.get("CONTENT_LENGTH") or 0)  # werkzeug has checked it is a number
-    raw = environ["wsgi.input"].read(length) if length > 0 else b""
-    _set_body(environ, raw)
-    return raw
-
-
-def _set_body(environ: WSGIEnvironment, raw: bytes) -> None:
-    environ["wsgi.input"] = io.BytesIO(raw)
-    environ["CONTENT_LENGTH"] = str(len(raw))

@@ -42,6 +42,7 @@ _OPERATIONS = frozenset(
         "PutRecords",
         "SplitShard",
         "UpdateMaxRecordSize",
+        "UpdateStreamRecordDistributionStrategy",
     }
 )
 
@@ -91,6 +92,13 @@ _FILTER_TYPES = (
     "FROM_TIMESTAMP",
 )
 _ENTRY_KEYS = ("Data", "ExplicitHashKey", "PartitionKey")
+# RecordDistributionStrategy: the service places records on AUTO streams (on-demand only),
+# by their keys on the others.
+_AUTO = "AUTO"
+_USER_PARTITION_KEY = "USER_PARTITION_KEY"
+_DISTRIBUTIONS = (_AUTO, _USER_PARTITION_KEY)
+_DRY_RUN = "DryRunOperationException"
+_DRY_RUN_MESSAGE = "The request was rejected because the DryRun parameter was specified."
 
 
 class _Rejected(Exception):
@@ -172,6 +180,60 @@ def _validation(value: object, field: str, constraint: str) -> _Rejected:
     )
 
 
+def _missing(field: str) -> _Rejected:
+    """The service's answer to a member that must be given and is not."""
+    return _Rejected(
+        "ValidationException",
+        f"1 validation error detected: Value null at '{field}' failed to satisfy constraint: "
+        "Member must not be null",
+    )
+
+
+def _check_distribution(value: object) -> str:
+    """A ``RecordDistributionStrategy``, checked against the model's enum."""
+    if value not in _DISTRIBUTIONS:
+        raise _validation(
+            value,
+            "recordDistributionStrategy",
+            f"satisfy enum value set: [{', '.join(_DISTRIBUTIONS)}]",
+        )
+    return str(value)
+
+
+def _created_distribution(value: object, mode: str) -> str:
+    """``CreateStream``'s ``RecordDistributionStrategy``: checked, and ``AUTO`` refused for a
+    stream that is not ``ON_DEMAND``; ``USER_PARTITION_KEY`` when not given."""
+    if value is None:
+        return _USER_PARTITION_KEY
+    strategy = _check_distribution(value)
+    if strategy == _AUTO and mode != "ON_DEMAND":
+        raise _Rejected(
+            "InvalidArgumentException",
+            "RecordDistributionStrategy AUTO is supported only for streams in ON_DEMAND mode.",
+        )
+    return strategy
+
+
+def _require_keys(entries: list[tuple[str | None, bytes, str | None, bytes]]) -> None:
+    """Refuse a ``PutRecords`` (of a stream that is not ``AUTO``) with a record without a
+    partition key, as a whole: the member must not be null there."""
+    for index, entry in enumerate(entries):
+        if entry[0] is None:
+            raise _missing(f"records.{index + 1}.member.partitionKey")
+
+
+def _dry_run(value: object) -> bool:
+    """Whether a request's ``DryRun`` asks for a dry run (botocore sends only a boolean)."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"Invalid type for parameter DryRun, value: {value!r}, type: {type(value)}, "
+            "valid types: <class 'bool'>"
+        )
+    return value
+
+
 def _max_record_size_of(kib: int) -> int:
     if not 1024 <= kib <= 10240:
         raise _validation(
@@ -185,10 +247,14 @@ def _check_sequence_number(value: object, field: str) -> None:
         raise _validation(value, field, "satisfy regular expression pattern: 0|([1-9]\\d{0,128})")
 
 
-def _check_entry(entry: object, parameter: str, field: str) -> tuple[str, bytes, str | None, bytes]:
+def _check_entry(
+    entry: object, parameter: str, field: str
+) -> tuple[str | None, bytes, str | None, bytes]:
     """Check one record as botocore and then the API front end would.
 
-    Returns ``(partition_key, data, explicit_hash_key, partition_key_utf8)``.
+    Returns ``(partition_key, data, explicit_hash_key, partition_key_utf8)``. The partition key
+    may be missing (``None``, and ``b""`` as UTF-8): the API model makes it optional, for AUTO
+    streams; whether the stream takes a record without one is the operation's to check.
     """
     where = parameter.rstrip(".") or "input"
     if not isinstance(entry, Mapping):
@@ -201,31 +267,15 @@ def _check_entry(entry: object, parameter: str, field: str) -> tuple[str, bytes,
             raise TypeError(
                 f'Unknown parameter in {where}: "{key}", must be one of: {", ".join(_ENTRY_KEYS)}'
             )
-    for key in ("Data", "PartitionKey"):
-        if key not in entry:
-            raise TypeError(f'Missing required parameter in {where}: "{key}"')
-    partition_key = entry["PartitionKey"]
-    if not isinstance(partition_key, str):
+    if "Data" not in entry:
+        raise TypeError(f'Missing required parameter in {where}: "Data"')
+    partition_key = entry.get("PartitionKey")
+    if "PartitionKey" in entry and not isinstance(partition_key, str):
         raise TypeError(
             f"Invalid type for parameter {parameter}PartitionKey, value: {partition_key!r}, "
             f"type: {type(partition_key)}, valid types: <class 'str'>"
         )
-    data = entry["Data"]
-    if isinstance(data, str):
-        data = data.encode()
-    elif isinstance(data, bytearray):
-        data = bytes(data)
-    elif not isinstance(data, bytes):
-        if callable(getattr(data, "read", None)):
-            data = data.read()
-            data = data.encode() if isinstance(data, str) else bytes(data)
-        else:
-            # botocore accepts bytes, bytearray, str and file-like objects; not memoryview.
-            raise TypeError(
-                f"Invalid type for parameter {parameter}Data, value: {data!r}, "
-                f"type: {type(data)}, valid types: <class 'bytes'>, <class 'bytearray'>, "
-                "file-like object"
-            )
+    data = _data_of(entry["Data"], parameter)
     explicit_hash_key = entry.get("ExplicitHashKey")
     if "ExplicitHashKey" in entry and not isinstance(explicit_hash_key, str):
         raise TypeError(
@@ -233,17 +283,18 @@ def _check_entry(entry: object, parameter: str, field: str) -> tuple[str, bytes,
             f"value: {explicit_hash_key!r}, type: {type(explicit_hash_key)}, "
             "valid types: <class 'str'>"
         )
-    length = partition_key_length(partition_key)  # UTF-16 code units, as the service counts
-    if length < 1:
-        raise _validation(
-            partition_key, f"{field}partitionKey", "have length greater than or equal to 1"
-        )
-    if length > _MAX_PARTITION_KEY_LENGTH:
-        raise _validation(
-            partition_key,
-            f"{field}partitionKey",
-            f"have length less than or equal to {_MAX_PARTITION_KEY_LENGTH}",
-        )
+    if partition_key is not None:
+        length = partition_key_length(partition_key)  # UTF-16 code units, as the service counts
+        if length < 1:
+            raise _validation(
+                partition_key, f"{field}partitionKey", "have length greater than or equal to 1"
+            )
+        if length > _MAX_PARTITION_KEY_LENGTH:
+            raise _validation(
+                partition_key,
+                f"{field}partitionKey",
+                f"have length less than or equal to {_MAX_PARTITION_KEY_LENGTH}",
+            )
     if len(data) > _LARGEST_MAX_RECORD_SIZE:
         raise _validation(
             f"java.nio.HeapByteBuffer[pos=0 lim={len(data)} cap={len(data)}]",
@@ -256,6 +307,8 @@ def _check_entry(entry: object, parameter: str, field: str) -> tuple[str, bytes,
             f"{field}explicitHashKey",
             "satisfy regular expression pattern: 0|([1-9]\\d{0,38})",
         )
+    if partition_key is None:
+        return None, data, explicit_hash_key, b""
     try:
         key_bytes = partition_key.encode()
     except UnicodeEncodeError:
@@ -265,6 +318,27 @@ def _check_entry(entry: object, parameter: str, field: str) -> tuple[str, bytes,
             "be valid Unicode (it contains a lone surrogate)",
         ) from None
     return partition_key, data, explicit_hash_key, key_bytes
+
+
+def _data_of(data: object, parameter: str) -> bytes:
+    """A record's ``Data`` as bytes, as botocore takes it: bytes, bytearray, str (its UTF-8) or
+    a file-like object (what it reads); anything else is a ``TypeError``."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, bytearray):
+        return bytes(data)
+    read = getattr(data, "read", None)
+    if callable(read):
+        content = read()
+        return content.encode() if isinstance(content, str) else bytes(content)
+    # botocore accepts bytes, bytearray, str and file-like objects; not memoryview.
+    raise TypeError(
+        f"Invalid type for parameter {parameter}Data, value: {data!r}, "
+        f"type: {type(data)}, valid types: <class 'bytes'>, <class 'bytearray'>, "
+        "file-like object"
+    )
 
 
 def _encode(kind: str, fields: list[Any]) -> str:
