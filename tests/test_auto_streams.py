@@ -111,6 +111,26 @@ async def test_records_put_before_the_first_summary_are_not_aggregated_for_an_au
     assert len(fake.stored_records("s")) == 520  # not one aggregate
 
 
+async def test_records_sent_alone_awaiting_the_summary_are_aggregated_when_it_answers() -> None:
+    # The map loads at once, the summary 0.5 s later: records put meanwhile reach their
+    # deadline and go alone to the stream-level limit (one shard's rates, one second of
+    # burst). The summary says the stream places records by key: what still
+    # waits there is predicted and aggregated, not trickled out one by one.
+    fake = SlowSummary(0.5)
+    fake.add_stream("s", 4)
+    async with Producer(CONFIG, client=fake) as producer:
+        await anyio.sleep(0.01)
+        outcomes = await put_many(producer, 5_000)
+        results = [await outcome for outcome in outcomes]
+        finished = anyio.current_time()
+    assert all(result.success for result in results)
+    stored = fake.stored_records("s")
+    # What the stream-level limit let through until the summary came (1,000 of burst and
+    # 1,000 a second from 0.1 s to 0.5 s), then a few aggregates; not 5,000 one by one.
+    assert len(stored) < 1_500
+    assert finished < 1.0  # not 4 s at one shard's rate
+
+
 async def test_records_without_a_key_held_past_their_deadline_are_placed_first() -> None:
     # No map within the records' deadline: each goes alone, and must carry a key there (the
     # stream places records by key), not go without one.

@@ -435,6 +435,10 @@ class StreamPipeline:
             self._table = self.shard_map.table
         self._ledger.enter()
         try:
+            if self._table is not None:
+                # Released alone at their deadline while the summary was still awaited: they
+                # are predicted (and aggregated) now, as after a late map.
+                self._put_unmapped_again(self._clock())
             for record, hash_key in self.aggregator.take_held():
                 self.put(record, hash_key)
             if self.aggregator.flush_on_release:
