@@ -138,11 +138,6 @@ class Distribution:
         summary says ``AUTO``, or evidence says so and no summary has contradicted it."""
         return self.strategy == AUTO or self._evidence_at is not None
 
-    @property
-    def presumed(self) -> bool:
-        """``service_places`` rests on evidence alone, not on a summary."""
-        return self._evidence_at is not None and self.strategy != AUTO
-
     # --- events -----------------------------------------------------------------------------
     def start(self) -> None:
         """Ask the first summary (in the background) and keep asking."""
