@@ -132,12 +132,12 @@ async def test_records_sent_alone_awaiting_the_summary_are_aggregated_when_it_an
 
 
 async def test_records_without_a_key_held_past_their_deadline_are_placed_first() -> None:
-    # No map within the records' deadline: each goes alone, and must carry a key there (the
-    # stream places records by key), not go without one.
+    # No map before half the records' TTL is left (0.25 s): each goes alone, and must carry a
+    # key there (the stream places records by key), not go without one.
     fake = FakeKinesis()
     fake.add_stream("s", 4)
     fake.latency = 0.3
-    async with Producer(CONFIG, client=fake) as producer:
+    async with Producer(CONFIG.replace(record_ttl_ms=500), client=fake) as producer:
         outcomes = [await producer.put_record(stream="s", data=b"%d" % i) for i in range(50)]
         results = [await outcome for outcome in outcomes]
     assert all(result.success and len(result.attempts) == 1 for result in results)

@@ -768,10 +768,14 @@ def test_local_throttles_only_when_asked_and_a_rate_implies_it() -> None:
     assert parsed("--burst-seconds", "2")[0] == ShardLimits(burst_seconds=2)
     _, faults = parsed(
         "--fault-rate", "0.05", "--fail-stream", "a", "--hang-stream", "b", "--hang-stream", "c",
-        "--hang-seconds", "0",
+        "--hang-seconds", "0", "--control-latency", "0.3",
     )  # fmt: skip
     assert faults == ServerFaults(
-        fault_rate=0.05, fail_streams=("a",), hang_streams=("b", "c"), hang_seconds=0.0
+        fault_rate=0.05,
+        fail_streams=("a",),
+        hang_streams=("b", "c"),
+        hang_seconds=0.0,
+        control_latency=0.3,
     )
 
 

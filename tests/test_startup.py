@@ -152,16 +152,46 @@ async def test_a_map_that_answered_while_the_loop_was_busy_is_used_first() -> No
     assert user_records_per_kinesis_record(fake, "s") >= 250  # the map came first
 
 
-async def test_records_are_held_no_longer_than_their_deadline() -> None:
-    fake = SlowFirstListShards(0.5)  # slower than the buffered time
+async def test_records_wait_for_a_first_map_slower_than_their_deadline_and_aggregate() -> None:
+    """A cold start: the first map answers 0.5 s after the first put, five buffered times
+    late; every record waits for it and goes aggregated, at once when it comes."""
+    fake = SlowFirstListShards(0.5)
     fake.add_stream("s", shard_count=4)
     async with Producer(CONFIG, client=fake) as producer:
+        t0 = anyio.current_time()
+        first = await put_many(producer, "s", 1000)
+        await anyio.sleep(0.3)
+        second = await put_many(producer, "s", 1000)
+        await anyio.sleep(0.2 - EPS)
+        assert waiting(producer) == 2000  # past their deadlines, held for the map
+        await anyio.sleep(2 * EPS)
+        assert waiting(producer) == 0
+        results = [await outcome for outcome in first + second]
+    assert fake.listed_at == [pytest.approx(t0 + 0.5, abs=EPS)]
+    for result in results:
+        assert result.success
+        (attempt,) = result.attempts
+        # Put again when the map came, their deadlines past: sent after the collector's grace.
+        assert attempt.started_at == pytest.approx(t0 + 0.5 + GRACE, abs=EPS)
+    stored = fake.stored_records("s")
+    assert all(is_aggregated(record.data) for record in stored)
+    assert len(stored) <= 8  # ~55 KB a shard: two full aggregates of at most 50 KiB each
+
+
+async def test_records_wait_for_the_first_map_until_half_their_ttl_is_left() -> None:
+    """A first map slower than half the records' TTL: each goes alone when half its TTL is
+    left (so that it can still be sent and retried), and once the map loads, records are
+    aggregated again."""
+    fake = SlowFirstListShards(0.8)
+    fake.add_stream("s", shard_count=4)
+    config = CONFIG.replace(record_ttl_ms=1000)  # patience: 0.5 s
+    async with Producer(config, client=fake) as producer:
         t0 = anyio.current_time()
         first = await put_many(producer, "s", 10)
         await anyio.sleep(0.05)
         second = await put_many(producer, "s", 10)
-        # Released GRACE before their deadline, so that the collector sends them at it.
-        await anyio.sleep(BUFFERED - GRACE - 0.05 - EPS)
+        # Released GRACE before their release time, so that the collector sends them at it.
+        await anyio.sleep(0.5 - GRACE - 0.05 - EPS)
         assert waiting(producer) == 20
         await anyio.sleep(2 * EPS)
         assert waiting(producer) == 10
@@ -178,7 +208,7 @@ async def test_records_are_held_no_longer_than_their_deadline() -> None:
         for result in results_of:
             assert result.success
             (attempt,) = result.attempts
-            assert attempt.started_at == pytest.approx(put_at + BUFFERED, abs=EPS)
+            assert attempt.started_at == pytest.approx(put_at + 0.5, abs=EPS)
     assert len({result.sequence_number for result in after_results}) < 10
 
 
@@ -230,26 +260,27 @@ async def test_exit_right_after_a_burst_aggregates_it() -> None:
 
 
 async def test_retried_records_during_the_first_load_wait_for_it_too() -> None:
-    # The map comes at t0 + 0.12: after the retries are back (t0 + 0.1), before their
-    # release time (their new deadline t0 + 0.15, less the grace).
-    fake = SlowFirstListShards(0.12)
+    # TTL 0.3 s: records wait for the map until t0 + 0.15 (half their TTL left). The map
+    # comes at t0 + 0.17: after the retries are back (t0 + 0.15), before their release time
+    # (their new deadline t0 + 0.2, less the grace).
+    fake = SlowFirstListShards(0.17)
     fake.add_stream("s", shard_count=2)
-    # The first request (the records released at their deadline) fails record by record.
+    # The first request (the records released alone) fails record by record.
     fake.script_records([("InternalFailure", "Internal service failure.")] * 10)
-    async with Producer(CONFIG, client=fake) as producer:
+    async with Producer(CONFIG.replace(record_ttl_ms=300), client=fake) as producer:
         t0 = anyio.current_time()
         outcomes = await put_many(producer, "s", 10)
-        await anyio.sleep(0.11)
-        # Sent alone at t0 + 0.1, failed, retried: held again, the first load still running.
+        await anyio.sleep(0.16)
+        # Sent alone at t0 + 0.15, failed, retried: held again, the first load still running.
         assert waiting(producer) == 10
         results = [await outcome for outcome in outcomes]
-    retried_at = t0 + BUFFERED  # the answer came at once
+    retried_at = t0 + 0.15  # the answer came at once
     for result in results:
         assert result.success
         failed, delivered = result.attempts
         assert failed.error_code == "InternalFailure"
-        assert failed.started_at == pytest.approx(t0 + BUFFERED, abs=EPS)
-        # Put again when the map came (t0 + 0.12), aggregated, sent at the retry deadline
+        assert failed.started_at == pytest.approx(retried_at, abs=EPS)
+        # Put again when the map came (t0 + 0.17), aggregated, sent at the retry deadline
         # (half the buffered time) plus the grace.
         assert delivered.started_at == pytest.approx(retried_at + BUFFERED / 2 + GRACE, abs=EPS)
     assert len({result.sequence_number for result in results}) <= 2  # one aggregate per shard
@@ -272,12 +303,12 @@ async def test_held_records_count_against_the_outstanding_bounds() -> None:
 
 
 async def test_records_queued_at_the_stream_level_limit_are_aggregated_once_the_map_loads() -> None:
-    """The first map takes longer than the records' deadline (a slow first call over HTTP):
-    records go out alone, at one shard's rate, until it loads; then those still waiting at the
-    stream-level limit go back to the aggregator and leave aggregated, not one by one."""
-    fake = SlowFirstListShards(delay=0.5)
+    """The first map takes longer than half the records' TTL (3 s here): records go out
+    alone at 1.5 s, at one shard's rate, until it loads at 2 s; then those still waiting at
+    the stream-level limit go back to the aggregator and leave aggregated, not one by one."""
+    fake = SlowFirstListShards(delay=2.0)
     fake.add_stream("s", shard_count=4)
-    async with Producer(CONFIG, client=fake) as producer:
+    async with Producer(CONFIG.replace(record_ttl_ms=3000), client=fake) as producer:
         outcomes = [
             await producer.put_record(stream="s", partition_key=f"k{i}", data=b"d" * 100)
             for i in range(5000)
@@ -285,10 +316,10 @@ async def test_records_queued_at_the_stream_level_limit_are_aggregated_once_the_
         results = [await outcome for outcome in outcomes]
         statistics = producer.statistics().streams[0]
     assert all(result.success for result in results)
-    # Before the map: the bucket's second of records, then 1000/s for 0.4 s; the rest aggregated.
+    # Before the map: the bucket's second of records, then 1000/s for 0.5 s; the rest aggregated.
     singles = sum(1 for r in fake.stored_records("s") if not is_aggregated(r.data))
-    assert singles <= 1500
+    assert 1000 <= singles <= 1600
     assert fake.calls("PutRecords") < 30
-    assert len(fake.stored_records("s")) <= singles + 20  # the other 3,600 in a few aggregates
-    assert max(r.attempts[-1].ended_at for r in results) < 1.0  # not 4 s at 1000 records/s
+    assert len(fake.stored_records("s")) <= singles + 20  # the other 3,400 in a few aggregates
+    assert max(r.attempts[-1].ended_at for r in results) < 2.5  # not 5 s at 1000 records/s
     assert statistics.rate_limited == 0

@@ -103,13 +103,16 @@ def test_limits_and_faults_describe_themselves() -> None:
         fail_streams=["a"],  # type: ignore[arg-type]  # as JSON gives it to the server process
         hang_streams=("b",),
         hang_seconds=3,
+        control_latency=0.5,
     )
     assert faults.any
+    assert ServerFaults(control_latency=0.5).any
     assert faults.fail_streams == ("a",)  # a list (from JSON) is kept as a tuple
     assert faults.describe() == [
         "5% of requests fail at random (InternalFailure HTTP 500, ServiceUnavailable HTTP 503)",
         "stream a: every request fails (InternalFailure)",
         "stream b: every request is answered 3 s late",
+        "ListShards, DescribeStream and DescribeStreamSummary are answered 0.5 s late",
     ]
 
 
@@ -121,6 +124,8 @@ def test_limits_and_faults_describe_themselves() -> None:
         ({"fault_rate": math.nan}, "fault_rate must be within 0 … 1"),
         ({"hang_seconds": -1.0}, "hang_seconds must be 0 or more"),
         ({"hang_seconds": math.inf}, "hang_seconds must be 0 or more"),
+        ({"control_latency": -0.1}, "control_latency must be 0 or more"),
+        ({"control_latency": math.nan}, "control_latency must be 0 or more"),
     ],
 )
 def test_faults_are_checked(arguments: dict[str, float], message: str) -> None:
@@ -440,6 +445,7 @@ def test_other_requests_pass_through_untouched() -> None:
             "fail_streams": [],
             "hang_streams": [],
             "hang_seconds": 10.0,
+            "control_latency": 0.0,
             "seed": None,
         },
         "series": [],
@@ -474,6 +480,33 @@ def test_closing_releases_a_hanging_request() -> None:
     thread.join(timeout=30)
     assert not thread.is_alive()
     assert answers == [400]  # served once released: moto has no stream "stuck"
+
+
+def test_control_latency_slows_the_calls_that_load_a_shard_map_only() -> None:
+    served = Served(None, ServerFaults(control_latency=0.3))
+    stream = new_stream(served)
+    waits: list[float] = []
+
+    class Closing:  # the server's event: what it would wait, without waiting
+        def wait(self, timeout: float) -> bool:
+            waits.append(timeout)
+            return False
+
+    served.app._closing = Closing()  # type: ignore[assignment]
+    assert served.put(stream, 1)[0] == 200
+    assert (
+        served.call(
+            "GetShardIterator",
+            StreamName=stream,
+            ShardId="shardId-000000000000",
+            ShardIteratorType="TRIM_HORIZON",
+        )[0]
+        == 200
+    )
+    assert waits == []
+    for operation in ("ListShards", "DescribeStream", "DescribeStreamSummary"):
+        assert served.call(operation, StreamName=stream)[0] == 200
+    assert waits == [0.3, 0.3, 0.3]
 
 
 def test_moto_shards_mended_answer_as_before_without_copying_their_keys() -> None:

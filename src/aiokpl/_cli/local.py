@@ -21,7 +21,7 @@ exits 2, as it does when the address cannot be bound.
 ``--throttle`` makes the server enforce AWS's per-shard write limits (1,000 records/s and
 1 MiB/s per shard, one second of burst; ``--shard-records-per-sec``, ``--shard-bytes-per-sec``
 and ``--burst-seconds`` change them and imply ``--throttle``); ``--fault-rate``,
-``--fail-stream`` and ``--hang-stream`` add faults. Both are
+``--fail-stream``, ``--hang-stream`` and ``--control-latency`` add faults. Both are
 :mod:`aiokpl.testing._throttling`'s; the banner then says what the server enforces.
 
 The web server's line per request is printed only with ``--log-requests``; without it, its
@@ -371,6 +371,7 @@ def limits_and_faults(args: argparse.Namespace) -> tuple[ShardLimits | None, Ser
         fail_streams=tuple(getattr(args, "fail_streams", None) or ()),
         hang_streams=tuple(getattr(args, "hang_streams", None) or ()),
         hang_seconds=getattr(args, "hang_seconds", 10.0),
+        control_latency=getattr(args, "control_latency", 0.0),
     )
     return limits, faults
 
@@ -535,4 +536,13 @@ def _add_fault_options(local: argparse.ArgumentParser) -> None:
         default=10.0,
         metavar="S",
         help="how late a --hang-stream's requests are answered (default: %(default)g)",
+    )
+    limits.add_argument(
+        "--control-latency",
+        type=seconds,
+        default=0.0,
+        metavar="S",
+        help="answer every ListShards, DescribeStream and DescribeStreamSummary S seconds late, "
+        "as a far region or a cold start's first calls do: a new producer's first shard map "
+        "comes late (default: %(default)g)",
     )

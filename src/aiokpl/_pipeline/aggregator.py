@@ -20,19 +20,23 @@ record with no predicted shard once the stream's first map load attempt has ende
 unpredicted: unaggregated and not rate limited, a throttling storm when a producer starts with
 a burst). A record put while the stream's *first* map load attempt runs (never loaded, no
 attempt failed yet; and its first summary, the router says: ``distribution.py``) is held,
-retried records included. When the attempt ends, the held records are put again, in deadline
-then arrival order: predicted and aggregated with the new map, or alone as above if it failed.
-Held records stay outstanding, so ``max_outstanding_*`` bound them. Invariants of the hold:
+retried records included, *past its buffered deadline*: a cold start (DNS, TLS, then
+``ListShards``) commonly takes longer than the buffered time, and every record sent before the
+map goes alone. When the attempt ends, the held records are put again, in release-time then arrival
+order: predicted and aggregated with the new map, or alone as above if it failed. The first
+attempt is bounded (``request_timeout_ms``), and held records stay outstanding, so
+``max_outstanding_*`` bound them. Invariants of the hold:
 
-* a held record is never held past its own deadline: one scheduler entry for the whole hold,
-  at its earliest release time, releases what is due then, to the router, which sends it
-  without a prediction (alone; placed first, if it has no key). The release
-  time is the deadline less the collector's grace, so the record is sent at its deadline,
-  exactly as it would have been without the hold. (The entry first arms the release and a
-  second one, a microsecond later, does it: a map that answered while the event loop was
-  busy past both times, with the very puts that filled the hold say, is installed first);
+* a held record is never held past its *patience*: its buffered deadline, or halfway to its
+  expiry if that is later (half its TTL left to be sent and retried alone). One scheduler
+  entry for the whole hold, at its earliest release time, releases what is due then, to the
+  router, which sends it without a prediction (alone; placed first, if it has no key). The
+  release time is early by the collector's grace, so the record is sent at it. (The entry
+  first arms the release and a second one, a microsecond later, does it: a map that answered
+  while the event loop was busy past both times, with the very puts that filled the hold say,
+  is installed first);
 * ``flush`` does not release the held records: they go when the attempt ends (at most their
-  deadline), and the stream is flushed then. Sending them at once, unaggregated, would
+  patience), and the stream is flushed then. Sending them at once, unaggregated, would
   recreate the start-up storm in the commonest start-up flush of all: a short program that
   puts a burst and exits (exit flushes);
 * holding costs nothing once the first attempt has ended: the check sits on the path of
@@ -93,18 +97,21 @@ _RELEASE_TURN = 1e-6
 class _Hold:
     """Records waiting for the stream's first map: a heap by deadline, one scheduler entry.
 
-    Release is in two steps, each a scheduler entry: at ``deadline - lead - _RELEASE_TURN``
-    (or later, if the loop was late) the hold is armed, and ``_RELEASE_TURN`` after the
-    arming what was due at it is released. Under a virtual clock the records go exactly at
-    ``deadline - lead``; on a loop that was busy past both times, the map's answer, if it has
+    A record's release time is its deadline, or ``expires_at - patience`` if later. Release
+    is in two steps, each a scheduler entry: at ``release - lead - _RELEASE_TURN`` (or later,
+    if the loop was late) the hold is armed, and ``_RELEASE_TURN`` after the arming what was
+    due at it is released. Under a virtual clock the records go exactly at
+    ``release - lead``; on a loop that was busy past both times, the map's answer, if it has
     come, is installed in between.
     """
 
-    __slots__ = ("armed_at", "count", "deadlines", "lead", "next_at", "records")
+    __slots__ = ("armed_at", "count", "deadlines", "lead", "next_at", "patience", "records")
 
-    def __init__(self, deadlines: Deadlines, lead: float) -> None:
+    def __init__(self, deadlines: Deadlines, lead: float, patience: float) -> None:
         self.deadlines = deadlines
-        # (deadline, arrival number, record, hash key): ordered by deadline, then arrival.
+        # How long before its expiry a record is released at the latest (half its TTL).
+        self.patience = patience
+        # (release time, arrival number, record, hash key): by release time, then arrival.
         self.records: list[tuple[float, int, UserRecord, int]] = []
         self.count = 0
         # How long before its deadline a record is released (the collector's grace), plus
@@ -117,9 +124,12 @@ class _Hold:
 
     def add(self, record: UserRecord, hash_key: int) -> None:
         deadline = record.deadline
-        heapq.heappush(self.records, (deadline, self.count, record, hash_key))
+        release = record.expires_at - self.patience
+        if release < deadline:
+            release = deadline
+        heapq.heappush(self.records, (release, self.count, record, hash_key))
         self.count += 1
-        due = deadline - self.lead
+        due = release - self.lead
         if due < self.next_at:
             self.next_at = due
             self.deadlines.call_at(due, self)
@@ -148,7 +158,7 @@ class _Hold:
         return released
 
     def take(self) -> list[tuple[float, int, UserRecord, int]]:
-        """Every held record, in deadline then arrival order; the hold is left empty."""
+        """Every held record, in release-time then arrival order; the hold is left empty."""
         records, self.records = self.records, []
         self.next_at = math.inf
         self.armed_at = None
@@ -168,8 +178,11 @@ class Aggregator:
         release_data: let aggregated records drop their data while the encoded aggregate
             holds it (see ``KinesisRecord.seal``); off when failed records must keep
             their data for the caller.
-        release_lead: how long before its deadline a held record is released: the
-            collector's grace, so that it is sent at its deadline.
+        release_lead: how long before its release time a held record is released: the
+            collector's grace, so that it is sent at it.
+        hold_patience: a held record is released at the latest this long before its
+            expiry, if that is after its deadline (half ``record_ttl_ms``); ``inf``: at its
+            deadline.
     """
 
     def __init__(
@@ -181,6 +194,7 @@ class Aggregator:
         max_count: int,
         release_data: bool = True,
         release_lead: float = 0.0,
+        hold_patience: float = math.inf,
     ) -> None:
         self._deadlines = deadlines
         self._enabled = enabled
@@ -190,7 +204,7 @@ class Aggregator:
         # By predicted shard; None: a stream that places records itself, aggregated anyway.
         self._batches: dict[str | None, _Batch] = {}
         self.kinesis_records_out = 0
-        self._hold = _Hold(deadlines, release_lead)
+        self._hold = _Hold(deadlines, release_lead, hold_patience)
         # A flush came while records were held: the stream is flushed when they are released.
         self.flush_on_release = False
 

@@ -189,8 +189,10 @@ class StreamPipeline:
             max_count=config.aggregation_max_count,
             # A failed record's result carries its data: then records keep it in flight.
             release_data=not config.return_record_on_failure,
-            # Held records are released early by the collector's grace: sent at their deadline.
+            # Held records are released early by the collector's grace: sent at their release
+            # time; they wait for the first map until half their TTL is left at the latest.
             release_lead=self._grace,
+            hold_patience=config.record_ttl_ms / 2000,
         )
         self.limiter = self.ordering.limiter(
             RoutedDeadlines(scheduler, self._limiter_due),

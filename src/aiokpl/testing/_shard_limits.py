@@ -80,6 +80,9 @@ class ServerFaults:
             (then served as usual: a client that gave up meanwhile does not know whether its
             records were stored).
         hang_seconds: How long a hanging stream's requests wait.
+        control_latency: Seconds every ``ListShards``, ``DescribeStream`` and
+            ``DescribeStreamSummary`` is answered late: a far region, or a cold start's DNS,
+            TLS and first calls, so that a new producer's first shard map comes late.
         seed: Seed of the random faults (``None``: a new sequence every run).
 
     Faults hit the calls an application makes while it runs (``PutRecord``, ``PutRecords``,
@@ -87,13 +90,15 @@ class ServerFaults:
     ``GetRecords``), never creating, deleting or resharding a stream.
 
     Raises:
-        ValueError: ``fault_rate`` is outside 0 … 1, or ``hang_seconds`` is negative.
+        ValueError: ``fault_rate`` is outside 0 … 1, or ``hang_seconds`` or
+            ``control_latency`` is negative.
     """
 
     fault_rate: float = 0.0
     fail_streams: tuple[str, ...] = ()
     hang_streams: tuple[str, ...] = ()
     hang_seconds: float = 10.0
+    control_latency: float = 0.0
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -101,13 +106,19 @@ class ServerFaults:
             raise ValueError(f"fault_rate must be within 0 … 1, got {self.fault_rate!r}")
         if not 0.0 <= self.hang_seconds < math.inf:
             raise ValueError(f"hang_seconds must be 0 or more seconds, got {self.hang_seconds!r}")
+        if not 0.0 <= self.control_latency < math.inf:
+            raise ValueError(
+                f"control_latency must be 0 or more seconds, got {self.control_latency!r}"
+            )
         object.__setattr__(self, "fail_streams", tuple(self.fail_streams))
         object.__setattr__(self, "hang_streams", tuple(self.hang_streams))
 
     @property
     def any(self) -> bool:
         """Whether any fault is set."""
-        return bool(self.fault_rate or self.fail_streams or self.hang_streams)
+        return bool(
+            self.fault_rate or self.fail_streams or self.hang_streams or self.control_latency
+        )
 
     def describe(self) -> list[str]:
         """One line per fault that is set."""
@@ -124,6 +135,11 @@ class ServerFaults:
             f"stream {name}: every request is answered {self.hang_seconds:g} s late"
             for name in self.hang_streams
         ]
+        if self.control_latency:
+            lines.append(
+                "ListShards, DescribeStream and DescribeStreamSummary are answered "
+                f"{self.control_latency:g} s late"
+            )
         return lines
 
 

@@ -116,6 +116,8 @@ _FAULTED = _WRITES | {
     "GetShardIterator",
     "ListShards",
 }
+# What ServerFaults.control_latency slows down: the calls that load a shard map.
+_CONTROL = frozenset({"DescribeStream", "DescribeStreamSummary", "ListShards"})
 # Requests whose body the application reads: those above, and what moto lacks.
 _READ = _FAULTED | {"CreateStream", "UpdateStreamRecordDistributionStrategy"}
 _DRY_READS = frozenset({"GetRecords", "GetShardIterator"})
@@ -249,7 +251,7 @@ class ThrottlingApp:
             return update_distribution(self._lock, environ, start_response, body)
         stream = _stream_named(body)
         records = _records_of(operation, body)
-        failed = self._fault(stream, start_response)
+        failed = self._fault(stream, operation, start_response)
         if failed is not None:
             if stream is not None and records:
                 self.counts.add(int(self._wall()), stream, failed=len(records))
@@ -280,9 +282,14 @@ class ThrottlingApp:
         with self._lock:
             return list(self._app(environ, start_response))
 
-    def _fault(self, stream: str | None, start_response: StartResponse) -> list[bytes] | None:
-        """The error answer of a request a fault hits, or ``None``; waits out a hang."""
+    def _fault(
+        self, stream: str | None, operation: str, start_response: StartResponse
+    ) -> list[bytes] | None:
+        """The error answer of a request a fault hits, or ``None``; waits out a hang (and the
+        control calls' latency)."""
         faults = self.faults
+        if faults.control_latency and operation in _CONTROL:
+            self._closing.wait(faults.control_latency)
         if stream is not None and stream in faults.hang_streams:
             self._closing.wait(faults.hang_seconds)
         if stream is not None and stream in faults.fail_streams:
