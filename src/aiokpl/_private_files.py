@@ -30,6 +30,7 @@ link, ``EINVAL`` not a regular file, ``ENOTDIR`` not a directory, ``EFBIG`` too 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -117,7 +118,9 @@ def check_private_directory(path: str) -> None:
     if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         mode = stat.S_IMODE(found.st_mode)
         who = " and ".join(
-            name for bit, name in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others")) if mode & bit
+            name
+            for bit, name in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others"))
+            if mode & bit
         )
         raise UntrustedPathError(
             errno.EPERM, f"{path} is writable by {who} (mode {mode:04o}; chmod go-w it)", path
@@ -252,9 +255,7 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
             os.close(fd)
         os.replace(temporary, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):  # replaced before the failure
             os.unlink(temporary)
-        except FileNotFoundError:  # pragma: no cover - replaced before the failure
-            pass
         raise
     sync_directory(directory)

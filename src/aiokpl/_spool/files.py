@@ -237,4 +237,3 @@ class OsFiles:
     @staticmethod
     def _sync_directory_of(path: str) -> None:
         sync_directory(os.path.dirname(path))
-

@@ -189,7 +189,7 @@ def scan(directory: str, files: SpoolFiles, *, repair: bool = True) -> Recovery:
             data = files.read(path)
         except UntrustedPathError as exc:
             tally.segments_moved_aside += 1
-            tally.refused.append(exc.strerror)
+            tally.refused.append(exc.strerror or str(exc))
             if repair:
                 files.rename(path, _aside_path(path, taken))
             continue
@@ -219,9 +219,7 @@ def scan(directory: str, files: SpoolFiles, *, repair: bool = True) -> Recovery:
         bytes_truncated=tally.bytes_truncated,
     )
     number = max(digits, default=-1) + 1
-    return Recovery(
-        directory, files, segments, resolved, number, statistics, tuple(tally.refused)
-    )
+    return Recovery(directory, files, segments, resolved, number, statistics, tuple(tally.refused))
 
 
 def _scan_segment(

@@ -12,9 +12,10 @@ an async shell (with the pipeline, later) runs the flush off the event loop. Sta
 - A segment holds at most ``segment_size_bytes``: an entry that would take it past is written
   to a new one (the full one fsync'd and closed, the new one created with its header fsync'd),
   so a flush may spread over segments; only an entry longer than a whole segment is written
-  past it, alone. Recovery reads no file longer than a segment can be. Every writer session starts a new segment with a new,
-  random producer id, so a sequence number is never reused under an id whatever a crash lost;
-  replayed records keep the id and number they were first written with.
+  past it, alone. Recovery reads no file longer than a segment can be. Every writer session
+  starts a new segment with a new, random producer id, so a sequence number is never reused
+  under an id whatever a crash lost; replayed records keep the id and number they were first
+  written with.
 - A segment is deleted when it is the oldest and every record in it is resolved, right after an
   fsync, so the acknowledgements written so far are durable. Deleting only the oldest keeps
   every acknowledgement of a live segment's records on disk (they are in it or after it): a
@@ -363,13 +364,14 @@ class SpoolWriter:
         """The bytes of the buffer's first whole entries that fit in ``room`` (at least the
         first entry, even if it does not), and how many of them are records."""
         size = records = 0
-        while size < len(self._buffer):
-            frame = read_frame(self._buffer, size, self.producer_id, decode_records=False)
-            assert frame.status is FrameStatus.OK  # the writer's own frames
-            if frame.end > room and size:
-                break
-            records += frame.sequence_number is not None
-            size = frame.end
+        with memoryview(self._buffer) as view:  # released: the buffer stays resizable
+            while size < len(view):
+                frame = read_frame(view, size, self.producer_id, decode_records=False)
+                assert frame.status is FrameStatus.OK  # the writer's own frames
+                if frame.end > room and size:
+                    break
+                records += frame.sequence_number is not None
+                size = frame.end
         return size, records
 
     def _write_part(self, size: int, records: int) -> None:
