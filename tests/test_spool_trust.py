@@ -202,6 +202,28 @@ async def test_a_spool_path_that_is_a_file_is_refused(tmp_path: Path) -> None:
         await start_and_flush(path, fake())
 
 
+def test_the_owner_rules_compare_with_the_effective_user_as_any_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner rules without root: this process seen as another user (its effective uid
+    changed), the directory and segment it made are a stranger's."""
+    spool = private_spool(tmp_path)
+    (spool / segment_name(0)).write_bytes(segment_bytes(tmp_path, stream="events", data=b"ok"))
+    mine = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: mine + 1)
+    files = OsFiles()
+    with pytest.raises(UntrustedPathError, match=f"owned by uid {mine}, not by .* {mine + 1}"):
+        files.check_directory(str(spool))
+    recovery = scan(str(spool), files, repair=False)
+    assert (recovery.statistics.segments_moved_aside, recovery.statistics.segments) == (1, 0)
+    with pytest.raises(UntrustedPathError, match=f"owned by uid {mine},"):
+        files.lock(str(spool))
+    trusting = OsFiles(check_owner=False)
+    trusting.check_directory(str(spool))
+    assert scan(str(spool), trusting, repair=False).statistics.records_recovered == 1
+    trusting.unlock(trusting.lock(str(spool)))
+
+
 # --- what is in it ------------------------------------------------------------------------------
 @needs_root
 async def test_a_segment_another_user_owns_is_set_aside_unread(
