@@ -56,7 +56,7 @@ def _inline_disk(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def umask() -> Iterator[Callable[[int], None]]:
+def umask() -> Iterator[Callable[[int], int]]:
     """Set the process's umask for the test; the old one comes back after."""
     old = os.umask(0o022)
     os.umask(old)
@@ -107,7 +107,7 @@ async def start_and_flush(directory: Path, kinesis: FakeKinesis, **changes: Any)
 # --- what the spool writes ----------------------------------------------------------------------
 @pytest.mark.parametrize("mask", [0o000, 0o022, 0o277])
 async def test_the_directory_is_0700_and_every_file_in_it_0600_whatever_the_umask(
-    tmp_path: Path, umask: Callable[[int], None], mask: int
+    tmp_path: Path, umask: Callable[[int], int], mask: int
 ) -> None:
     spool = tmp_path / "spool"
     umask(mask)

@@ -113,7 +113,8 @@ class SpoolWriter:
         recovery: the scan of the directory (repaired); its segments become this writer's.
         files: the file layer (the one the scan used).
         policy: when to fsync.
-        segment_size_bytes: a segment is closed once it holds this many bytes.
+        segment_size_bytes: the most a segment holds (an entry that would pass it starts the
+            next one; only an entry longer than a segment is written alone past it).
         producer_id: this session's id (16 bytes); random by default.
 
     Raises:
