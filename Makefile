@@ -29,20 +29,21 @@ TYPE_COMPLETENESS_MIN := 100
 # .ci/other-pythons), without coverage, each in .cache/venv-X.Y: every unit test (the command
 # line's errors through its console script among them), and of the integration tests those of
 # processes and signals (`aiokpl local`, the demo) and of HTTP to moto's server on both
-# backends. Left to `make pytest` alone, to keep `make test` within 20 minutes on 2 cores: the
-# quick benchmark run and the coordination processes (minutes of real time each), `put` and
-# `tail` end to end, the other servers' suites. PYTHONS_PYTEST overrides the selection (`make
-# pythons PYTHONS_PYTEST=tests` for all of it); the two Pythons run at once (PARALLEL=0: one
-# after the other). In `make test` (its `suites` step) they run one after the other beside
-# `make pytest`, which is one process on one core: the other core had nothing to do.
+# backends. Left to `make pytest` alone: `put` and `tail` end to end, the other servers'
+# suites; left to `make scenarios` alone (run once, on $(PYTHON), without coverage): the tests
+# marked `scenario`, fleet simulations and benchmarks' smoke runs, minutes each, whose code is
+# the same on every Python. PYTHONS_PYTEST overrides the selection (`make pythons
+# PYTHONS_PYTEST=tests` for all of it); the two Pythons run at once (PARALLEL=0: one after the
+# other). In `make test` (its `suites` step) they run after `make scenarios`, one after the
+# other, beside `make pytest`, which is one process on one core: the two cores stay busy, and
+# the whole takes under 20 minutes on 2 cores.
 CLAIMED_PYTHONS := $(shell sed -n 's/.*"Programming Language :: Python :: \(3\.[0-9]*\)".*/\1/p' pyproject.toml)
 PYTHONS_VENVS ?= .cache
 PARALLEL ?= 1
 PYTHONS_INTEGRATION := test_cli_local.py test_demo.py test_moto.py
-PYTHONS_PYTEST ?= tests \
+PYTHONS_PYTEST ?= tests -m "not scenario" \
 	$(addprefix --ignore=,$(filter-out $(addprefix tests/integration/,$(PYTHONS_INTEGRATION)), \
 		$(wildcard tests/integration/test_*.py))) \
-	--deselect tests/test_bench_smoke.py::test_quick_benchmark_runs_and_reports_every_scenario \
 	$(addprefix --deselect tests/test_docs_cli.py::,$(PYTHONS_NOT_DOCS))
 # docs/cli.md holds the usage text argparse writes on make pytest's Python; 3.13's wraps it
 # differently, so the page's freshness is checked there only.
@@ -52,8 +53,8 @@ PYTHONS_NOT_DOCS := test_the_page_holds_its_tables_as_the_parsers_give_them \
 DIST := dist
 PACKAGE_VENV := .cache/package-venv
 
-.PHONY: test demo lint typecheck typecompleteness pytest pythons suites kinesalite pyright docs \
-	docs-tables package coverage bench clean
+.PHONY: test demo lint typecheck typecompleteness pytest scenarios pythons suites kinesalite \
+	pyright docs docs-tables package coverage bench clean
 
 $(PIP_STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -111,12 +112,17 @@ COVERAGE_FLOORS := status=0; \
 	$(PY) -m coverage report --skip-covered || status=1; \
 	exit $$status
 
-# The suite under coverage, then the floors: a run that leaves code uncovered fails even when
-# every test passes.
+# The suite under coverage, but the scenarios, then the floors: a run that leaves code
+# uncovered fails even when every test passes.
 pytest: $(DEV_STAMP) $(KINESALITE_STAMP)
 	$(PY) -m coverage erase
-	$(PY) -m coverage run -m pytest
+	$(PY) -m coverage run -m pytest -m "not scenario"
 	@$(COVERAGE_FLOORS)
+
+# The tests marked `scenario` (pyproject.toml), without coverage: they exercise code the rest
+# of the suite covers, for minutes each.
+scenarios: $(DEV_STAMP) $(KINESALITE_STAMP)
+	$(PY) -m pytest -m scenario -p no:cacheprovider
 
 # The suite on the other Pythons (the lowest and highest claimed and present).
 OTHER_PYTHONS := PYTHON=$(PYTHON) VENVS=$(PYTHONS_VENVS) CLAIMED="$(CLAIMED_PYTHONS)" \
@@ -124,14 +130,16 @@ OTHER_PYTHONS := PYTHON=$(PYTHON) VENVS=$(PYTHONS_VENVS) CLAIMED="$(CLAIMED_PYTH
 pythons: $(KINESALITE_STAMP)
 	$(OTHER_PYTHONS) $(PYTHONS_PYTEST)
 
-# `make pytest` and `make pythons` at once, as `make test` runs them: `make pytest` in the
-# foreground, its output as it goes; the other Pythons (their virtualenvs made if need be, then
-# their suites) one after the other in the background, their output when all have ended. The
-# status fails if any of them failed. (`make pytest` through a variable, not $(MAKE) in the
-# recipe: `make -n test` then prints this step rather than runs it.)
+# `make pytest`, `make scenarios` and `make pythons` at once, as `make test` runs them: `make
+# pytest` in the foreground, its output as it goes; in the background, `make scenarios`, then
+# the other Pythons (their virtualenvs made if need be, then their suites) one after the other,
+# their output when all have ended. The status fails if any of them failed. (The make commands
+# through variables, not $(MAKE) in the recipe: `make -n test` then prints this step rather
+# than runs it.)
 PYTEST_ALONGSIDE := $(MAKE) --no-print-directory pytest
+SCENARIOS_FIRST := $(MAKE) --no-print-directory scenarios
 suites: $(DEV_STAMP) $(KINESALITE_STAMP)
-	ALONGSIDE='$(PYTEST_ALONGSIDE)' $(OTHER_PYTHONS) $(PYTHONS_PYTEST)
+	ALONGSIDE='$(PYTEST_ALONGSIDE)' FIRST='$(SCENARIOS_FIRST)' $(OTHER_PYTHONS) $(PYTHONS_PYTEST)
 
 # The floors alone, on the data the last `make pytest` left.
 coverage: $(DEV_STAMP)

@@ -104,3 +104,14 @@ def _no_aws_environment(
     monkeypatch.setenv("AWS_CONFIG_FILE", str(empty))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+# A test marked `scenario` (a fleet simulation, a benchmark's smoke run) runs for minutes by
+# design: its hang guard is this, not pyproject's 120 s for everything else.
+SCENARIO_TIMEOUT = 600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("scenario") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SCENARIO_TIMEOUT))

@@ -83,7 +83,8 @@ def test_a_cut_never_more_than_halves_nor_raises_the_rate() -> None:
     little.cut(2.0)
     assert little.rate(2.0) == pytest.approx(0.9 * 500.0)
     nothing = AdaptiveRate(1000.0)
-    nothing.cut(0.0)  # nothing accepted at all: the same
+    nothing.accepted(0.0, -1.0)  # answered a window ago, nothing accepted since: the same
+    nothing.cut(0.0)
     assert nothing.rate(0.0) == pytest.approx(450.0)
     burst = AdaptiveRate(100.0)
     accepting(burst, 400.0, 0.0, 1.0)  # accepted more than its rate (a start-up burst)
@@ -106,10 +107,46 @@ def test_one_cut_per_window_and_none_for_requests_sent_before_the_last_cut() -> 
     assert rate.rate(6.5) < after
 
 
+def test_a_throttle_in_the_first_window_ignores_a_measurement_that_says_little() -> None:
+    """A restart on spent shards: the first answers are throttled because another writer just
+    emptied the shard's bucket, not because the shard cannot take this producer's rate. What
+    the first window measured (a few records let through) is not a rate: the cut takes only
+    ``beta`` off, and the rate is back within ``settle`` seconds."""
+    rate = AdaptiveRate(1000.0)
+    rate.accepted(3.0, 0.05)  # the first answer: 3 records let through
+    assert rate.cut(0.05, sent_at=0.0)
+    assert rate.rate(0.05) == pytest.approx(900.0)
+    assert rate.recovering
+    assert not rate.cut(0.5, sent_at=0.2)  # one cut a window, as always
+    assert rate.rate(0.05 + 4.0) == pytest.approx(1000.0)  # peak: the rate in force
+    assert not rate.recovering
+    # A window after the first answer, the same throttle is believed: at most halved.
+    later = AdaptiveRate(1000.0)
+    later.accepted(3.0, 0.05)
+    assert later.cut(1.05, sent_at=1.0)
+    assert later.rate(1.05) == pytest.approx(450.0)
+
+
+def test_a_burst_measured_in_the_first_window_is_a_rate_and_is_kept() -> None:
+    """A shard that cannot take the rate (the producer's limit of 1000/s above the server's
+    600/s): its first answers took the shard's saved second, 600 records, then throttled. That
+    measurement says what the shard takes, and the cut follows it at once, as before."""
+    rate = AdaptiveRate(1000.0)
+    rate.accepted(600.0, 0.02)
+    assert rate.cut(0.02, sent_at=0.0)
+    assert rate.rate(0.02) == pytest.approx(0.9 * 600.0 / 1.02)  # over the window's slots
+    # Under a quarter of the rate, it would have been ignored (a spent shard's trickle).
+    trickle = AdaptiveRate(1000.0)
+    trickle.accepted(240.0, 0.02)
+    assert trickle.cut(0.02, sent_at=0.0)
+    assert trickle.rate(0.02) == pytest.approx(900.0)
+
+
 def test_the_rate_climbs_back_to_the_peak_then_probes_gently() -> None:
     """Back at the peak after ``settle`` seconds (from the configured rate; sooner from a lower
     peak, by the cube root), flat around it; beyond, 2% of it per second, doubling every 10 s."""
     rate = AdaptiveRate(1000.0)
+    rate.accepted(0.0, -1.0)  # the first answer, a window before the cut
     rate.cut(0.0, sent_at=None)  # nothing accepted: peak 500 (at most halved), rate 450
     assert rate.rate(0.0) == pytest.approx(450.0)
     back = 4.0 * 0.5 ** (1 / 3)  # 3.17 s

@@ -235,6 +235,7 @@ async def test_a_stream_is_made_switched_and_read_back_as_the_cell_needs() -> No
 
 
 @pytest.mark.integration
+@pytest.mark.scenario
 def test_a_tiny_switch_cell_of_a_real_producer_process(tmp_path: Path) -> None:
     # 300 records over one second into a 2-shard stream switched to AUTO and back: the
     # server, the producer process, the switches and the read-back fit together.

@@ -138,6 +138,7 @@ def test_an_aggregation_cell_is_held_to_the_shard_s_bytes() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.scenario
 def test_a_tiny_cell_of_real_processes_reads_the_server_s_counts(tmp_path: Path) -> None:
     # Two producer processes for 4 s, offering twice the capacity: the server stored records
     # and counted them per second; the JSON and the figure are written.

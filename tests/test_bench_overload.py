@@ -32,6 +32,7 @@ def test_place_of_names_where_a_record_expired() -> None:
     assert overload.place_of(None) == "?"
 
 
+@pytest.mark.scenario
 def test_overload_runs_and_every_record_is_accounted_for() -> None:
     combinations = (Combination(5.0, TTL_MS, True), Combination(2.0, TTL_MS, False))
     result = overload.run_combinations(combinations, seconds=SECONDS)

@@ -32,6 +32,7 @@ SMOKED = (
 
 
 @pytest.mark.integration
+@pytest.mark.scenario
 def test_quick_benchmark_runs_and_reports_every_scenario(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run(
@@ -49,6 +50,7 @@ def test_quick_benchmark_runs_and_reports_every_scenario(tmp_path: Path) -> None
         assert scenario in text, scenario
 
 
+@pytest.mark.scenario
 def test_isolation_scenario_runs_on_the_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     # Run in process, quick: on a virtual clock it takes a few seconds.
     monkeypatch.syspath_prepend(str(ROOT))
@@ -67,6 +69,7 @@ def test_isolation_scenario_runs_on_the_virtual_clock(monkeypatch: pytest.Monkey
         assert len(details["worst_by_second"]) == details["seconds"]
 
 
+@pytest.mark.scenario
 def test_ordering_scenario_compares_both_modes_on_the_same_loads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.scenario
 def test_spool_benchmark_runs_and_reports_its_figures(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

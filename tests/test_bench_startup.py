@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.integration
+@pytest.mark.scenario
 def test_startup_benchmark_runs_and_reports_its_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT))
     from bench.startup import RECORDS, run

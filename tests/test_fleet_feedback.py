@@ -23,6 +23,9 @@ from test_coordination import MemoryStore
 
 SHARD = "shardId-000000000000"
 CAPACITY = 2 * 250.0  # records/s of the fleet's two shards
+# The fleets below (marked `scenario`) run tens of virtual seconds of several producers (20-170 s
+# of real time each, most of it the event loops' scheduling of every put): `make scenarios` runs
+# them, beside the suite under coverage, with a hang guard of their own (conftest).
 
 
 def record(expires_at: float = 100.0) -> KinesisRecord:
@@ -42,6 +45,7 @@ def test_a_starved_shard_admits_a_batch_per_batch_interval_not_a_trickle_per_dra
     """
     limiter = ShardLimiter(100.0, 1_000_000.0)
     limiter.batch = 0.1
+    limiter.accepted(0, 0, -1.0)  # heard from for a second: the cut below is not an early one
     admitted: list[KinesisRecord] = []
     for _ in range(300):  # 3 s of backlog: 100 go at once (the bucket's burst), 200 wait
         limiter.put(record(), 0.0, admitted.append, admitted.append)
@@ -138,6 +142,7 @@ def test_a_cut_keeps_a_starved_shard_s_batch_and_no_more() -> None:
     cut cost a batch of the shard)."""
     limiter = ShardLimiter(100.0, 1_000_000.0)
     limiter.batch = 0.1
+    limiter.accepted(0, 0, -1.0)  # heard from for a second: the cut below is not an early one
     admitted: list[KinesisRecord] = []
     for _ in range(300):
         limiter.put(record(), 0.0, admitted.append, admitted.append)
@@ -159,6 +164,7 @@ def test_a_cut_gives_up_the_tokens_saved_under_the_allowance() -> None:
     it, what it admits next comes at the cut rate, not as one burst of the saved second."""
     limiter = ShardLimiter(250.0, 1_000_000.0)
     admitted: list[KinesisRecord] = []
+    limiter.accepted(0, 0, 0.0)  # heard from since the start: the cut below is not early
     for tick in range(125):  # a second at 125 records/s: the bucket stays full
         limiter.put(record(), tick / 125, admitted.append, admitted.append)
     assert len(admitted) == 125
@@ -197,6 +203,7 @@ LIMITS = pytest.mark.parametrize("limit", [250.0, 1000.0], ids=["limit=server", 
 
 
 @pytest.mark.anyio
+@pytest.mark.scenario
 @LIMITS
 async def test_uncoordinated_producers_converge_without_a_sawtooth(
     limit: float, seed_trio_scheduler: Callable[[int], None]
@@ -215,6 +222,7 @@ async def test_uncoordinated_producers_converge_without_a_sawtooth(
 
 
 @pytest.mark.anyio
+@pytest.mark.scenario
 @LIMITS
 async def test_coordinated_producers_with_slow_feedback_deliver_their_ceilings(
     limit: float, seed_trio_scheduler: Callable[[int], None]
@@ -235,6 +243,7 @@ async def test_coordinated_producers_with_slow_feedback_deliver_their_ceilings(
 
 
 @pytest.mark.anyio
+@pytest.mark.scenario
 async def test_coordinated_producers_recover_within_10_s_when_one_leaves_and_one_joins(
     seed_trio_scheduler: Callable[[int], None],
 ) -> None:
@@ -253,6 +262,7 @@ async def test_coordinated_producers_recover_within_10_s_when_one_leaves_and_one
 
 
 @pytest.mark.anyio
+@pytest.mark.scenario
 async def test_a_producer_joining_uncoordinated_producers_stays_within_the_targets(
     seed_trio_scheduler: Callable[[int], None],
 ) -> None:
@@ -276,6 +286,7 @@ async def test_a_producer_joining_uncoordinated_producers_stays_within_the_targe
 
 
 @pytest.mark.anyio
+@pytest.mark.scenario
 async def test_many_producers_on_a_serialising_server_send_few_calls_and_converge(
     seed_trio_scheduler: Callable[[int], None],
 ) -> None:
@@ -299,6 +310,7 @@ async def test_many_producers_on_a_serialising_server_send_few_calls_and_converg
 
 
 @pytest.mark.anyio
+@pytest.mark.scenario
 async def test_a_producer_with_a_backlog_on_two_shards_sends_one_request_per_batch(
     seed_trio_scheduler: Callable[[int], None],
 ) -> None:

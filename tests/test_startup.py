@@ -323,3 +323,33 @@ async def test_records_queued_at_the_stream_level_limit_are_aggregated_once_the_
     assert len(fake.stored_records("s")) <= singles + 20  # the other 3,400 in a few aggregates
     assert max(r.attempts[-1].ended_at for r in results) < 2.5  # not 5 s at 1000 records/s
     assert statistics.rate_limited == 0
+
+
+async def test_a_restart_on_spent_shards_runs_at_their_capacity_from_the_second_second() -> None:
+    """A producer replaced by another (a rolling restart): the new one starts on shards whose
+    buckets the old one has just emptied. Its first answers are throttled; it is back at the
+    shards' capacity within a second (cut to what the spent shards let through, it ran at
+    half of it for 15 s: 17.2 s for what takes 9)."""
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=2, throttle=True)  # 2 × 1000 records/s
+    fake.latency = 0.02
+    for hash_key in ("0", str(2**127 + 1)):  # the old producer's last second, both shards
+        for _ in range(2):
+            await fake.put_records(
+                StreamName="s",
+                Records=[{"Data": b"o", "PartitionKey": "old", "ExplicitHashKey": hash_key}] * 500,
+            )
+    t0 = anyio.current_time()
+    async with Producer(CONFIG.replace(aggregation_enabled=False), client=fake) as producer:
+        outcomes = await put_many(producer, "s", 20_000)
+        results = [await outcome for outcome in outcomes]
+        seconds = anyio.current_time() - t0
+    assert all(result.success for result in results)
+    assert any(throttled(result) for result in results)  # the shards were spent
+    mine = [r for r in fake.stored_records("s") if r.partition_key != "old"]
+    per_second = [0] * (int(seconds) + 1)
+    for record in mine:
+        per_second[int(record.arrival_time - t0)] += 1
+    # Every whole second from the second one on: at least 90% of the 2,000 records/s.
+    assert min(per_second[1 : int(seconds)]) >= 1800, per_second
+    assert seconds <= 11.0, per_second

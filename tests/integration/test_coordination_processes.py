@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.mark.integration
+@pytest.mark.scenario
 def test_coordination_delivers_the_capacity_without_throttling_and_reconverges(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -100,6 +100,12 @@ class Backoff:
         self.failures = 0
 
 
+# Within the first window of a shard's answers, a measurement under this share of the rate in
+# force is not believed (see AdaptiveRate): a spent shard lets through its refill during a round
+# trip (5% of its rate at 50 ms), a quiet one its saved burst (a whole window of its rate).
+_FIRST_WINDOW_TRUST = 0.25
+
+
 class AdaptiveRate:
     """A rate cut to what a shard accepted when it throttles, grown back along a cubic.
 
@@ -110,8 +116,14 @@ class AdaptiveRate:
     * is ignored if that request was sent before the last cut (it measured the rate before
       it), or if the last cut is less than ``window`` seconds old;
     * sets the *peak* ``w`` to the rate the shard accepted over the last ``window`` seconds,
-      but at most the rate in force ``r`` and at least ``deepest × r``; the rate drops to
-      ``beta × w`` (never below ``floor`` × configured).
+      but at most the rate in force ``r`` and at least ``deepest × r``; except that within
+      ``window`` seconds of the first answer heard (accepted or throttled), a measurement
+      under a quarter of ``r`` is ignored (``w = r``): the shard's bucket then still speaks for
+      the writers before this one (spent by a producer just replaced: cut to what it let
+      through in its first moments, a restarted producer ran at half its shards' rate for
+      15 s), not for what it can sustain. (A shard whose saved burst the first answers
+      took, and which then throttles, measured that burst: a rate, which is kept.) The rate
+      drops to ``beta × w`` (never below ``floor`` × configured).
 
     After the cut the rate climbs back to ``w`` along a cubic, flattening as it gets there:
     in ``settle`` seconds from a peak at the configured rate, sooner from a lower one (by the
@@ -130,6 +142,7 @@ class AdaptiveRate:
         "_cut_at",
         "_last_cut",
         "_peak",
+        "_since",
         "_slot",
         "beta",
         "deepest",
@@ -169,6 +182,7 @@ class AdaptiveRate:
         self._peak = configured  # the rate the last cut set out from (w)
         self._cut_at: float | None = None  # while recovering: when the last cut was
         self._last_cut: float | None = None  # the last cut ever, recovered or not
+        self._since: float | None = None  # when the first answer (accepted or cut) came
         # What the shard accepted, in slots of window / _SLOTS seconds: the _SLOTS slots
         # before the one in progress, then the one in progress (index _slot).
         self._counts = [0.0] * (self._SLOTS + 1)
@@ -218,6 +232,8 @@ class AdaptiveRate:
 
     def accepted(self, amount: float, now: float) -> None:
         """The shard accepted ``amount`` (records or bytes) from this producer at ``now``."""
+        if self._since is None:
+            self._since = now
         self._advance(now)
         self._counts[-1] += amount
 
@@ -238,13 +254,19 @@ class AdaptiveRate:
     def cut(self, now: float, sent_at: float | None = None) -> bool:
         """The shard throttled a request sent at ``sent_at`` (``None``: unknown); returns
         whether the rate was lowered (see the class for when it is not)."""
+        since = self._since
+        if since is None:
+            since = self._since = now
         last = self._last_cut
         if last is not None and (
             now - last < self.window or (sent_at is not None and sent_at < last)
         ):
             return False
         current = self.rate(now)
-        self._peak = min(current, max(self.measured(now), self.deepest * current))
+        measured = self.measured(now)
+        if now - since < self.window and measured < _FIRST_WINDOW_TRUST * current:
+            measured = current  # the first window's little says nothing: see the class
+        self._peak = min(current, max(measured, self.deepest * current))
         self._cut_at = self._last_cut = now
         return True
 
