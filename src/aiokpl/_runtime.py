@@ -27,7 +27,7 @@ from ._backend import current_clock
 from ._coordination.coordinator import Coordination
 from ._core.config import Config
 from ._core.errors import ConfigError
-from ._core.health import Health, check_window
+from ._core.health import DEFAULT_WINDOW, Health, check_window
 from ._core.metrics import MetricsTable
 from ._core.statistics import SenderStatistics
 from ._health import Connectivity, health
@@ -176,7 +176,13 @@ class Runtime:
         runner = None
         if self._metrics is not None:
             runner = MetricsRunner(
-                self._metrics, self._sinks, config, clock, self.outstanding_by_stream, spool
+                self._metrics,
+                self._sinks,
+                config,
+                clock,
+                self.outstanding_by_stream,
+                spool,
+                health=lambda: self.health(DEFAULT_WINDOW).severity,
             )
             await stack.enter_async_context(runner)  # opens the sinks; the last upload at exit
         stack.push_async_callback(self._settle_outstanding)
