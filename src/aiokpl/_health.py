@@ -16,7 +16,8 @@ second.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection
+from typing import Any, Protocol
 
 from ._core.answers import UNREACHABLE, Answer, Answered
 from ._core.health import (
@@ -36,12 +37,7 @@ from ._core.health import (
     verdict,
 )
 
-if TYPE_CHECKING:
-    from ._intake import Intake
-    from ._pipeline.ledger import ResultLedger
-    from ._spooling import Spool
-
-__all__ = ("FORGET_AFTER", "Connectivity", "health")
+__all__ = ("FORGET_AFTER", "Connectivity", "Disk", "Ledger", "Running", "Timed", "health")
 
 logger = logging.getLogger("aiokpl")
 
@@ -49,6 +45,47 @@ _LOG_MESSAGE_MAX = 300
 
 FORGET_AFTER = MAX_WINDOW
 """Seconds after its last failed request that a stream is forgotten (the longest window)."""
+
+
+class Timed(Protocol):
+    """A record outstanding, as the verdict reads it (``aiokpl._record.UserRecord``)."""
+
+    @property
+    def expires_at(self) -> float: ...
+
+
+class Running(Protocol):
+    """What the verdict reads of the producer's way in (``aiokpl._intake.Intake``)."""
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+
+class Ledger(Protocol):
+    """What the verdict reads of the result ledger (``aiokpl._pipeline.ledger``): the records
+    outstanding, oldest first, and when one was last delivered."""
+
+    @property
+    def outstanding(self) -> Collection[Timed]: ...
+
+    @property
+    def delivered_at(self) -> float: ...
+
+
+class Disk(Protocol):
+    """What the verdict reads of the spool (``aiokpl._spooling.Spool``)."""
+
+    @property
+    def full(self) -> bool: ...
+
+    @property
+    def directory(self) -> str: ...
 
 
 class Connectivity:
@@ -125,10 +162,10 @@ class Connectivity:
 
 
 def health(
-    intake: Intake,
-    ledger: ResultLedger,
+    intake: Running,
+    ledger: Ledger,
     connectivity: Connectivity | None,
-    spool: Spool | None,
+    spool: Disk | None,
     *,
     window: float,
     ttl: float,
