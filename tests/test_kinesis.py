@@ -197,6 +197,34 @@ async def test_no_region_is_a_clear_error_at_start() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_region_that_cannot_be_an_aws_region_is_refused_at_start() -> None:
+    with pytest.raises(ConfigError, match=r"region 'useast1' is not an AWS region"):
+        async with Producer(Config(region="useast1")):
+            pass
+
+
+@pytest.mark.anyio
+async def test_a_region_botocore_does_not_know_is_named_at_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with Producer(Config(region="us-east-11")):  # nothing put: nothing sent
+        pass
+    [warning] = [r for r in caplog.records if r.name == "aiokpl"]
+    assert warning.levelname == "WARNING"
+    assert warning.getMessage().startswith("region 'us-east-11' is not one botocore ")
+    assert "(did you mean 'us-east-1'" in warning.getMessage()
+    assert "requests go to kinesis.us-east-11.amazonaws.com" in warning.getMessage()
+
+
+@pytest.mark.anyio
+async def test_a_server_of_your_own_takes_any_region(caplog: pytest.LogCaptureFixture) -> None:
+    for region in ("us-east-11", "local"):
+        async with Producer(Config(region=region, endpoint_url=ENDPOINT)):
+            pass
+    assert not [r for r in caplog.records if r.name == "aiokpl"]
+
+
+@pytest.mark.anyio
 async def test_profile_name_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config_file = tmp_path / "config"
     config_file.write_text("[profile staging]\nregion = ap-southeast-2\n")

@@ -246,7 +246,15 @@ async def test_summary_level_records_no_detailed_metric() -> None:
         await (await producer.put_record(stream="s", partition_key="k", data=b"x"))
         await anyio.sleep(1)
         names = {m.name for m in producer.metrics()}
-    assert names == {"UserRecordsPut", "KinesisRecordsPut", "AllErrors", "BufferingTime"}
+        # Sampled once a second at this level, 0 = healthy.
+        assert values(series(producer.metrics(), "ProducerHealth")) == (1, 0, 0, 0)
+    assert names == {
+        "UserRecordsPut",
+        "KinesisRecordsPut",
+        "AllErrors",
+        "BufferingTime",
+        "ProducerHealth",
+    }
 
 
 async def test_level_none_records_nothing_and_runs_no_task() -> None:
@@ -272,7 +280,9 @@ async def test_the_window_slides() -> None:
         await anyio.sleep(31)
         assert values(series(producer.metrics(), "UserRecordsPut")) == (1, 1, 1, 1)
         await anyio.sleep(30)
-        assert producer.metrics() == []
+        # Only the health is sampled without records: healthy all the time.
+        [health] = producer.metrics()
+        assert (health.name, health.count, health.max) == ("ProducerHealth", 60, 0)
 
 
 async def test_metrics_arguments_are_checked() -> None:

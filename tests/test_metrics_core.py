@@ -115,6 +115,7 @@ def test_summary_level_records_only_summary_metrics() -> None:
         "SpoolFsyncTime",
         "SpoolRecordsRecovered",
         "SpoolBytesLost",
+        "ProducerHealth",
     }
     assert table.leaf("RequestTime", "s") is None
     assert table.leaf("UserRecordsPut", "s") is not None

@@ -210,10 +210,16 @@ async def test_record_expires_at_its_ttl() -> None:
     # It fails at its TTL exactly, even while the stream is backing off.
     assert result.attempts[-1].ended_at == pytest.approx(t0 + 1.0, abs=EPS)
     # Waiting out the backoff in the sender, or back in the rate limiter with too little
-    # time left to be sent (the backoff's jitter decides which).
-    assert result.attempts[-1].error_message in (
-        "record_ttl_ms elapsed while waiting in the sender queue",
-        "record_ttl_ms elapsed while waiting in the rate limiter",
+    # time left to be sent (the backoff's jitter decides which); and why it was not delivered.
+    message = result.attempts[-1].error_message or ""
+    assert message.startswith(
+        (
+            "record_ttl_ms elapsed while waiting in the sender queue; ",
+            "record_ttl_ms elapsed while waiting in the rate limiter; ",
+        )
+    )
+    assert message.endswith(
+        f"; after {len(result.attempts) - 1} attempts, the last failed with InternalFailure: down"
     )
 
 

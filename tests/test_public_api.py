@@ -41,6 +41,8 @@ def test_all_is_pinned() -> None:
         "Config",
         "ConfigError",
         "FailedRecord",
+        "Health",
+        "HealthReason",
         "InvalidRecordError",
         "InvalidRecordTypeError",
         "MetricStatistics",

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from aiokpl import RecordResult
+from aiokpl import RecordFailedError, RecordResult
 from aiokpl._core.answers import Answer, RequestFailed
 from aiokpl._core.encoder import AggregateBuilder
 from aiokpl._core.hashing import MAX_HASH_KEY
@@ -560,3 +560,54 @@ def test_delivered_aggregate_is_not_decoded() -> None:
     decisions = run([encoded_aggregate(a, b)], {"Records": [ok()]})
     assert decisions.succeeded == [a, b]
     assert a.data is IN_AGGREGATE  # delivered records never needed their bytes again
+
+
+# --- a record that runs out of time says what its attempts failed with (issue 31) ----------
+REFUSED = ("EndpointConnectionError", 'Could not connect to the endpoint URL: "http://h:1/"')
+
+
+def test_an_expired_record_names_the_last_cause_of_its_attempts() -> None:
+    record = user_record(5, arrival=0.0, ttl=0.9)
+    run([kinesis_record(record)], ("InternalFailure", "Internal service failure."), now=0.5)
+    run([kinesis_record(record)], REFUSED, now=1.0)
+    expired = record.attempts[-1]
+    assert expired.error_code == "Expired"  # the code stays as documented
+    assert expired.error_message == (
+        "record_ttl_ms elapsed before delivery; after 2 attempts, the last failed with "
+        'EndpointConnectionError: Could not connect to the endpoint URL: "http://h:1/"'
+    )
+
+
+def test_a_record_expired_while_queued_names_the_cause_of_its_last_attempt() -> None:
+    tried, fresh = user_record(5), user_record(6)
+    run([kinesis_record(tried)], REFUSED, now=1.0)
+    expire(kinesis_record(tried, fresh), 31.0, "sender queue")
+    assert tried.attempts[-1].error_message == (
+        "record_ttl_ms elapsed while waiting in the sender queue; after 1 attempt, the last "
+        'failed with EndpointConnectionError: Could not connect to the endpoint URL: "http://h:1/"'
+    )
+    # Never sent: nothing to name.
+    assert fresh.attempts[-1].error_message == (
+        "record_ttl_ms elapsed while waiting in the sender queue"
+    )
+
+
+def test_a_record_expired_in_a_split_request_names_the_refusal() -> None:
+    young, old = user_record(5), user_record(6, ttl=0.9)
+    old_record = kinesis_record(old)
+    old_record.expires_at = 0.9
+    run([kinesis_record(young), old_record], ("ValidationException", "bad"), now=1.0)
+    assert old.attempts[-1].error_message == (
+        "record_ttl_ms elapsed before delivery; after 1 attempt, the last failed with "
+        "ValidationException: bad"
+    )
+
+
+def test_the_quoted_cause_is_cut_and_the_failed_error_names_it() -> None:
+    record = user_record(5, arrival=0.0, ttl=0.9)
+    run([kinesis_record(record)], ("Internal", "<html>" + "x" * 5000), now=1.0)
+    message = record.attempts[-1].error_message or ""
+    assert message.endswith("x" * 10 + "…")
+    assert len(message) < 500  # the page is in the attempt before, whole
+    with pytest.raises(RecordFailedError, match=r"Expired: record_ttl_ms elapsed .* with Internal"):
+        result_of(record).raise_for_failure()

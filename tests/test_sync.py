@@ -118,6 +118,28 @@ def test_close_resolves_every_future_and_is_idempotent(backend: Backend) -> None
     producer.flush()  # nothing outstanding: returns at once
 
 
+def test_health_is_asked_on_the_producers_loop_from_any_thread(backend: Backend) -> None:
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.deny("PutRecords", code="UnrecognizedClientException", message="token invalid")
+    with SyncProducer(CONFIG, client=fake, backend=backend) as producer:
+        assert producer.health().status == "healthy"
+        future = producer.put_record(stream="s", partition_key="k", data=b"x")
+        assert future.result(WAIT).error_code == "UnrecognizedClientException"
+        with ThreadPoolExecutor(4) as pool:  # any thread may ask
+            verdicts = list(pool.map(lambda _: producer.health(window_s=30), range(8)))
+        assert {verdict.codes for verdict in verdicts} == {("credentials_failing",)}
+        asked_in_callback: Future[object] = Future()
+        later = producer.put_record(stream="s", partition_key="k", data=b"y")
+        # From the producer's own thread (a done-callback) too: answered there, directly.
+        later.add_done_callback(lambda _: asked_in_callback.set_result(producer.health()))
+        assert asked_in_callback.result(WAIT).status == "failing"  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="window_s must be a number of seconds"):
+            producer.health(window_s=0)
+    closed = producer.health()
+    assert (closed.status, closed.codes) == ("failing", ("not_running",))
+
+
 def test_close_with_a_timeout_fails_the_rest_as_cancelled(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")

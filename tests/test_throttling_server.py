@@ -970,3 +970,37 @@ def test_without_limits_what_moto_fails_to_store_is_answered_as_with_them(
     assert status == 500
     [row] = [row for row in served.app.counts.rows() if row["stream"] == stream]
     assert (row["delivered"], row["failed"]) == (1, 1)
+
+
+def test_a_region_moto_does_not_know_is_answered_as_the_service_does() -> None:
+    # Issue 31: moto fails deep in its backend for such a region (an HTML 500, a traceback
+    # logged per request); the server answers the service's JSON error instead.
+    from werkzeug.test import Client
+
+    from aiokpl.testing._moto_extras import known_regions_only
+
+    client = Client(known_regions_only(Served(None).app))
+
+    def list_shards(region: str) -> tuple[int, str, dict[str, Any]]:
+        response = client.post(
+            "/",
+            data=json.dumps({"StreamName": "nowhere"}),
+            headers={
+                "X-Amz-Target": "Kinesis_20131202.ListShards",
+                "Content-Type": "application/x-amz-json-1.1",
+                "Authorization": AUTHORIZATION.replace("/us-east-1/", f"/{region}/"),
+            },
+        )
+        return response.status_code, response.content_type, json.loads(response.data)
+
+    assert list_shards("us-east-11") == (
+        400,
+        "application/x-amz-json-1.1",
+        {
+            "__type": "InvalidSignatureException",
+            "message": "Credential should be scoped to a valid region, not 'us-east-11'. "
+            "(aiokpl local: moto's Kinesis serves the regions AWS has, e.g. us-east-1)",
+        },
+    )
+    status, _, body = list_shards("eu-west-1")  # a region moto knows: served by moto
+    assert (status, body["__type"]) == (400, "ResourceNotFoundException")

@@ -12,6 +12,8 @@ from ._core.errors import ConfigError as ConfigError
 from ._core.errors import InvalidRecordError as InvalidRecordError
 from ._core.errors import InvalidRecordTypeError as InvalidRecordTypeError
 from ._core.errors import ProducerClosedError as ProducerClosedError
+from ._core.health import Health as Health
+from ._core.health import HealthReason as HealthReason
 from ._core.metrics import MetricStatistics as MetricStatistics
 from ._core.results import Attempt as Attempt
 from ._core.results import FailedRecord as FailedRecord
@@ -43,6 +45,8 @@ __all__ = (
     "Config",
     "ConfigError",
     "FailedRecord",
+    "Health",
+    "HealthReason",
     "InvalidRecordError",
     "InvalidRecordTypeError",
     "MetricStatistics",

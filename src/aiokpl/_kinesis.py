@@ -24,6 +24,8 @@ Everything the pipeline needs from the SDK passes through here:
   given, each opened on first use. botocore sends a request to the client's region whatever
   region its ``StreamARN`` names, so a stream in another region needs a client of its own.
 
+The producer's own client's region is judged at start: :func:`check_known_region`.
+
 Regions (:func:`check_region`): a stream named by name is in the producer's region. A stream
 named by ARN is in the ARN's region: when ``Config.region`` is set (or a client with a region
 was given), an ARN of another region is refused at the put that names it, as a mistake to
@@ -38,11 +40,15 @@ way, and which a name could contradict.
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 import anyio
+import botocore
 import botocore.exceptions
 
 from ._backend import current_backend
@@ -58,6 +64,7 @@ from ._core.answers import (
 from ._core.errors import ConfigError, InvalidRecordError
 from ._core.hashing import StreamArn
 from ._core.listings import UnusableAnswer
+from ._core.regions import NOT_A_REGION, region_problem
 
 if TYPE_CHECKING:
     from ._core.config import Config
@@ -69,16 +76,21 @@ __all__ = (
     "answer_of",
     "arn_argument",
     "call_control",
+    "check_known_region",
     "check_region",
     "client_error",
     "create_client",
     "create_cloudwatch_client",
+    "endpoint_of",
     "error_of",
     "failure_of",
     "fixed_region",
     "never_sent",
     "stream_argument",
 )
+
+
+logger = logging.getLogger("aiokpl")
 
 
 class KinesisClient(Protocol):
@@ -122,6 +134,42 @@ def _region_of(client: object) -> str | None:
     if region is None:
         region = getattr(client, "region", None)
     return region if isinstance(region, str) else None
+
+
+def endpoint_of(client: object) -> str | None:
+    """The endpoint URL ``client`` (or a :class:`RegionalClients`' home) sends to, if any."""
+    if isinstance(client, RegionalClients):
+        client = client._home
+    url = getattr(getattr(client, "meta", None), "endpoint_url", None)
+    return url if isinstance(url, str) else None
+
+
+@functools.cache
+def _partitions() -> list[dict[str, Any]]:
+    """botocore's partitions (``partitions.json``), read once."""
+    from botocore.loaders import create_loader
+
+    partitions: list[dict[str, Any]] = create_loader().load_data("partitions")["partitions"]
+    return partitions
+
+
+def check_known_region(client: object) -> None:
+    """Judge the region of the producer's own ``client`` (``_core.regions``): warn about one
+    botocore does not know, refuse one that cannot be an AWS region.
+
+    Raises:
+        ConfigError: the region has the shape of no partition's regions and the client
+            sends to AWS (no endpoint URL of a server of your own).
+    """
+    region = _region_of(client)
+    host = urlsplit(endpoint_of(client) or "").hostname
+    if region is None or host is None:
+        return
+    problem = region_problem(region, host, _partitions(), botocore.__version__)
+    if problem is not None and problem.kind == NOT_A_REGION:
+        raise ConfigError(problem.message)
+    if problem is not None:
+        logger.warning("%s", problem.message)
 
 
 def fixed_region(config: Config, client: object) -> str | None:
@@ -500,6 +548,7 @@ class RegionalClients:
     async def __aenter__(self) -> RegionalClients:
         try:
             self._home = await self._stack.enter_async_context(self._open_client(self._config))
+            check_known_region(self._home)
         except BaseException:
             await self._stack.aclose()
             raise

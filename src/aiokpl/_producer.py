@@ -48,6 +48,7 @@ from ._coordination.coordinator import Coordination, ProducerCoordinator
 from ._core.config import Config
 from ._core.errors import BufferFullError, InvalidRecordError
 from ._core.hashing import check_user_record
+from ._core.health import DEFAULT_WINDOW, Health
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricStatistics
 from ._core.results import Attempt, RecordResult
 from ._core.statistics import ProducerStatistics, StreamStatistics
@@ -490,6 +491,20 @@ class Producer:
         if self._intake.running:
             metrics.sample(self._runtime.outstanding_by_stream(), now, pending=False)
         return metrics.table.window(now, window, name)
+
+    def health(self, window_s: float = DEFAULT_WINDOW) -> Health:
+        """A verdict for liveness and readiness probes: healthy, degraded or failing, and why.
+
+        Made from what the producer keeps anyway (no work per record): cheap enough to call
+        every second. The reasons and what each means are in ``docs/health.md``.
+
+        Args:
+            window_s: how far back to look, in seconds (1 … 600).
+
+        Raises:
+            ValueError: ``window_s`` is out of range.
+        """
+        return self._runtime.health(window_s)
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the producer's counters and of every stream's pipeline."""

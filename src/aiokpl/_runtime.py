@@ -27,10 +27,12 @@ from ._backend import current_clock
 from ._coordination.coordinator import Coordination
 from ._core.config import Config
 from ._core.errors import ConfigError
+from ._core.health import DEFAULT_WINDOW, Health, check_window
 from ._core.metrics import MetricsTable
 from ._core.statistics import SenderStatistics
+from ._health import Connectivity, health
 from ._intake import Intake
-from ._kinesis import KinesisClient, RegionalClients, fixed_region
+from ._kinesis import KinesisClient, RegionalClients, endpoint_of, fixed_region
 from ._metrics.recorder import MetricsRecorder, MetricsSink
 from ._metrics.runner import MetricsRunner
 from ._pipeline.ledger import ResultLedger
@@ -112,6 +114,8 @@ class Runtime:
     Attributes:
         client: the Kinesis client (the given one, or the producer's own once started).
         sender: the sender, once started.
+        connectivity: what the requests' answers say of the endpoint and each stream, once
+            started (``producer.health()`` reads it).
         coordinator: the coordinator, once started with a ``coordination``.
         spool: the durable spool (``Config.spool_directory``), or ``None``.
         exit_code: the code and message of the records still outstanding at exit.
@@ -135,6 +139,7 @@ class Runtime:
         self._jitter = jitter
         self._admission, self._ledger, self._streams, self._intake, self._scheduler = parts
         self.sender: Sender | None = None
+        self.connectivity: Connectivity | None = None
         self.coordinator: ProducerCoordinator | None = None
         self.spool: Spool | None = None
         self.exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
@@ -171,7 +176,13 @@ class Runtime:
         runner = None
         if self._metrics is not None:
             runner = MetricsRunner(
-                self._metrics, self._sinks, config, clock, self.outstanding_by_stream, spool
+                self._metrics,
+                self._sinks,
+                config,
+                clock,
+                self.outstanding_by_stream,
+                spool,
+                health=lambda: self.health(DEFAULT_WINDOW).severity,
             )
             await stack.enter_async_context(runner)  # opens the sinks; the last upload at exit
         stack.push_async_callback(self._settle_outstanding)
@@ -180,6 +191,7 @@ class Runtime:
         stack.push_async_callback(_close_task_group, task_group)
         self._intake.running = True
         self._ledger.failures.task_group = task_group
+        self.connectivity = Connectivity(endpoint_of(self.client), config.record_ttl_ms)
         self.sender = Sender(
             self.client,
             task_group,
@@ -190,6 +202,7 @@ class Runtime:
             # A stream with steady traffic sends at least once per buffered time.
             active_window=1.0 + config.record_max_buffered_time_ms / 1000,
             random_value=self._jitter.random,
+            on_answer=self.connectivity.observe,
         )
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
         if self._coordination is not None:
@@ -229,6 +242,18 @@ class Runtime:
         self._streams.missing.on_due(self._intake.clock())  # a warning still gathering streams
         self._scheduler.clear()
         await failures.drain(self.config.request_timeout_ms / 1000)
+
+    def health(self, window_s: float) -> Health:
+        """The producer's health now, looking back ``window_s`` seconds.
+
+        Raises:
+            ValueError: ``window_s`` is not a number of seconds from 1 to 600.
+        """
+        window = check_window(window_s)
+        ttl = self.config.record_ttl_ms / 1000
+        return health(
+            self._intake, self._ledger, self.connectivity, self.spool, window=window, ttl=ttl
+        )
 
     def sender_statistics(self) -> SenderStatistics:
         """The sender's counters (zeros before the start)."""

@@ -54,6 +54,7 @@ from ._core.config import Config
 from ._core.decoder import decode_tags
 from ._core.errors import BufferFullError, ProducerClosedError
 from ._core.hashing import check_user_record
+from ._core.health import CLOSED, DEFAULT_WINDOW, Health, check_window
 from ._core.results import Attempt, FailedRecord, RecordResult
 from ._core.statistics import ProducerStatistics
 from ._core.wire import Tags
@@ -61,6 +62,7 @@ from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
 from ._hosted import ProducerPort
 from ._kinesis import fixed_region
 from ._producer import Producer, port_of
+from ._sync_ask import ask
 from ._sync_durable import wait_durable_from_thread
 from ._sync_exit import forget, in_slices, remember, report_abandon, uninterrupted
 from ._sync_futures import FlushWaiter, RecordFuture
@@ -573,18 +575,23 @@ class SyncProducer:
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the underlying producer (its last one once closed)."""
-        producer = self._producer
-        if threading.get_ident() == self._loop_thread and producer is not None:
-            return producer.statistics()
-        portal = self._portal
-        if portal is not None and producer is not None:
-            try:
-                return portal.call(producer.statistics)
-            except RuntimeError:
-                pass  # the portal stopped meanwhile: the final snapshot is taken by then
-        self._stopped.wait()
-        assert self._final_statistics is not None
-        return self._final_statistics
+        snapshot = ask(self._portal, self._producer, self._loop_thread, Producer.statistics)
+        if snapshot is None:
+            self._stopped.wait()  # the final snapshot is taken by then
+            snapshot = self._final_statistics
+            assert snapshot is not None
+        return snapshot
+
+    def health(self, window_s: float = DEFAULT_WINDOW) -> Health:
+        """The underlying producer's :meth:`~aiokpl.Producer.health`, asked from any thread;
+        failing with ``"not_running"`` once closed.
+
+        Raises:
+            ValueError: ``window_s`` is not a number of seconds from 1 to 600.
+        """
+        question = partial(Producer.health, window_s=check_window(window_s))
+        verdict = ask(self._portal, self._producer, self._loop_thread, question)
+        return verdict if verdict is not None else CLOSED
 
     def __repr__(self) -> str:
         state = "closed" if self._closing else "running"

@@ -24,6 +24,7 @@ __all__ = (
     "COUNT_MISMATCH",
     "INTERNAL",
     "UNKNOWN_OUTCOME",
+    "UNREACHABLE",
     "Answer",
     "Answered",
     "Delivered",
@@ -44,6 +45,20 @@ A request that certainly never left (a refused connection, a name that did not r
 connect timeout: ``_kinesis.never_sent``) fails with the name of the exception instead
 (``"EndpointConnectionError"``, ``"ConnectTimeoutError"`` …), is retried like ``"Internal"``,
 and leaves the outcome known: the record is not in the stream."""
+
+UNREACHABLE = frozenset(
+    {
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "SSLError",
+        "ProxyConnectionError",
+        "ConnectionRefusedError",
+        "gaierror",
+    }
+)
+"""Those codes of a request that never left which say the endpoint cannot be reached (refused,
+a name that does not resolve, no connection in time, a TLS handshake or a proxy that failed),
+rather than that credentials could not be had (``"CredentialRetrievalError"`` …)."""
 
 
 Delivered: TypeAlias = tuple[str, str]

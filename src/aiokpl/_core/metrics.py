@@ -79,6 +79,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "SpoolFsyncTime": ("Milliseconds", "summary"),
     "SpoolRecordsRecovered": ("Count", "summary"),
     "SpoolBytesLost": ("Bytes", "summary"),
+    # Not the KPL's (its UnhealthyDaemon is about its child process): producer.health()'s
+    # status sampled, 0 healthy, 1 degraded, 2 failing; global series only.
+    "ProducerHealth": ("Count", "summary"),
 }
 """Every metric: its unit and the level from which it is recorded."""
 

@@ -21,7 +21,18 @@ from .errors import AiokplError
 if TYPE_CHECKING:
     from .wire import Tag
 
-__all__ = ("Attempt", "FailedRecord", "RecordFailedError", "RecordResult")
+__all__ = (
+    "CAUSE_MAX",
+    "Attempt",
+    "FailedRecord",
+    "RecordFailedError",
+    "RecordResult",
+    "with_cause",
+)
+
+CAUSE_MAX = 300
+"""Characters of the last cause's message that :func:`with_cause` quotes (the whole message is
+in that attempt: a proxy's error page can arrive whole as one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +73,28 @@ class Attempt:
     def duration(self) -> float:
         """How long the attempt took: ``ended_at - started_at``."""
         return self.ended_at - self.started_at
+
+
+def with_cause(message: str, attempts: tuple[Attempt, ...]) -> str:
+    """``message``, and what the last of ``attempts`` failed with, when there were any.
+
+    For the codes that say only that time ran out (``"Expired"``, ``"Cancelled"`` at exit): a
+    record that spent its TTL failing to reach the endpoint says so in its own message,
+    ``record_ttl_ms elapsed …; after 14 attempts, the last failed with
+    EndpointConnectionError: Could not connect to the endpoint URL: …``, not only in its
+    attempts. A record that was never sent (no attempts) keeps ``message`` as it is.
+    """
+    if not attempts:
+        return message
+    last = attempts[-1]
+    cause = last.error_message or ""
+    if len(cause) > CAUSE_MAX:
+        cause = f"{cause[:CAUSE_MAX]}…"
+    count = len(attempts)
+    return (
+        f"{message}; after {count} attempt{'s' if count != 1 else ''}, the last failed with "
+        f"{last.error_code}: {cause}"
+    )
 
 
 @dataclass(frozen=True, slots=True, repr=False)

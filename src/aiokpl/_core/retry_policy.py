@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING
 
 from .answers import UNKNOWN_OUTCOME, Answer, Answered, Entry, Refused, RequestFailed
 from .records import KinesisRecord, UserRecordLike
-from .results import Attempt
+from .results import Attempt, with_cause
 from .shards import ShardRange
 
 if TYPE_CHECKING:
@@ -265,9 +265,8 @@ def _fail_or_retry(
     ):
         decisions.failed.append(record)
     elif now >= record.expires_at:
-        record.add_attempt(
-            Attempt(now, now, now - ended, False, EXPIRED, "record_ttl_ms elapsed before delivery")
-        )
+        said = with_cause("record_ttl_ms elapsed before delivery", record.attempts)
+        record.add_attempt(Attempt(now, now, now - ended, False, EXPIRED, said))
         decisions.failed.append(record)
     else:
         record.set_deadline(now + policy.retry_delay)
@@ -408,16 +407,8 @@ def _split(
                 Attempt(started, ended, started - record.last_end, False, code, message)
             )
             if expired:
-                record.add_attempt(
-                    Attempt(
-                        now,
-                        now,
-                        now - ended,
-                        False,
-                        EXPIRED,
-                        "record_ttl_ms elapsed before delivery",
-                    )
-                )
+                said = with_cause("record_ttl_ms elapsed before delivery", record.attempts)
+                record.add_attempt(Attempt(now, now, now - ended, False, EXPIRED, said))
         if expired:
             decisions.failed += kinesis_record.records
         else:
@@ -496,9 +487,12 @@ def place(
 
 
 def expire(kinesis_record: KinesisRecord, now: float, where: str) -> list[UserRecordLike]:
-    """Fail every user record of ``kinesis_record`` with ``"Expired"``, at ``now``."""
+    """Fail every user record of ``kinesis_record`` with ``"Expired"``, at ``now``; the message
+    of one that had attempts names what the last of them failed with."""
     records = kinesis_record.records
     message = f"record_ttl_ms elapsed while waiting in the {where}"
     for record in records:
-        record.add_attempt(Attempt(now, now, now - record.last_end, False, EXPIRED, message))
+        attempts = record.attempts
+        said = with_cause(message, attempts) if attempts else message
+        record.add_attempt(Attempt(now, now, now - record.last_end, False, EXPIRED, said))
     return records

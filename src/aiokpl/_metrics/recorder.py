@@ -347,6 +347,10 @@ class MetricsRecorder:
         if self._detailed:
             self._global("SpoolSegments").add(segments, now)
 
+    def health_sampled(self, severity: int, now: float) -> None:
+        """A sample of ``producer.health()``: 0 healthy, 1 degraded, 2 failing."""
+        self._global("ProducerHealth").add(severity, now)
+
     def spool_fsynced(self, seconds: float, now: float) -> None:
         """A spool flush that fsynced took ``seconds`` (write, fsync, the thread hop)."""
         self._global("SpoolFsyncTime").add(seconds * 1000.0, now)

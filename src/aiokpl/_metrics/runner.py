@@ -2,10 +2,11 @@
 
 :class:`MetricsRunner` is entered by the producer (pushed on its exit stack) once its task
 group runs: entering opens the sinks (closing those opened if one fails) and starts the
-sampler (``"detailed"`` level, or with a spool) and the uploader (when there are sinks) in
-the producer's task group; exiting makes the last upload and closes the sinks, shielded and
-bounded by the request timeout, after the task group has ended (its tasks are cancelled by
-then). A sink that fails to close is logged, never raised.
+sampler (every 200 ms at the ``"detailed"`` level or with a spool, else every second for the
+producer's health alone) and the uploader (when there are sinks) in the producer's task group;
+exiting makes the last upload and closes the sinks, shielded and bounded by the request
+timeout, after the task group has ended (its tasks are cancelled by then). A sink that fails to
+close is logged, never raised.
 
 The KPL's counterpart is the ``MetricsManager`` upload loop (``aws/metrics/metrics_manager.h``).
 """
@@ -27,7 +28,10 @@ if TYPE_CHECKING:
     from .._core.config import Config
     from .._core.statistics import SpoolStatistics
 
-__all__ = ("MetricsRunner",)
+__all__ = ("HEALTH_SAMPLE_INTERVAL", "MetricsRunner")
+
+HEALTH_SAMPLE_INTERVAL = 1.0
+"""Seconds between ``ProducerHealth`` samples when nothing else is sampled."""
 
 logger = logging.getLogger("aiokpl")
 
@@ -48,6 +52,8 @@ class MetricsRunner:
         clock: the producer's clock.
         outstanding_by_stream: what the samples read: outstanding records by stream.
         spool: the producer's spool, whose size the sampler records too (at any level).
+        health: the producer's health as a number (0 healthy, 1 degraded, 2 failing), which
+            the sampler records as ``ProducerHealth`` (at any level).
     """
 
     def __init__(
@@ -58,6 +64,7 @@ class MetricsRunner:
         clock: Callable[[], float],
         outstanding_by_stream: Callable[[], dict[str, int]],
         spool: SampledSpool | None = None,
+        health: Callable[[], int] | None = None,
     ) -> None:
         self._metrics = metrics
         self._sinks = tuple(sinks)
@@ -65,6 +72,7 @@ class MetricsRunner:
         self._clock = clock
         self._outstanding_by_stream = outstanding_by_stream
         self._spool = spool
+        self._health = health
         self._uploader: Uploader | None = None
         self._opened: list[MetricsSink] = []
 
@@ -80,10 +88,10 @@ class MetricsRunner:
             raise
 
     def start(self, task_group: TaskGroup) -> None:
-        """Start the sampler (``"detailed"``, or with a spool) and the uploader (with sinks)
-        in ``task_group``."""
+        """Start the sampler (``"detailed"``, with a spool, or with ``health``) and the
+        uploader (with sinks) in ``task_group``."""
         metrics = self._metrics
-        if metrics.table.level == "detailed" or self._spool is not None:
+        if metrics.table.level == "detailed" or self._spool is not None or self._health:
             task_group.start_soon(self._sample, name="aiokpl metrics sampler")
         if self._sinks:
             outstanding = self._outstanding_by_stream
@@ -99,15 +107,20 @@ class MetricsRunner:
     async def _sample(self) -> None:
         metrics = self._metrics
         spool = self._spool
+        health = self._health
         detailed = metrics.table.level == "detailed"
+        # The health alone is sampled once a second: as often as a probe would ask.
+        interval = SAMPLE_INTERVAL if detailed or spool is not None else HEALTH_SAMPLE_INTERVAL
         while True:
-            await anyio.sleep(SAMPLE_INTERVAL)
+            await anyio.sleep(interval)
             now = self._clock()
             if detailed:
                 metrics.sample(self._outstanding_by_stream(), now, pending=True)
             if spool is not None:
                 size = spool.statistics()
                 metrics.spool_sampled(size.bytes_on_disk, size.segments, now)
+            if health is not None:
+                metrics.health_sampled(health(), now)
 
     async def aclose(self) -> None:
         """The last upload (failures included) and the sinks' release: shielded and bounded."""

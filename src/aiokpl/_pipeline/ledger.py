@@ -28,13 +28,14 @@ flush); the flush generations are ours (the KPL's flush does not wait for result
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import anyio
 
-from .._core.results import Attempt
+from .._core.results import Attempt, with_cause
 from .._failures import FailureHandler
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class ResultLedger:
     __slots__ = (
         "_deferred",
         "clock",
+        "delivered_at",
         "depth",
         "epoch",
         "failed",
@@ -94,6 +96,9 @@ class ResultLedger:
         self.epoch = 0
         self.succeeded = 0
         self.failed = 0
+        # When a record was last delivered (what producer.health() judges progress by): read
+        # once per request's worth of records, not per record.
+        self.delivered_at = -math.inf
         self.room: anyio.Event | None = None
         self.flush_waiters: list[_FlushWaiter] = []
         self.failures = FailureHandler(config, self.release_held)
@@ -174,6 +179,8 @@ class ResultLedger:
                 self._flush_progress(record)
         if success:
             self.succeeded += finished
+            if finished:
+                self.delivered_at = self.clock()
         else:
             self.failed += finished
         if self.on_resolved is not None:
@@ -220,12 +227,15 @@ class ResultLedger:
             f"{message}; its request was sent and no answer was read, so it may be in the stream"
         )
         for record in records:
+            attempts = record.attempts  # what they failed with is said (with_cause)
             if record in in_flight:
+                said = with_cause(unknown, attempts) if attempts else unknown
                 attempt = Attempt(
-                    now, now, now - record.last_end, False, code, unknown, outcome_unknown=True
+                    now, now, now - record.last_end, False, code, said, outcome_unknown=True
                 )
             else:
-                attempt = Attempt(now, now, now - record.last_end, False, code, message)
+                said = with_cause(message, attempts) if attempts else message
+                attempt = Attempt(now, now, now - record.last_end, False, code, said)
             record.add_attempt(attempt)
         self.finish(records, False)
 

@@ -257,6 +257,7 @@ class Sender:
         request_timeout: float,
         active_window: float = 1.0,
         random_value: Callable[[], float] = random.random,
+        on_answer: Callable[[str, Answer, float], None] | None = None,
     ) -> None:
         self._client = client
         self._task_group = task_group
@@ -266,6 +267,7 @@ class Sender:
         self._request_timeout = request_timeout
         self._active_window = active_window
         self._random = random_value  # the backoffs' jitter
+        self._on_answer = on_answer  # told of each answer (stream, answer, when): the health's
         self._preempting = 0  # requests given up whose tasks have not finished yet
         self._recheck_at = math.inf  # when on_due is due next, if it is scheduled
         self.requests_preempted = 0
@@ -577,6 +579,8 @@ class Sender:
         ended = self._clock()
         # Before the records' outcomes resolve: a callback that puts again sees the backoff.
         lane.back_off(answer, ended, self._random)
+        if self._on_answer is not None:
+            self._on_answer(destination.stream, answer, ended)
         failure = self._failure_answering = type(answer) is not Answered
         try:
             destination.handle_result(records, answer, started, ended)

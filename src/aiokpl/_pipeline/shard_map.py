@@ -28,7 +28,9 @@ per second per account, shared with every other caller, so the producer returns 
 ``ListShards`` as soon as it may; one denied call every 10 minutes at most costs nothing. Other
 ``ListShards`` failures (throttling, 5xx, timeouts) are not remembered. A denial is logged once
 per stream, as a warning naming the missing permission (both, if ``DescribeStream`` is denied
-too); the retries it causes then log at debug level.
+too); the retries it causes then log at debug level. So do failures to connect
+(``_core.answers.UNREACHABLE``): the producer says once that the endpoint cannot be reached
+(``_health.Connectivity``), not once per stream and retry.
 
 Errors: only the client calls are caught (:meth:`ShardMap._call`), as ``(code, message)`` by
 ``_kinesis.error_of``. An answer that came back but cannot make a map (``_core.listings``:
@@ -76,6 +78,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._core.answers import UNREACHABLE
 from .._core.backoff import Backoff
 from .._core.listings import (
     MALFORMED,
@@ -304,8 +307,11 @@ class ShardMap:
                     self._missing_log.report(self.stream, described(self.last_error))
                     return
                 logger.log(
-                    # A denial already warned about once: its retries say nothing new.
-                    logging.DEBUG if explained else logging.WARNING,
+                    # A denial already warned about once, an endpoint that cannot be reached
+                    # (the producer says so once, _health.Connectivity): retries say nothing new.
+                    logging.DEBUG
+                    if explained or self.last_error[1] in UNREACHABLE
+                    else logging.WARNING,
                     "could not load the shard map of %r (%s); retrying in %.1f s",
                     self.stream,
                     described(self.last_error),

@@ -17,6 +17,9 @@ The requests served here, each under the lock moto's model is used under (WSGI p
   changes nothing), and a success becomes ``DryRunOperationException``. Writes are checked by
   the application itself (it never lets moto store a dry run).
 
+In front of everything, :func:`known_regions_only` answers a request signed for a region moto
+does not know with the service's error, instead of moto's HTML 500.
+
 Also here: the JSON answers the server writes itself (:func:`json_response`, :func:`error`,
 :func:`moto_error` for one of moto's exceptions), reading a request's body (:func:`read_body`),
 and the service's refusals of a write that
@@ -40,6 +43,7 @@ from ._moto_model import (
     find_stream,
     on_demand,
     set_distribution,
+    unknown_region,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +58,7 @@ __all__ = (
     "error",
     "internal_failure",
     "json_response",
+    "known_regions_only",
     "missing_key",
     "moto_error",
     "ordering_refused",
@@ -103,6 +108,26 @@ def json_response(
 def error(start_response: StartResponse, status: int, code: str, message: str) -> list[bytes]:
     """Answer the service error ``code`` with ``message``, as the JSON protocol does."""
     return json_response(start_response, status, {"__type": code, "message": message}, code)
+
+
+def known_regions_only(app: WSGIApplication) -> WSGIApplication:
+    """``app``, with a request signed for a region moto does not know answered as the service
+    answers a credential scoped to no region (400, ``InvalidSignatureException``), not passed
+    on (moto fails deep in its backend: an HTML 500, and a traceback logged per request)."""
+
+    def serve(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        region = unknown_region(environ)
+        if region is None:
+            return app(environ, start_response)
+        return error(
+            start_response,
+            400,
+            "InvalidSignatureException",
+            f"Credential should be scoped to a valid region, not '{region}'. (aiokpl local: "
+            "moto's Kinesis serves the regions AWS has, e.g. us-east-1)",
+        )
+
+    return serve
 
 
 def internal_failure(start_response: StartResponse) -> list[bytes]:

@@ -1,9 +1,9 @@
 """moto's Kinesis model, used directly by the local servers (:mod:`aiokpl.testing._servers`,
-:mod:`aiokpl.testing._throttling`): finding a request's stream as moto would, placing its
-records on shards (by key as moto does, or at random on an ``AUTO`` stream, which moto knows
-nothing of), telling whether its records can be handed to the model as they are, keeping a
-stream's record distribution strategy, and mending the model's one cost that grows with what
-it stores.
+:mod:`aiokpl.testing._throttling`): finding a request's stream (and whether moto knows its
+region) as moto would, placing its records on shards (by key as moto does, or at random on an
+``AUTO`` stream, which moto knows nothing of), telling whether its records can be handed to the
+model as they are, keeping a stream's record distribution strategy, and mending the model's one
+cost that grows with what it stores.
 
 A stream's ``RecordDistributionStrategy`` lives on moto's ``Stream`` object itself (the
 attribute :data:`_DISTRIBUTION`), so it goes with the stream when the stream is deleted or
@@ -33,6 +33,7 @@ __all__ = (
     "place",
     "set_distribution",
     "storable",
+    "unknown_region",
 )
 
 AUTO = "AUTO"
@@ -64,8 +65,17 @@ def find_stream(environ: Mapping[str, Any], body: Mapping[str, Any]) -> Any:
     Raises:
         Exception: moto's own error (``ResourceNotFoundException``: no such stream).
     """
-    from moto.iam.models import get_account_id_from
     from moto.kinesis.models import kinesis_backends
+
+    account, region = _account_and_region(environ)
+    return kinesis_backends[account][region].describe_stream(
+        stream_arn=body.get("StreamARN"), stream_name=body.get("StreamName")
+    )
+
+
+def _account_and_region(environ: Mapping[str, Any]) -> tuple[str, str]:
+    """The account and region moto serves a request in (see :func:`find_stream`)."""
+    from moto.iam.models import get_account_id_from
 
     authorization = str(environ.get("HTTP_AUTHORIZATION", ""))
     account = os.environ.get("MOTO_ACCOUNT_ID") or environ.get("HTTP_X_MOTO_ACCOUNT_ID")
@@ -74,9 +84,19 @@ def find_stream(environ: Mapping[str, Any], body: Mapping[str, Any]) -> Any:
         account = get_account_id_from(found.group(1) if found else "AKIAEXAMPLE")
     scope = authorization.split(",")[0].split("/")
     region = scope[2] if "AWS4" in authorization and len(scope) >= 3 else "us-east-1"
-    return kinesis_backends[str(account)][region].describe_stream(
-        stream_arn=body.get("StreamARN"), stream_name=body.get("StreamName")
-    )
+    return str(account), region
+
+
+def unknown_region(environ: Mapping[str, Any]) -> str | None:
+    """The region a request is signed for, if moto has no Kinesis there (it would raise
+    ``KeyError`` deep in its backend, answered as an HTML 500 with a traceback logged)."""
+    from moto.kinesis.models import kinesis_backends
+    from moto.settings import allow_unknown_region
+
+    account, region = _account_and_region(environ)
+    if region in kinesis_backends[account] or allow_unknown_region():
+        return None
+    return region
 
 
 def distribution_of(stream: Any) -> str:

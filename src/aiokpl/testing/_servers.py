@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.request import urlopen
 
+from ._moto_extras import known_regions_only
 from ._moto_model import mend_shards
 from ._throttling import THROUGHPUT_PATH, ServerFaults, ShardLimits, ThrottlingApp
 
@@ -140,7 +141,7 @@ def make_moto_server(
         return make_server(
             host,
             int(sock.getsockname()[1]),
-            served,
+            known_regions_only(served),
             threaded=True,
             request_handler=MotoRequestHandler,
             fd=sock.fileno(),
