@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import signal
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -403,3 +405,51 @@ async def test_a_failed_record_without_a_key_is_dead_lettered_with_a_null_key(
     assert [record.data.decode() for record in fake.stored_records("s")] == [
         data for data in ("lost", "kept") if data != entry["data"]
     ]
+
+
+def _letter(letters: DeadLetters) -> None:
+    letters.write(
+        source="in.jsonl",
+        line=1,
+        code="InvalidRecord",
+        message="too long",
+        attempts=0,
+        partition_key="k",
+        explicit_hash_key=None,
+        data=b"payload",
+    )
+
+
+@pytest.mark.parametrize("mask", [0o000, 0o022])
+def test_the_dead_letter_file_is_its_owners_alone_whatever_the_umask(
+    tmp_path: Path, mask: int
+) -> None:
+    """It holds the records' data: created ``0600`` (it was ``0644``, readable by every
+    local user, under the usual umask); an existing file is appended to as it is, and a
+    dangling link creates nothing at its target."""
+    report = PutReport(stream="s")
+    old = os.umask(mask)
+    try:
+        letters = DeadLetters(str(tmp_path / "dl.jsonl"), report)
+        _letter(letters)
+        letters.close()
+        existing = tmp_path / "existing.jsonl"
+        existing.write_text("earlier\n")
+        existing.chmod(0o640)
+        letters = DeadLetters(str(existing), report)
+        _letter(letters)
+        letters.close()
+        (tmp_path / "link.jsonl").symlink_to(tmp_path / "target")
+        letters = DeadLetters(str(tmp_path / "link.jsonl"), report)
+        _letter(letters)
+        letters.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "dl.jsonl").stat().st_mode) == 0o600
+    assert len(dead_letters(tmp_path)) == 1
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o640
+    assert existing.read_text().splitlines()[0] == "earlier"
+    assert len(existing.read_text().splitlines()) == 2
+    assert not (tmp_path / "target").exists()
+    assert report.dead_letter_error is not None
+    assert report.dead_letters == 2

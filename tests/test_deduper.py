@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import os
+import stat
 import zlib
 from pathlib import Path
 from typing import Any
@@ -307,15 +308,19 @@ def test_save_writes_a_temporary_file_fsyncs_renames_then_fsyncs_the_directory(
         real_fsync(fd)
 
     def replace(source: Any, target: Any) -> None:
-        assert Path(source).read_bytes() == Path(target).with_name("deduper.json.tmp").read_bytes()
-        calls.append(f"replace {Path(source).name} {Path(target).name}")
+        assert Path(source).parent == tmp_path
+        assert Path(source).name.startswith(".deduper.json.")
+        assert Path(source).name.endswith(".tmp")
+        assert Path(source).read_bytes() == b"{}"
+        calls.append(f"replace {Path(target).name}")
         real_replace(source, target)
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     JsonFileStore(path).save(b"{}")
-    assert calls == ["fsync file", "replace deduper.json.tmp deduper.json", "fsync directory"]
+    assert calls == ["fsync file", "replace deduper.json", "fsync directory"]
     assert path.read_bytes() == b"{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deduper.json"]
 
 
 def test_without_directory_fsync_save_still_replaces_the_file(
@@ -345,15 +350,63 @@ def test_a_crash_between_write_and_rename_leaves_the_old_state(
         deduper.commit([rec(P1, 1)])
     assert deduper.seen(rec(P1, 1))  # processed: marked in memory all the same
     assert path.read_bytes() == old
-    assert (tmp_path / "deduper.json.tmp").exists()  # the new state, written and never renamed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deduper.json"]  # no leftover
     monkeypatch.undo()
-    (tmp_path / "deduper.json.tmp").write_bytes(b"torn")  # and a torn one is never read either
+    (tmp_path / ".deduper.json.x1y2z3.tmp").write_bytes(b"torn")  # what a real crash leaves
     restarted = Deduper(window=64, store=JsonFileStore(path))
     assert restarted.seen(rec(P1, 0))
     assert not restarted.seen(rec(P1, 1))
     stats(restarted, state_errors=0)
-    restarted.commit([rec(P1, 1)])  # the next save overwrites the leftover
+    restarted.commit([rec(P1, 1)])
     assert json.loads(path.read_bytes())["producers"][0][1] == 1
+
+
+def test_a_planted_temporary_link_redirects_nothing(tmp_path: Path) -> None:
+    """The review's reproduction: ``save`` opened a fixed ``PATH.tmp`` for writing and renamed
+    whatever was there over ``PATH``: a ``state.json.tmp`` link planted in a shared directory
+    made a root-owned ``0600`` file be overwritten with the state, and left ``state.json`` a
+    link its planter controls."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"secret")
+    victim.chmod(0o600)
+    path = tmp_path / "state.json"
+    (tmp_path / "state.json.tmp").symlink_to(victim)
+    deduper = Deduper(window=64, store=JsonFileStore(path))
+    deduper.commit([rec(P1, 0)])
+    assert victim.read_bytes() == b"secret"
+    assert not path.is_symlink()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert Deduper(window=64, store=JsonFileStore(path)).seen(rec(P1, 0))
+
+
+def test_a_link_at_the_state_replaced_not_followed_and_never_loaded(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"keep")
+    path = tmp_path / "state.json"
+    path.symlink_to(elsewhere)
+    with pytest.raises(PermissionError, match="is a symbolic link"):
+        Deduper(window=64, store=JsonFileStore(path))
+    JsonFileStore(path).save(b"{}")
+    assert elsewhere.read_bytes() == b"keep"
+    assert not path.is_symlink()
+
+
+def test_a_fifo_or_a_device_as_the_state_is_refused_without_blocking(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(PermissionError, match="is a FIFO"):
+        JsonFileStore(tmp_path / "fifo.json").load()
+    with pytest.raises(PermissionError, match="is a character device"):
+        JsonFileStore("/dev/zero").load()
+
+
+@pytest.mark.parametrize("mask", [0o000, 0o022])
+def test_the_state_file_is_0600_whatever_the_umask(tmp_path: Path, mask: int) -> None:
+    old = os.umask(mask)
+    try:
+        JsonFileStore(tmp_path / "state.json").save(b"{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "state.json").stat().st_mode) == 0o600
 
 
 def test_a_missing_file_is_an_empty_state(tmp_path: Path) -> None:
@@ -393,6 +446,9 @@ _BITS = base64.b64encode(zlib.compress(bytes(8))).decode()
         _document(producers=[[P1, 5, base64.b64encode(zlib.compress(bytes(9) + b"\1")).decode()]]),
         _document(producers=[[P1, 5]]),
         _document(producers=None),
+        _document(window=1 << 25),  # past the largest window a Deduper has
+        _document(producers=[[P1, 5, base64.b64encode(zlib.compress(bytes(8))[:-3]).decode()]]),
+        b"[" * 100_000 + b"]" * 100_000,  # nested past the parser's depth: RecursionError
     ],
 )
 def test_an_unreadable_state_starts_empty_with_a_warning(
@@ -406,6 +462,75 @@ def test_an_unreadable_state_starts_empty_with_a_warning(
         deduper = Deduper(window=64, store=JsonFileStore(path))
     stats(deduper, producers=0, state_errors=1)
     assert "stored state could not be read" in caplog.text
+
+
+def test_a_window_that_inflates_past_its_size_is_a_state_error_in_bounded_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The review's reproduction: a 544 KB state whose one window's bits decompress to 400 MB
+    loaded at 831 MB RSS. A window's bits are inflated up to its ``window / 8`` bytes and no
+    further (16 KiB here). The limit below is a generous one, where the issue sets the target
+    (loading bounded in proportion to the state): the traced peak stays under 10 MB (the
+    document itself is 0.5 MB), against 800 MB before."""
+    import tracemalloc
+
+    squeeze = zlib.compressobj(9)
+    chunk = bytes(1 << 20)
+    packed = b"".join(squeeze.compress(chunk) for _ in range(400)) + squeeze.flush()
+    path = tmp_path / "state.json"
+    path.write_bytes(
+        _document(window=1 << 17, producers=[[P1, 5, base64.b64encode(packed).decode()]])
+    )
+    assert path.stat().st_size < 600_000
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="aiokpl.dedupe"):
+            deduper = Deduper(store=JsonFileStore(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    stats(deduper, producers=0, state_errors=1)
+    assert "decompress to more than its 16384 bytes" in caplog.text
+    assert peak < 10_000_000, peak
+
+
+def test_a_state_too_large_to_load_is_a_state_error_not_a_memory_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One allocation the machine cannot make while loading (the parser's, here) is reported
+    as an unreadable state, never raised out of the constructor."""
+
+    class Store:
+        def load(self) -> bytes:
+            return _document()
+
+        def save(self, data: bytes) -> None:  # pragma: no cover - nothing is committed
+            raise AssertionError
+
+    def exhausted(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryError
+
+    monkeypatch.setattr(json, "loads", exhausted)
+    with caplog.at_level(logging.WARNING, logger="aiokpl.dedupe"):
+        deduper = Deduper(window=64, store=Store())
+    stats(deduper, producers=0, state_errors=1)
+    assert "(MemoryError: )" in caplog.text
+
+
+def test_a_writer_that_forges_identities_gets_real_records_dropped() -> None:
+    """The threat model, pinned: the ``Deduper`` believes identities. A writer that puts
+    records under another producer's id and next numbers, committed first, makes the real
+    records be dropped as copies (0 of 10 pass): it is for streams whose writers you trust,
+    as its docs say. Nothing in the record can tell a forgery from the original."""
+    deduper = Deduper()
+    forged = [
+        DeaggregatedRecord("k", b"forged", None, "1", 0, True, None, (identity_tag(P1, n),))
+        for n in range(10)
+    ]
+    deduper.commit(deduper.filter(forged))
+    real = [rec(P1, n) for n in range(10)]
+    assert deduper.filter(real) == []
+    stats(deduper, dropped=10)
 
 
 def test_a_valid_document_of_the_same_shape_loads() -> None:

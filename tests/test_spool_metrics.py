@@ -41,7 +41,7 @@ class SlowDisk(Disk):
 @pytest.fixture
 def disk(monkeypatch: pytest.MonkeyPatch) -> SlowDisk:
     disk = SlowDisk()
-    monkeypatch.setattr(_spooling, "spool_files", lambda: disk.files)
+    monkeypatch.setattr(_spooling, "spool_files", lambda config: disk.files)
     monkeypatch.setattr(_spooling, "run_sync", disk.run_sync)
     return disk
 

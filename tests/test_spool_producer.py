@@ -59,7 +59,7 @@ class Disk:
 @pytest.fixture
 def disk(monkeypatch: pytest.MonkeyPatch) -> Disk:
     disk = Disk()
-    monkeypatch.setattr(_spooling, "spool_files", lambda: disk.files)
+    monkeypatch.setattr(_spooling, "spool_files", lambda config: disk.files)
     monkeypatch.setattr(_spooling, "run_sync", disk.run_sync)
     return disk
 

@@ -535,7 +535,7 @@ def test_recovery_holds_one_segment_in_memory_at_a_time(tmp_path: os.PathLike[st
     for i in range(4 * segment // 1000):
         writer.append(stream="s", partition_key="pk", data=data, accepted_at=1.0)
         if i % 100 == 99:
-            writer.flush(1.0)  # a segment is closed at a flush that takes it past its size
+            writer.flush(1.0)  # a segment is filled up to its size, then the next begins
     writer.close(1.0)
     tracemalloc.start()
     try:

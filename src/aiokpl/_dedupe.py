@@ -8,7 +8,13 @@ producer id, a **window**: the highest sequence number committed and one bit for
 window and whose bit is set is a copy, and dropped; above the window it is new; below it, it
 cannot be told (its bit was overwritten) and it is passed through, counted as ``late``.
 
-Invariants:
+Threat model: the ``Deduper`` is for streams whose writers you trust. It believes every
+identity it reads: a writer that puts records under another producer's id and numbers (forged,
+or a bug) makes that producer's real records be dropped as copies. Identities are not signed;
+anyone who may write to the stream may forge them, as anyone who may write to its store may
+write a state that marks any number committed.
+
+Invariants (among trusted writers):
 
 * **No false drops.** A record is dropped only if a record with the same identity was committed
   (or came earlier in the same ``filter`` call). A record the ``Deduper`` cannot judge (no
@@ -24,7 +30,12 @@ Invariants:
 
 The state (the windows, in LRU order) goes to an optional ``DeduperStore`` at every
 ``commit``: a JSON document, each window's bits compressed, that ``JsonFileStore`` writes
-atomically (a temporary file, fsync, rename, fsync of the directory).
+atomically (:func:`~aiokpl._private_files.write_atomically`: a new private temporary file,
+fsync, rename, fsync of the directory). Loading is bounded: a window's bits decompress to at
+most its ``window / 8`` bytes (the stored window is at most ``MAX_WINDOW``), so a document
+costs memory in proportion to what it may legitimately hold; a document that is not one
+(damaged, too deep, too large to load) is a state error, never an exception out of the
+constructor.
 
 Mirrors, loosely, Kafka's idempotent producer (the broker keeps the last five batches' sequence
 numbers per producer id and partition) and TCP's SACK window; unlike Kafka, the window lives in
@@ -53,6 +64,7 @@ from ._core.identity import (
     read_identity,
 )
 from ._core.wire import DeaggregatedRecord
+from ._private_files import open_regular, write_atomically
 
 __all__ = (
     "Deduper",
@@ -66,6 +78,10 @@ logger = logging.getLogger("aiokpl.dedupe")
 
 _FORMAT = "aiokpl.deduper"
 _VERSION = 1
+MIN_WINDOW = 64
+MAX_WINDOW = 1 << 24
+"""The largest ``window`` (bits per producer; 2 MiB): also the largest a stored state may
+declare, so a producer's bits never decompress to more than ``MAX_WINDOW / 8`` bytes."""
 
 
 class Verdict(enum.Enum):
@@ -132,12 +148,17 @@ class DeduperStore(Protocol):
 
 
 class JsonFileStore:
-    """A :class:`DeduperStore` in one file, replaced atomically.
+    """A :class:`DeduperStore` in one file, replaced atomically, readable by its owner only.
 
-    ``save`` writes ``PATH.tmp``, fsyncs it, renames it over ``PATH`` (``os.replace``) and
-    fsyncs the directory, so a crash at any step leaves the previous state in ``PATH`` (a torn
-    ``PATH.tmp`` is never read, and the next ``save`` overwrites it). One writer per file: two
-    ``Deduper`` objects must not share a path.
+    ``save`` writes a new temporary file beside ``PATH`` (``.NAME.XXXXXXXX.tmp``: a unique
+    name, created exclusively without following a link, mode ``0600``), fsyncs it, renames it
+    over ``PATH`` (``os.replace``) and fsyncs the directory, so a crash at any step leaves the
+    previous state in ``PATH``, and a name someone else placed in the directory (a link at
+    ``PATH.tmp``, say) redirects nothing. A temporary file a crash left behind is never read.
+    ``load`` reads ``PATH`` only if it is a regular file, reached without following a link
+    (``save`` never leaves a link there). One writer per file: two ``Deduper`` objects must
+    not share a path. Whoever may write to the directory may write the state: keep it where
+    only the consumer's user can (see the ``Deduper``'s threat model).
 
     Args:
         path: the file; its directory must exist.
@@ -145,28 +166,25 @@ class JsonFileStore:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path: Path = Path(path)
-        self._temporary = self.path.with_name(self.path.name + ".tmp")
 
     def load(self) -> bytes | None:
-        """The file's contents, or ``None`` if it does not exist."""
+        """The file's contents, or ``None`` if it does not exist.
+
+        Raises:
+            OSError: it cannot be read; ``aiokpl``'s ``UntrustedPathError`` (a
+                ``PermissionError``) when it is a link or not a regular file (a FIFO, a
+                device): nothing was read.
+        """
         try:
-            return self.path.read_bytes()
+            fd, _ = open_regular(os.fspath(self.path), owner_only=False)
         except FileNotFoundError:
             return None
+        with open(fd, "rb") as file:  # closes fd
+            return file.read()
 
     def save(self, data: bytes) -> None:
         """Replace the file's contents with ``data`` (see the class)."""
-        with open(self._temporary, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(self._temporary, self.path)
-        if hasattr(os, "O_DIRECTORY"):  # the rename itself, durable (POSIX)
-            directory = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+        write_atomically(self.path, data)
 
     def __repr__(self) -> str:
         return f"JsonFileStore({str(self.path)!r})"
@@ -214,6 +232,21 @@ def _advance(window: _Window, sequence: int, size: int) -> None:
     window.high = sequence
 
 
+def _inflate(packed: bytes, size: int) -> bytes:
+    """``packed`` decompressed, if it holds at most ``size`` bytes: never more is inflated.
+
+    Raises:
+        ValueError: it holds more (a window's bits cannot), or it is cut short.
+    """
+    inflater = zlib.decompressobj()
+    bits = inflater.decompress(packed, size + 1)
+    if len(bits) > size:
+        raise ValueError(f"a window's bits decompress to more than its {size} bytes")
+    if not inflater.eof:
+        raise ValueError("a window's bits are cut short")
+    return bits
+
+
 class Deduper:
     """Drops the copies of user records it has already seen, by the identity in their tags.
 
@@ -229,6 +262,9 @@ class Deduper:
     thread-safe: one ``Deduper`` per consumer of a shard (a Lambda execution environment, a
     shard reader).
 
+    For streams whose writers you trust: identities are believed, not proved, so a writer that
+    forges another producer's id and numbers makes that producer's real records be dropped.
+
     Args:
         window: how many of a producer's sequence numbers below its highest committed one are
             remembered: a power of two, 64 … 2**24 (``window / 8`` bytes per producer; the
@@ -238,10 +274,13 @@ class Deduper:
             committed evicted first (each run of a producer has its own id).
         store: where to load the state from now and save it at every ``commit``
             (:class:`JsonFileStore`, or your own :class:`DeduperStore`); ``None`` keeps it in
-            memory only.
+            memory only. A stored state that cannot be read (not a state, damaged, nested too
+            deep, too large to load, a window decompressing past its size) is counted in
+            ``state_errors`` and the ``Deduper`` starts empty.
 
     Raises:
         ValueError: ``window`` or ``max_producers`` is out of range.
+        OSError: the store's ``load`` failed (:meth:`JsonFileStore.load`).
     """
 
     def __init__(
@@ -251,7 +290,11 @@ class Deduper:
         max_producers: int = 1024,
         store: DeduperStore | None = None,
     ) -> None:
-        if type(window) is not int or window < 64 or window > 1 << 24 or window & (window - 1):
+        if (
+            type(window) is not int
+            or not MIN_WINDOW <= window <= MAX_WINDOW
+            or window & (window - 1)
+        ):
             raise ValueError(f"window must be a power of two in 64 … 2**24, got {window!r}")
         if type(max_producers) is not int or max_producers < 1:
             raise ValueError(f"max_producers must be an int of at least 1, got {max_producers!r}")
@@ -463,11 +506,21 @@ class Deduper:
             return
         try:
             windows = self._parse(data)
-        except (ValueError, TypeError, KeyError, IndexError, zlib.error, binascii.Error) as exc:
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            IndexError,
+            zlib.error,
+            binascii.Error,
+            RecursionError,  # nested deeper than the parser goes: not a state
+            MemoryError,  # one allocation too large for the machine: not a state either
+        ) as exc:
             self._state_errors += 1
             logger.warning(
-                "Deduper: the stored state could not be read (%s); starting empty, so copies of "
-                "records committed before may pass",
+                "Deduper: the stored state could not be read (%s: %s); starting empty, so "
+                "copies of records committed before may pass",
+                type(exc).__name__,
                 exc,
             )
             return
@@ -482,15 +535,19 @@ class Deduper:
         ):
             raise ValueError(f"not a {_FORMAT} document of version {_VERSION}")
         stored = document["window"]
-        if type(stored) is not int or stored < 64 or stored & (stored - 1):
-            raise ValueError(f"window {stored!r} is not a power of two of at least 64")
+        if (
+            type(stored) is not int
+            or not MIN_WINDOW <= stored <= MAX_WINDOW
+            or stored & (stored - 1)
+        ):
+            raise ValueError(f"window {stored!r} is not a power of two in 64 … 2**24")
         size = self.window
         windows: OrderedDict[str, _Window] = OrderedDict()
         for producer_id, high, packed in document["producers"][-self.max_producers :]:
             parse_identity(f"{producer_id}.0")  # a producer id, or IdentityTagError
             if type(high) is not int or not 0 <= high <= MAX_SEQUENCE:
                 raise ValueError(f"producer {producer_id}: {high!r} is not a sequence number")
-            ordered = int.from_bytes(zlib.decompress(base64.b64decode(packed)), "little")
+            ordered = int.from_bytes(_inflate(base64.b64decode(packed), stored >> 3), "little")
             if ordered >> stored:
                 raise ValueError(f"producer {producer_id}: more bits than the window")
             # Keep the newest numbers: a smaller window drops the oldest, a larger one has

@@ -26,6 +26,7 @@ identities: its place in the spool (:meth:`Spool.append`), its ``aiokpl.id`` tag
 
 from __future__ import annotations
 
+import errno
 import heapq
 import itertools
 import logging
@@ -52,7 +53,7 @@ from ._spool import (
     SpoolWriter,
     scan,
 )
-from ._spool.files import LOCK_NAME
+from ._spool.files import LOCK_NAME, UntrustedPathError
 from ._spool.format import encode_record_fields
 from ._spool.writer import WriterStatistics
 
@@ -75,9 +76,9 @@ class SpoolMetrics(Protocol):
     def spool_recovered(self, records: int, bytes_lost: int, now: float) -> None: ...
 
 
-def spool_files() -> SpoolFiles:
+def spool_files(config: Config) -> SpoolFiles:
     """The file layer a producer's spool uses (tests replace this with ``MemoryFiles``)."""
-    return OsFiles()
+    return OsFiles(check_owner=config.spool_check_permissions)
 
 
 async def run_sync(function: Callable[..., Any], *args: Any) -> Any:
@@ -108,6 +109,7 @@ class Spool:
 
     def __init__(self, config: Config) -> None:
         assert config.spool_directory is not None
+        self.config = config
         self.directory = os.fspath(config.spool_directory)
         self._policy = FsyncPolicy(config.spool_fsync, config.spool_fsync_interval_ms)
         self._writer: SpoolWriter | None = None
@@ -149,21 +151,16 @@ class Spool:
         """Lock the directory, recover it and open a writer on it (in a worker thread).
 
         Raises:
-            SpoolIOError: the directory cannot be read or written, or another producer uses
-                it (the message names it).
+            SpoolIOError: the directory cannot be read or written, another producer uses it,
+                or it is not this user's alone (the message names it, in one line).
         """
-        files = spool_files()
+        files = spool_files(self.config)
         try:
             lock, recovery, writer = await run_sync(_open, self.directory, files, self._policy)
         except SpoolError:
             raise
         except OSError as exc:
-            why = (
-                f"is in use by another producer (it holds {os.path.join(self.directory, LOCK_NAME)}"
-                "); give each producer its own directory"
-                if isinstance(exc, BlockingIOError)
-                else f"cannot be opened: {exc.strerror or exc}"
-            )
+            why = _why(exc, self.directory)
             raise SpoolIOError(exc.errno, f"the spool {self.directory} {why}") from exc
         self._unlock = lambda: files.unlock(lock)
         self._recovery = recovery
@@ -175,6 +172,8 @@ class Spool:
         # offset turns the producer's clock into them.
         self._wall_offset = time.time() - anyio.current_time()  # noqa: TID251 # clock-ok: a date
         found = recovery.statistics
+        for reason in recovery.refused:
+            logger.warning("spool %s: set aside unread: %s", self.directory, reason)
         if self.metrics is not None:
             self.metrics.spool_recovered(
                 found.records_recovered, found.bytes_lost, anyio.current_time()
@@ -446,12 +445,32 @@ class Spool:
         )
 
 
+def _why(exc: OSError, directory: str) -> str:
+    """Why a spool's start failed, after "the spool DIRECTORY"."""
+    if isinstance(exc, BlockingIOError):
+        return (
+            f"is in use by another producer (it holds {os.path.join(directory, LOCK_NAME)}); "
+            "give each producer its own directory"
+        )
+    if isinstance(exc, UntrustedPathError):
+        why = f"is refused: {exc.strerror}"
+        if exc.errno == errno.EPERM:  # an owner or a mode: the rules the setting lifts
+            why += (
+                "; a spool trusts only what its own user alone may write "
+                "(Config.spool_check_permissions=False accepts other owners and modes)"
+            )
+        return why
+    return f"cannot be opened: {exc.strerror or exc}"
+
+
 # --- in the worker thread: the writer, one call at a time ---------------------------------
 def _open(
     directory: str, files: SpoolFiles, policy: FsyncPolicy
 ) -> tuple[object, Recovery, SpoolWriter]:
-    """Lock the directory, recover it, open a writer on it; the lock given back on failure."""
+    """Check and lock the directory, recover it, open a writer on it; the lock given back on
+    failure."""
     files.makedirs(directory)
+    files.check_directory(directory)
     lock = files.lock(directory)
     try:
         recovery = scan(directory, files)

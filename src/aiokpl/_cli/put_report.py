@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from .._private_files import open_for_append
 from .options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 __all__ = ("DeadLetters", "PutReport", "encode_data", "progress_line")
@@ -193,8 +194,10 @@ class DeadLetters:
     """The dead-letter file: one JSON line per failed or rejected input line.
 
     The file is opened (for appending) when the first entry arrives, so a run without failures
-    leaves no file. A write error is remembered, not raised (entries arrive in the producer's
-    result callbacks); the report shows it and the exit status is then non-zero.
+    leaves no file. It holds the records' data: created, it is readable by its owner only
+    (``0600``, whatever the umask); an existing file is appended to as it is. A write error
+    is remembered, not raised (entries arrive in the producer's result callbacks); the report
+    shows it and the exit status is then non-zero.
 
     Each entry has: ``source`` (the file name, ``-`` for stdin), ``line``, ``error_code``,
     ``error_message``, ``attempts`` (0 for a line rejected before it was sent),
@@ -242,7 +245,9 @@ class DeadLetters:
             return
         try:
             if self._file is None:
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+                self._file = open(  # noqa: SIM115 - closed by close()
+                    open_for_append(self.path), "a", encoding="utf-8"
+                )
                 self._report.dead_letter_path = self.path
             self._file.write(json.dumps(entry, ensure_ascii=False) + "\n")
         except OSError as exc:

@@ -241,6 +241,16 @@ class Config:
     ``None`` (the default): no spool, records are kept in memory only. Give each producer
     process its own directory. See the spool page."""
 
+    spool_check_permissions: bool = True
+    """Trust the spool directory only if this process's user owns it and no one else may
+    write it, and set aside unread any segment another user owns (as PostgreSQL treats its
+    data directory and OpenSSH a private key): what the spool holds is sent again with this
+    producer's credentials, so a file someone else could plant there is a record they send as
+    you. A directory that fails is refused at start, in one line saying why. ``False``
+    accepts other owners and modes, for file systems that have no POSIX owners (some network
+    and FUSE mounts show every file as one user's, mode 0777); links, FIFOs, devices and
+    oversized segments are refused either way. See the spool page."""
+
     spool_fsync: Literal["batch", "interval", "none"] = "batch"
     """When the spool fsyncs (group commit: one fsync covers every record written since the
     last). ``"batch"``: after every write, as soon as the previous fsync returned;
@@ -364,6 +374,7 @@ _RULES: tuple[tuple[str, str, float, float], ...] = (
     ("dry_run_check", "bool", 0, 0),
     ("fail_if_throttled", "bool", 0, 0),
     ("record_identities", "bool", 0, 0),
+    ("spool_check_permissions", "bool", 0, 0),
     ("return_record_on_failure", "bool", 0, 0),
     ("aggregation_max_count", "int", 1, 4_294_967_295),
     ("aggregation_max_size", "int", 64, 1 * MiB),

@@ -9,22 +9,61 @@ what was fsync'd, can fail a call with an ``errno`` (``ENOSPC``), write part of 
 failing, and *crash*: forget everything that was not fsync'd.
 
 Paths are strings; a handle is whatever :meth:`SpoolFiles.create` returned.
+
+Trust (:mod:`aiokpl._private_files`): what a spool holds is sent again with its producer's
+credentials, so :class:`OsFiles` trusts only its user. It creates the directory ``0700`` and
+every file ``0600``; :meth:`~OsFiles.check_directory` refuses a directory another user owns or
+may write; a segment is read, cut or locked only if it is a regular file of this user, reached
+without following a link, and (read) no longer than a segment can be
+(:data:`MAX_SEGMENT_BYTES`). Anything else raises
+:class:`~aiokpl._private_files.UntrustedPathError` without being read, cut or written through:
+recovery sets such a segment aside, a start refuses such a directory or lock file.
+``OsFiles(check_owner=False)`` (``Config.spool_check_permissions=False``) drops the owner and
+mode rules, for file systems without POSIX owners; links, FIFOs, devices and oversized files
+are refused all the same.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Protocol
+
+from .._private_files import (
+    UntrustedPathError,
+    check_private_directory,
+    create_private,
+    make_private_directory,
+    open_regular,
+    sync_directory,
+)
+from .format import MAX_ENTRY_BYTES
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no advisory locks, the spool is not locked
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ("LOCK_NAME", "OsFiles", "SpoolFiles")
+__all__ = (
+    "DEFAULT_SEGMENT_SIZE_BYTES",
+    "LOCK_NAME",
+    "MAX_SEGMENT_BYTES",
+    "OsFiles",
+    "SpoolFiles",
+    "UntrustedPathError",
+)
 
 LOCK_NAME = ".lock"
 """The file in a spool directory whose lock a producer holds while it uses the spool."""
+
+DEFAULT_SEGMENT_SIZE_BYTES = 64 * 1024 * 1024
+"""The size a spool's writer fills a segment to (``SpoolWriter(segment_size_bytes=...)``)."""
+
+MAX_SEGMENT_BYTES = DEFAULT_SEGMENT_SIZE_BYTES + 8 + MAX_ENTRY_BYTES
+"""The longest file :meth:`OsFiles.read` reads: a full segment and one more entry (its 8-byte
+frame header and the longest body). The writer never takes a segment past its size (an entry
+that would goes to the next one); the entry of slack is for segments written before it split
+its writes, which could pass the size by what one flush wrote."""
 
 
 class SpoolFiles(Protocol):
@@ -33,11 +72,23 @@ class SpoolFiles(Protocol):
     def makedirs(self, directory: str) -> None:
         """Create ``directory`` (and its parents) if it does not exist."""
 
+    def check_directory(self, directory: str) -> None:
+        """Check that ``directory`` may be trusted with a spool.
+
+        Raises:
+            UntrustedPathError: another user owns it or may write it (one line says which).
+        """
+
     def listdir(self, directory: str) -> list[str]:
         """The names in ``directory``."""
 
     def read(self, path: str) -> bytes:
-        """The whole content of the file at ``path``."""
+        """The whole content of the file at ``path``.
+
+        Raises:
+            UntrustedPathError: it is not a segment the spool could have written (a link, not
+                a regular file, another user's, too long): nothing was read.
+        """
 
     def create(self, path: str) -> object:
         """A new, empty file at ``path`` (which must not exist), opened for appending."""
@@ -71,6 +122,8 @@ class SpoolFiles(Protocol):
 
         Raises:
             BlockingIOError: another user holds it.
+            UntrustedPathError: the lock file is a link, not a regular file, or another
+                user's: nothing was created or locked at its target.
         """
 
     def unlock(self, handle: object) -> None:
@@ -78,20 +131,44 @@ class SpoolFiles(Protocol):
 
 
 class OsFiles:
-    """:class:`SpoolFiles` on the real file system."""
+    """:class:`SpoolFiles` on the real file system, trusting only this process's user.
+
+    Args:
+        check_owner: refuse a directory another user owns or may write, and files another
+            user owns (``Config.spool_check_permissions``).
+        max_read_bytes: the longest file :meth:`read` reads.
+    """
+
+    def __init__(
+        self, *, check_owner: bool = True, max_read_bytes: int = MAX_SEGMENT_BYTES
+    ) -> None:
+        self.check_owner = check_owner
+        self.max_read_bytes = max_read_bytes
 
     def makedirs(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
+        make_private_directory(directory)
+
+    def check_directory(self, directory: str) -> None:
+        if self.check_owner:
+            check_private_directory(directory)
 
     def listdir(self, directory: str) -> list[str]:
         return os.listdir(directory)
 
     def read(self, path: str) -> bytes:
-        with open(path, "rb") as file:
-            return file.read()
+        fd, found = open_regular(path, owner_only=self.check_owner)
+        with open(fd, "rb") as file:  # closes fd
+            if found.st_size > self.max_read_bytes:
+                raise UntrustedPathError(
+                    errno.EFBIG,
+                    f"{path} holds {found.st_size} bytes, more than a spool segment can "
+                    f"({self.max_read_bytes})",
+                    path,
+                )
+            return file.read(found.st_size)
 
     def create(self, path: str) -> object:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fd = create_private(path, os.O_WRONLY | os.O_APPEND)
         self._sync_directory_of(path)
         return fd
 
@@ -114,7 +191,7 @@ class OsFiles:
         os.close(handle)
 
     def truncate_path(self, path: str, size: int) -> None:
-        fd = os.open(path, os.O_WRONLY)
+        fd, _ = open_regular(path, os.O_WRONLY, owner_only=self.check_owner)
         try:
             os.ftruncate(fd, size)
             os.fsync(fd)
@@ -130,7 +207,7 @@ class OsFiles:
             self.close(handle)
 
     def rename(self, source: str, target: str) -> None:
-        os.rename(source, target)
+        os.rename(source, target)  # renames a link itself, never what it points to
         self._sync_directory_of(target)
 
     def unlink(self, path: str) -> None:
@@ -141,7 +218,10 @@ class OsFiles:
         # flock, not fcntl's record locks: it is per open file, so a second producer in the
         # same process is refused too, and the kernel drops it when the process dies (SIGKILL
         # included): a lock never outlives its holder, and nothing is left to clean up.
-        fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        # A lock file that is a link, a FIFO or another user's is refused, not set aside:
+        # moving it races with another producer's start, and both could then hold a lock.
+        path = os.path.join(directory, LOCK_NAME)
+        fd, _ = open_regular(path, os.O_RDWR | os.O_CREAT, owner_only=self.check_owner)
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -156,10 +236,4 @@ class OsFiles:
 
     @staticmethod
     def _sync_directory_of(path: str) -> None:
-        if os.name != "posix":  # pragma: no cover - Windows has no directory fsync
-            return
-        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_directory(os.path.dirname(path))

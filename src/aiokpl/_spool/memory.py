@@ -120,6 +120,9 @@ class MemoryFiles:
     def makedirs(self, directory: str) -> None:
         self.directories.add(directory)
 
+    def check_directory(self, directory: str) -> None:
+        pass  # one user: the test's
+
     def listdir(self, directory: str) -> list[str]:
         if directory not in self.directories:
             raise FileNotFoundError(errnos.ENOENT, "no such directory", directory)

@@ -12,6 +12,10 @@ numbers the acknowledgements resolve. What it meets on the way:
 - a corrupt frame: its segment cannot be framed past it, so a copy of the whole segment is
   written to ``NAME.corrupt`` (for whoever wants to look), then the segment is truncated there.
   The frames before it are recovered; the bytes from it on are counted lost.
+- a name the file layer will not read (:class:`~aiokpl._private_files.UntrustedPathError`: a
+  link, a FIFO, a device, another user's file, a file longer than a segment can be): renamed
+  to ``NAME.corrupt`` unread (a rename moves a link, not what it points to) and counted as a
+  segment moved aside; :attr:`Recovery.refused` says why.
 
 With ``repair=False`` (``aiokpl spool check``) nothing is changed and the same counts are
 returned. A record met twice (a rewrite after a failed fsync whose truncation did not hold)
@@ -28,7 +32,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .files import SpoolFiles
+from .files import SpoolFiles, UntrustedPathError
 from .format import (
     HEADER_BYTES,
     Frame,
@@ -99,10 +103,12 @@ class _Tally:
     segments_moved_aside: int = 0
     torn_tails: int = 0
     bytes_truncated: int = 0
+    refused: list[str] = field(default_factory=list)
 
 
 class Recovery:
-    """The state :func:`scan` rebuilt: live segments, resolved sets, counts."""
+    """The state :func:`scan` rebuilt: live segments, resolved sets, counts, and
+    ``refused``: one line for each name set aside unread, saying why."""
 
     def __init__(
         self,
@@ -112,6 +118,7 @@ class Recovery:
         resolved: dict[bytes, SequenceSet],
         next_segment_number: int,
         statistics: RecoveryStatistics,
+        refused: tuple[str, ...] = (),
     ) -> None:
         self.directory = directory
         self.files = files
@@ -119,6 +126,7 @@ class Recovery:
         self.resolved = resolved
         self.next_segment_number = next_segment_number
         self.statistics = statistics
+        self.refused = refused
 
     def __repr__(self) -> str:
         return f"<Recovery {self.directory!r} segments={len(self.segments)} {self.statistics}>"
@@ -132,7 +140,7 @@ class Recovery:
         for segment in [s for s in self.segments if s.unresolved]:
             try:
                 data = self.files.read(segment.path)
-            except FileNotFoundError:
+            except (FileNotFoundError, UntrustedPathError):  # gone, or replaced, since the scan
                 continue
             resolved = self.resolved.get(segment.producer_id, SequenceSet())
             for seq, start, end in checked_records(data, segment.size):
@@ -177,7 +185,14 @@ def scan(directory: str, files: SpoolFiles, *, repair: bool = True) -> Recovery:
     resolved: dict[bytes, SequenceSet] = {}
     for number, name in numbered:
         path = os.path.join(directory, name)
-        data = files.read(path)
+        try:
+            data = files.read(path)
+        except UntrustedPathError as exc:
+            tally.segments_moved_aside += 1
+            tally.refused.append(exc.strerror or str(exc))
+            if repair:
+                files.rename(path, _aside_path(path, taken))
+            continue
         segment = _scan_segment(number, path, data, files, repair, taken, tally, seen, resolved)
         del data  # before the next segment is read: one segment in memory, not two
         if segment is not None:
@@ -203,7 +218,8 @@ def scan(directory: str, files: SpoolFiles, *, repair: bool = True) -> Recovery:
         torn_tails=tally.torn_tails,
         bytes_truncated=tally.bytes_truncated,
     )
-    return Recovery(directory, files, segments, resolved, max(digits, default=-1) + 1, statistics)
+    number = max(digits, default=-1) + 1
+    return Recovery(directory, files, segments, resolved, number, statistics, tuple(tally.refused))
 
 
 def _scan_segment(

@@ -9,10 +9,13 @@ an async shell (with the pipeline, later) runs the flush off the event loop. Sta
   :class:`~aiokpl._spool.policy.FsyncPolicy` says so. :attr:`durable_through` then says which
   records are *durable*: every sequence number below it. With ``"none"`` a record is durable
   once written (it survives the process, not the machine).
-- Segments rotate at ``segment_size_bytes``: the full one is fsync'd and closed, a new one is
-  created with its header fsync'd. Every writer session starts a new segment with a new,
-  random producer id, so a sequence number is never reused under an id whatever a crash lost;
-  replayed records keep the id and number they were first written with.
+- A segment holds at most ``segment_size_bytes``: an entry that would take it past is written
+  to a new one (the full one fsync'd and closed, the new one created with its header fsync'd),
+  so a flush may spread over segments; only an entry longer than a whole segment is written
+  past it, alone. Recovery reads no file longer than a segment can be. Every writer session
+  starts a new segment with a new, random producer id, so a sequence number is never reused
+  under an id whatever a crash lost; replayed records keep the id and number they were first
+  written with.
 - A segment is deleted when it is the oldest and every record in it is resolved, right after an
   fsync, so the acknowledgements written so far are durable. Deleting only the oldest keeps
   every acknowledgement of a live segment's records on disk (they are in it or after it): a
@@ -34,15 +37,17 @@ from dataclasses import dataclass
 
 from .._core.encoder import encode_tags
 from .._core.errors import AiokplError
-from .files import SpoolFiles
+from .files import DEFAULT_SEGMENT_SIZE_BYTES, SpoolFiles
 from .format import (
     HEADER_BYTES,
     PRODUCER_ID_BYTES,
     AckOutcome,
+    FrameStatus,
     SpoolAck,
     encode_ack,
     encode_header,
     encode_record_fields,
+    read_frame,
     segment_name,
 )
 from .policy import FsyncPolicy
@@ -58,7 +63,6 @@ __all__ = (
     "WriterStatistics",
 )
 
-DEFAULT_SEGMENT_SIZE_BYTES = 64 * 1024 * 1024
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -109,7 +113,8 @@ class SpoolWriter:
         recovery: the scan of the directory (repaired); its segments become this writer's.
         files: the file layer (the one the scan used).
         policy: when to fsync.
-        segment_size_bytes: a segment is closed once it holds this many bytes.
+        segment_size_bytes: the most a segment holds (an entry that would pass it starts the
+            next one; only an entry longer than a segment is written alone past it).
         producer_id: this session's id (16 bytes); random by default.
 
     Raises:
@@ -257,7 +262,7 @@ class SpoolWriter:
             if self._in_doubt or self._handle is None or self._size() >= self.segment_size_bytes:
                 self._rotate(now)
             if self._buffer:
-                self._write()
+                self._write(now)
             if self.policy.should_fsync(now, unsynced=bool(self._unsynced)):
                 self._fsync(now)
             if self.policy.mode == "none":
@@ -342,10 +347,41 @@ class SpoolWriter:
         self._active = segment
         self._handle = handle
 
-    def _write(self) -> None:
+    def _write(self, now: float) -> None:
+        """Write the buffer, into as many segments as it takes to keep each within its size."""
+        while True:
+            room = self.segment_size_bytes - self._size()
+            if len(self._buffer) <= room:
+                self._write_part(len(self._buffer), self._next_seq - self._written_through)
+                return
+            size, records = self._entries_within(room)
+            if size <= room or self._size() == HEADER_BYTES:  # fits, or alone in a new segment
+                self._write_part(size, records)
+                if not self._buffer:
+                    return
+            self._rotate(now)
+
+    def _entries_within(self, room: int) -> tuple[int, int]:
+        """The bytes of the buffer's first whole entries that fit in ``room`` (at least the
+        first entry, even if it does not), and how many of them are records."""
+        size = records = 0
+        with memoryview(self._buffer) as view:  # released: the buffer stays resizable
+            while size < len(view):
+                frame = read_frame(view, size, self.producer_id, decode_records=False)
+                assert frame.status is FrameStatus.OK  # the writer's own frames
+                if frame.end > room and size:
+                    break
+                records += frame.sequence_number is not None
+                size = frame.end
+        return size, records
+
+    def _write_part(self, size: int, records: int) -> None:
+        """Write the buffer's first ``size`` bytes (whole entries, ``records`` of them records)
+        to the active segment."""
         segment = self._active
         assert segment is not None
-        data = bytes(self._buffer)
+        with memoryview(self._buffer) as view:  # one copy, and the buffer resizable after
+            data = bytes(view[:size])
         try:
             self.files.append(self._handle, data)
         except OSError:
@@ -356,12 +392,11 @@ class SpoolWriter:
             raise
         segment.size += len(data)
         self._unsynced += data
-        self._buffer.clear()
+        del self._buffer[:size]
         first = self._written_through
-        count = self._next_seq - first
-        segment.records.add(first, count)
-        segment.unresolved += count - self._mine.covered(first, count)
-        self._written_through = self._next_seq
+        segment.records.add(first, records)
+        segment.unresolved += records - self._mine.covered(first, records)
+        self._written_through = first + records
 
     def _fsync(self, now: float) -> None:
         try:
