@@ -29,9 +29,10 @@ The cells (``--only`` names them):
    ``put_record`` takes them, by three producer processes one after another on one server:
    ``first`` on fresh shards, ``spent`` started the moment the first's last outcome resolved
    (the shards spent: a restart), ``rested`` 3 s after the second's. Each run's per-second
-   series of the server; the share of capacity stored in each second after the run's first
-   active one (the first with a record stored or throttled: its burst; the seconds before it
-   are the producer's start-up, which the wall time holds), its last (partial) not judged;
+   series of the server; the share of capacity stored in each second between the run's first
+   and last active ones (with a record stored or throttled: the first holds the burst, the
+   last is partial; the seconds before the first, the producer's start-up, and after the
+   last, its outcomes coming back, are in the wall time);
    the wall time (the producer's: first put to last outcome; the floor is about 9 s); Kinesis
    records throttled (a second that two runs share counts for the later one).
 3. ``lone``: a lone producer on quiet shards (2 shards, aggregation off), 3,000 records as
@@ -229,16 +230,17 @@ def judged_shares(
     """The share of ``capacity`` stored in each judged second of a run.
 
     ``delivered`` and ``throttled`` hold the run's seconds from the one it starts in to the
-    one it ends in (``shared_first``: the first is also the previous run's last). Its first
-    active second (the first with a record stored or throttled, its burst; after the shared
-    one) and its last (partial) are not judged: the seconds before a producer's first request
-    (its start-up) are the wall time's, not the flow's.
+    one it ends in (``shared_first``: the first is also the previous run's last). A second is
+    active if a record was stored or throttled in it. Judged: the seconds after the first
+    active one (after the shared one; its burst) and before the last active one (partial).
+    The seconds before the first (the producer's start-up) and after the last (its last
+    outcomes coming back) are the wall time's, not the flow's.
     """
     begin = 1 if shared_first else 0
-    active = next(
-        (i for i in range(begin, len(delivered)) if delivered[i] or throttled[i]), len(delivered)
-    )
-    return [count / capacity for count in delivered[active + 1 : -1]]
+    active = [i for i in range(begin, len(delivered)) if delivered[i] or throttled[i]]
+    if not active:
+        return []
+    return [count / capacity for count in delivered[active[0] + 1 : active[-1]]]
 
 
 def wall_target(records: int, shards: int) -> float:
@@ -681,7 +683,7 @@ def describe_raw(run: RawRun) -> str:
     shares = " ".join(f"{share:.0%}" for share in run.shares)
     return (
         f"{run.name}: {run.records:,} records in {wall}, {run.throttled:,} throttled, "
-        f"{run.failed:,} failed; stored/s {run.delivered}, of capacity from the 2nd s: {shares}"
+        f"{run.failed:,} failed; stored/s {run.delivered}, of capacity, judged seconds: {shares}"
         + (f"; error {run.error}" if run.error else "")
     )
 
@@ -701,7 +703,7 @@ def restart_figures(runs: Sequence[RawRun]) -> list[Figure]:
         figures += [
             Figure(
                 cell,
-                "worst second from the 2nd active on, of capacity",
+                "worst second between the first and last active, of capacity",
                 "no whole second"
                 if worst is None
                 else f"{worst:.0%} (each: {' '.join(f'{s:.0%}' for s in shares)})",

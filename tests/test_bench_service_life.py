@@ -127,19 +127,20 @@ def test_a_run_s_seconds_are_its_own_but_the_one_the_next_run_starts_in() -> Non
     assert service_life.run_windows([(100.5, 100.9)]) == [(100, 100)]
 
 
-def test_judged_seconds_start_after_the_first_active_one_and_end_before_the_last() -> None:
+def test_judged_seconds_lie_between_the_first_and_the_last_active_ones() -> None:
     shares = service_life.judged_shares
-    # Start-up (nothing sent), the burst, three whole seconds, the partial last one.
-    delivered = [0, 0, 3500, 1700, 1900, 2000, 600]
-    throttled = [0, 0, 400, 0, 0, 0, 0]
+    # Start-up (nothing sent), the burst, three whole seconds, the partial last one, and the
+    # last outcomes coming back.
+    delivered = [0, 0, 3500, 1700, 1900, 2000, 600, 0]
+    throttled = [0, 0, 400, 0, 0, 0, 0, 0]
     assert shares(delivered, throttled, 2000.0, False) == [0.85, 0.95, 1.0]
-    # A first second throttled only is active: the next is judged.
-    assert shares([0, 0, 1800, 600], [0, 30, 0, 0], 2000.0, False) == [0.9]
+    # A second with records throttled only is active.
+    assert shares([0, 0, 1800, 0], [0, 30, 0, 5], 2000.0, False) == [0.9]
     # The first second is the previous run's last: its records are not this run's.
     assert shares([700, 0, 3000, 1800, 100], [0, 0, 0, 0, 0], 2000.0, True) == [0.9]
     assert shares([700, 3000, 1800, 100], [0, 0, 0, 0], 2000.0, False) == [1.5, 0.9]
     # Too short to judge a second, or nothing at all.
-    assert shares([0, 3000, 100], [0, 0, 0], 2000.0, False) == []
+    assert shares([0, 3000, 100, 0], [0, 0, 0, 0], 2000.0, False) == []
     assert shares([0, 0], [0, 0], 2000.0, False) == []
 
 
