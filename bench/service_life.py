@@ -61,7 +61,7 @@ over the capacity, plus 2 s). ``lone``: 0 throttled. ``fleet-agg``: ≤ 5% throt
 second over 20%. ``wrong-endpoint``: a log line within 5 s, health ``"failing"`` within 10 s.
 The other figures are information.
 
-``--quick``: ``cold`` at 1.0 s only, the demo with 20,000 records, ``restart`` with 10,000
+``--quick``: ``cold`` at 1.0 s only, the demo with 10,000 records, ``restart`` with 10,000
 records a run, ``lone`` with 3,000 only, ``fleet-agg`` for 20 s; about two minutes. A full run
 takes about five. ``--producer-src DIR`` has every producer process (and the demo) import
 aiokpl from another tree (an earlier commit's ``src/``); the servers and the read-back always
@@ -865,7 +865,7 @@ def run_all(plan: Plan) -> tuple[list[Figure], dict[str, Any]]:
                 for run in run_cold(latency, plan.backends, records, src)
             ]
             demos = [
-                run_demo(backend, 20_000 if plan.quick else 100_000, src)
+                run_demo(backend, 10_000 if plan.quick else 100_000, src)
                 for backend in plan.backends
             ]
             figures += [f for run in cold for f in cold_figures(run)] + demo_figures(demos)
