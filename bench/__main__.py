@@ -29,6 +29,7 @@ from . import (
     pipeline,
     producers,
     saturation,
+    service_life,
     spool,
     startup,
     sync,
@@ -58,6 +59,10 @@ SCENARIOS: dict[str, Callable[[bool, bool], ScenarioResult]] = {
     # AUTO streams: one producer process per cell over HTTP against the throttling moto
     # server, each stream read back as a KCL consumer reads it (about two minutes).
     "auto": auto.run,
+    # Issue 31's table, a service's first minute and last: cold starts, restarts on spent
+    # shards, a lone producer, a fleet aggregating, a wrong endpoint; producer processes over
+    # HTTP against the throttling moto server (about five minutes).
+    "service_life": service_life.run,
 }
 
 

@@ -1,6 +1,8 @@
 """What the many-process benchmarks share (``bench.coordination``, ``bench.fleet``,
-``bench.auto``): producer processes that write one JSON object a line, a context that kills them
-all on leaving, and the environment they run in (:func:`producer_environment`).
+``bench.auto``, ``bench.service_life``): producer processes that write one JSON object a line, a
+context that kills them all on leaving, the environment they run in
+(:func:`producer_environment`), and the ``Config`` and client of a local server
+(:func:`local_config`, :func:`local_client`).
 
 A process is started by the benchmark with its standard output piped; a reader thread keeps
 every line it could parse (a line that is not JSON, half written at a kill, is skipped). The
@@ -17,10 +19,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 
 @dataclass
@@ -48,6 +50,14 @@ class LineProcess:
             if time.monotonic() > deadline or self.process.poll() is not None:
                 raise RuntimeError(f"producer {self.name} did not start")
             time.sleep(0.05)
+
+    def finish(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds (at least one) for the process to exit, then for its
+        reader to take its last lines."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=max(1.0, timeout))
+        if self.thread is not None:
+            self.thread.join(timeout=10.0)
 
     def send(self, line: str) -> None:
         """Write ``line`` to the process's standard input (``go``, say)."""
@@ -85,13 +95,15 @@ def spawn(
     *,
     cwd: Path,
     env: Mapping[str, str],
+    stderr: int | IO[Any] = subprocess.DEVNULL,
 ) -> _P:
-    """Start ``python -m MODULE worker ARGUMENTS`` as a ``kind`` (its lines read) into ``into``."""
+    """Start ``python -m MODULE worker ARGUMENTS`` as a ``kind`` (its lines read) into ``into``;
+    its standard error goes to ``stderr`` (a file, to read its log afterwards)."""
     process = subprocess.Popen(
         [sys.executable, "-m", module, "worker", *arguments],
         cwd=cwd,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         stdin=subprocess.PIPE,
         text=True,
         env=dict(env),
@@ -119,3 +131,34 @@ def producer_environment(root: Path, producer_src: Path | None = None) -> dict[s
     if producer_src is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(producer_src), str(root)])
     return env
+
+
+REGION = "us-east-1"
+
+
+def local_config(endpoint: str, *, region: str = REGION, **changes: Any) -> Any:
+    """A ``Config`` for the local server at ``endpoint``, with dummy credentials and
+    ``changes`` (``Config`` fields); every other field at its default.
+
+    It imports aiokpl when called: in a producer process, the tree ``producer_environment``
+    put first.
+    """
+    from aiokpl import Config
+
+    return Config(
+        region=region,
+        endpoint_url=endpoint,
+        aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        **changes,
+    )
+
+
+@contextlib.asynccontextmanager
+async def local_client(endpoint: str, service: str = "kinesis") -> AsyncIterator[Any]:
+    """An aiobotocore client of ``service`` on the local server at ``endpoint`` (the
+    benchmark's own: to create streams and tables, and to read them back)."""
+    from aiokpl._kinesis import create_client
+
+    async with create_client(local_config(endpoint), service) as client:
+        yield client

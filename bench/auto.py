@@ -57,12 +57,19 @@ import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._processes import LineProcess, processes, producer_environment, spawn
+from ._processes import (
+    LineProcess,
+    local_client,
+    local_config,
+    processes,
+    producer_environment,
+    spawn,
+)
 from .report import Row, ScenarioResult, format_table, machine
 
 if TYPE_CHECKING:
@@ -71,7 +78,6 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "bench" / "results" / "auto.json"
 STREAM = "auto"
-REGION = "us-east-1"
 RECORD_BYTES = 100
 INDEX_BYTES = 8  # each record's data starts with its index, in 8 decimal digits
 KEYS = 997
@@ -174,17 +180,28 @@ def _emit(document: Mapping[str, Any]) -> None:
 
 
 def worker_main(argv: Sequence[str]) -> int:
-    """``python -m bench.auto worker ...``: one producer putting one cell's records."""
+    """``python -m bench.auto worker ...``: one producer putting one cell's records (also
+    ``bench.service_life``'s producer: on another stream, backend, without aggregation)."""
     parser = argparse.ArgumentParser(prog="bench.auto worker")
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--rate", type=float, default=None, help="records/s, paced")
     parser.add_argument("--keyless", action="store_true")
+    parser.add_argument("--stream", default=STREAM)
+    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument(
+        "--no-aggregation", action="store_true", help="Config(aggregation_enabled=False)"
+    )
+    parser.add_argument(
+        "--counts-only",
+        action="store_true",
+        help="no line per record: the failures by code in the last line only",
+    )
     args = parser.parse_args(argv)
     import anyio
 
     try:
-        anyio.run(_worker, args)
+        anyio.run(_worker, args, backend=args.backend)
     except Exception as exc:
         _emit({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
         return 1
@@ -194,22 +211,19 @@ def worker_main(argv: Sequence[str]) -> int:
 async def _worker(args: argparse.Namespace) -> None:
     import anyio
 
-    from aiokpl import Config, Outcome, Producer, RecordResult
+    from aiokpl import Outcome, Producer, RecordResult
 
-    config = Config(
-        region=REGION,
-        endpoint_url=args.endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    changes: dict[str, Any] = {"aggregation_enabled": False} if args.no_aggregation else {}
+    config = local_config(args.endpoint, **changes)
+    stream = args.stream
     async with Producer(config) as producer:
         put_record = producer.put_record
 
         async def put(index: int) -> Outcome[RecordResult]:
             if args.keyless:
-                return await put_record(stream=STREAM, data=record_data(index))
+                return await put_record(stream=stream, data=record_data(index))
             return await put_record(
-                stream=STREAM, partition_key=f"pk-{index % KEYS}", data=record_data(index)
+                stream=stream, partition_key=f"pk-{index % KEYS}", data=record_data(index)
             )
 
         _emit({"ready": True})
@@ -245,6 +259,8 @@ async def _worker(args: argparse.Namespace) -> None:
         put_seconds = time.perf_counter() - began
         results = [await outcome for outcome in outcomes]
         resolved_seconds = time.perf_counter() - began
+        # At once, before the lines below take their time: the moment the run ended.
+        _emit({"resolved": resolved_seconds})
         attempt_codes: Counter[str] = Counter(
             str(attempt.error_code)
             for result in results
@@ -259,18 +275,20 @@ async def _worker(args: argparse.Namespace) -> None:
                     attempt_messages.setdefault(
                         str(attempt.error_code), str(attempt.error_message)[:300]
                     )
-        lines = [
-            json.dumps(
-                {
-                    "i": i,
-                    "a": len(result.attempts),
-                    "e": None if result.success else str(result.error_code),
-                    "t": round(at, 4),
-                }
-            )
-            for i, (result, at) in enumerate(zip(results, put_at, strict=True))
-        ]
-        sys.stdout.write("\n".join(lines) + "\n")
+        failure_codes = Counter(str(r.error_code) for r in results if not r.success)
+        if not args.counts_only:
+            lines = [
+                json.dumps(
+                    {
+                        "i": i,
+                        "a": len(result.attempts),
+                        "e": None if result.success else str(result.error_code),
+                        "t": round(at, 4),
+                    }
+                )
+                for i, (result, at) in enumerate(zip(results, put_at, strict=True))
+            ]
+            sys.stdout.write("\n".join(lines) + "\n")
         streams = producer.statistics().streams
         _emit(
             {
@@ -280,6 +298,7 @@ async def _worker(args: argparse.Namespace) -> None:
                     "resolved_seconds": resolved_seconds,
                     "attempt_codes": dict(attempt_codes),
                     "attempt_messages": attempt_messages,
+                    "failure_codes": dict(failure_codes),
                     # What the producer made of the stream (absent before it knew AUTO).
                     "streams": [
                         {
@@ -299,21 +318,6 @@ async def _worker(args: argparse.Namespace) -> None:
 
 
 # -- the server side: the stream, the switches, the read-back ----------------------------------
-
-
-@contextlib.asynccontextmanager
-async def _client(endpoint: str) -> AsyncIterator[Any]:
-    from aiokpl import Config
-    from aiokpl._kinesis import create_client
-
-    config = Config(
-        region=REGION,
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    async with create_client(config) as kinesis:
-        yield kinesis
 
 
 async def create_stream(kinesis: Any, cell: Cell) -> None:
@@ -565,15 +569,15 @@ def run_cell(cell: Cell, producer_src: Path | None = None, log: Any = sys.stderr
     began = time.perf_counter()
 
     async def prepare(endpoint: str) -> None:
-        async with _client(endpoint) as kinesis:
+        async with local_client(endpoint) as kinesis:
             await create_stream(kinesis, cell)
 
     async def switches(endpoint: str, start: float) -> list[float]:
-        async with _client(endpoint) as kinesis:
+        async with local_client(endpoint) as kinesis:
             return await switch(kinesis, cell.switches, start)
 
     async def read(endpoint: str) -> ReadBack:
-        async with _client(endpoint) as kinesis:
+        async with local_client(endpoint) as kinesis:
             return await read_back(kinesis)
 
     switched: list[float] = []

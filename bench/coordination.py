@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._processes import LineProcess, processes, producer_environment, spawn
+from ._processes import LineProcess, local_config, processes, producer_environment, spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = "coordination"
@@ -123,18 +123,15 @@ def worker_main(argv: Sequence[str]) -> int:
 async def _worker(args: argparse.Namespace) -> None:
     import anyio
 
-    from aiokpl import Config, Producer
+    from aiokpl import Producer
     from aiokpl._kinesis import create_client
     from aiokpl.coordination import Coordination, DynamoDBStore, S3Store
 
     def emit(document: Mapping[str, Any]) -> None:
         print(json.dumps(document), flush=True)
 
-    config = Config(
-        region="us-east-1",
-        endpoint_url=args.kinesis,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
+    config = local_config(
+        args.kinesis,
         aggregation_enabled=False,
         rate_limit_records_per_sec_per_shard=args.shard_rate,
         record_ttl_ms=TTL_MS,

@@ -76,7 +76,15 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ._processes import LineProcess, processes, producer_environment, spawn
+from ._processes import (
+    REGION,
+    LineProcess,
+    local_client,
+    local_config,
+    processes,
+    producer_environment,
+    spawn,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "bench" / "results" / "fleet.json"
@@ -91,7 +99,6 @@ AGGREGATE_BYTES = 51_200 // BYTE_SCALE
 KEY_SAMPLE = "0123abcd-12345"  # a worker's partition keys: 8 hex digits, "-", the index
 TTL_MS = 10_000
 GROUP = "fleet"
-REGION = "us-east-1"
 COORDINATIONS = ("off", "inside", "process")
 LIMITS = ("matched", "default")
 
@@ -196,7 +203,7 @@ def _emit(document: dict[str, Any]) -> None:
 async def _worker(args: argparse.Namespace) -> None:
     import anyio
 
-    from aiokpl import Config, Producer
+    from aiokpl import Producer
     from aiokpl._kinesis import create_client
     from aiokpl.coordination import Coordination, DynamoDBStore
 
@@ -210,13 +217,7 @@ async def _worker(args: argparse.Namespace) -> None:
         changes["rate_limit_bytes_per_sec_per_shard"] = args.byte_limit
     if args.aggregation_max_size is not None:
         changes["aggregation_max_size"] = args.aggregation_max_size
-    config = Config(
-        region=REGION,
-        endpoint_url=args.endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        **changes,
-    )
+    config = local_config(args.endpoint, **changes)
     async with contextlib.AsyncExitStack() as stack:
         coordination = None
         if args.table is not None:
@@ -297,24 +298,23 @@ class _Process(LineProcess):
         return codes
 
 
-# ``--producer-src``: the producer processes (workers, ``aiokpl coordinate``) import aiokpl
-# from this source tree instead, so that two versions of the producer are measured against the
-# same server side by side (the server always runs this tree's code).
-_PRODUCER_SRC: Path | None = None
-
-
-def _environment() -> dict[str, str]:
-    return producer_environment(ROOT, _PRODUCER_SRC)
+# ``producer_src`` (``--producer-src``): the producer processes (workers, ``aiokpl
+# coordinate``) import aiokpl from this source tree instead, so that two versions of the
+# producer are measured against the same server side by side (the server always runs this
+# tree's code).
 
 
 _processes = processes
 
 
-def _spawn(name: str, arguments: list[str], into: list[_Process]) -> _Process:
-    return spawn(_Process, "bench.fleet", name, arguments, into, cwd=ROOT, env=_environment())
+def _spawn(
+    name: str, arguments: list[str], into: list[_Process], producer_src: Path | None
+) -> _Process:
+    env = producer_environment(ROOT, producer_src)
+    return spawn(_Process, "bench.fleet", name, arguments, into, cwd=ROOT, env=env)
 
 
-def _summarizer(endpoint: str, table: str, into: list[_Process]) -> None:
+def _summarizer(endpoint: str, table: str, into: list[_Process], producer_src: Path | None) -> None:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -334,7 +334,7 @@ def _summarizer(endpoint: str, table: str, into: list[_Process]) -> None:
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
         text=True,
-        env=_environment(),
+        env=producer_environment(ROOT, producer_src),
     )
     into.append(_Process("summarizer", process))
 
@@ -379,12 +379,14 @@ class CellResult:
         return verdicts
 
 
-def series_of(rows: Sequence[dict[str, Any]], first: int, seconds: int) -> dict[str, list[int]]:
-    """The server's per-second rows of :data:`STREAM` as lists from ``first`` on."""
+def series_of(
+    rows: Sequence[dict[str, Any]], first: int, seconds: int, stream: str = STREAM
+) -> dict[str, list[int]]:
+    """The server's per-second rows of ``stream`` as lists of ``seconds`` from ``first`` on."""
     series = {key: [0] * seconds for key in ("delivered", "throttled", "delivered_user_records")}
     for row in rows:
         offset = int(row["second"]) - first
-        if row["stream"] == STREAM and 0 <= offset < seconds:
+        if row["stream"] == stream and 0 <= offset < seconds:
             for key, values in series.items():
                 values[offset] += int(row[key])
     return series
@@ -490,25 +492,18 @@ def _load() -> list[float]:
 
 
 async def _prepare(endpoint: str, table: str | None) -> None:
-    from aiokpl import Config
-    from aiokpl._kinesis import create_client
     from aiokpl.coordination import DynamoDBStore
 
-    config = Config(
-        region=REGION,
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    async with create_client(config) as kinesis:
+    async with local_client(endpoint) as kinesis:
         await kinesis.create_stream(StreamName=STREAM, ShardCount=SHARDS)
     if table is not None:
-        async with create_client(config, "dynamodb") as dynamodb:
+        async with local_client(endpoint, "dynamodb") as dynamodb:
             await DynamoDBStore(dynamodb, table, GROUP).create_table()
 
 
-def run_cell(cell: Cell, log: Any = sys.stderr) -> CellResult:
-    """Run one cell: its own server, producers and summarizer, all stopped on return."""
+def run_cell(cell: Cell, log: Any = sys.stderr, producer_src: Path | None = None) -> CellResult:
+    """Run one cell: its own server, producers and summarizer, all stopped on return; with
+    ``producer_src``, the producer processes import aiokpl from that tree."""
     import anyio
 
     from aiokpl.testing._servers import ShardLimits, moto_server, throughput
@@ -536,7 +531,7 @@ def run_cell(cell: Cell, log: Any = sys.stderr) -> CellResult:
         with _processes() as procs:
             if cell.coordination == "process":
                 assert table is not None
-                _summarizer(endpoint, table, procs)
+                _summarizer(endpoint, table, procs, producer_src)
             producers = [
                 _spawn(
                     f"p{i}",
@@ -546,13 +541,19 @@ def run_cell(cell: Cell, log: Any = sys.stderr) -> CellResult:
                         *(["--summarize"] if i == 0 and cell.coordination == "inside" else []),
                     ],
                     procs,
+                    producer_src,
                 )
                 for i in range(cell.producers)
             ]
             joiner = None
             swap_at = cell.swap_at
             if swap_at is not None:
-                joiner = _spawn("joiner", [*common, f"--duration={cell.duration - swap_at}"], procs)
+                joiner = _spawn(
+                    "joiner",
+                    [*common, f"--duration={cell.duration - swap_at}"],
+                    procs,
+                    producer_src,
+                )
             for item in [*producers, *([joiner] if joiner else [])]:
                 item.wait_ready(timeout=90.0)
             cpu_before = throughput(endpoint)["cpu_seconds"]
@@ -855,10 +856,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(arguments)
     global _TRACE
     _TRACE = args.trace
-    if args.producer_src is not None:
-        global _PRODUCER_SRC
-        _PRODUCER_SRC = args.producer_src.resolve()
-        print(f"producer processes import aiokpl from {_PRODUCER_SRC}")
+    producer_src = None if args.producer_src is None else args.producer_src.resolve()
+    if producer_src is not None:
+        print(f"producer processes import aiokpl from {producer_src}")
     if args.replot is not None:
         saved = read_json(args.replot)
         chosen = [saved[i - 1] for i in args.only] if args.only else saved
@@ -891,7 +891,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for index, cell in enumerate(cells, 1):
         print(f"fleet: cell {index}/{len(cells)}: {cell.name} …", file=sys.stderr, flush=True)
-        results.append(run_cell(cell))
+        results.append(run_cell(cell, producer_src=producer_src))
     print(table(results))
     print()
     for result in results:
