@@ -314,6 +314,7 @@ def replace_text(figure: Figure, text: str) -> Figure:
 
 
 @pytest.mark.integration
+@pytest.mark.scenario
 def test_a_tiny_lone_run_of_a_real_producer_process_on_trio() -> None:
     # 200 records into 2 quiet shards: the server, the producer process (bench.auto's worker
     # on another stream, backend and without aggregation), its counts and the server's series
