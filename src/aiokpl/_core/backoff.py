@@ -116,14 +116,19 @@ class AdaptiveRate:
     * is ignored if that request was sent before the last cut (it measured the rate before
       it), or if the last cut is less than ``window`` seconds old;
     * sets the *peak* ``w`` to the rate the shard accepted over the last ``window`` seconds,
-      but at most the rate in force ``r`` and at least ``deepest × r``; except that within
-      ``window`` seconds of the first answer heard (accepted or throttled), a measurement
-      under a quarter of ``r`` is ignored (``w = r``): the shard's bucket then still speaks for
-      the writers before this one (spent by a producer just replaced: cut to what it let
-      through in its first moments, a restarted producer ran at half its shards' rate for
-      15 s), not for what it can sustain. (A shard whose saved burst the first answers
-      took, and which then throttles, measured that burst: a rate, which is kept.) The rate
-      drops to ``beta × w`` (never below ``floor`` × configured).
+      but at most the rate in force ``r`` and at least ``deepest × r``; the rate drops to
+      ``beta × w`` (never below ``floor`` × configured).
+
+    Within ``window`` seconds of the first answer heard (accepted or throttled) the shard's
+    bucket still speaks for the writers before this producer: spent by a producer just
+    replaced (its first moments let a trickle through), or saved by quiet shards (its first
+    answers took the burst). So a cut there (*early*) ignores a measurement under a quarter
+    of ``r`` (``w = r``: cut to that trickle, a restarted producer ran at half its shards'
+    rate for 15 s); a burst measured is a rate, and is kept. Until the next cut, what the
+    shard accepts is counted from the early cut: a request sent after it and throttled too,
+    within that first window, cuts again at once (no ``window`` to wait), to what came
+    through since the early cut (a producer joining busy shards, whose share is that), unless
+    that is ``beta × r`` or more (the shard takes the rate: a leftover of the burst).
 
     After the cut the rate climbs back to ``w`` along a cubic, flattening as it gets there:
     in ``settle`` seconds from a peak at the configured rate, sooner from a lower one (by the
@@ -140,6 +145,8 @@ class AdaptiveRate:
         "_configured",
         "_counts",
         "_cut_at",
+        "_early_amount",
+        "_early_at",
         "_last_cut",
         "_peak",
         "_since",
@@ -183,6 +190,9 @@ class AdaptiveRate:
         self._cut_at: float | None = None  # while recovering: when the last cut was
         self._last_cut: float | None = None  # the last cut ever, recovered or not
         self._since: float | None = None  # when the first answer (accepted or cut) came
+        # A cut in the first window, until the next cut: when, and what was accepted since.
+        self._early_at: float | None = None
+        self._early_amount = 0.0
         # What the shard accepted, in slots of window / _SLOTS seconds: the _SLOTS slots
         # before the one in progress, then the one in progress (index _slot).
         self._counts = [0.0] * (self._SLOTS + 1)
@@ -234,6 +244,8 @@ class AdaptiveRate:
         """The shard accepted ``amount`` (records or bytes) from this producer at ``now``."""
         if self._since is None:
             self._since = now
+        if self._early_at is not None:
+            self._early_amount += amount
         self._advance(now)
         self._counts[-1] += amount
 
@@ -257,16 +269,34 @@ class AdaptiveRate:
         since = self._since
         if since is None:
             since = self._since = now
+        first_window = now - since < self.window
         last = self._last_cut
-        if last is not None and (
-            now - last < self.window or (sent_at is not None and sent_at < last)
-        ):
-            return False
+        early_at = self._early_at
+        if last is not None:
+            if sent_at is not None and sent_at < last:
+                return False
+            if now - last < self.window and not (first_window and early_at is not None):
+                return False
         current = self.rate(now)
-        measured = self.measured(now)
-        if now - since < self.window and measured < _FIRST_WINDOW_TRUST * current:
-            measured = current  # the first window's little says nothing: see the class
-        self._peak = min(current, max(measured, self.deepest * current))
+        floor = self.deepest * current
+        if first_window and early_at is not None:
+            # Throttled again after a cut in the first window: what came through since it.
+            elapsed = now - early_at
+            seen = self._early_amount / elapsed if elapsed > 0 else 0.0
+            if seen >= self.beta * current:
+                return False  # it took nearly all of the rate: a leftover of the burst
+            measured = seen
+            self._early_at = None
+        else:
+            measured = self.measured(now)
+            if first_window:
+                if measured < _FIRST_WINDOW_TRUST * current:
+                    measured = current  # the first window's little says nothing
+                self._early_at = now
+                self._early_amount = 0.0
+            else:
+                self._early_at = None
+        self._peak = min(current, max(measured, floor))
         self._cut_at = self._last_cut = now
         return True
 
