@@ -177,6 +177,37 @@ def test_semantic_usage_errors_exit_2_before_any_request(
     assert message in capsys.readouterr().err
 
 
+def test_ca_bundle_goes_to_the_config_and_must_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("")
+    args = build_parser().parse_args(["put", "s", "--ca-bundle", str(bundle)])
+    assert config_from_args(args).ca_bundle == str(bundle)
+    with pytest.raises(SystemExit) as exited:
+        main(["--ca-bundle", str(tmp_path / "missing.pem"), "tail", "s"])
+    assert exited.value.code == EXIT_USAGE
+    assert "--ca-bundle: no such file" in capsys.readouterr().err
+    assert main(["--no-verify-ssl", "--ca-bundle", str(bundle), "tail", "s"]) == EXIT_USAGE
+    assert "--ca-bundle is given with --no-verify-ssl" in capsys.readouterr().err
+    assert main(["--ca-bundle", str(bundle), "demo"]) == EXIT_USAGE
+    assert "--ca-bundle do not apply" in capsys.readouterr().err
+
+
+def test_no_verify_ssl_is_warned_about(capsys: pytest.CaptureFixture[str]) -> None:
+    # Each command says it before anything else (here, before it finds no region).
+    for command in (["put", "s", "/dev/null"], ["tail", "s"]):
+        assert main(["--no-verify-ssl", *command]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"aiokpl {command[0]}: warning: --no-verify-ssl: the endpoint's TLS certificate is "
+            "not verified"
+        ), err
+        assert "no AWS region" in err
+    assert main(["tail", "s"]) == EXIT_USAGE
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_without_region_put_and_tail_say_so(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["put", "s", "/dev/null"]) == EXIT_USAGE
     assert "no AWS region" in capsys.readouterr().err

@@ -59,6 +59,7 @@ from .options import (
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
     config_from_args,
+    insecure_warning,
     interrupted,
     service_message,
     usage_message,
@@ -409,6 +410,9 @@ def run_put_command(args: argparse.Namespace, stderr: TextIO | None = None) -> i
     except (ValueError, ConfigError) as exc:
         print(f"aiokpl put: {exc}", file=stderr)
         return EXIT_USAGE
+    warning = insecure_warning(args)
+    if warning is not None:
+        print(f"aiokpl put: {warning}", file=stderr)
     inputs: list[Input] = []
     try:
         try:

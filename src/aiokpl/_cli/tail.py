@@ -27,6 +27,7 @@ from .options import (
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
     config_from_args,
+    insecure_warning,
     interrupted,
     made_of,
     positive_float,
@@ -237,6 +238,9 @@ def run_tail_command(
     except ValueError as exc:
         print(f"aiokpl tail: {exc}", file=stderr)
         return EXIT_USAGE
+    warning = insecure_warning(args)
+    if warning is not None:
+        print(f"aiokpl tail: {warning}", file=stderr)
     try:
         return run_async(_tail_main, config, args, stdout, stderr, backend=args.backend)
     except BaseException as exc:
