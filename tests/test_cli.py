@@ -627,6 +627,21 @@ def test_record_lines() -> None:
     assert naive["approximate_arrival_timestamp"] == "2024-01-01T00:00:00.000Z"
 
 
+def test_record_lines_never_carry_what_a_terminal_obeys() -> None:
+    # ESC and BEL (escaped by JSON already), CSI and OSC in their 8-bit forms (C1), DEL, a
+    # right-to-left override and an isolate, a line separator.
+    hostile = "\x1b[2J\x9b31m\x9d0;pwned\x07\x7f\u202egnp.exe\u2066x\u2069\u2028"
+    record = DeaggregatedRecord(hostile, hostile.encode(), None, "4959", 0, False, None)
+    line = format_record("s", "x", record, "auto")
+    assert line.isprintable(), ascii(line)
+    assert "\\u009b31m\\u009d0;pwned\\u0007\\u007f\\u202egnp.exe" in line
+    parsed = json.loads(line)  # the same values, once read
+    assert (parsed["partition_key"], parsed["data"]) == (hostile, hostile)
+    # Text in any script is left as it is.
+    readable = format_record("s", "x", _record("日本語, é, ✓".encode(), None), "auto")
+    assert '"data": "日本語, é, ✓"' in readable
+
+
 def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--help"])
