@@ -45,6 +45,7 @@ from aiokpl._cli.options import (
     made_of,
     usage_message,
 )
+from aiokpl._cli.put import default_dead_letter
 from aiokpl._cli.put_report import DeadLetters, PutReport, encode_data, progress_line
 from aiokpl._cli.reader import StartPosition
 from aiokpl._cli.tail import format_record, parse_timestamp
@@ -192,6 +193,12 @@ def test_ca_bundle_goes_to_the_config_and_must_exist(
     assert "--ca-bundle is given with --no-verify-ssl" in capsys.readouterr().err
     assert main(["--ca-bundle", str(bundle), "demo"]) == EXIT_USAGE
     assert "--ca-bundle do not apply" in capsys.readouterr().err
+
+
+def test_the_default_dead_letter_file_is_named_after_the_streams_name() -> None:
+    assert default_dead_letter("events") == "events.dead-letter.jsonl"
+    arn = "arn:aws:kinesis:eu-west-1:123456789012:stream/events"
+    assert default_dead_letter(arn) == "events.dead-letter.jsonl"
 
 
 def test_no_verify_ssl_is_warned_about(capsys: pytest.CaptureFixture[str]) -> None:
