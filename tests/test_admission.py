@@ -75,7 +75,7 @@ def test_tags_need_aggregation_unless_there_are_none() -> None:
 
 
 def test_a_group_is_checked_whole_and_its_errors_say_which_record() -> None:
-    admission = Admission(CONFIG)
+    admission = Admission(CONFIG.replace(max_outstanding_records=5))
     accepted, size, tagged = admission.check_many(
         [
             ("a", b"1"),
@@ -96,6 +96,18 @@ def test_a_group_is_checked_whole_and_its_errors_say_which_record() -> None:
         admission.check_many(["ab"])
     with pytest.raises(InvalidRecordTypeError, match=r"^records\[0\]: .* not one of length 5"):
         admission.check_many([("a", b"1", None, None, None)])
+
+
+def test_a_group_over_max_outstanding_records_is_refused_before_its_records() -> None:
+    admission = Admission(CONFIG)  # max_outstanding_records=3
+    bad = [("", b"")] * 4  # every record breaks a rule: the count is said first
+    with pytest.raises(InvalidRecordError, match=r"^records: 4 records can never be outstanding"):
+        admission.check_many(bad)
+    with pytest.raises(InvalidRecordError, match=r"^records: 4 or more records can never be"):
+        admission.check_many(iter([("a", b"1")] * 9))
+    with pytest.raises(InvalidRecordError, match=r"^records\[0\]: partition_key must be 1"):
+        admission.check_many(bad[:3])
+    assert len(admission.check_many(iter([("a", b"1")] * 3))[0]) == 3
 
 
 @pytest.mark.parametrize("records", [None, "ab", b"ab", {"k": b"d"}, 3])

@@ -45,6 +45,7 @@ from aiokpl._cli.options import (
     made_of,
     usage_message,
 )
+from aiokpl._cli.put import default_dead_letter
 from aiokpl._cli.put_report import DeadLetters, PutReport, encode_data, progress_line
 from aiokpl._cli.reader import StartPosition
 from aiokpl._cli.tail import format_record, parse_timestamp
@@ -175,6 +176,43 @@ def test_semantic_usage_errors_exit_2_before_any_request(
 ) -> None:
     assert main(argv) == EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+def test_ca_bundle_goes_to_the_config_and_must_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("")
+    args = build_parser().parse_args(["put", "s", "--ca-bundle", str(bundle)])
+    assert config_from_args(args).ca_bundle == str(bundle)
+    with pytest.raises(SystemExit) as exited:
+        main(["--ca-bundle", str(tmp_path / "missing.pem"), "tail", "s"])
+    assert exited.value.code == EXIT_USAGE
+    assert "--ca-bundle: no such file" in capsys.readouterr().err
+    assert main(["--no-verify-ssl", "--ca-bundle", str(bundle), "tail", "s"]) == EXIT_USAGE
+    assert "--ca-bundle is given with --no-verify-ssl" in capsys.readouterr().err
+    assert main(["--ca-bundle", str(bundle), "demo"]) == EXIT_USAGE
+    assert "--ca-bundle do not apply" in capsys.readouterr().err
+
+
+def test_the_default_dead_letter_file_is_named_after_the_streams_name() -> None:
+    assert default_dead_letter("events") == "events.dead-letter.jsonl"
+    arn = "arn:aws:kinesis:eu-west-1:123456789012:stream/events"
+    assert default_dead_letter(arn) == "events.dead-letter.jsonl"
+
+
+def test_no_verify_ssl_is_warned_about(capsys: pytest.CaptureFixture[str]) -> None:
+    # Each command says it before anything else (here, before it finds no region).
+    for command in (["put", "s", "/dev/null"], ["tail", "s"]):
+        assert main(["--no-verify-ssl", *command]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"aiokpl {command[0]}: warning: --no-verify-ssl: the endpoint's TLS certificate is "
+            "not verified"
+        ), err
+        assert "no AWS region" in err
+    assert main(["tail", "s"]) == EXIT_USAGE
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_without_region_put_and_tail_say_so(capsys: pytest.CaptureFixture[str]) -> None:
@@ -594,6 +632,21 @@ def test_record_lines() -> None:
     assert forced["approximate_arrival_timestamp"] is None
     naive = json.loads(format_record("s", "x", _record(b"", datetime(2024, 1, 1)), "auto"))
     assert naive["approximate_arrival_timestamp"] == "2024-01-01T00:00:00.000Z"
+
+
+def test_record_lines_never_carry_what_a_terminal_obeys() -> None:
+    # ESC and BEL (escaped by JSON already), CSI and OSC in their 8-bit forms (C1), DEL, a
+    # right-to-left override and an isolate, a line separator.
+    hostile = "\x1b[2J\x9b31m\x9d0;pwned\x07\x7f\u202egnp.exe\u2066x\u2069\u2028"
+    record = DeaggregatedRecord(hostile, hostile.encode(), None, "4959", 0, False, None)
+    line = format_record("s", "x", record, "auto")
+    assert line.isprintable(), ascii(line)
+    assert "\\u009b31m\\u009d0;pwned\\u0007\\u007f\\u202egnp.exe" in line
+    parsed = json.loads(line)  # the same values, once read
+    assert (parsed["partition_key"], parsed["data"]) == (hostile, hostile)
+    # Text in any script is left as it is.
+    readable = format_record("s", "x", _record("日本語, é, ✓".encode(), None), "auto")
+    assert '"data": "日本語, é, ✓"' in readable
 
 
 def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:

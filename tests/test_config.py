@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from aiokpl import Config, ConfigError
+from aiokpl._kinesis import tls_verify
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -126,6 +127,29 @@ def test_cross_field_rules() -> None:
         Config(max_outstanding_bytes=1000)
     with pytest.raises(ConfigError, match="must be given together"):
         Config(aws_access_key_id="AKIDEXAMPLE")
+
+
+def test_ca_bundle_is_a_path_used_with_verification_only(tmp_path: Path) -> None:
+    bundle = tmp_path / "ca.pem"
+    # Not looked for on disk yet: the producer's start does that (tls_verify).
+    assert Config(ca_bundle=bundle).ca_bundle == bundle
+    with pytest.raises(TypeError, match=r"ca_bundle must be a str or an os\.PathLike"):
+        Config(ca_bundle=b"ca.pem")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="ca_bundle must not be empty"):
+        Config(ca_bundle="")
+    with pytest.raises(ConfigError, match="ca_bundle is given with verify_ssl=False"):
+        Config(ca_bundle=bundle, verify_ssl=False)
+
+
+def test_botocore_finds_the_bundle_unless_one_is_given(tmp_path: Path) -> None:
+    # verify=None is what makes botocore read AWS_CA_BUNDLE and the profile's ca_bundle.
+    assert tls_verify(Config()) is None
+    assert tls_verify(Config(verify_ssl=False)) is False
+    bundle = tmp_path / "ca.pem"
+    with pytest.raises(ConfigError, match="ca_bundle: no such file"):
+        tls_verify(Config(ca_bundle=bundle))
+    bundle.write_text("")
+    assert tls_verify(Config(ca_bundle=bundle)) == str(bundle)
 
 
 @pytest.mark.parametrize(

@@ -113,6 +113,10 @@ PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
         "aiokpl.testing._moto_extras",
         "from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment",
     ): "as for aiokpl.testing._throttling",
+    (
+        "aiokpl.testing._guard",
+        "from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment",
+    ): "as for aiokpl.testing._throttling",
 }
 """Imports of another library's private module, each with the reason (module, import as
 written). One listed that is no longer made fails the test too."""

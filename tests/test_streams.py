@@ -456,7 +456,12 @@ async def test_tail_reads_a_stream_named_by_arn() -> None:
 
 def cli_args(stream: str, region: str | None = None) -> argparse.Namespace:
     return argparse.Namespace(
-        stream=stream, region=region, endpoint_url=None, profile=None, verify_ssl=True
+        stream=stream,
+        region=region,
+        endpoint_url=None,
+        profile=None,
+        verify_ssl=True,
+        ca_bundle=None,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from aiokpl.aggregation import encode
+from aiokpl.testing._shard_limits import THROUGHPUT_MAX_ROWS, THROUGHPUT_WINDOW_SECONDS
 from aiokpl.testing._throttling import (
     THROTTLED,
     ServerFaults,
@@ -137,6 +138,45 @@ def test_the_throttled_message_is_aws_s() -> None:
     assert throttled_message("shardId-000000000001", "events", "123456789012") == (
         "Rate exceeded for shard shardId-000000000001 in stream events under account 123456789012."
     )
+
+
+def test_counts_keep_a_window_of_seconds() -> None:
+    counts = ThroughputCounts(window_seconds=3)
+    for second in range(10):
+        counts.add(second, "a", delivered=1)
+    counts.add(6, "a", delivered=1)  # out of the window (7 … 9): not counted
+    counts.add(8, "b", delivered=2)  # late, in the window
+    assert [(r["second"], r["stream"], r["delivered"]) for r in counts.rows()] == [
+        (7, "a", 1),
+        (8, "a", 1),
+        (8, "b", 2),
+        (9, "a", 1),
+    ]
+
+
+def test_counts_keep_at_most_max_rows_oldest_seconds_first() -> None:
+    counts = ThroughputCounts(max_rows=4)
+    for second, stream in [(1, "a"), (1, "b"), (2, "a"), (2, "b"), (3, "a")]:
+        counts.add(second, stream, delivered=1)
+    assert [(r["second"], r["stream"]) for r in counts.rows()] == [(2, "a"), (2, "b"), (3, "a")]
+    for stream in "bcdef":  # one second naming more streams than the rows kept
+        counts.add(4, stream, delivered=1)
+    assert [(r["second"], r["stream"]) for r in counts.rows()] == [
+        (4, "b"),
+        (4, "c"),
+        (4, "d"),
+        (4, "e"),
+    ]
+
+
+def test_a_server_left_running_keeps_an_hour_of_counts() -> None:
+    # The defaults: `aiokpl local` counting a stream for two hours keeps the last hour.
+    counts = ThroughputCounts()
+    for second in range(7_200):
+        counts.add(second, "events", delivered=1)
+    rows = counts.rows()
+    assert (len(rows), rows[0]["second"], rows[-1]["second"]) == (3_600, 3_600, 7_199)
+    assert (THROUGHPUT_WINDOW_SECONDS, THROUGHPUT_MAX_ROWS) == (3_600, 100_000)
 
 
 def test_counts_add_up_per_second_and_stream_in_order() -> None:

@@ -19,7 +19,8 @@ directly (``tests/test_admission.py``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from itertools import islice
 from typing import Any
 
 from ._core.config import Config
@@ -173,12 +174,22 @@ class Admission:
         """Check a ``put_records`` group: the records accepted, their total size, and the
         encoded tags of those that have some, by index (``None`` if none has).
 
+        A group of more records than ``max_outstanding_records`` is refused before any of
+        them is checked: at once when it has a length, after ``max_outstanding_records + 1``
+        of them otherwise (an iterator is not drawn further).
+
         Raises:
             InvalidRecordTypeError: ``records`` is not a collection of records, or one record
                 has the wrong shape or types (the message starts with ``records[i]``).
-            InvalidRecordError: a record breaks a limit (likewise named).
+            InvalidRecordError: a record breaks a limit (likewise named), or there are more
+                than ``max_outstanding_records``.
         """
         check_records_argument(records)
+        most = self.max_records
+        if isinstance(records, Sized):
+            self._check_count(len(records))
+        else:
+            records = islice(records, most + 1)
         check = check_user_record
         limit = self.max_record_size
         accepted: list[Accepted] = []
@@ -199,7 +210,15 @@ class Admission:
                 accepted.append(item)
         except (InvalidRecordError, InvalidRecordTypeError) as exc:
             raise type(exc)(f"records[{index}]: {exc}") from None
+        if len(accepted) > most:  # an iterator, drawn one record past the bound
+            self._check_count(len(accepted), more=True)
         return accepted, size, tagged
+
+    def _check_count(self, count: int, *, more: bool = False) -> None:
+        """Refuse a group of more than ``max_outstanding_records`` (``more``: ``count`` or
+        more), before its records are checked."""
+        if count > self.max_records:
+            self._refuse_group(f"{count}{' or more' if more else ''} records")
 
     # --- room -------------------------------------------------------------------------------
     def fits(self, records: int, outstanding_bytes: int, size: int, count: int = 1) -> bool:
@@ -224,11 +243,14 @@ class Admission:
             InvalidRecordError: ``count`` records or ``size`` bytes exceed the bounds.
         """
         if count > self.max_records or size + count * self.reserve > self.max_bytes:
-            raise InvalidRecordError(
-                f"records: {count} records of {size} bytes can never be outstanding at once "
-                f"(max_outstanding_records={self.max_records}, max_outstanding_bytes="
-                f"{self.max_bytes}); put them in smaller groups"
-            )
+            self._refuse_group(f"{count} records of {size} bytes")
+
+    def _refuse_group(self, group: str) -> None:
+        raise InvalidRecordError(
+            f"records: {group} can never be outstanding at once (max_outstanding_records="
+            f"{self.max_records}, max_outstanding_bytes={self.max_bytes}); put them in smaller "
+            "groups"
+        )
 
     def holds(self, records: int, outstanding_bytes: int) -> str:
         """What a producer full at ``records`` / ``outstanding_bytes`` says it holds."""

@@ -15,7 +15,9 @@ Everything the pipeline needs from the SDK passes through here:
 * :func:`client_error`, which builds the exception a real client raises for a service error, so
   fakes behave like the SDK;
 * :func:`create_client`, which opens the producer's own aiobotocore client with SDK retries
-  off (the retrier owns retries) and the HTTP backend that suits the running event loop;
+  off (the retrier owns retries), the HTTP backend that suits the running event loop, and
+  TLS verified as the AWS CLI does (:func:`tls_verify`: ``AWS_CA_BUNDLE`` and the profile's
+  ``ca_bundle`` count unless ``Config.ca_bundle`` is given);
   :func:`create_cloudwatch_client` opens a CloudWatch client the same way, for the metrics;
 * :func:`stream_argument`, which names a stream in a request as the service wants it:
   ``StreamARN`` for a stream ARN, ``StreamName`` for a name;
@@ -42,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,7 +72,16 @@ from ._core.regions import NOT_A_REGION, region_problem
 if TYPE_CHECKING:
     from ._core.config import Config
 
+logger = logging.getLogger("aiokpl")
+
+INSECURE_WARNING = (
+    "verify_ssl=False: the TLS certificates of AWS endpoints are not verified, so anyone on "
+    "the network path can read and change what is sent, the session token included"
+)
+"""What the producer logs, once as it opens its clients, when verification is off."""
+
 __all__ = (
+    "INSECURE_WARNING",
     "KinesisClient",
     "KinesisReader",
     "RegionalClients",
@@ -87,6 +99,7 @@ __all__ = (
     "fixed_region",
     "never_sent",
     "stream_argument",
+    "tls_verify",
 )
 
 
@@ -409,6 +422,26 @@ def create_cloudwatch_client(
     return create_client(config.replace(endpoint_url=endpoint_url), "cloudwatch")
 
 
+def tls_verify(config: Config) -> bool | str | None:
+    """What botocore's ``verify`` is given: ``False`` with ``verify_ssl=False``, the bundle's
+    path with ``ca_bundle``, else ``None``, with which botocore looks for a bundle as the AWS
+    CLI does (``AWS_CA_BUNDLE``, the profile's ``ca_bundle``, then ``REQUESTS_CA_BUNDLE``) and
+    verifies with the system's certificates when there is none. ``True`` would skip that
+    search: botocore reads those settings only when ``verify`` is ``None``.
+
+    Raises:
+        ConfigError: ``Config.ca_bundle`` names no file.
+    """
+    if not config.verify_ssl:
+        return False
+    if config.ca_bundle is None:
+        return None
+    bundle = os.fspath(config.ca_bundle)
+    if not os.path.isfile(bundle):
+        raise ConfigError(f"ca_bundle: no such file: {bundle!r}")
+    return bundle
+
+
 @contextlib.asynccontextmanager
 async def create_client(config: Config, service: str = "kinesis") -> AsyncIterator[Any]:
     """Open an aiobotocore client configured from ``config``; close it on exit.
@@ -418,7 +451,8 @@ async def create_client(config: Config, service: str = "kinesis") -> AsyncIterat
     the metrics ``"cloudwatch"`` (:func:`create_cloudwatch_client`).
 
     Raises:
-        ConfigError: no region is configured or resolvable and no ``endpoint_url`` is set.
+        ConfigError: no region is configured or resolvable and no ``endpoint_url`` is set,
+            or ``Config.ca_bundle`` names no file.
     """
     from aiobotocore.config import AioConfig
     from aiobotocore.session import get_session
@@ -456,7 +490,7 @@ async def create_client(config: Config, service: str = "kinesis") -> AsyncIterat
         service,
         region_name=region,
         endpoint_url=config.endpoint_url,
-        verify=config.verify_ssl,
+        verify=tls_verify(config),
         aws_access_key_id=config.aws_access_key_id,
         aws_secret_access_key=config.aws_secret_access_key,
         aws_session_token=config.aws_session_token,
@@ -546,6 +580,8 @@ class RegionalClients:
         self._regions: dict[str, _LazyClient] = {}
 
     async def __aenter__(self) -> RegionalClients:
+        if not self._config.verify_ssl:
+            logger.warning(INSECURE_WARNING)
         try:
             self._home = await self._stack.enter_async_context(self._open_client(self._config))
             check_known_region(self._home)

@@ -340,7 +340,8 @@ class Producer:
     ) -> list[Outcome[RecordResult]]:
         """Put many records to one stream in one call, for callers that hold them already.
 
-        Every record is validated first: if any is rejected, nothing is enqueued. Then this
+        Every record is validated first: if any is rejected, nothing is enqueued (a group of
+        more than ``max_outstanding_records`` is refused before its records are). Then this
         waits until there is room for all of them (as :meth:`put_record` does for one) and
         enqueues them together, in order, without yielding in between, so a cancellation
         either enqueues all of them or none. It costs less per record than :meth:`put_record`:

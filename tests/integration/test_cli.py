@@ -221,6 +221,29 @@ def test_put_to_a_missing_stream_exits_3(
     assert not (tmp_path / "no-such-stream.dead-letter.jsonl").exists()
 
 
+def test_put_by_arn_dead_letters_to_a_file_named_after_the_stream(
+    moto_endpoint: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The default file was named after STREAM as given: an ARN's '/' made it a path into a
+    # directory "arn:aws:kinesis:…:stream" that does not exist, and no line was saved.
+    stream = new_stream(moto_endpoint, 1)
+    arn = f"arn:aws:kinesis:us-east-1:123456789012:stream/{stream}"
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"k": "a", "d": "kept"}\n{"k": "b"}\n')
+    monkeypatch.chdir(tmp_path)
+    argv = ["--endpoint-url", moto_endpoint, "put", arn, str(source), "--json"]
+    status = main([*argv, "--partition-key-field", "k", "--data-field", "d"])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert "NOT ALL WRITTEN" not in err
+    [entry] = json_lines((tmp_path / f"{stream}.dead-letter.jsonl").read_text())
+    assert (entry["line"], entry["error_code"]) == (2, "MissingField")
+    assert [r.data for r in read_back(moto_endpoint, stream)] == [b"kept"]
+
+
 def test_put_reads_standard_input_in_a_real_process(
     kinesis_server: tuple[str, str], tmp_path: Path
 ) -> None:

@@ -6,6 +6,8 @@ its first line of output) and its fixture stops the process whatever the test di
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import re
 import signal
@@ -167,6 +169,57 @@ def test_log_requests_prints_a_line_per_request(start_local: StartLocal) -> None
     _, err = _stop(process, signal.SIGINT)
     assert process.returncode == 0, err
     assert re.search(r'"POST / HTTP/1\.1" 200 -$', err, re.M), err
+
+
+def _put_record(endpoint: str, **headers: str) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """A ``PutRecord`` as a web page's ``fetch`` sends it (``headers`` added): its status,
+    headers (lower-case names) and JSON body."""
+    host, port = endpoint.removeprefix("http://").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request(
+            "POST",
+            "/",
+            json.dumps({"StreamName": "events", "Data": "eA==", "PartitionKey": "k"}),
+            headers={
+                "X-Amz-Target": "Kinesis_20131202.PutRecord",
+                "Content-Type": "application/x-amz-json-1.1",
+                "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20240101/us-east-1/"
+                "kinesis/aws4_request, SignedHeaders=host, Signature=0",
+                **headers,
+            },
+        )
+        answer = connection.getresponse()
+        body = json.loads(answer.read())
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, body
+    finally:
+        connection.close()
+
+
+async def _stored_count(endpoint: str) -> int:
+    async with admin_client(endpoint) as admin:
+        return len(await read_stream(admin, "events"))
+
+
+def test_web_pages_and_rebound_names_are_refused(start_local: StartLocal) -> None:
+    process, endpoint, _ = start_local("--stream", "events", "--allow-host", "devbox.test")
+    port = endpoint.rsplit(":", 1)[1]
+    # A page of any origin: before, stored, with its origin echoed in Access-Control-Allow-Origin.
+    status, headers, body = _put_record(endpoint, Origin="https://evil.example")
+    assert (status, body["__type"]) == (403, "AccessDeniedException"), body
+    assert "Origin: 'https://evil.example'" in body["message"]
+    assert not any(name.startswith("access-control-") for name in headers)
+    # A name of the page's, rebound to 127.0.0.1: before, stored.
+    status, _, body = _put_record(endpoint, Host=f"rebind.evil.example:{port}")
+    assert (status, body["__type"]) == (403, "AccessDeniedException"), body
+    # Programs on this machine, by address, by localhost, or by a name allowed.
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"devbox.test:{port}"):
+        status, headers, body = _put_record(endpoint, Host=host)
+        assert (status, sorted(body)) == (200, ["SequenceNumber", "ShardId"]), body
+        assert not any(name.startswith("access-control-") for name in headers)  # before: *
+    assert anyio.run(_stored_count, endpoint) == 3
+    _, err = _stop(process, signal.SIGINT)
+    assert process.returncode == 0, err
 
 
 def _console_script() -> str:

@@ -21,6 +21,7 @@ from .options import (
     EXIT_USAGE,
     config_from_args,
     global_options_parent,
+    insecure_warning,
     interrupted,
     service_message,
     setup_problem,
@@ -78,7 +79,11 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    config = config_from_args(args)  # --region, --endpoint-url, --profile, --no-verify-ssl
+    # --region, --endpoint-url, --profile, --no-verify-ssl, --ca-bundle
+    config = config_from_args(args)
+    warning = insecure_warning(args)
+    if warning is not None:
+        print(f"aiokpl coordinate: {warning}", file=sys.stderr)
     service = "s3" if args.s3 is not None else "dynamodb"
     async with create_client(config, service) as client:
         store: S3Store | DynamoDBStore

@@ -229,10 +229,10 @@ def _print_report(report: DemoReport, backend: str) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.region or args.endpoint_url or args.profile or not args.verify_ssl:
+    if args.region or args.endpoint_url or args.profile or not args.verify_ssl or args.ca_bundle:
         print(
             "aiokpl demo: the demo starts its own local Kinesis; --region, --endpoint-url, "
-            "--profile and --no-verify-ssl do not apply",
+            "--profile, --no-verify-ssl and --ca-bundle do not apply",
             file=sys.stderr,
         )
         return EXIT_USAGE

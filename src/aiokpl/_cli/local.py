@@ -24,6 +24,12 @@ and ``--burst-seconds`` change them and imply ``--throttle``); ``--fault-rate``,
 ``--fail-stream``, ``--hang-stream`` and ``--control-latency`` add faults. Both are
 :mod:`aiokpl.testing._throttling`'s; the banner then says what the server enforces.
 
+It serves the programs of this machine, not web pages: a request with an ``Origin`` header (a
+browser's, from any page the developer has open) or for another ``Host`` than ``localhost`` or
+an IP address with the server's port (a name pointed at 127.0.0.1 by DNS rebinding) is refused
+with 403, and no answer carries CORS headers (:mod:`aiokpl.testing._guard`); ``--allow-host``
+adds a name (``host.docker.internal``, for a container on this machine).
+
 The web server's line per request is printed only with ``--log-requests``; without it, its
 errors still are, and a request that is not HTTP at all (an ``https://`` URL sends a TLS
 handshake) gets one line saying so, instead of the bytes it sent (:class:`_RequestErrors`).
@@ -344,7 +350,7 @@ def run_local_command(
     limits, faults = limits_and_faults(args)
     with _stop_on_signals(), _request_log(stderr, enabled=args.log_requests):
         try:
-            return _serve(args.host, args.port, region, streams, limits, faults, stdout, stderr)
+            return _serve(args, region, streams, limits, faults, stdout, stderr)
         except BaseException as exc:
             if not made_of(exc, _Stopped):
                 raise
@@ -385,8 +391,7 @@ def _first_stop(group: BaseException) -> _Stopped:
 
 
 def _serve(
-    host: str,
-    port: int,
+    args: argparse.Namespace,
     region: str,
     streams: list[tuple[str, int]],
     limits: ShardLimits | None,
@@ -394,8 +399,12 @@ def _serve(
     stdout: TextIO,
     stderr: TextIO,
 ) -> int:
+    host: str = args.host
+    port: int = args.port
     try:
-        server = make_moto_server(host, port, limits=limits, faults=faults)
+        server = make_moto_server(
+            host, port, limits=limits, faults=faults, allowed_hosts=args.allowed_hosts or ()
+        )
     except LocalServerError as exc:
         print(f"aiokpl local: {exc}", file=stderr)
         return EXIT_USAGE
@@ -469,6 +478,15 @@ def _add_server_options(local: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         help="region the streams are created in: moto keeps streams per region, and a client "
         f"in another region does not see them (default: {DUMMY_CREDENTIALS['region']})",
+    )
+    local.add_argument(
+        "--allow-host",
+        dest="allowed_hosts",
+        action="append",
+        metavar="NAME",
+        help="answer requests for this host name too (e.g. host.docker.internal, for a "
+        "container); without it, only localhost and IP addresses: a request for another name "
+        "(a DNS rebinding) or from a web page (with an Origin header) is refused; repeatable",
     )
     local.add_argument(
         "--log-requests",

@@ -1,14 +1,16 @@
 """What every ``aiokpl`` subcommand shares: global options, exit codes, argument types.
 
 The AWS options are spelled as the AWS CLI spells them (``--region``, ``--endpoint-url``,
-``--profile``, ``--no-verify-ssl``) and, as there, may be given before the subcommand or after
-it: ``aiokpl --region eu-west-1 put events`` and ``aiokpl put events --region eu-west-1`` are
-the same. The top-level parser holds the defaults; each subcommand's copy of the options uses
-``argparse.SUPPRESS`` as its default, so it sets a value only when the option is on its part of
-the command line and never overwrites one given before the subcommand.
+``--profile``, ``--no-verify-ssl``, ``--ca-bundle``) and, as there, may be given before the
+subcommand or after it: ``aiokpl --region eu-west-1 put events`` and ``aiokpl put events
+--region eu-west-1`` are the same. The top-level parser holds the defaults; each subcommand's
+copy of the options uses ``argparse.SUPPRESS`` as its default, so it sets a value only when the
+option is on its part of the command line and never overwrites one given before the subcommand.
 
 Credentials are never taken on the command line: the default chain (environment variables,
-``--profile``, container or instance roles) supplies them.
+``--profile``, container or instance roles) supplies them. TLS is verified as the AWS CLI does
+(``--ca-bundle``, else ``AWS_CA_BUNDLE`` or the profile's ``ca_bundle``); ``--no-verify-ssl``
+turns it off, and the command says so on stderr (:func:`insecure_warning`).
 
 Errors meant for a program are reworded for a command line user here: the producer's "no
 region" error names ``Config(region=...)``, the command line's names ``--region``
@@ -26,6 +28,7 @@ import argparse
 import asyncio
 import importlib.util
 import math
+import os
 import re
 import sys
 import warnings
@@ -52,7 +55,9 @@ __all__ = (
     "backend_problem",
     "config_from_args",
     "endpoint_url",
+    "existing_file",
     "global_options_parent",
+    "insecure_warning",
     "interrupted",
     "made_of",
     "positive_float",
@@ -122,7 +127,15 @@ def add_global_options(
         dest="verify_ssl",
         action="store_false",
         default=default(True),
-        help="do not verify the endpoint's TLS certificate",
+        help="do not verify the endpoint's TLS certificate (a warning says so)",
+    )
+    group.add_argument(
+        "--ca-bundle",
+        default=default(None),
+        type=existing_file,
+        metavar="PATH",
+        help="PEM file of the certificate authorities to trust, e.g. a proxy's private CA "
+        "(default: the AWS_CA_BUNDLE variable, the profile's ca_bundle, else the system's)",
     )
     add_backend_option(group, top_level=top_level)
     return group
@@ -147,6 +160,24 @@ def endpoint_url(text: str) -> str:
             f"{text!r} has no scheme: give the whole URL, e.g. http://{text}"
         )
     raise argparse.ArgumentTypeError(f"not an http:// or https:// URL: {text!r}")
+
+
+def existing_file(text: str) -> str:
+    """An argparse type: the path of a file that exists (``--ca-bundle``)."""
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    return text
+
+
+def insecure_warning(args: argparse.Namespace) -> str | None:
+    """The warning a command prints when ``--no-verify-ssl`` turns TLS verification off."""
+    if args.verify_ssl:
+        return None
+    return (
+        "warning: --no-verify-ssl: the endpoint's TLS certificate is not verified, so anyone "
+        "on the network path can read and change what is sent, the session token included "
+        "(--ca-bundle trusts a private CA instead)"
+    )
 
 
 def setup_problem(exc: BaseException) -> str | None:
@@ -252,10 +283,13 @@ def config_from_args(args: argparse.Namespace, **changes: Any) -> Config:
     A command's ``STREAM`` given as a stream ARN sets the region when ``--region`` does not.
 
     Raises:
-        ConfigError: a value in ``changes`` is out of range.
+        ConfigError: a value in ``changes`` is out of range, or ``--ca-bundle`` is given with
+            ``--no-verify-ssl``.
         InvalidRecordError: ``STREAM`` is a malformed stream ARN, or one of another region
             than ``--region``.
     """
+    if args.ca_bundle is not None and not args.verify_ssl:
+        raise ConfigError("--ca-bundle is given with --no-verify-ssl, which ignores it")
     region = args.region
     stream = getattr(args, "stream", None)
     if isinstance(stream, str):
@@ -268,6 +302,7 @@ def config_from_args(args: argparse.Namespace, **changes: Any) -> Config:
         endpoint_url=args.endpoint_url,
         profile_name=args.profile,
         verify_ssl=args.verify_ssl,
+        ca_bundle=args.ca_bundle,
         **changes,
     )
 

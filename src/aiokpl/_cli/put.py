@@ -43,6 +43,7 @@ import anyio.to_thread
 
 from .._core.config import Config
 from .._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeError
+from .._core.hashing import parse_stream_arn
 from .._kinesis import create_client, error_of, stream_argument
 from .._outcome import Outcome
 from .._producer import Producer
@@ -59,6 +60,7 @@ from .options import (
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
     config_from_args,
+    insecure_warning,
     interrupted,
     service_message,
     usage_message,
@@ -67,7 +69,7 @@ from .options import run as run_async
 from .put_options import DESCRIPTION, add_put_arguments
 from .put_report import DeadLetters, PutReport, progress_line
 
-__all__ = ("Input", "PutRun", "add_parser", "run_put_command")
+__all__ = ("Input", "PutRun", "add_parser", "default_dead_letter", "run_put_command")
 
 READ_SIZE = 64 * 1024
 """Largest block read from an input at once."""
@@ -384,6 +386,19 @@ def _open_inputs(names: list[str]) -> Iterator[Input]:
             yield Input(name, open(name, "rb"))  # noqa: SIM115 - closed by the caller
 
 
+def default_dead_letter(stream: str) -> str:
+    """The dead-letter file of a run without ``--dead-letter``: ``NAME.dead-letter.jsonl`` in
+    the current directory, ``NAME`` the stream's name, also when ``STREAM`` is its ARN (whose
+    ``/`` would name a directory; a stream name holds only ``a-z A-Z 0-9 _ . -``).
+
+    Raises:
+        InvalidRecordError: ``stream`` is a malformed stream ARN.
+    """
+    arn = parse_stream_arn(stream)
+    name = stream if arn is None else arn.name
+    return f"{name}.dead-letter.jsonl"
+
+
 async def _stream_check(client: Any, stream: str) -> tuple[str, str] | None:
     """``(code, message)`` if ``stream`` cannot be listed (wrong name, no access), else None."""
     try:
@@ -409,6 +424,9 @@ def run_put_command(args: argparse.Namespace, stderr: TextIO | None = None) -> i
     except (ValueError, ConfigError) as exc:
         print(f"aiokpl put: {exc}", file=stderr)
         return EXIT_USAGE
+    warning = insecure_warning(args)
+    if warning is not None:
+        print(f"aiokpl put: {warning}", file=stderr)
     inputs: list[Input] = []
     try:
         try:
@@ -417,7 +435,7 @@ def run_put_command(args: argparse.Namespace, stderr: TextIO | None = None) -> i
             print(f"aiokpl put: cannot read {exc.filename}: {exc.strerror}", file=stderr)
             return EXIT_USAGE
         report = PutReport(stream=args.stream)
-        dead_letters = DeadLetters(args.dead_letter or f"{args.stream}.dead-letter.jsonl", report)
+        dead_letters = DeadLetters(args.dead_letter or default_dead_letter(args.stream), report)
         run = PutRun(
             stream=args.stream,
             inputs=inputs,

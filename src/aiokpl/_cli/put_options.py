@@ -96,7 +96,8 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     output.add_argument(
         "--dead-letter",
         metavar="FILE",
-        help="where failed lines go, appended as JSON lines (default: STREAM.dead-letter.jsonl)",
+        help="where failed lines go, appended as JSON lines (default: NAME.dead-letter.jsonl, "
+        "NAME the stream's name, also when STREAM is its ARN)",
     )
     output.add_argument(
         "--report-json", metavar="FILE", help="also write the final report as JSON ('-': stdout)"

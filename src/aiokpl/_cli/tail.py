@@ -2,15 +2,15 @@
 
 The reading itself is :func:`aiokpl._cli.reader.tail_stream`; this module parses the options, turns
 each user record into one JSON line on stdout (flushed after every page, so a pipe sees records
-as they arrive), stops after ``--count`` records, and turns Ctrl-C and a closed pipe into a
-quiet exit 0.
+as they arrive; characters a terminal would obey rather than print are escaped: see
+:mod:`aiokpl._cli.terminal`), stops after ``--count`` records, and turns Ctrl-C and a closed
+pipe into a quiet exit 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import json
 import os
 import sys
 from datetime import datetime, timezone
@@ -27,6 +27,7 @@ from .options import (
     EXIT_SERVICE_ERROR,
     EXIT_USAGE,
     config_from_args,
+    insecure_warning,
     interrupted,
     made_of,
     positive_float,
@@ -36,6 +37,7 @@ from .options import (
 )
 from .options import run as run_async
 from .reader import StartPosition, TailError, tail_stream
+from .terminal import json_line
 
 __all__ = ("add_parser", "format_record", "parse_timestamp")
 
@@ -83,7 +85,9 @@ def format_record(stream: str, shard_id: str, record: DeaggregatedRecord, data_m
     return it otherwise),
     ``sequence_number``, ``sub_sequence_number``, ``aggregated``,
     ``approximate_arrival_timestamp`` (ISO 8601, UTC, milliseconds), ``data`` and
-    ``data_encoding`` (``"text"`` or ``"base64"``).
+    ``data_encoding`` (``"text"`` or ``"base64"``). Characters a terminal would obey rather
+    than print (controls, bidirectional overrides) are ``\\uXXXX`` escapes
+    (:func:`aiokpl._cli.terminal.json_line`): the same JSON once read.
 
     Args:
         stream: the stream name.
@@ -102,7 +106,7 @@ def format_record(stream: str, shard_id: str, record: DeaggregatedRecord, data_m
             text, encoding = data.decode("utf-8"), "text"
         except UnicodeDecodeError:
             text, encoding = base64.b64encode(data).decode("ascii"), "base64"
-    return json.dumps(
+    return json_line(
         {
             "stream": stream,
             "shard_id": shard_id,
@@ -114,8 +118,7 @@ def format_record(stream: str, shard_id: str, record: DeaggregatedRecord, data_m
             "approximate_arrival_timestamp": _timestamp_text(record.approximate_arrival_timestamp),
             "data": text,
             "data_encoding": encoding,
-        },
-        ensure_ascii=False,
+        }
     )
 
 
@@ -237,6 +240,9 @@ def run_tail_command(
     except ValueError as exc:
         print(f"aiokpl tail: {exc}", file=stderr)
         return EXIT_USAGE
+    warning = insecure_warning(args)
+    if warning is not None:
+        print(f"aiokpl tail: {warning}", file=stderr)
     try:
         return run_async(_tail_main, config, args, stdout, stderr, backend=args.backend)
     except BaseException as exc:

@@ -60,7 +60,17 @@ class Config:
     (KPL ``KinesisEndpoint`` and ``KinesisPort``, as one URL)."""
 
     verify_ssl: bool = True
-    """Verify the endpoint's TLS certificate (KPL ``VerifyCertificate``)."""
+    """Verify the endpoint's TLS certificate (KPL ``VerifyCertificate``). Turning it off logs a
+    warning when the producer starts: anyone on the network path can then read and change
+    what is sent, the session token included."""
+
+    ca_bundle: str | os.PathLike[str] | None = None
+    """A PEM file of the certificate authorities to trust instead of the default ones, e.g. a
+    company proxy's private CA (KPL ``CaCertFile``; the KPL's ``CaCertPath``, a directory, has
+    no equivalent: concatenate its files into one). ``None`` (the default) lets botocore find
+    one as the AWS CLI does: the ``AWS_CA_BUNDLE`` environment variable, then ``ca_bundle`` in
+    the profile, else the system's. A file that does not exist fails the producer's start;
+    with ``verify_ssl=False`` it is refused, as it would be ignored."""
 
     aws_access_key_id: str | None = None
     """Access key id. ``None`` uses the default credential chain (environment, profile,
@@ -305,6 +315,7 @@ class Config:
                 "on_record_failure must be a callable taking a RecordResult (a function or an "
                 f"async function), or None; got {type(self.on_record_failure).__name__}"
             )
+        _check_ca_bundle(self)
         if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
             raise ConfigError("aws_access_key_id and aws_secret_access_key must be given together")
         _check_spool(self)
@@ -332,17 +343,34 @@ class Config:
     __str__ = __repr__
 
 
+def _check_path(name: str, value: object, none_means: str) -> None:
+    """A path field (the rules table has no path kind): ``None``, or a non-empty ``str`` or
+    ``os.PathLike`` of ``str``. Nothing is looked for on disk here."""
+    if value is None:
+        return
+    if not isinstance(value, str | os.PathLike) or isinstance(os.fspath(value), bytes):
+        raise TypeError(
+            f"{name} must be a str or an os.PathLike of str (a pathlib.Path), or None; got "
+            f"{type(value).__name__}"
+        )
+    if not os.fspath(value):
+        raise ConfigError(f"{name} must not be empty (use None for {none_means})")
+
+
+def _check_ca_bundle(config: Config) -> None:
+    """The CA bundle: a path (its file is looked for when a client is opened), and only with
+    verification on."""
+    _check_path("ca_bundle", config.ca_bundle, "the default")
+    if config.ca_bundle is not None and not config.verify_ssl:
+        raise ConfigError(
+            "ca_bundle is given with verify_ssl=False, which ignores it: keep verification on "
+            "to use the bundle"
+        )
+
+
 def _check_spool(config: Config) -> None:
-    """The spool's and the identities' fields (the rules table has no path kind)."""
-    directory = config.spool_directory
-    if directory is not None:
-        if not isinstance(directory, str | os.PathLike) or isinstance(os.fspath(directory), bytes):
-            raise TypeError(
-                "spool_directory must be a str or an os.PathLike of str (a pathlib.Path), or "
-                f"None; got {type(directory).__name__}"
-            )
-        if not os.fspath(directory):
-            raise ConfigError("spool_directory must not be empty (use None for no spool)")
+    """The spool's and the identities' fields."""
+    _check_path("spool_directory", config.spool_directory, "no spool")
     if config.record_identities and not config.aggregation_enabled:
         raise ConfigError(
             "record_identities needs aggregation_enabled=True: the identity travels in the "

@@ -86,6 +86,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
 import anyio
@@ -271,8 +272,9 @@ class Sender:
         self._preempting = 0  # requests given up whose tasks have not finished yet
         self._recheck_at = math.inf  # when on_due is due next, if it is scheduled
         self.requests_preempted = 0
-        # One lane per stream, kept for the producer's life (as its stream pipelines are).
+        # One lane per stream, kept while its stream pipeline is (see forget).
         self._lanes: dict[Destination, _Lane] = {}
+        self._holding: dict[_Lane, None] = {}  # those holding connections, oldest holder first
         self._ring: deque[_Lane] = deque()
         # Requests sent and not answered yet, by id: what is left here when the sending
         # tasks are cancelled was in flight, its outcome unknown.
@@ -348,13 +350,12 @@ class Sender:
     def _share(self, now: float) -> int:
         """Connections each stream with work may hold: ``ceil(max_connections / S)``, where S
         counts the streams with requests queued or in flight, or answered within the active
-        window (so a stream between two requests keeps its share)."""
-        streams = sum(
-            1
-            for lane in self._lanes.values()
-            if lane.requests or lane.held or lane.active_until > now
-        )
-        return -(-self._max_connections // max(streams, 1))
+        window (so a stream between two requests keeps its share). Counted up to
+        ``max_connections`` only (the share is 1 past it), not over every lane at each turn."""
+        most = self._max_connections
+        lanes = self._lanes.values()
+        working = (1 for lane in lanes if lane.requests or lane.held or lane.active_until > now)
+        return -(-most // max(sum(islice(working, most)), 1))
 
     def _within_share(self, lane: _Lane, now: float) -> bool:
         """Whether ``lane`` may take one more connection."""
@@ -383,7 +384,7 @@ class Sender:
         victim: _Flight | None = None
         most = share
         recheck = math.inf
-        for lane in self._lanes.values():
+        for lane in self._holding:  # only they can give one up
             if lane.held <= most or not lane.flights:
                 continue
             oldest = next(iter(lane.flights.values()))
@@ -438,6 +439,7 @@ class Sender:
                     lane.probing = records
                     if lane.requests:  # held behind the probe, they still expire on time
                         self._wake_at(lane, _earliest_expiry(lane.requests))
+                self._holding[lane] = None  # where it was, if it holds one already
                 lane.held += 1
                 return lane, records
             if probing:  # nothing left to probe with: the next one is
@@ -502,6 +504,8 @@ class Sender:
     def _answered(self, lane: _Lane, records: list[KinesisRecord], now: float) -> None:
         """After ``records`` of ``lane`` were answered: end its probe, park it if it backs off."""
         lane.held -= 1
+        if not lane.held:
+            del self._holding[lane]
         lane.active_until = now + self._active_window
         if lane.probing is records:
             lane.probing = None

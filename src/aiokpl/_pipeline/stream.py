@@ -36,8 +36,8 @@ open aggregates and those queued in the limiter go again one by one (those sent 
 policy's), and back to placement by key, prediction resumes with a refreshed map.
 
 ``Config.ordering`` is a policy the router consults (``_pipeline/ordering.py``). The producer
-builds one pipeline per stream on its first put and releases it when idle. Mirrors the
-per-stream part of ``aws/kinesis/core/pipeline.h``.
+builds one pipeline per stream on its first put and releases it when idle, or found missing
+(``_streams``). Mirrors the per-stream part of ``aws/kinesis/core/pipeline.h``.
 """
 
 from __future__ import annotations
@@ -113,6 +113,9 @@ class StreamPipeline:
         random_value: the producer's jitter generator (``jitter_source``), for the shard
             map's waits and the phase of the limiter's batches.
         missing_log: the producer's warning about streams not found (one line for many).
+        on_missing: told of this pipeline when its stream may be missing (its first map
+            load failed, or a request was answered ``ResourceNotFoundException``): the
+            producer may release it once it holds nothing (see ``found_missing``).
     """
 
     __slots__ = (
@@ -121,6 +124,7 @@ class StreamPipeline:
         "_last_seen_out",
         "_ledger",
         "_meter",
+        "_on_missing",
         "_policy",
         "_scheduler",
         "_sender",
@@ -154,8 +158,10 @@ class StreamPipeline:
         coordinator: ProducerCoordinator | None,
         random_value: Callable[[], float],
         missing_log: MissingStreamsLog | None = None,
+        on_missing: Callable[[StreamPipeline], None] | None = None,
     ) -> None:
         self.stream = stream
+        self._on_missing = on_missing
         self._clock = clock
         self._scheduler = scheduler
         self._sender = sender
@@ -310,6 +316,8 @@ class StreamPipeline:
             if error is not None and error[0] == MISSING:
                 # The stream is gone: its map must not outlive it (it may come back another).
                 shard_map.missing(started)
+                if self._on_missing is not None:
+                    self._on_missing(self)
             for seen_at, predicted in decisions.invalidate:
                 shard_map.invalidate(seen_at, predicted)
             for shard, (count, size) in decisions.accepted.items():
@@ -427,6 +435,8 @@ class StreamPipeline:
         """``part`` (``"map"``, ``"summary"``, ``"dry run"``) ended its first attempt; with
         all of them, the start-up hold ends."""
         self._starting.discard(part)
+        if part == "map" and self.shard_map.table is None and self._on_missing is not None:
+            self._on_missing(self)  # the stream may be missing: whoever keeps us looks
         if not self._starting:
             self._first_attempt_ended()
 
@@ -622,6 +632,11 @@ class StreamPipeline:
     def expired(self) -> int:
         """User records expired before they were sent, so far."""
         return self.retrier.expired
+
+    @property
+    def found_missing(self) -> bool:
+        """The stream was found missing, and its map is not being loaded again (dormant)."""
+        return self.shard_map.dormant
 
     def idle_since_last_look(self) -> bool:
         """Whether nothing went through the pipeline since the last call (records put, or

@@ -74,6 +74,7 @@ DRY_RUN_MESSAGE = "The request was rejected because the DryRun parameter was spe
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     500: "Internal Server Error",
     503: "Service Unavailable",

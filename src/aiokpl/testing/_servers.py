@@ -45,12 +45,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.request import urlopen
 
+from ._guard import LocalOnly
 from ._moto_extras import known_regions_only
 from ._moto_model import mend_shards
 from ._throttling import THROUGHPUT_PATH, ServerFaults, ShardLimits, ThrottlingApp
@@ -102,6 +103,7 @@ def make_moto_server(
     *,
     limits: ShardLimits | None = None,
     faults: ServerFaults | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> BaseWSGIServer:
     """moto's server, bound to ``host:port`` and ready to ``serve_forever()``.
 
@@ -111,6 +113,11 @@ def make_moto_server(
     played in front of it. With ``limits`` every shard takes at most that much, with
     ``faults`` requests fail or hang as they say; the server counts, per second, what it
     stored and refused (``GET`` :data:`THROUGHPUT_PATH`, or :func:`throughput`).
+
+    It serves the programs of this machine only (:class:`~aiokpl.testing._guard.LocalOnly`):
+    requests from web pages (an ``Origin`` header) and for another ``Host`` than
+    ``localhost``, an IP address or one of ``allowed_hosts``, with its port, are refused, and
+    no answer allows anything across origins.
 
     Raises:
         LocalServerError: moto's server is not installed.
@@ -137,11 +144,13 @@ def make_moto_server(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(128)
+        bound = int(sock.getsockname()[1])
         # werkzeug serves a duplicate of this descriptor; this one closes on leaving.
         return make_server(
             host,
-            int(sock.getsockname()[1]),
-            known_regions_only(served),
+            bound,
+            # Refused first: a request from a web page or for another host name.
+            LocalOnly(known_regions_only(served), bound, allowed_hosts),
             threaded=True,
             request_handler=MotoRequestHandler,
             fd=sock.fileno(),

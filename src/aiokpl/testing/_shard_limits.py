@@ -7,26 +7,34 @@ throttled and failed per second and stream; and AWS's message for a throttled re
 application that uses them in front of moto is ``_throttling``'s.
 
 Invariants: a shard's bucket is full when the shard is first written to; a record is admitted
-only if both its buckets have enough, and what it took is given back whole; counts only grow.
+only if both its buckets have enough, and what it took is given back whole; counts only grow,
+over a bounded window (:class:`ThroughputCounts`).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from .._core.token_bucket import TokenBucket
 
 __all__ = (
+    "THROUGHPUT_MAX_ROWS",
+    "THROUGHPUT_WINDOW_SECONDS",
     "ServerFaults",
     "ShardLimits",
     "ShardThrottle",
     "ThroughputCounts",
     "throttled_message",
 )
+
+
+THROUGHPUT_WINDOW_SECONDS = 3_600
+"""The seconds of counts a server keeps (an hour): what ``/_local/throughput`` can report."""
+THROUGHPUT_MAX_ROWS = 100_000
+"""The most (second, stream) rows of counts a server keeps, whatever the number of streams."""
 
 
 def _positive(name: str, value: float) -> None:
@@ -187,14 +195,30 @@ class ThroughputCounts:
     """Records stored, throttled and failed, per whole second and per stream; thread-safe.
 
     Kinesis records, and the user records in them (a KPL aggregate holds many; any other
-    record is one).
+    record is one). Kept for a window, so a server that runs for days (``aiokpl local``) does
+    not grow without bound: the last ``window_seconds`` seconds before the newest one counted,
+    at most ``max_rows`` (second, stream) rows. Older seconds go as newer ones arrive; past
+    ``max_rows``, the oldest seconds go first, and a second that alone names more streams than
+    that counts the first ``max_rows`` of them.
+
+    Args:
+        window_seconds: how many seconds are kept (:data:`THROUGHPUT_WINDOW_SECONDS`).
+        max_rows: how many (second, stream) rows are kept (:data:`THROUGHPUT_MAX_ROWS`).
     """
 
-    __slots__ = ("_counts", "_lock")
+    __slots__ = ("_counts", "_lock", "_newest", "_rows", "max_rows", "window_seconds")
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        window_seconds: int = THROUGHPUT_WINDOW_SECONDS,
+        max_rows: int = THROUGHPUT_MAX_ROWS,
+    ) -> None:
+        self.window_seconds = window_seconds
+        self.max_rows = max_rows
         self._lock = threading.Lock()
-        self._counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0] * 5)
+        self._counts: dict[int, dict[str, list[int]]] = {}
+        self._rows = 0
+        self._newest = -math.inf
 
     def add(
         self,
@@ -207,21 +231,52 @@ class ThroughputCounts:
         delivered_user: int = 0,
         throttled_user: int = 0,
     ) -> None:
-        """Count records of ``stream`` in ``second``."""
+        """Count records of ``stream`` in ``second`` (nothing, for a second out of the
+        window)."""
         with self._lock:
-            counts = self._counts[(second, stream)]
+            if second > self._newest:
+                self._newest = second
+                self._forget_before(second - self.window_seconds + 1)
+            elif second <= self._newest - self.window_seconds:
+                return
+            streams = self._counts.get(second)
+            if streams is None:
+                streams = self._counts[second] = {}
+            counts = streams.get(stream)
+            if counts is None:
+                if self._rows >= self.max_rows:
+                    self._forget_oldest(second)
+                    if self._rows >= self.max_rows:
+                        return  # this second alone holds max_rows streams
+                counts = streams[stream] = [0] * 5
+                self._rows += 1
             counts[0] += delivered
             counts[1] += throttled
             counts[2] += failed
             counts[3] += delivered_user
             counts[4] += throttled_user
 
+    def _forget_before(self, first: float) -> None:
+        """Drop the seconds before ``first`` (under the lock)."""
+        for second in [s for s in self._counts if s < first]:
+            self._rows -= len(self._counts.pop(second))
+
+    def _forget_oldest(self, keep: int) -> None:
+        """Drop the oldest second but ``keep`` (under the lock)."""
+        older = [s for s in self._counts if s != keep]
+        if older:
+            self._rows -= len(self._counts.pop(min(older)))
+
     def rows(self) -> list[dict[str, Any]]:
         """Every (second, stream) counted, in order: ``second``, ``stream``, ``delivered``,
         ``throttled``, ``failed`` (Kinesis records), ``delivered_user_records``,
         ``throttled_user_records``."""
         with self._lock:
-            items = sorted(self._counts.items())
+            items = sorted(
+                ((second, stream), counts)
+                for second, streams in self._counts.items()
+                for stream, counts in streams.items()
+            )
         return [
             {
                 "second": second,
