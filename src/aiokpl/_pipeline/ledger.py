@@ -209,9 +209,10 @@ class ResultLedger:
 
     def fail_outstanding(
         self, code: str, message: str, unanswered: Iterable[KinesisRecord]
-    ) -> None:
+    ) -> tuple[int, int]:
         """Fail every record still outstanding (at exit) with ``code``; a record whose request
-        was sent and not answered (in ``unanswered``) says its outcome is unknown."""
+        was sent and not answered (in ``unanswered``) says its outcome is unknown. Returns how
+        many records it failed, and how many of them with an unknown outcome."""
         now = self.clock()
         # Records already failed and held for their on_record_failure keep their result.
         records = [record for record in self.outstanding if record not in self.held]
@@ -219,15 +220,18 @@ class ResultLedger:
         unknown = (
             f"{message}; its request was sent and no answer was read, so it may be in the stream"
         )
+        unknowns = 0
         for record in records:
             if record in in_flight:
                 attempt = Attempt(
                     now, now, now - record.last_end, False, code, unknown, outcome_unknown=True
                 )
+                unknowns += 1
             else:
                 attempt = Attempt(now, now, now - record.last_end, False, code, message)
             record.add_attempt(attempt)
         self.finish(records, False)
+        return len(records), unknowns
 
     # --- flushing -------------------------------------------------------------------------
     async def wait_flushed(self, stream: str | None) -> None:
