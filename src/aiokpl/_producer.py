@@ -13,7 +13,9 @@ runs.
 The lifecycle is one ``AsyncExitStack``: ``__aenter__`` pushes each part as it starts (the
 owned client, the metrics runner, the result settlement, the task group), so a failure at any
 step releases exactly what was started and propagates unchanged; ``__aexit__`` flushes (for at
-most the TTL plus one request and a second) and unwinds the same stack.
+most the TTL plus one request and a second) and unwinds the same stack; an exit that is
+cancelled (or interrupted while it drains) fails what is left ``"Cancelled"`` and logs one line
+of what that cost (:mod:`aiokpl._exit_report`).
 
 Invariants:
 
@@ -83,7 +85,10 @@ class Producer:
     """An async Kinesis producer: aggregation, per-shard rate limiting, batching, retries.
 
     Use it as an async context manager; entering starts it, exiting flushes everything and
-    waits for every record's result (at most about ``record_ttl_ms``)::
+    waits for every record's result (at most about ``record_ttl_ms``). An exit that is
+    cancelled (Ctrl-C on asyncio, a cancel scope or timeout around it) does not wait: records
+    without a result fail with code ``"Cancelled"``, and one warning on the ``aiokpl`` logger
+    says how many were delivered, cancelled, sent without an answer, and left in the spool::
 
         async with Producer(Config(region="us-east-1")) as producer:
             outcome = await producer.put_record(stream="events", partition_key="k", data=b"…")

@@ -70,9 +70,7 @@ def test_demo_options_are_validated() -> None:
         ("asyncio", signal.SIGTERM, "SIGTERM"),
     ],
 )
-def test_an_interrupted_demo_says_so_and_exits_130(
-    backend: str, signum: int, name: str
-) -> None:
+def test_an_interrupted_demo_says_so_and_exits_130(backend: str, signum: int, name: str) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "aiokpl", "demo", "--count", "10000000", "--backend", backend],
         stdout=subprocess.PIPE,
