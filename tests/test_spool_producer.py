@@ -28,9 +28,9 @@ from aiokpl import (
 )
 from aiokpl._intake import Intake
 from aiokpl._spool.files import OsFiles
-from aiokpl._spool.memory import MemoryFiles
 from aiokpl.aggregation import Deduper, deaggregate, identity_of
 from aiokpl.testing import FakeKinesis, read_stream
+from aiokpl.testing._spool_files import MemoryFiles
 
 pytestmark = pytest.mark.anyio
 
