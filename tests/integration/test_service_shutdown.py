@@ -185,6 +185,6 @@ def test_a_drain_cut_short_cancels_the_rest_and_says_what_it_cost(
     assert summary == (
         f"the producer's exit was cancelled: of {len(results):,} records put, {delivered:,} "
         f"were delivered and {cancelled:,} were cancelled ({unknown:,} of them sent and not "
-        "answered: they may be in the stream); each outcome holds its record's result "
-        '("Cancelled" for those the exit stopped)'
+        "answered: they may be in the stream); each outcome holds its record's result and "
+        'error code ("Cancelled" for those the exit stopped)'
     )
