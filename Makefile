@@ -28,11 +28,13 @@ TYPE_COMPLETENESS_MIN := 100
 # `make pythons`: the suite on the lowest and highest other Pythons the classifiers claim (see
 # .ci/other-pythons), without coverage, each in .cache/venv-X.Y: every unit test (the command
 # line's errors through its console script among them), and of the integration tests those of
-# processes and signals (`aiokpl local`, the demo) and of HTTP to moto's server on both
-# backends. Left to `make pytest` alone: `put` and `tail` end to end, the other servers'
-# suites; left to `make scenarios` alone (run once, on $(PYTHON), without coverage): the tests
-# marked `scenario`, fleet simulations and benchmarks' smoke runs, minutes each, whose code is
-# the same on every Python. PYTHONS_PYTEST overrides the selection (`make pythons
+# processes and signals on both backends (`aiokpl local`, the demo, a SyncProducer at exit and
+# under Ctrl-C, the SIGTERM recipe of docs/shutdown.md, `put` and `tail` interrupted: what the
+# interpreter's exit and its signal handling change from one Python to the next) and of HTTP to
+# moto's server. Left to `make pytest` alone: the rest of `put` and `tail` end to end, the other
+# servers' suites; left to `make scenarios` alone (run once, on $(PYTHON), without coverage):
+# the tests marked `scenario`, fleet simulations and benchmarks' smoke runs, minutes each, whose
+# code is the same on every Python. PYTHONS_PYTEST overrides the selection (`make pythons
 # PYTHONS_PYTEST=tests` for all of it); the two Pythons run at once (PARALLEL=0: one after the
 # other). In `make test` (its `suites` step) they run after `make scenarios`, one after the
 # other, beside `make pytest`, which is one process on one core: the two cores stay busy, and
@@ -40,10 +42,16 @@ TYPE_COMPLETENESS_MIN := 100
 CLAIMED_PYTHONS := $(shell sed -n 's/.*"Programming Language :: Python :: \(3\.[0-9]*\)".*/\1/p' pyproject.toml)
 PYTHONS_VENVS ?= .cache
 PARALLEL ?= 1
-PYTHONS_INTEGRATION := test_cli_local.py test_demo.py test_moto.py
+PYTHONS_INTEGRATION := test_cli.py test_cli_local.py test_demo.py test_moto.py \
+	test_service_shutdown.py test_sync_exit.py
+# Of tests/integration/test_cli.py, only its processes under signals (by name: `interrupted`,
+# `ctrl_c`), against moto's server (kinesalite adds nothing a Python changes); `-k` matches the
+# package's name, `integration`, the module's and the parameters'.
+PYTHONS_KEYWORDS := not (integration and test_cli.py) or ((interrupted or ctrl_c) and moto)
 PYTHONS_PYTEST ?= tests -m "not scenario" \
 	$(addprefix --ignore=,$(filter-out $(addprefix tests/integration/,$(PYTHONS_INTEGRATION)), \
 		$(wildcard tests/integration/test_*.py))) \
+	-k '$(PYTHONS_KEYWORDS)' \
 	$(addprefix --deselect tests/test_docs_cli.py::,$(PYTHONS_NOT_DOCS))
 # docs/cli.md holds the usage text argparse writes on make pytest's Python; 3.13's wraps it
 # differently, so the page's freshness is checked there only.

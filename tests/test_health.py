@@ -15,7 +15,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from aiokpl import Config, Health, Outcome, Producer, RecordResult, _spooling
-from aiokpl._spool.memory import MemoryFiles
+from aiokpl.testing._spool_files import MemoryFiles
 from aiokpl.testing import FakeKinesis
 
 pytestmark = pytest.mark.anyio

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -25,10 +26,11 @@ from aiokpl import (
     _marks,
     _spooling,
 )
+from aiokpl._intake import Intake
 from aiokpl._spool.files import OsFiles
-from aiokpl._spool.memory import MemoryFiles
 from aiokpl.aggregation import Deduper, deaggregate, identity_of
 from aiokpl.testing import FakeKinesis, read_stream
+from aiokpl.testing._spool_files import MemoryFiles
 
 pytestmark = pytest.mark.anyio
 
@@ -215,13 +217,29 @@ async def put_and_cancel(config: Config, count: int) -> list[bytes]:
 async def test_records_failed_by_the_exit_stay_and_are_replayed_at_the_next_start(
     disk: Disk,
 ) -> None:
-    fake = stream_fake()
     config = CONFIG.replace(record_identities=True)
-    async with Producer(config, client=fake) as producer:
-        delivered = await producer.put_record(stream="s", partition_key="k", data=b"before")
-        await producer.flush()
-        assert (await delivered).success
-    data = await put_and_cancel(config, 30)  # the stream fails, then works again
+    # The first run delivers one record (its identity names the run), then its stream fails:
+    # the next 30 are accepted, made durable, and failed by the exit.
+    first_stream = stream_fake()
+    data = [b"record-%d" % i for i in range(30)]
+    with anyio.move_on_after(2):
+        async with Producer(config, client=first_stream) as producer:
+            delivered = await producer.put_record(stream="s", partition_key="k", data=b"before")
+            await producer.flush()
+            assert (await delivered).success
+            first_stream.fail_requests(10**9, stream="s")
+            outcomes = [
+                await producer.put_record(stream="s", partition_key=f"k{i}", data=d)
+                for i, d in enumerate(data)
+            ]
+            await producer.wait_durable()
+            await anyio.sleep_forever()
+    assert {outcome.result().error_code for outcome in outcomes} == {"Cancelled"}
+    [before] = await user_records(first_stream)
+    first_run = identity_of(before)
+    assert first_run is not None
+    # The next run, on the same spool, replays them to a stream that works.
+    fake = stream_fake()
     async with Producer(config, client=fake) as producer:
         fresh = await producer.put_record(stream="s", partition_key="k", data=b"after")
         await producer.flush()  # waits for the replay too
@@ -229,34 +247,51 @@ async def test_records_failed_by_the_exit_stay_and_are_replayed_at_the_next_star
         assert statistics is not None
         assert statistics.records_recovered == statistics.records_replayed == 30
         assert (await fresh).success
-    records = await user_records(fake)
-    by_data = {record.data: identity_of(record) for record in records}
-    assert set(by_data) == {b"before", b"after", *data}
-    first_run = by_data[b"before"]
-    assert first_run is not None
+    by_data = {record.data: identity_of(record) for record in await user_records(fake)}
+    assert set(by_data) == {b"after", *data}
     second_run = by_data[b"after"]
     assert second_run is not None
     assert second_run.producer_id != first_run.producer_id
-    # The replayed records kept the identity of the run that accepted them.
-    replayed = [by_data[d] for d in data]
-    assert {identity.producer_id for identity in replayed if identity} != {first_run.producer_id}
-    assert sorted(identity.sequence for identity in replayed if identity) == list(range(30))
+    # Each replayed record carries the identity the first run gave it (its id, and the
+    # sequence numbers after the delivered record's), not one of the replaying run.
+    assert [by_data[d] for d in data] == [(first_run.producer_id, n) for n in range(1, 31)]
     async with Producer(config, client=fake) as producer:
         assert producer.statistics().spool.records_recovered == 0  # type: ignore[union-attr]
 
 
-async def test_replay_waits_for_room(disk: Disk) -> None:
+async def test_a_cancelled_exit_says_how_many_records_it_left_in_the_spool(
+    disk: Disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="aiokpl"):
+        await put_and_cancel(CONFIG, 30)
+    [line] = [record.getMessage() for record in caplog.records if record.name == "aiokpl"]
+    assert line.startswith(
+        "the producer's exit was cancelled: of 30 records put, 0 were delivered and 30 were "
+        "cancelled ("
+    )
+    assert "; 30 are left in the spool, sent again at its next start; " in line
+
+
+async def test_replay_waits_for_room(disk: Disk, monkeypatch: pytest.MonkeyPatch) -> None:
     await put_and_cancel(CONFIG, 50)
     fake = stream_fake()
     config = CONFIG.replace(max_outstanding_records=5)
-    peak = 0
-    async with Producer(config, client=fake) as producer:
-        with anyio.fail_after(60):
-            while not producer._spool.replay_done.is_set():  # type: ignore[union-attr]
-                peak = max(peak, producer.outstanding_records)
-                await anyio.sleep(0.001)
-        await producer.flush()
-    assert peak <= 5
+    producer = Producer(config, client=fake)
+    # A probe on every replayed put: what the producer holds once the record is in, each time
+    # (one sample now and then misses a replay that takes all 50 in at once).
+    replay = Intake.replay
+    held: list[int] = []
+
+    async def probed(intake: Intake, record: Any) -> bool:
+        put = await replay(intake, record)
+        held.append(producer.outstanding_records)
+        return put
+
+    monkeypatch.setattr(Intake, "replay", probed)
+    async with producer:
+        await producer.flush()  # waits for the replay too
+    assert len(held) == 50  # every replayed record was probed
+    assert max(held) == 5  # the replay filled the room, and never went past it
     assert len(await user_records(fake)) == 50
 
 

@@ -30,8 +30,8 @@ from aiokpl._spool import (
     scan,
 )
 from aiokpl._spool.format import HEADER_BYTES, encode_header, segment_name
-from aiokpl._spool.memory import MemoryFiles, SimulatedCrash
 from aiokpl._spool.policy import FsyncMode
+from aiokpl.testing._spool_files import MemoryFiles, SimulatedCrash
 
 D = "/spool"
 Key = tuple[bytes, int]

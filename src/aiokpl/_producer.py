@@ -13,7 +13,9 @@ runs.
 The lifecycle is one ``AsyncExitStack``: ``__aenter__`` pushes each part as it starts (the
 owned client, the metrics runner, the result settlement, the task group), so a failure at any
 step releases exactly what was started and propagates unchanged; ``__aexit__`` flushes (for at
-most the TTL plus one request and a second) and unwinds the same stack.
+most the TTL plus one request and a second) and unwinds the same stack; an exit that is
+cancelled (or interrupted while it drains) fails what is left ``"Cancelled"`` and logs one line
+of what that cost (:mod:`aiokpl._exit_report`).
 
 Invariants:
 
@@ -53,6 +55,7 @@ from ._core.metrics import METRICS, WINDOW_SECONDS, MetricStatistics
 from ._core.results import Attempt, RecordResult
 from ._core.statistics import ProducerStatistics, StreamStatistics
 from ._core.wire import Tags
+from ._exit_report import ExitReport, log_cancelled_exit
 from ._hosted import ProducerPort
 from ._intake import Intake
 from ._kinesis import KinesisClient, create_client
@@ -69,7 +72,7 @@ from ._streams import Streams
 if TYPE_CHECKING:
     from ._pipeline.sender import Sender
 
-__all__ = ("Producer", "ProducerStatistics", "StreamStatistics", "port_of")
+__all__ = ("Producer", "ProducerStatistics", "StreamStatistics", "port_of", "report_exit_to")
 
 logger = logging.getLogger("aiokpl")
 
@@ -83,7 +86,10 @@ class Producer:
     """An async Kinesis producer: aggregation, per-shard rate limiting, batching, retries.
 
     Use it as an async context manager; entering starts it, exiting flushes everything and
-    waits for every record's result (at most about ``record_ttl_ms``)::
+    waits for every record's result (at most about ``record_ttl_ms``). An exit that is
+    cancelled (Ctrl-C on asyncio, a cancel scope or timeout around it) does not wait: records
+    without a result fail with code ``"Cancelled"``, and one warning on the ``aiokpl`` logger
+    says how many were delivered, cancelled, sent without an answer, and left in the spool::
 
         async with Producer(Config(region="us-east-1")) as producer:
             outcome = await producer.put_record(stream="events", partition_key="k", data=b"…")
@@ -159,6 +165,8 @@ class Producer:
         parts = (admission, ledger, streams, intake, scheduler)
         self._runtime = Runtime(config, client, coordination, sinks, self._metrics, jitter, parts)
         self._spool: Spool | None = None
+        # What a cancelled exit does with its summary (a SyncProducer words it itself).
+        self._report_exit: Callable[[ExitReport], None] = log_cancelled_exit
         if config.spool_directory is not None or config.record_identities:
             self._mark_records(config)
 
@@ -211,24 +219,30 @@ class Producer:
         self._intake.closed = True
         stack = self._stack
         assert stack is not None
-        cancelled = anyio.get_cancelled_exc_class()
+        runtime = self._runtime
+        if exc_type is not None and issubclass(exc_type, anyio.get_cancelled_exc_class()):
+            runtime.exit_code = _CANCELLED
         try:
-            if exc_type is None or not issubclass(exc_type, cancelled):
+            if runtime.exit_code is not _CANCELLED:
                 # Every record gets its chance: at most its TTL plus one request.
                 config = self.config
                 limit = config.record_ttl_ms / 1000 + config.request_timeout_ms / 1000 + 1.0
                 with anyio.move_on_after(limit):
                     await self.flush()  # no put can come in now: this waits for all
-        except cancelled:
-            self._runtime.exit_code = _CANCELLED
+        except BaseException:  # cancelled, or interrupted (trio's KeyboardInterrupt), mid-drain
+            runtime.exit_code = _CANCELLED
             raise
         finally:
-            if exc_type is not None and issubclass(exc_type, cancelled):
-                self._runtime.exit_code = _CANCELLED
-            # Unwinds what __aenter__ started, last first: the task group is cancelled and
-            # waited for, outstanding records fail with the exit code and their failure
-            # callbacks drain, the metrics make their last upload, the owned client closes.
-            await stack.aclose()
+            try:
+                # Unwinds what __aenter__ started, last first: the task group is cancelled and
+                # waited for, outstanding records fail with the exit code and their failure
+                # callbacks drain, the metrics make their last upload, the spool and the
+                # owned client close.
+                await stack.aclose()
+            finally:
+                if runtime.exit_code is _CANCELLED:  # one line: what the cancellation cost
+                    failed, unknown = runtime.exit_failed
+                    self._report_exit(ExitReport(self.statistics(), failed, unknown))
         return None
 
     # --- putting --------------------------------------------------------------------------
@@ -580,6 +594,13 @@ def port_of(producer: Producer) -> ProducerPort:
 
     put = put_checked if producer.config.record_identities else producer._put_validated
     return ProducerPort(put, put_when_room, producer._stream_set.flush)
+
+
+def report_exit_to(producer: Producer, report: Callable[[ExitReport], None]) -> None:
+    """Hand what ``producer``'s cancelled exit cost to ``report`` instead of the log: a
+    :class:`~aiokpl.SyncProducer` says it in its own words (its close interrupted, or run
+    out), once. Called in the loop's thread, once every record has its result."""
+    producer._report_exit = report
 
 
 def _refused(

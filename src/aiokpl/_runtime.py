@@ -119,6 +119,8 @@ class Runtime:
         coordinator: the coordinator, once started with a ``coordination``.
         spool: the durable spool (``Config.spool_directory``), or ``None``.
         exit_code: the code and message of the records still outstanding at exit.
+        exit_failed: how many records the exit failed with ``exit_code`` (once it has), and
+            how many of them with an unknown outcome (their request sent, not answered).
     """
 
     def __init__(
@@ -143,6 +145,7 @@ class Runtime:
         self.coordinator: ProducerCoordinator | None = None
         self.spool: Spool | None = None
         self.exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
+        self.exit_failed = (0, 0)
 
     async def start(
         self,
@@ -238,7 +241,9 @@ class Runtime:
             # Failed by the exit, not by Kinesis: they stay in the spool, sent at next start.
             self.spool.acking = False
         sender = self.sender
-        self._ledger.fail_outstanding(code, message, sender.unanswered() if sender else ())
+        self.exit_failed = self._ledger.fail_outstanding(
+            code, message, sender.unanswered() if sender else ()
+        )
         self._streams.missing.on_due(self._intake.clock())  # a warning still gathering streams
         self._scheduler.clear()
         await failures.drain(self.config.request_timeout_ms / 1000)

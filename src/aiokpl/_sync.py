@@ -51,20 +51,19 @@ from anyio.from_thread import BlockingPortal
 from ._admission import Admission, ThreadRoom
 from ._backend import BACKENDS, current_backend, current_clock, threadsafe_scheduler
 from ._core.config import Config
-from ._core.decoder import decode_tags
 from ._core.errors import BufferFullError, ProducerClosedError
 from ._core.hashing import check_user_record
 from ._core.health import CLOSED, DEFAULT_WINDOW, Health, check_window
-from ._core.results import Attempt, FailedRecord, RecordResult
+from ._core.results import RecordResult
 from ._core.statistics import ProducerStatistics
 from ._core.wire import Tags
 from ._exit_executor import THREADS_AT_EXIT, ExitSafeExecutor
 from ._hosted import ProducerPort
 from ._kinesis import fixed_region
-from ._producer import Producer, port_of
+from ._producer import Producer, port_of, report_exit_to
 from ._sync_ask import ask
 from ._sync_durable import wait_durable_from_thread
-from ._sync_exit import forget, in_slices, remember, report_abandon, uninterrupted
+from ._sync_exit import ExitReports, forget, in_slices, loop_stopped, remember, uninterrupted
 from ._sync_futures import FlushWaiter, RecordFuture
 
 if TYPE_CHECKING:
@@ -149,6 +148,7 @@ class SyncProducer:
         self._producer: Producer | None = None
         self._portal: BlockingPortal | None = None
         self._final_statistics: ProducerStatistics | None = None
+        self._exit_reports = ExitReports(self.statistics)  # what a cancelled exit cost
         # Set once the loop has ended and every future is resolved: what close() waits for.
         # Not Thread.join(): on Python 3.10 to 3.12, a join interrupted by Ctrl-C marks the
         # thread as stopped while it still runs, and every later join returns at once.
@@ -210,6 +210,7 @@ class SyncProducer:
             with anyio.CancelScope() as scope:  # close(timeout=…) sets its deadline
                 self._scope = scope
                 async with Producer(self.config, client=client) as producer:
+                    report_exit_to(producer, self._exit_reports.give)  # for the close to say
                     self._producer = producer
                     async with BlockingPortal() as portal:  # for statistics() only
                         self._portal = portal
@@ -287,15 +288,9 @@ class SyncProducer:
         now = self._clock()
         while self._queue:
             future, stream, key, size, payload, _, ehk, tags, seq = self._queue.popleft()
-            attempt = Attempt(
-                now, now, 0.0, False, "Internal", "the SyncProducer's event loop stopped"
-            )
-            record = None
-            if self.config.return_record_on_failure:
-                record = FailedRecord(
-                    stream, key or None, payload, ehk, decode_tags(tags) if tags else ()
-                )
-            self._settle_one(future, RecordResult(False, None, None, (attempt,), record), size, seq)
+            record = (stream, key, payload, ehk, tags)
+            result = loop_stopped(now, record, self.config.return_record_on_failure)
+            self._settle_one(future, result, size, seq)
 
     def _on_outcome(
         self, future: Future[RecordResult], size: int, seq: int, outcome: Outcome[RecordResult]
@@ -495,9 +490,9 @@ class SyncProducer:
                 after every future was resolved.
         """
         self._refuse_own_thread("close")
-        self._close(timeout, "SyncProducer.close()")
+        self._close(timeout, f"SyncProducer.close({'' if timeout is None else f'{timeout=}'})")
 
-    def _close(self, timeout: float | None, what: str) -> None:
+    def _close(self, timeout: float | None, what: str) -> bool:
         try:
             with self._lock:
                 if not self._closing:
@@ -511,6 +506,7 @@ class SyncProducer:
             self._abandon(what)
             raise
         forget(self)
+        return self._exit_reports.report_ran_out(what)
 
     def _abandon(self, what: str) -> None:
         """Cancel whatever is left, now, and wait until every future is resolved.
@@ -523,22 +519,21 @@ class SyncProducer:
         bound (a failure callback blocking the loop's thread), this gives up, and says how
         many futures have no result.
         """
-        pending = uninterrupted(self._request_abandon)
+        uninterrupted(self._request_abandon)
         bound = self.config.request_timeout_ms / 1000 + _ABANDON_MARGIN
         stopped = uninterrupted(partial(self._stopped.wait, bound))
         if stopped:
             uninterrupted(self._thread.join)  # at once: the loop has ended
         forget(self)
         unresolved = None if stopped else self._room.records
-        uninterrupted(partial(report_abandon, what, pending, bound, unresolved, self.statistics))
+        uninterrupted(partial(self._exit_reports.report_abandon, what, bound, unresolved))
 
-    def _request_abandon(self) -> int:
+    def _request_abandon(self) -> None:
         with self._lock:
             self._closing = True
             self._room.wake_all()
             if not self._loop_done:
                 self._call_soon(self._on_abandon)
-            return self._room.records
 
     def __enter__(self) -> SyncProducer:
         return self

@@ -4,21 +4,39 @@
   that their records are delivered: :func:`close_forgotten`.
 * An interrupted close (a second Ctrl-C) abandons what is left: its steps run to their end
   even if interrupted again (:func:`uninterrupted`), and a warning sums up
-  (:func:`report_abandon`).
+  (:meth:`ExitReports.report_abandon`).
+* A close that runs out of time (``close(timeout=…)``) cancels what is left, and a warning
+  sums up too. What the cancelled exit cost is handed from the loop's thread to the close that
+  says it (:class:`ExitReports`), in the words of :mod:`aiokpl._exit_report`, the async
+  producer's.
 * The waits for the loop that a Ctrl-C must cut short are waited in slices (:func:`in_slices`).
+* A record still queued when the loop itself failed gets its result here
+  (:func:`loop_stopped`).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
+from ._core.decoder import decode_tags
+from ._core.results import Attempt, FailedRecord, RecordResult
 from ._core.statistics import ProducerStatistics
+from ._exit_report import ExitReport
 
-__all__ = ("close_forgotten", "forget", "in_slices", "remember", "report_abandon", "uninterrupted")
+__all__ = (
+    "ExitReports",
+    "close_forgotten",
+    "forget",
+    "in_slices",
+    "loop_stopped",
+    "remember",
+    "uninterrupted",
+)
 
 logger = logging.getLogger("aiokpl")
 
@@ -38,13 +56,17 @@ class _Open(Protocol):
     def statistics(self) -> ProducerStatistics: ...
 
 
+# How a producer closes: close(timeout, what), what naming the close; true if it ran out of
+# time, cancelled what was left, and said so.
+_Close = Callable[[float | None, str], bool]
+
 # The producers not closed yet, each with its way to close (a weak reference to its bound
-# method, so that neither keeps it alive): close(timeout, what), what naming the close.
-_open: weakref.WeakKeyDictionary[_Open, weakref.WeakMethod[Callable[[float | None, str], None]]]
+# method, so that neither keeps it alive).
+_open: weakref.WeakKeyDictionary[_Open, weakref.WeakMethod[_Close]]
 _open = weakref.WeakKeyDictionary()
 
 
-def remember(producer: _Open, close: Callable[[float | None, str], None]) -> None:
+def remember(producer: _Open, close: _Close) -> None:
     """Close ``producer`` with ``close`` at interpreter exit unless it is closed before."""
     _open[producer] = weakref.WeakMethod(close)
 
@@ -75,20 +97,16 @@ def close_forgotten() -> None:
         if close is None:  # pragma: no cover - the producer is alive: it is the key
             continue
         try:
-            close(0.0 if interrupted else None, "closing a SyncProducer at interpreter exit")
+            if close(0.0 if interrupted else None, "closing a SyncProducer at interpreter exit"):
+                continue  # it said what it cancelled
             # Nobody may be left to look at the futures: say what failed.
-            statistics = producer.statistics()
-            if statistics.records_failed:
-                logger.warning(
-                    "a SyncProducer still open at interpreter exit was closed: of %d records "
-                    "put, %d were delivered and %d failed (%d of them expired before they "
-                    "could be sent); each future holds its record's result and error code. "
-                    "Close the producer yourself (or use Config.on_record_failure) to handle "
+            report = ExitReport(producer.statistics())
+            if report.statistics.records_failed:
+                report.warn(
+                    "a SyncProducer still open at interpreter exit was closed",
+                    "future",
+                    ". Close the producer yourself (or use Config.on_record_failure) to handle "
                     "failures",
-                    statistics.records_put,
-                    statistics.records_succeeded,
-                    statistics.records_failed,
-                    statistics.records_expired_unsent,
                 )
         except BaseException:  # interrupted: the close abandoned the rest, and said so
             interrupted = True
@@ -113,34 +131,65 @@ def uninterrupted(step: Callable[[], _T]) -> _T:
             continue
 
 
-def report_abandon(
-    what: str,
-    pending: int,
-    bound: float,
-    unresolved: int | None,
-    statistics: Callable[[], ProducerStatistics],
-) -> None:
-    """Say what an interrupted close did: ``pending`` records had no result when it was
-    interrupted; ``unresolved`` futures still have none after ``bound`` seconds (``None``
-    if the producer's thread stopped: every future is resolved)."""
-    if unresolved is not None:
-        logger.error(
-            "%s was interrupted and the producer's thread did not stop within %.1f s: %d "
-            "futures still have no result",
-            what,
-            bound,
-            unresolved,
-        )
-        return
-    snapshot = statistics()
-    logger.warning(
-        "%s was interrupted: the records still without a result were cancelled (%d had "
-        "none then). Of %d records put, %d were delivered and %d failed; each future holds "
-        'its record\'s result and error code ("Cancelled" for those the interruption '
-        "stopped)",
-        what,
-        pending,
-        snapshot.records_put,
-        snapshot.records_succeeded,
-        snapshot.records_failed,
-    )
+class ExitReports:
+    """What a producer's cancelled exit cost: given in the loop's thread as the exit ends
+    (before the loop does), taken once by the close that says it; ``statistics`` gives the
+    producer's counts (the final ones, once its loop has ended)."""
+
+    def __init__(self, statistics: Callable[[], ProducerStatistics]) -> None:
+        self._lock = threading.Lock()
+        self._report: ExitReport | None = None
+        self._statistics = statistics
+
+    def give(self, report: ExitReport) -> None:
+        with self._lock:
+            self._report = report
+
+    def take(self) -> ExitReport | None:
+        """The report, once (``None`` if the exit was not cancelled, or it was taken)."""
+        with self._lock:
+            report, self._report = self._report, None
+            return report
+
+    def final(self) -> ExitReport:
+        """:meth:`take`'s report; if there is none (the loop ended before its exit could be
+        cancelled), the producer's counts alone."""
+        return self.take() or ExitReport(self._statistics())
+
+    def report_ran_out(self, what: str) -> bool:
+        """After a close (``what``) that did not raise: if it ran out of time and cancelled
+        what was left, say so; whether it did."""
+        report = self.take()
+        if report is None or not report.lost_anything:
+            return False
+        report.warn(f"{what} ran out of time and cancelled the rest", "future")
+        return True
+
+    def report_abandon(self, what: str, bound: float, unresolved: int | None) -> None:
+        """Say what an interrupted close (``what``) did: ``unresolved`` futures still have no
+        result after ``bound`` seconds (``None`` if the producer's thread stopped: every future
+        is resolved, and what the cancellation cost is known)."""
+        if unresolved is not None:
+            logger.error(
+                "%s was interrupted and the producer's thread did not stop within %.1f s: %d "
+                "futures still have no result",
+                what,
+                bound,
+                unresolved,
+            )
+            return
+        self.final().warn(f"{what} was interrupted", "future")
+
+
+def loop_stopped(
+    now: float, record: tuple[str, str, bytes, str | None, bytes], return_record: bool
+) -> RecordResult:
+    """The result of a record that never reached the pipeline because the loop failed:
+    ``record`` is its stream, key (``""``: none), data, explicit hash key and encoded tags;
+    ``return_record`` is ``Config.return_record_on_failure``."""
+    stream, key, payload, ehk, tags = record
+    attempt = Attempt(now, now, 0.0, False, "Internal", "the SyncProducer's event loop stopped")
+    failed = None
+    if return_record:
+        failed = FailedRecord(stream, key or None, payload, ehk, decode_tags(tags) if tags else ())
+    return RecordResult(False, None, None, (attempt,), failed)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from aiokpl.testing._servers import kinesalite_server, moto_server
+from aiokpl.testing._throttling import ShardLimits
 
 SERVERS = ("moto", "kinesalite")
 
@@ -27,6 +28,14 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
 def moto_endpoint() -> Iterator[str]:
     """moto's server (behind a lock: see ``aiokpl.testing._servers``) on a free 127.0.0.1 port."""
     with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def slow_endpoint() -> Iterator[str]:
+    """moto's server with AWS's write limits at 100 records a second per shard: a producer
+    closing with a few hundred records to deliver is still sending seconds later."""
+    with moto_server(limits=ShardLimits(records_per_second=100.0)) as endpoint:
         yield endpoint
 
 

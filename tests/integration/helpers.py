@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import base64
 import itertools
+import os
+import select
+import signal
+import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,6 +20,9 @@ from aiokpl import Config
 from aiokpl._kinesis import create_client
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing._servers import DUMMY_CREDENTIALS
+
+WAIT = 60.0
+"""Bound on every wait for a child process (:class:`Child`); never reached."""
 
 # Servers live for the whole session and serve both backends: every stream name is new.
 _names = itertools.count()
@@ -143,3 +150,44 @@ def user_records(stored: Iterable[tuple[str, dict[str, Any]]]) -> list[Delivered
                 )
             )
     return found
+
+
+class Child:
+    """A child interpreter running ``script``, whose standard output is read line by line.
+
+    Its output is read unbuffered, a byte at a time up to each line's end: a buffered reader
+    takes whatever the pipe holds, so with two lines written at once the next wait for output
+    saw an empty pipe and waited for the program's last line (the signal then came at its very
+    end, not at the point the line announced).
+    """
+
+    def __init__(self, script: str, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=0,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def expect(self, line: str) -> None:
+        """Wait (bounded) for the next line of output, which must be ``line``."""
+        stdout = self.process.stdout
+        assert stdout is not None
+        ready, _, _ = select.select([stdout], [], [], WAIT)
+        assert ready, f"no {line!r} from the child in {WAIT} s"
+        assert stdout.readline().decode() == line + "\n"
+
+    def interrupt(self, signum: int = signal.SIGINT) -> None:
+        """Send ``signum`` (Ctrl-C's SIGINT unless said)."""
+        self.process.send_signal(signum)
+
+    def finish(self) -> tuple[int, str, str]:
+        """Wait for the exit: (status, the rest of stdout, all of stderr)."""
+        out, err = self.process.communicate(timeout=WAIT)
+        return self.process.returncode, out.decode(), err.decode()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()

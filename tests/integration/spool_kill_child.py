@@ -5,7 +5,8 @@ Run as ``python spool_kill_child.py JSON`` (one argument: the plan, below). It w
 its standard output, each flushed at once, so the parent knows what happened up to the kill:
 
 * ``started {json}``: the producer has started (the spool recovered, its replay begun); the
-  producer's spool statistics;
+  producer's spool statistics, and ``producer_id``: the id this run's records carry in their
+  identity tags (its spool's, as its segments hold it);
 * ``durable FIRST END``: records ``FIRST`` to ``END - 1`` are durable (``wait_durable``
   returned after they were put);
 * ``done {json}``: the producer closed cleanly; its spool statistics.
@@ -42,6 +43,7 @@ from typing import Any
 import anyio
 
 from aiokpl import Config, Producer
+from aiokpl._marks import encoder_of
 from aiokpl._spool import files as spool_files
 from aiokpl._spool import writer as spool_writer
 from aiokpl.testing._servers import DUMMY_CREDENTIALS
@@ -170,7 +172,11 @@ async def main(plan: dict[str, Any]) -> None:
     stream = plan["stream"]
     first, count, batch = plan["first"], plan["count"], plan["batch"]
     async with Producer(config) as producer:
-        say("started", json.dumps(spool_statistics(producer), default=str))
+        spool = producer._spool
+        assert spool is not None
+        producer_id = encoder_of(spool.producer_id).producer_id
+        run = {**spool_statistics(producer), "producer_id": producer_id}
+        say("started", json.dumps(run, default=str))
         for start in range(first, first + count, batch):
             end = min(first + count, start + batch)
             for number in range(start, end):

@@ -14,8 +14,9 @@ the tags), and held to the spool's promise:
 
 * every record reported durable is in the stream at least once, and exactly once after a
   ``Deduper`` (one per shard, as consumers run it);
-* nothing is in the stream that was never put, and every copy carries the identity of its
-  first put (one identity per record, one record per identity);
+* nothing is in the stream that was never put, and every record, each copy of it, carries the
+  identity of its first put: the id of the run that put it (each run prints its own) and its
+  place in that run's puts, whichever run sent it (a replay keeps it);
 * after the drain nothing is left unresolved in the spool.
 
 The second test damages the segment files between runs (a flipped byte in a record, a flipped
@@ -238,12 +239,19 @@ def read_back(endpoint: str, stream: str) -> list[Stored]:
     return found
 
 
-def check_stream(stored: list[Stored], put: set[int], durable: set[int]) -> dict[str, Any]:
-    """The spool's promise held against what the stream holds; counts for the report."""
+def check_stream(
+    stored: list[Stored], put: dict[int, tuple[str, int]], durable: set[int]
+) -> dict[str, Any]:
+    """The spool's promise held against what the stream holds (``put``: the identity each
+    record was put with, by number); counts for the report."""
     strangers = [s for s in stored if s.number is None or s.number not in put]
     assert not strangers, f"records never put are in the stream: {strangers[:3]}"
     anonymous = [s for s in stored if s.identity is None]
     assert not anonymous, f"records without identity: {anonymous[:3]}"
+    # Every record, whichever run sent it (the one that put it, or a later one replaying it
+    # from the spool), carries the identity the run that put it gave it.
+    misnamed = [(s.number, s.identity) for s in stored if s.identity != put[s.number or 0]]
+    assert not misnamed, f"records not under the identity they were put with: {misnamed[:3]}"
     numbers = Counter(s.number for s in stored)
     missing = sorted(durable - set(numbers))
     assert not missing, f"{len(missing)} durable records lost: {missing[:20]}"
@@ -279,6 +287,16 @@ def check_stream(stored: list[Stored], put: set[int], durable: set[int]) -> dict
     }
 
 
+def identities(child: Child, first: int, count: int) -> dict[int, tuple[str, int]]:
+    """The identity each record ``first`` … ``first + count - 1`` of ``child``'s run was put
+    with: the run's id, and the record's place in its puts (none if it died before its start:
+    it put nothing)."""
+    started = child.statistics("started")
+    if started is None:
+        return {}
+    return {first + n: (started["producer_id"], n) for n in range(count)}
+
+
 def unresolved_left(directory: Path) -> int:
     """Records a start would replay (the spool read, not changed)."""
     return scan(str(directory), OsFiles(), repair=False).statistics.records_recovered
@@ -304,7 +322,7 @@ def test_every_durable_record_survives_kills_at_any_point(
     rng = random.Random(SEED)
     stream = new_stream(moto_endpoint)
     directory = tmp_path / "spool"
-    put: set[int] = set()
+    put: dict[int, tuple[str, int]] = {}  # the identity each record was put with
     durable: set[int] = set()
     log: list[str] = []
     replayed = 0
@@ -356,7 +374,7 @@ def test_every_durable_record_survives_kills_at_any_point(
         torn = (
             code == -signal.SIGKILL and plan["kill"] is not None and plan["kill"]["op"] == "append"
         )
-        put.update(range(first, first + RECORDS_PER_RUN))
+        put.update(identities(child, first, RECORDS_PER_RUN))
         durable |= child.durable()
         if code == -signal.SIGKILL:
             killed += 1
@@ -373,7 +391,7 @@ def test_every_durable_record_survives_kills_at_any_point(
     # A clean run drains what is left.
     drain = children(plan_for(moto_endpoint, stream, directory, first, BATCH))
     assert drain.finish() == 0, failure(drain)
-    put.update(range(first, first + BATCH))
+    put.update(identities(drain, first, BATCH))
     durable |= drain.durable()
 
     print(*log, sep="\n")
@@ -383,6 +401,7 @@ def test_every_durable_record_survives_kills_at_any_point(
     )
     print(json.dumps(figures))
     assert unresolved_left(directory) == 0  # every delivered record acknowledged in the spool
+    assert replayed > 0  # the identity check had records sent by another run than their own
     if copies_made:  # the Deduper had copies to drop
         assert figures["copies"] > 0
     assert killed >= ITERATIONS // 2, log  # the kills happened (not every run ran to its end)
@@ -415,6 +434,7 @@ def test_damaged_segments_lose_only_what_was_damaged(
     stream = new_stream(moto_endpoint)
     directory = tmp_path / "spool"
     durable: set[int] = set()
+    put: dict[int, tuple[str, int]] = {}
     count = 150
     # Two sessions that spool records, never send them, and die once they are durable.
     for run, backend in enumerate(("asyncio", "trio")):
@@ -432,6 +452,7 @@ def test_damaged_segments_lose_only_what_was_damaged(
         assert child.finish() == -signal.SIGKILL, failure(child)
         assert child.durable() == set(range(run * count, (run + 1) * count)), failure(child)
         durable |= child.durable()
+        put.update(identities(child, run * count, count))
 
     segments = {p: r for p, r in records_by_segment(directory).items() if len(r) >= 4}
     assert len(segments) >= 3, segments
@@ -473,8 +494,8 @@ def test_damaged_segments_lose_only_what_was_damaged(
     assert aside == sorted([flipped.name + CORRUPT_SUFFIX, headless.name + CORRUPT_SUFFIX])
 
     durable |= drain.durable()
+    put.update(identities(drain, 2 * count, BATCH))
     stored = read_back(moto_endpoint, stream)
-    put = set(range(2 * count + BATCH))
     check_stream(stored, put, durable - lost)
     # Records of the damaged ranges were never sent, and are gone.
     assert not lost & {s.number for s in stored}

@@ -4,7 +4,7 @@ A producer with a spool accepts records it cannot deliver (its endpoint has noth
 listening), makes them durable and is cancelled: they fail ``"Cancelled"`` by the exit and stay
 in the spool. A second producer on the same directory, pointed at moto, replays them; every
 record is read back from the stream (checked with AWS's deaggregator too), each with the
-identity its first run gave it, once through the ``Deduper``.
+identity its first run gave it (the id in that run's segments), once through the ``Deduper``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import anyio
 import pytest
 
 from aiokpl import Producer
+from aiokpl._marks import encoder_of
+from aiokpl._spool.format import decode_header
 from aiokpl.aggregation import Deduper, deaggregate, identity_of
 from aiokpl.testing import read_stream
 from aiokpl.testing._servers import free_port
@@ -46,7 +48,9 @@ async def test_records_left_at_exit_are_replayed_after_a_restart(
             assert all(outcome.durable for outcome in outcomes)
             await anyio.sleep_forever()
     assert {outcome.result().error_code for outcome in outcomes} == {"Cancelled"}
-    assert any(path.suffix == ".seg" for path in spool.iterdir())
+    # The first run's producer id, as its segments hold it (and as its identity tags name it).
+    [first_id] = {decode_header(p.read_bytes()) for p in spool.iterdir() if p.suffix == ".seg"}
+    first_run = encoder_of(first_id).producer_id
 
     second = config(moto_endpoint, spool_directory=spool, record_identities=True)
     async with Producer(second) as producer:
@@ -62,10 +66,9 @@ async def test_records_left_at_exit_are_replayed_after_a_restart(
     delivered = user_records(stored)  # AWS's deaggregator reads the same records
     assert sorted(record.data for record in delivered) == sorted(data)
     users = [user for _, kinesis_record in stored for user in deaggregate(kinesis_record)]
-    identities = [identity_of(user) for user in users]
-    assert all(identity is not None for identity in identities)
-    assert len({identity.producer_id for identity in identities if identity}) == 1
-    assert sorted(identity.sequence for identity in identities if identity) == list(range(COUNT))
+    # Each record carries the identity the first run gave it, not one of the replaying run.
+    identities = {user.data: identity_of(user) for user in users}
+    assert [identities[d] for d in data] == [(first_run, n) for n in range(COUNT)]
     assert len(Deduper().filter(users + users)) == COUNT
 
     async with Producer(second) as producer:  # everything was acknowledged

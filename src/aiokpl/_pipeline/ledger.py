@@ -216,9 +216,10 @@ class ResultLedger:
 
     def fail_outstanding(
         self, code: str, message: str, unanswered: Iterable[KinesisRecord]
-    ) -> None:
+    ) -> tuple[int, int]:
         """Fail every record still outstanding (at exit) with ``code``; a record whose request
-        was sent and not answered (in ``unanswered``) says its outcome is unknown."""
+        was sent and not answered (in ``unanswered``) says its outcome is unknown. Returns how
+        many records it failed, and how many of them with an unknown outcome."""
         now = self.clock()
         # Records already failed and held for their on_record_failure keep their result.
         records = [record for record in self.outstanding if record not in self.held]
@@ -226,6 +227,7 @@ class ResultLedger:
         unknown = (
             f"{message}; its request was sent and no answer was read, so it may be in the stream"
         )
+        unknowns = 0
         for record in records:
             attempts = record.attempts  # what they failed with is said (with_cause)
             if record in in_flight:
@@ -233,11 +235,13 @@ class ResultLedger:
                 attempt = Attempt(
                     now, now, now - record.last_end, False, code, said, outcome_unknown=True
                 )
+                unknowns += 1
             else:
                 said = with_cause(message, attempts) if attempts else message
                 attempt = Attempt(now, now, now - record.last_end, False, code, said)
             record.add_attempt(attempt)
         self.finish(records, False)
+        return len(records), unknowns
 
     # --- flushing -------------------------------------------------------------------------
     async def wait_flushed(self, stream: str | None) -> None:

@@ -4,7 +4,7 @@
 fsync, truncate, rename, unlink. :class:`OsFiles` does them with :mod:`os` and, on POSIX, fsyncs
 the directory after every create, rename and unlink, so that the name change itself survives a
 power loss (a new file's data fsync'd under a name that was not is lost with the name).
-:class:`aiokpl._spool.memory.MemoryFiles` is the fake: a file system in memory that remembers
+:class:`aiokpl.testing._spool_files.MemoryFiles` is the fake: a file system in memory that remembers
 what was fsync'd, can fail a call with an ``errno`` (``ENOSPC``), write part of a buffer before
 failing, and *crash*: forget everything that was not fsync'd.
 

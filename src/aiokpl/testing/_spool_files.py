@@ -1,5 +1,8 @@
 """A file system in memory for the spool's fault tests: failures, disk full, and crashes.
 
+Test infrastructure (in :mod:`aiokpl.testing`, which production code never imports): the
+spool's own tests run it in place of :class:`~aiokpl._spool.files.OsFiles`.
+
 :class:`MemoryFiles` implements :class:`aiokpl._spool.files.SpoolFiles`. Each file keeps what
 the process sees and what was fsync'd; name changes (create, rename, unlink) are durable when
 they return, as :class:`~aiokpl._spool.files.OsFiles` makes them by fsyncing the directory.
