@@ -15,8 +15,8 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from aiokpl import Config, Health, Outcome, Producer, RecordResult, _spooling
-from aiokpl.testing._spool_files import MemoryFiles
 from aiokpl.testing import FakeKinesis
+from aiokpl.testing._spool_files import MemoryFiles
 
 pytestmark = pytest.mark.anyio
 
