@@ -142,6 +142,38 @@ def test_a_burst_measured_in_the_first_window_is_a_rate_and_is_kept() -> None:
     assert trickle.rate(0.02) == pytest.approx(900.0)
 
 
+def test_throttled_again_after_an_early_cut_cuts_at_once_to_what_came_through_since() -> None:
+    """A producer joining shards other writers keep busy: its first answers let a trickle
+    through, which an early cut ignores; throttled again, a round trip later, it cuts at once
+    (no window to wait) to what the shard accepted since the early cut, its share."""
+    rate = AdaptiveRate(250.0)
+    rate.accepted(2.0, 0.05)
+    assert rate.cut(0.05, sent_at=0.0)  # early: the trickle ignored
+    assert rate.rate(0.05) == pytest.approx(225.0)
+    assert not rate.cut(0.07, sent_at=0.04)  # sent before the early cut: its rate's answer
+    rate.accepted(6.0, 0.15)  # 60/s since the early cut
+    before = rate.rate(0.15)
+    assert rate.cut(0.15, sent_at=0.1)
+    assert rate.rate(0.15) == pytest.approx(0.9 * max(60.0, 0.5 * before))
+    assert not rate.cut(0.3, sent_at=0.2)  # then one cut a window, as always
+
+
+def test_a_throttle_after_an_early_cut_that_let_the_rate_through_is_a_leftover() -> None:
+    """Throttled after an early cut while the shard took nearly all of the rate since: the
+    answer is a leftover of the first burst (a batch gathered before the cut), not a rate
+    the shard cannot take, and cuts nothing; a window after the first answer, throttles
+    are judged as always."""
+    rate = AdaptiveRate(250.0)
+    rate.accepted(250.0, 0.1)  # quiet shards: the first answer took the saved second
+    assert rate.cut(0.1, sent_at=0.05)  # the burst measured: a rate, kept
+    cut = rate.rate(0.1)
+    assert cut == pytest.approx(0.9 * 250.0 / 1.1)  # over the window's slots
+    rate.accepted(24.0, 0.2)  # 240/s since: the rate and more
+    assert not rate.cut(0.2, sent_at=0.15)
+    assert rate.rate(0.2) >= cut
+    assert rate.cut(1.2, sent_at=1.15)  # a window later: judged by the window
+
+
 def test_the_rate_climbs_back_to_the_peak_then_probes_gently() -> None:
     """Back at the peak after ``settle`` seconds (from the configured rate; sooner from a lower
     peak, by the cube root), flat around it; beyond, 2% of it per second, doubling every 10 s."""

@@ -59,6 +59,9 @@ MAX_MODULE_LINES = 600
 """No module over this many lines: a module past it holds more than one concern."""
 
 KNOWN_LONG_MODULES: dict[str, str] = {
+    "aiokpl._producer": "the public Producer: one documented method per public operation "
+    "(put, flush, health, statistics, metrics, exit and its report) over the runtime; the "
+    "entry side is reshaped by issue 34's redesign, not by moving a method out",
     "aiokpl._kinesis": "the SDK boundary, the only module that imports botocore: its clients, "
     "their TLS and regions, and the reading of the SDK's errors and answers share that rule; "
     "split it as a package of its own (issue 34's redesign), not by moving lines",
