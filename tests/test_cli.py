@@ -800,6 +800,9 @@ def test_local_instructions_name_the_endpoint_region_and_dummy_credentials() -> 
     assert lines[0] == "local Kinesis (moto) at http://127.0.0.1:4567, region eu-west-1"
     assert lines[1] == "streams: events (2 shards)"
     text = "\n".join(lines)
+    # The variable Getting started tells a reader to set: a client built without an endpoint
+    # (the producer's own, boto3's, `aiokpl put`) then finds the server.
+    assert "  export AWS_ENDPOINT_URL_KINESIS=http://127.0.0.1:4567" in lines
     assert (
         "export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing "
         "AWS_DEFAULT_REGION=eu-west-1"

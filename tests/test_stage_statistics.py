@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
-from aiokpl import Config
+from aiokpl import Config, ProducerStatistics, SpoolStatistics, StreamStatistics
 from aiokpl._core.statistics import (
     AggregatorStatistics,
     CollectorStatistics,
@@ -79,3 +80,80 @@ def test_stage_snapshots_are_frozen() -> None:
 def test_a_producer_not_started_reports_no_requests() -> None:
     statistics = Producer(Config(region="us-east-1")).statistics()
     assert (statistics.requests_sent, statistics.requests_queued, statistics.streams) == (0, 0, ())
+
+
+async def test_str_of_the_statistics_is_a_few_lines_an_operator_reads_and_repr_is_unchanged() -> (
+    None
+):
+    fake = FakeKinesis()
+    fake.add_stream("events", shard_count=2)
+    async with Producer(CONFIG, client=fake) as producer:
+        await warm_up(producer, "events")
+        for i in range(3):
+            await producer.put_record(stream="events", partition_key=f"k{i}", data=b"x")
+        statistics = producer.statistics()
+        outstanding = statistics.outstanding_bytes
+        assert str(statistics).splitlines() == [
+            f"records: 4 put, 1 succeeded, 0 failed, 3 outstanding ({outstanding} bytes)",
+            "requests: 1 sent, 0 failed, 0 in flight, 0 queued, 0 backing off",
+            "  stream events: map READY (2 open shards, 1 load), 3 aggregating, 0 rate limited, "
+            "0 collecting, 0 retries, distribution USER_PARTITION_KEY",
+        ]
+        assert repr(statistics).startswith("ProducerStatistics(outstanding_records=3, ")
+        assert "streams=(StreamStatistics(stream='events', " in repr(statistics)
+
+
+def test_str_of_the_statistics_names_what_went_wrong_only_when_something_did() -> None:
+    stream = StreamStatistics(
+        stream="audit",
+        shard_map_state="INVALID",
+        open_shards=0,
+        shard_map_refreshes=0,
+        aggregating=0,
+        rate_limited=0,
+        queued_by_shard={},
+        rates_by_shard={},
+        collecting=0,
+        retries=7,
+        expired_unsent=2,
+        waiting_for_shard_map=5,
+        placed_by_service=True,
+        shard_map_last_error=("ListShards", "AccessDeniedException", "not authorized: a secret"),
+    )
+    assert str(stream) == (
+        "stream audit: map INVALID (0 open shards, 0 loads), 0 aggregating, 0 rate limited, "
+        "0 collecting, 7 retries, 5 waiting for the map, 2 expired unsent, "
+        "distribution unknown (placed by the service), map error ListShards AccessDeniedException"
+    )
+    counts: dict[str, Any] = dict.fromkeys(SpoolStatistics.__dataclass_fields__, 0)
+    spool = SpoolStatistics(**counts)
+    assert str(spool) == "spool: 0 unresolved, 0 segments, 0 bytes, 0 fsyncs"
+    spool = dataclasses.replace(
+        spool, records_recovered=4, records_replayed=1, full=True, write_errors=3, frames_lost=1
+    )
+    assert str(spool) == (
+        "spool: 0 unresolved, 0 segments, 0 bytes, 0 fsyncs, 1/4 recovered replayed, FULL, "
+        "3 write errors, 1 damaged entries (0 bytes lost)"
+    )
+    statistics = ProducerStatistics(
+        outstanding_records=0,
+        outstanding_bytes=0,
+        records_put=9,
+        records_succeeded=2,
+        records_failed=7,
+        requests_sent=3,
+        requests_failed=1,
+        requests_in_flight=0,
+        requests_queued=0,
+        streams=(stream,),
+        failure_callback_errors=1,
+        records_expired_unsent=2,
+        spool=spool,
+    )
+    assert str(statistics).splitlines() == [
+        "records: 9 put, 2 succeeded, 7 failed (2 expired unsent), 0 outstanding (0 bytes)",
+        "requests: 3 sent, 1 failed, 0 in flight, 0 queued, 0 backing off",
+        "on_record_failure: 0 pending, 1 errors",
+        f"  {stream}",
+        f"  {spool}",
+    ]

@@ -269,7 +269,9 @@ def usage_lines(
         f"streams: {created or 'none yet (create them with --stream, or the aws line below)'}",
         *enforcement_lines(endpoint, limits, faults),
         "",
-        "dummy credentials (a local server needs some; these open nothing anywhere else):",
+        "environment: the endpoint, and dummy credentials (a local server needs some; these",
+        "open nothing anywhere else):",
+        f"  export AWS_ENDPOINT_URL_KINESIS={endpoint}",
         f"  export AWS_ACCESS_KEY_ID={key} AWS_SECRET_ACCESS_KEY={secret} "
         f"AWS_DEFAULT_REGION={region}",
         "command line:",

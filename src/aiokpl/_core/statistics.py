@@ -18,7 +18,7 @@ __all__ = ("ProducerStatistics", "SpoolStatistics", "StreamStatistics")
 
 @dataclass(frozen=True, slots=True)
 class StreamStatistics:
-    """A snapshot of one stream's pipeline.
+    """A snapshot of one stream's pipeline; ``str()`` of it is one line to log.
 
     Attributes:
         stream: the stream as it was put to: its name, or its ARN.
@@ -91,6 +91,37 @@ class StreamStatistics:
     put_payload_units: int = 0
     dry_run: str | None = None
 
+    def __str__(self) -> str:
+        """One line an operator can read in a log (``repr`` keeps every field)::
+
+            stream events: map READY (4 open shards, 1 load), 12 aggregating, 0 rate limited,
+            0 collecting, 3 retries, distribution USER_PARTITION_KEY
+
+        (on one line); records waiting for the first map, records expired unsent and the
+        map's last error are added when there are some.
+        """
+        loads = "load" if self.shard_map_refreshes == 1 else "loads"
+        parts = [
+            f"map {self.shard_map_state} ({self.open_shards} open shards, "
+            f"{self.shard_map_refreshes} {loads})",
+            f"{self.aggregating} aggregating",
+            f"{self.rate_limited} rate limited",
+            f"{self.collecting} collecting",
+            f"{self.retries} retries",
+        ]
+        if self.waiting_for_shard_map:
+            parts.append(f"{self.waiting_for_shard_map} waiting for the map")
+        if self.expired_unsent:
+            parts.append(f"{self.expired_unsent} expired unsent")
+        distribution = f"distribution {self.record_distribution or 'unknown'}"
+        if self.placed_by_service:
+            distribution += " (placed by the service)"
+        parts.append(distribution)
+        if self.shard_map_last_error is not None:
+            operation, code, _ = self.shard_map_last_error
+            parts.append(f"map error {operation} {code}")
+        return f"stream {self.stream}: " + ", ".join(parts)
+
 
 @dataclass(frozen=True, slots=True)
 class SpoolStatistics:
@@ -146,10 +177,32 @@ class SpoolStatistics:
     full: bool
     write_errors: int
 
+    def __str__(self) -> str:
+        """One line: ``spool: 3 unresolved, 2 segments, 4096 bytes, 0 fsyncs``, and what went
+        wrong (full, write errors, records or bytes lost) when something did."""
+        parts = [
+            f"{self.records_unresolved} unresolved",
+            f"{self.segments} segments",
+            f"{self.bytes_on_disk} bytes",
+            f"{self.fsyncs} fsyncs",
+        ]
+        if self.records_recovered:
+            parts.append(f"{self.records_replayed}/{self.records_recovered} recovered replayed")
+        if self.full:
+            parts.append("FULL")
+        if self.write_errors:
+            parts.append(f"{self.write_errors} write errors")
+        if self.frames_lost:
+            parts.append(f"{self.frames_lost} damaged entries ({self.bytes_lost} bytes lost)")
+        return "spool: " + ", ".join(parts)
+
 
 @dataclass(frozen=True, slots=True)
 class ProducerStatistics:
     """A snapshot of the producer.
+
+    ``str()`` of it is a few lines to log: records, requests, a line per stream and one for the
+    spool; ``repr()`` keeps every field.
 
     Attributes:
         outstanding_records: records between ``put_record`` and their result.
@@ -187,6 +240,37 @@ class ProducerStatistics:
     records_expired_unsent: int = 0
     requests_backing_off: int = 0
     spool: SpoolStatistics | None = None
+
+    def __str__(self) -> str:
+        """A few lines an operator can read in a log: records, requests, then one line per
+        stream and one for the spool (``repr`` keeps every field)::
+
+            records: 1000 put, 990 succeeded, 10 failed, 0 outstanding (0 bytes)
+            requests: 12 sent, 0 failed, 1 in flight, 0 queued, 0 backing off
+              stream events: map READY (4 open shards, 1 load), 0 aggregating, ...
+        """
+        records = (
+            f"records: {self.records_put} put, {self.records_succeeded} succeeded, "
+            f"{self.records_failed} failed"
+        )
+        if self.records_expired_unsent:
+            records += f" ({self.records_expired_unsent} expired unsent)"
+        records += f", {self.outstanding_records} outstanding ({self.outstanding_bytes} bytes)"
+        lines = [
+            records,
+            f"requests: {self.requests_sent} sent, {self.requests_failed} failed, "
+            f"{self.requests_in_flight} in flight, {self.requests_queued} queued, "
+            f"{self.requests_backing_off} backing off",
+        ]
+        if self.failure_callbacks_pending or self.failure_callback_errors:
+            lines.append(
+                f"on_record_failure: {self.failure_callbacks_pending} pending, "
+                f"{self.failure_callback_errors} errors"
+            )
+        lines.extend(f"  {stream}" for stream in self.streams)
+        if self.spool is not None:
+            lines.append(f"  {self.spool}")
+        return "\n".join(lines)
 
 
 # --- the stages' own snapshots: each stage's fields only; the stream composes them ----------
