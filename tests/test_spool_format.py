@@ -15,7 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokpl._spool.format import (
+    EARLIEST_ACCEPTED_AT,
     HEADER_BYTES,
+    LATEST_ACCEPTED_AT,
     MAX_ENTRY_BYTES,
     AckOutcome,
     FrameStatus,
@@ -42,7 +44,7 @@ records = st.builds(
     SpoolRecord,
     producer_id=st.just(PID),
     sequence_number=st.integers(0, 2**64 - 1),
-    accepted_at=st.floats(allow_nan=False),
+    accepted_at=st.floats(EARLIEST_ACCEPTED_AT, LATEST_ACCEPTED_AT),
     stream=text,
     partition_key=text,
     explicit_hash_key=st.none() | st.integers(0, 2**128 - 1).map(str),

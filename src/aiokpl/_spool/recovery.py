@@ -9,9 +9,14 @@ numbers the acknowledgements resolve. What it meets on the way:
 - a header that is not one (magic, version or CRC): the whole segment is moved aside to
   ``NAME.corrupt`` and counted;
 - a torn tail (:class:`~aiokpl._spool.format.FrameStatus`): truncated at the last whole frame;
-- a corrupt frame: its segment cannot be framed past it, so a copy of the whole segment is
+- a corrupt frame (an entry whose CRC matches but which does not decode is one: a record is
+  checked field by field as it is read, so every record kept decodes when it is replayed):
+  its segment cannot be framed past it, so a copy of the whole segment is
   written to ``NAME.corrupt`` (for whoever wants to look), then the segment is truncated there.
   The frames before it are recovered; the bytes from it on are counted lost.
+
+Its work is linear in the segments' size, whatever order the sequence numbers and the
+acknowledgements' runs come in (``runs.SequenceSet``).
 
 With ``repair=False`` (``aiokpl spool check``) nothing is changed and the same counts are
 returned. A record met twice (a rewrite after a failed fsync whose truncation did not hold)
