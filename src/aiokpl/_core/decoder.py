@@ -30,7 +30,7 @@ import hashlib
 from itertools import repeat
 from typing import NoReturn
 
-from .canonical import Columns, parse_canonical
+from .canonical import Columns, parse_canonical, read_tags
 from .errors import AggregationFormatError
 from .wire import DIGEST_SIZE, FRAMING_OVERHEAD, MAGIC, MAGIC_SIZE, Record, Tag, read_varint
 
@@ -144,6 +144,12 @@ def decode_tags(encoded: bytes) -> tuple[Tag, ...]:
         AggregationFormatError: ``encoded`` is not a run of ``Record.tags`` fields (a tag
             that runs past its end included).
     """
+    try:  # the layout encoders write, in a short loop (it may read past the end: IndexError)
+        fast = read_tags(encoded, 0, len(encoded))
+    except (IndexError, UnicodeDecodeError):
+        fast = None  # the loop below says what is wrong, if anything
+    if fast is not None:
+        return fast
     tags: list[Tag] = []
     pos, stop = 0, len(encoded)
     try:
