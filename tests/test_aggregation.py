@@ -1554,6 +1554,15 @@ def test_decode_tags_of_truncated_tags_raises_aggregation_format_error(encoded: 
         decoder.decode_tags(encoded)
 
 
+def test_decode_tags_reads_tags_in_any_layout() -> None:
+    """The layout encoders write in a short loop; any other (a value before its key, a tag of
+    128 bytes or more) in the general one."""
+    written = encoder.encode_tags([("k", "v"), ("", None)])
+    assert decoder.decode_tags(written) == (Tag("k", "v"), Tag(""))
+    other = b'"\x05\x12\x01v\x0a\x00' + encoder.encode_tags([("k" * 200, None)])
+    assert decoder.decode_tags(other) == (Tag("", "v"), Tag("k" * 200))
+
+
 def test_the_shard_filter_drops_an_explicit_hash_key_of_thousands_of_digits() -> None:
     """int() refuses more than 4,300 digits (a ValueError that is no AggregationFormatError);
     a key above 2**128 - 1 lies outside every shard, whatever its length, and leading zeros

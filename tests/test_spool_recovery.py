@@ -589,6 +589,21 @@ def test_a_record_that_does_not_decode_is_cut_off_counted_and_set_aside(
     assert not scan(D, files).statistics.corrupt
 
 
+def test_a_record_written_twice_in_one_segment_is_replayed_once() -> None:
+    """Counted once, it was replayed as often as it was written: ``records_recovered`` said 1
+    and the replay sent 3 (found by the spool's fuzz target)."""
+    files = MemoryFiles()
+    files.makedirs(D)
+    copies = [record_frame(1, data=b"first"), record_frame(1, data=b"again"), record_frame(1)]
+    files.write_file(f"{D}/{segment_name(0)}", segment_of(bytes(16), *copies, record_frame(2)))
+    recovery = scan(D, files)
+    assert recovery.statistics.records_recovered == 2
+    assert [(r.sequence_number, r.data) for r in recovery.unresolved()] == [
+        (1, b"first"),
+        (2, b"x"),
+    ]
+
+
 def test_records_and_acknowledgements_in_descending_order_are_recovered() -> None:
     """The order a segment holds its numbers in changes nothing but the cost, which is linear
     (``tests/test_spool_format.py`` bounds it)."""

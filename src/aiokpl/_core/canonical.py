@@ -198,16 +198,11 @@ def parse_records(
             pos += 2
             stop = pos + b
         else:
-            c = buf[pos + 2]
-            if c < 0x80:
-                pos += 3
-                stop = pos + ((b & 0x7F) | (c << 7))
-            else:  # a record of 16 KiB or more (up to 2 MiB)
-                d = buf[pos + 3]
-                if d >= 0x80:
-                    return None
-                pos += 4
-                stop = pos + ((b & 0x7F) | ((c & 0x7F) << 7) | (d << 14))
+            length = long_length(buf, pos + 1)
+            if length is None:
+                return None
+            stop, pos = length
+            stop += pos
         if buf[pos] != 0x08:
             return None
         b = buf[pos + 1]
@@ -240,16 +235,11 @@ def parse_records(
             pos += 2
             data_end = pos + b
         else:
-            c = buf[pos + 2]
-            if c < 0x80:
-                pos += 3
-                data_end = pos + ((b & 0x7F) | (c << 7))
-            else:
-                d = buf[pos + 3]
-                if d >= 0x80:
-                    return None
-                pos += 4
-                data_end = pos + ((b & 0x7F) | ((c & 0x7F) << 7) | (d << 14))
+            length = long_length(buf, pos + 1)
+            if length is None:
+                return None
+            data_end, pos = length
+            data_end += pos
         if data_end != stop:  # the record's tags follow its data, or it is not canonical
             if data_end > stop:
                 return None
@@ -262,6 +252,20 @@ def parse_records(
     if pos != end:
         return None
     return keys, datas, _sparse(with_ehk, len(datas)), _sparse(with_tags, len(datas), ())
+
+
+def long_length(buf: bytes, pos: int) -> tuple[int, int] | None:
+    """The length of 2 or 3 bytes at ``buf[pos]`` (whose first byte is 0x80 or more), and the
+    position after it; ``None`` for a longer one (4 bytes from 2 MiB on: the general parser's).
+    """
+    b = buf[pos]
+    c = buf[pos + 1]
+    if c < 0x80:
+        return (b & 0x7F) | (c << 7), pos + 2
+    d = buf[pos + 2]
+    if d >= 0x80:
+        return None
+    return (b & 0x7F) | ((c & 0x7F) << 7) | (d << 14), pos + 3
 
 
 def _sparse(items: list[tuple[int, Any]], count: int, default: Any = None) -> list[Any] | None:

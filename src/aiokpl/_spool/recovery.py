@@ -20,8 +20,9 @@ acknowledgements' runs come in (``runs.SequenceSet``).
 
 With ``repair=False`` (``aiokpl spool check``) nothing is changed and the same counts are
 returned. A record met twice (a rewrite after a failed fsync whose truncation did not hold)
-belongs to the first segment that holds it. Acknowledgements naming records that no segment
-holds (their segment was deleted after they were written) are harmless.
+belongs to the first segment that holds it, and is replayed once, its first copy (twice in
+one segment too, which only a crafted file holds). Acknowledgements naming records that no
+segment holds (their segment was deleted after they were written) are harmless.
 
 :meth:`Recovery.unresolved` then streams the durable, unresolved records, one segment at a
 time, for the producer to send again with their identity.
@@ -140,8 +141,9 @@ class Recovery:
             except FileNotFoundError:
                 continue
             resolved = self.resolved.get(segment.producer_id, SequenceSet())
+            yielded = SequenceSet()  # a record written twice in one segment is replayed once
             for seq, start, end in checked_records(data, segment.size):
-                if seq in segment.records and seq not in resolved:
+                if seq in segment.records and seq not in resolved and yielded.add(seq):
                     yield decode_record(data, start, end, segment.producer_id)
             del data  # before the next segment is read: one segment in memory, not two
 
