@@ -191,6 +191,8 @@ def record_body(
         pytest.param(record_body(stream=b"\xff"), id="stream-not-utf-8"),
         pytest.param(record_body(key=b"\xc3"), id="key-not-utf-8"),
         pytest.param(record_body(hash_key=b"\x80"), id="hash-key-not-utf-8"),
+        pytest.param(record_body(stream=b"\xc3", key=b"\xa9"), id="a-character-across-stream-key"),
+        pytest.param(record_body(key=b"\xc3", hash_key=b"\xa9"), id="a-character-across-keys"),
         pytest.param(record_body()[:20], id="shorter-than-its-fixed-fields"),
     ],
 )

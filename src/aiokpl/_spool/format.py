@@ -45,7 +45,6 @@ from dataclasses import dataclass
 
 from .._core.decoder import decode_tags
 from .._core.encoder import encode_tags
-from .._core.wire import Tag
 
 __all__ = (
     "EARLIEST_ACCEPTED_AT",
@@ -297,24 +296,52 @@ def encode_ack(ack: SpoolAck) -> bytes:
     return _frame(fixed + b"".join(_RUN.pack(first, count) for first, count in ack.runs))
 
 
-def _record_fields(
-    body: memoryview,
-) -> tuple[int, float, str, str, str | None, tuple[Tag, ...], int]:
-    """A record body's fields, every one checked: its sequence number, acceptance time, stream,
-    partition key, explicit hash key, tags, and where its data starts (it runs to the end).
+def _record_layout(body: memoryview) -> tuple[int, float, int, int, int, int]:
+    """A record body's sequence number, acceptance time and the lengths of its stream, key,
+    explicit hash key and tags, once they are checked to add up to the body (with its data).
 
     Raises (a body no writer of this version writes, even with a matching CRC):
-        ValueError: its lengths do not add up to the frame, its acceptance time is not a time
-            (NaN, infinite, outside the years 1 ... 9999), a text is not UTF-8, or its tags are
-            malformed (an ``AggregationFormatError``).
+        ValueError: its lengths do not add up to the frame, or its acceptance time is not a
+            time (NaN, infinite, outside the years 1 ... 9999).
         struct.error: the body is shorter than a record's fixed fields.
     """
     _kind, seq, accepted_at, n_stream, n_key, n_hash, n_tags, n_data = _RECORD.unpack_from(body)
-    at = _RECORD.size
-    if at + n_stream + n_key + n_hash + n_tags + n_data != len(body):
+    if _RECORD.size + n_stream + n_key + n_hash + n_tags + n_data != len(body):
         raise ValueError("record lengths do not add up to the frame")
     if not EARLIEST_ACCEPTED_AT <= accepted_at <= LATEST_ACCEPTED_AT:  # NaN fails too
         raise ValueError(f"record accepted at {accepted_at!r}, not a time")
+    return int(seq), accepted_at, n_stream, n_key, n_hash, n_tags
+
+
+def _check_record(body: memoryview) -> int:
+    """A record's sequence number, once every field is checked as :func:`_decode_record`
+    decodes it (so a record recovery keeps always decodes when it is replayed), building
+    nothing.
+
+    Raises:
+        ValueError: as :func:`_record_layout`, a text is not UTF-8, or the tags are malformed
+            (an ``AggregationFormatError``).
+        struct.error: as :func:`_record_layout`.
+    """
+    seq, _, n_stream, n_key, n_hash, n_tags = _record_layout(body)
+    at = _RECORD.size
+    key_at = at + n_stream
+    hash_at = key_at + n_key
+    tags_at = hash_at + n_hash
+    # The three texts are each UTF-8 if and only if they are together and the key and the
+    # hash key start characters (not with a continuation byte): one decode, not three.
+    str(body[at:tags_at], "utf-8")
+    if (n_key and 0x80 <= body[key_at] < 0xC0) or (n_hash and 0x80 <= body[hash_at] < 0xC0):
+        raise ValueError("a record's key starts inside a character: not UTF-8")
+    if n_tags:
+        decode_tags(bytes(body[tags_at : tags_at + n_tags]))
+    return seq
+
+
+def _decode_record(body: memoryview, producer_id: bytes) -> SpoolRecord:
+    """The record whose body is ``body``. Raises as :func:`_check_record`."""
+    seq, accepted_at, n_stream, n_key, n_hash, n_tags = _record_layout(body)
+    at = _RECORD.size
     stream = str(body[at : at + n_stream], "utf-8")
     at += n_stream
     key = str(body[at : at + n_key], "utf-8")
@@ -322,18 +349,7 @@ def _record_fields(
     hash_key = str(body[at : at + n_hash], "utf-8") or None
     at += n_hash
     tags = decode_tags(bytes(body[at : at + n_tags])) if n_tags else ()
-    return int(seq), accepted_at, stream, key, hash_key, tags, at + n_tags
-
-
-def _check_record(body: memoryview) -> int:
-    """A record's sequence number, once every field is checked (:func:`_record_fields`): a
-    record recovery keeps always decodes when it is replayed."""
-    return _record_fields(body)[0]
-
-
-def _decode_record(body: memoryview, producer_id: bytes) -> SpoolRecord:
-    seq, accepted_at, stream, key, hash_key, tags, at = _record_fields(body)
-    data = bytes(body[at:])
+    data = bytes(body[at + n_tags :])
     return SpoolRecord(producer_id, seq, accepted_at, stream, key, hash_key, data, tags)
 
 
