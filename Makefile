@@ -62,7 +62,7 @@ DIST := dist
 PACKAGE_VENV := .cache/package-venv
 
 .PHONY: test demo lint typecheck typecompleteness pytest scenarios pythons suites kinesalite \
-	pyright docs docs-tables package coverage bench clean
+	pyright docs docs-tables package coverage bench fuzz clean
 
 $(PIP_STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -180,6 +180,17 @@ demo: $(DEMO_STAMP)
 
 bench: $(DEV_STAMP)
 	$(PY) -m bench
+
+# `make fuzz`: the fuzz targets of tests/fuzz.py (the aggregate decoder, the Deduper's stored
+# state, the spool's reader) fed any bytes, FUZZ_SECONDS each: coverage-guided with atheris
+# (the `fuzz` dependency group) where it installs, a wheel being there for this Python, else
+# with Hypothesis for the same time. Crashes are kept in .cache/fuzz. The suite runs each
+# target for a moment (tests/test_fuzz.py); this is the longer run, not part of `make test`.
+FUZZ_SECONDS ?= 60
+fuzz: $(DEV_STAMP)
+	$(PY) -m pip install --quiet --only-binary atheris --group fuzz \
+		|| echo "atheris does not install here: fuzzing with Hypothesis"
+	$(PY) tests/fuzz.py --seconds $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(VENV) site $(DIST) .coverage .pytest_cache .mypy_cache .ruff_cache .hypothesis \

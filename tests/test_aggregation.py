@@ -26,6 +26,7 @@ from aiokpl.aggregation import (
     AggregateBuilder,
     AggregationFormatError,
     DeaggregatedRecord,
+    Deduper,
     Record,
     Tag,
     deaggregate,
@@ -34,6 +35,7 @@ from aiokpl.aggregation import (
     encode,
     is_aggregated,
 )
+from hostile import MIB, at_most_cpu_seconds, hostile_aggregates
 
 
 def _import_aws_kinesis_agg() -> tuple[ModuleType, ModuleType, ModuleType]:
@@ -662,6 +664,11 @@ BIG = b"\x1a\x80\x01" + b"d" * 128  # a data field of 128 bytes: a 2-byte length
             [Record("a", bytes(20000))],
             id="3-byte-record-length",
         ),
+        pytest.param(
+            [b"\x08\x00\x1a\x80\x81\x80\x00" + b"d" * 128],
+            [Record("a", b"d" * 128)],
+            id="4-byte-data-length",
+        ),
         # a fast record, then one the fast loop leaves
         pytest.param(
             [b"\x08\x00\x1a\x01y", b"\x08\x00\x10\x00\x1a\x01x"],
@@ -707,6 +714,31 @@ def test_canonical_path_reads_short_tags(monkeypatch: pytest.MonkeyPatch) -> Non
         Record("c", b"z" * 200, None, (Tag("k" * 60, "v" * 60),)),
     ]
     assert decode(encode(records)) == records
+
+
+def test_canonical_path_reads_records_of_up_to_2_mib_with_their_tags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Lengths of 3 bytes (records of 16 KiB to 2 MiB) stay on the canonical path: a large
+    record's many tags are read by its short loop, not the general parser's."""
+
+    def fail(*args: Any) -> Any:
+        raise AssertionError("left the canonical path")
+
+    monkeypatch.setattr(decoder, "_parse_general", fail)
+    records = [
+        Record("a", b"x" * 20_000, None, (Tag("k", "v"),)),
+        Record("b", b"y", None, (Tag(""),) * 5_000),
+        Record("a", b"z" * 1_000_000, "7"),
+    ]
+    assert decode(encode(records)) == records
+
+
+def test_canonical_path_leaves_records_with_4_byte_lengths_to_the_general_parser() -> None:
+    record = b"\x08\x00\x1a\x01x"
+    body = b"\x0a\x01a\x1a" + bytes([len(record) | 0x80, 0x80, 0x80, 0x00]) + record
+    assert _parse_both(body)[0] is None
+    assert decode(frame(body)) == [Record("a", b"x")]
 
 
 @pytest.mark.parametrize(
@@ -1472,3 +1504,70 @@ def test_a_str_subclass_is_taken_as_a_tag_key_and_value() -> None:
     (record,) = decode(blob)
     assert record.tags == (Tag("key", "value"),)
     assert type(record.tags[0].key) is str
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile input (issue 33): the work is linear in the size, and malformed bytes raise
+# AggregationFormatError. CPU-time bounds are generous (see tests/hostile.py).
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_record_with_many_tags_is_read_in_linear_time_on_every_path() -> None:
+    """100,000 tags of an empty key (400 KB): each path took 15 s or more (the tags were
+    gathered into a tuple grown one tag at a time), 0.2 s now; 260,000 (1 MiB) took 7 min."""
+    tags = (Tag(""),) * 99_999 + (Tag("aiokpl.id", "AAAAAAAAAAAAAAAAAAAAAA.7"),)
+    blob = encode([Record("k", b"x", None, tags)])
+    with at_most_cpu_seconds(10, "reading 100,000 tags three ways"):
+        (decoded,) = decode(blob)
+        users = deaggregate(boto3_record(blob))
+        fresh = Deduper().filter(users)
+        tags_again = decoder.decode_tags(encoder.encode_tags(decoded.tags))
+    assert decoded.tags == users[0].tags == tags_again == tags
+    assert fresh == users
+
+
+@pytest.mark.parametrize("shape", list(hostile_aggregates(MIB // 4)))
+def test_any_aggregate_is_read_in_time_linear_in_its_size(shape: str) -> None:
+    """Every shape that makes the decoder do the most work per byte, at 256 KiB (1 MiB in the
+    figures of docs/aggregation.md, Performance: the target is 50 ms for any 1 MiB record).
+    65,000 tags of an empty key took 6 s; any shape takes 0.1 s or less now."""
+    blob = hostile_aggregates(MIB // 4)[shape]
+    with at_most_cpu_seconds(2, f"deaggregating 256 KiB of {shape}"):
+        users = deaggregate(boto3_record(blob))
+    assert users
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        pytest.param(b'"', id="no-length"),
+        pytest.param(b'"\x80', id="length-cut"),
+        pytest.param(b'"\x05\n\x01', id="past-the-end"),
+        pytest.param(b'"\x02\n\x80', id="key-length-cut"),
+        pytest.param(b'"\x02\n\x00"\x03\n', id="second-cut"),
+    ],
+)
+def test_decode_tags_of_truncated_tags_raises_aggregation_format_error(encoded: bytes) -> None:
+    """A spool record's tags are read with no digest after them: a tag cut short raised
+    IndexError, which stopped a producer's start."""
+    with pytest.raises(AggregationFormatError, match=r"cut off|runs past the end"):
+        decoder.decode_tags(encoded)
+
+
+def test_decode_tags_reads_tags_in_any_layout() -> None:
+    """The layout encoders write in a short loop; any other (a value before its key, a tag of
+    128 bytes or more) in the general one."""
+    written = encoder.encode_tags([("k", "v"), ("", None)])
+    assert decoder.decode_tags(written) == (Tag("k", "v"), Tag(""))
+    other = b'"\x05\x12\x01v\x0a\x00' + encoder.encode_tags([("k" * 200, None)])
+    assert decoder.decode_tags(other) == (Tag("", "v"), Tag("k" * 200))
+
+
+def test_the_shard_filter_drops_an_explicit_hash_key_of_thousands_of_digits() -> None:
+    """int() refuses more than 4,300 digits (a ValueError that is no AggregationFormatError);
+    a key above 2**128 - 1 lies outside every shard, whatever its length, and leading zeros
+    count for nothing."""
+    keys = ["1" * 5_000, "0" * 5_000 + "5", str(2**128), str(2**128 - 1), "0" * 50]
+    blob = encode([Record("k", bytes([i]), key) for i, key in enumerate(keys)])
+    kept = deaggregate(boto3_record(blob), shard=(0, 2**128 - 1))
+    assert [record.data for record in kept] == [b"\x01", b"\x03", b"\x04"]

@@ -28,9 +28,11 @@ from aiokpl import (
 )
 from aiokpl._intake import Intake
 from aiokpl._spool.files import OsFiles
+from aiokpl._spool.format import segment_name
 from aiokpl.aggregation import Deduper, deaggregate, identity_of
 from aiokpl.testing import FakeKinesis, read_stream
 from aiokpl.testing._spool_files import MemoryFiles
+from hostile import record_frame, segment_of
 
 pytestmark = pytest.mark.anyio
 
@@ -331,6 +333,32 @@ async def test_a_corrupt_segment_does_not_stop_the_start_and_its_loss_is_counted
     stored = [record.data for record in await user_records(fake)]
     assert stored == data[: len(stored)]  # the records before the damage, in order
     assert "damage found at start" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(record_frame(1, encoded_tags=b'"\x05\n\x01'), id="tag-cut-short"),
+        pytest.param(record_frame(1, accepted_at=float("nan")), id="nan-time"),
+    ],
+)
+async def test_a_record_that_does_not_decode_does_not_stop_the_start(
+    disk: Disk, bad: bytes
+) -> None:
+    """Its CRC checks, so it was taken for sound and replayed: every start on the directory
+    died (``ExceptionGroup[IndexError]``). It is cut off and counted like damage now."""
+    disk.files.makedirs(DIRECTORY)
+    good = record_frame(0, stream="s", data=b"before")
+    after = record_frame(2, stream="s", data=b"after")
+    disk.files.write_file(f"{DIRECTORY}/{segment_name(0)}", segment_of(bytes(16), good, bad, after))
+    fake = stream_fake()
+    async with Producer(CONFIG, client=fake) as producer:
+        await producer.flush()
+        statistics = producer.statistics().spool
+        assert statistics is not None
+        assert (statistics.frames_lost, statistics.segments_moved_aside) == (1, 1)
+        assert statistics.records_replayed == statistics.records_recovered == 1
+    assert [record.data for record in await user_records(fake)] == [b"before"]
 
 
 async def test_a_torn_tail_is_cut_back_and_counted(disk: Disk) -> None:

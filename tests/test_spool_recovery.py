@@ -29,9 +29,10 @@ from aiokpl._spool import (
     SpoolWriter,
     scan,
 )
-from aiokpl._spool.format import HEADER_BYTES, encode_header, segment_name
+from aiokpl._spool.format import HEADER_BYTES, SpoolAck, encode_ack, encode_header, segment_name
 from aiokpl._spool.policy import FsyncMode
 from aiokpl.testing._spool_files import MemoryFiles, SimulatedCrash
+from hostile import at_most_cpu_seconds, record_frame, segment_of
 
 D = "/spool"
 Key = tuple[bytes, int]
@@ -550,3 +551,86 @@ def test_recovery_holds_one_segment_in_memory_at_a_time(tmp_path: os.PathLike[st
     assert count == 4 * segment // 1000
     assert scan_peak < 1.5 * segment, scan_peak
     assert replay_peak < 1.5 * segment, replay_peak
+
+
+# -- hostile bytes (issue 33) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        pytest.param(record_frame(1, encoded_tags=b'"\x05\n\x01'), "a tag cut short", id="tag"),
+        pytest.param(record_frame(1, accepted_at=float("nan")), "a NaN time", id="nan"),
+        pytest.param(record_frame(1, accepted_at=1e300), "a time past year 9999", id="1e300"),
+    ],
+)
+def test_a_record_that_does_not_decode_is_cut_off_counted_and_set_aside(
+    bad: bytes, why: str
+) -> None:
+    """Its CRC checks: a start replayed it and stopped on it (IndexError), or ``dump`` did.
+    Now it is found as the segment is read, like damage: the frames before it are kept, the
+    segment is copied aside and cut there, and every later start finds it clean."""
+    files = MemoryFiles()
+    files.makedirs(D)
+    pid = bytes(16)
+    path = f"{D}/{segment_name(0)}"
+    content = segment_of(pid, record_frame(0), bad, record_frame(2))
+    files.write_file(path, content)
+    checked = scan(D, files, repair=False).statistics
+    assert (checked.frames_lost, checked.segments_moved_aside) == (1, 1), why
+    assert checked.bytes_lost == len(content) - HEADER_BYTES - len(record_frame(0))
+    assert checked.records_recovered == 1
+    assert files.content(path) == content  # checking changes nothing
+    recovery = scan(D, files)
+    assert recovery.statistics == checked
+    assert [r.sequence_number for r in recovery.unresolved()] == [0]
+    assert files.content(f"{path}.corrupt") == content
+    assert files.content(path) == segment_of(pid, record_frame(0))
+    assert not scan(D, files).statistics.corrupt
+
+
+def test_a_record_written_twice_in_one_segment_is_replayed_once() -> None:
+    """Counted once, it was replayed as often as it was written: ``records_recovered`` said 1
+    and the replay sent 3 (found by the spool's fuzz target)."""
+    files = MemoryFiles()
+    files.makedirs(D)
+    copies = [record_frame(1, data=b"first"), record_frame(1, data=b"again"), record_frame(1)]
+    files.write_file(f"{D}/{segment_name(0)}", segment_of(bytes(16), *copies, record_frame(2)))
+    recovery = scan(D, files)
+    assert recovery.statistics.records_recovered == 2
+    assert [(r.sequence_number, r.data) for r in recovery.unresolved()] == [
+        (1, b"first"),
+        (2, b"x"),
+    ]
+
+
+def test_records_and_acknowledgements_in_descending_order_are_recovered() -> None:
+    """The order a segment holds its numbers in changes nothing but the cost, which is linear
+    (``tests/test_spool_format.py`` bounds it)."""
+    files = MemoryFiles()
+    files.makedirs(D)
+    pid = bytes(16)
+    n = 5_000
+    records = [record_frame(2 * (n - i), data=b"%d" % (n - i)) for i in range(n)]
+    acks = [  # every fourth record, in descending order, one run each
+        encode_ack(SpoolAck(pid, AckOutcome.DELIVERED, ((2 * (n - i), 1),))) for i in range(0, n, 4)
+    ]
+    files.write_file(f"{D}/{segment_name(0)}", segment_of(pid, *records, *acks))
+    recovery = scan(D, files)
+    assert recovery.statistics.records_resolved == len(acks)
+    replayed = [r.sequence_number for r in recovery.unresolved()]
+    assert replayed == [2 * (n - i) for i in range(n) if i % 4]
+
+
+def test_a_record_with_100_000_tags_is_recovered_and_replayed_in_linear_time() -> None:
+    """A record may hold any number of tags (a producer bounds them at put; the spool of an
+    older one may not): replaying one of 100,000 took 12.5 s, 0.3 s now."""
+    files = MemoryFiles()
+    files.makedirs(D)
+    tags = b'"\x02\n\x00' * 100_000
+    files.write_file(
+        f"{D}/{segment_name(0)}", segment_of(bytes(16), record_frame(0, encoded_tags=tags))
+    )
+    with at_most_cpu_seconds(6, "recovering and replaying a record of 100,000 tags"):
+        (record,) = scan(D, files).unresolved()
+    assert len(record.tags) == 100_000

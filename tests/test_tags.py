@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import sys
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any, Literal
 
@@ -18,7 +19,7 @@ from aiokpl import (
     RecordResult,
     SyncProducer,
 )
-from aiokpl._core.encoder import encode_tags
+from aiokpl._core.encoder import MAX_TAGS, encode_tags
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.wire import MAGIC
 from aiokpl._producer import Producer
@@ -202,6 +203,18 @@ async def test_tags_need_aggregation() -> None:
         pytest.param({"a": 1}, InvalidRecordTypeError, r"tags\[0\]: a tag's value", id="value"),
         pytest.param([("a", "b", "c")], InvalidRecordTypeError, r"tags\[0\]: a tag is", id="3"),
         pytest.param({"\ud800": None}, InvalidRecordError, r"tags\[0\]: .* UTF-8", id="utf8"),
+        pytest.param(
+            {f"k{i}": None for i in range(MAX_TAGS + 1)},
+            InvalidRecordError,
+            r"tags: more than 1000 tags; a record may have at most 1000",
+            id="too-many-mapping",
+        ),
+        pytest.param(
+            [("k", "v")] * (MAX_TAGS + 1),
+            InvalidRecordError,
+            r"tags: more than 1000 tags; a record may have at most 1000",
+            id="too-many-pairs",
+        ),
     ],
 )
 async def test_bad_tags_are_rejected_at_put_and_change_nothing(
@@ -219,6 +232,30 @@ async def test_bad_tags_are_rejected_at_put_and_change_nothing(
         assert producer.outstanding_records == 0
         ok = await producer.put_record(stream="s", partition_key="k", data=b"x", tags={"a": "b"})
         assert (await ok).success
+
+
+async def test_a_put_reads_no_more_than_one_tag_past_the_limit() -> None:
+    """Each tag costs work on every path that reads it, whatever its size: a put of 50,000
+    tags (200 KB) was accepted, and held the event loop 2.5 s in its reserved-key check."""
+    read = 0
+
+    def tags() -> Iterator[tuple[str, None]]:
+        nonlocal read
+        for i in range(50_000):
+            read += 1
+            yield ("aiokpl.x" if i == 0 else "", None)  # a reserved key: its check reads all
+
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    async with Producer(CONFIG, client=fake) as producer:
+        with pytest.raises(InvalidRecordError, match="more than 1000 tags"):
+            await producer.put_record(stream="s", partition_key="k", data=b"x", tags=tags())
+        assert read == MAX_TAGS + 1
+        most = [(f"k{i}", None) for i in range(MAX_TAGS)]
+        ok = await producer.put_record(stream="s", partition_key="k", data=b"x", tags=most)
+        assert (await ok).success
+    (record,) = await read_back(fake, "s")
+    assert record.tags == tuple(Tag(key) for key, _ in most)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

@@ -8,6 +8,11 @@
 - ``dump`` prints one line per entry (JSON lines with ``--json``), segment by segment; a
   record's data shows as its length and a short escaped prefix, never raw bytes.
 
+Whatever the directory holds, a problem is one line on stderr and an exit status, never a
+traceback: a record that does not decode is a corrupt frame, as recovery counts it; an entry
+that cannot be read (a directory named like a segment, a file without read permission) exits 2
+with the error.
+
 Memory: one segment at a time. The spool is the storage layer only for now: the producer does
 not write one yet (its ``Config`` option arrives with the router redesign).
 """
@@ -66,9 +71,18 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(path):
         print(f"aiokpl spool: {path}: not a directory", file=sys.stderr)
         return EXIT_USAGE
-    if args.action == "dump":
-        return dump(path, as_json=args.json)
-    repair = args.action == "repair"
+    try:
+        if args.action == "dump":
+            return dump(path, as_json=args.json)
+        return _check(path, repair=args.action == "repair")
+    except OSError as exc:  # what a start would fail on too (as a SpoolIOError)
+        where = exc.filename if exc.filename is not None else path
+        print(f"aiokpl spool: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _check(path: str, *, repair: bool) -> int:
+    """``check`` or ``repair``: print what a start finds (and, repairing, does)."""
     files = OsFiles()
     lock = None
     if repair:  # a producer's own start repairs; never beside it

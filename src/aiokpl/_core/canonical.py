@@ -43,8 +43,9 @@ def parse_canonical(buf: bytes, pos: int, end: int) -> Columns | None:
     """The fast path: parse a body laid out as encoders write it, or return ``None``.
 
     That layout is: the key tables, then the records, each record's fields in field-number
-    order (``08 index [10 index] 1A length data [tags]``), varints in the records of at most 2
-    bytes, tags as ``read_tags`` takes them, no unknown fields. On anything else (including
+    order (``08 index [10 index] 1A length data [tags]``), indexes of at most 2 bytes and
+    lengths of at most 3 (records under 2 MiB), tags as ``read_tags`` takes them, no unknown
+    fields. On anything else (including
     any malformed input) this returns ``None`` or raises (``IndexError``,
     ``UnicodeDecodeError``, ``AggregationFormatError``), and the general parser (``decoder``)
     takes over; it never returns a result that the general parser would not. A record is
@@ -197,11 +198,11 @@ def parse_records(
             pos += 2
             stop = pos + b
         else:
-            c = buf[pos + 2]
-            if c >= 0x80:
+            length = long_length(buf, pos + 1)
+            if length is None:
                 return None
-            pos += 3
-            stop = pos + ((b & 0x7F) | (c << 7))
+            stop, pos = length
+            stop += pos
         if buf[pos] != 0x08:
             return None
         b = buf[pos + 1]
@@ -234,11 +235,11 @@ def parse_records(
             pos += 2
             data_end = pos + b
         else:
-            c = buf[pos + 2]
-            if c >= 0x80:
+            length = long_length(buf, pos + 1)
+            if length is None:
                 return None
-            pos += 3
-            data_end = pos + ((b & 0x7F) | (c << 7))
+            data_end, pos = length
+            data_end += pos
         if data_end != stop:  # the record's tags follow its data, or it is not canonical
             if data_end > stop:
                 return None
@@ -251,6 +252,20 @@ def parse_records(
     if pos != end:
         return None
     return keys, datas, _sparse(with_ehk, len(datas)), _sparse(with_tags, len(datas), ())
+
+
+def long_length(buf: bytes, pos: int) -> tuple[int, int] | None:
+    """The length of 2 or 3 bytes at ``buf[pos]`` (whose first byte is 0x80 or more), and the
+    position after it; ``None`` for a longer one (4 bytes from 2 MiB on: the general parser's).
+    """
+    b = buf[pos]
+    c = buf[pos + 1]
+    if c < 0x80:
+        return (b & 0x7F) | (c << 7), pos + 2
+    d = buf[pos + 2]
+    if d >= 0x80:
+        return None
+    return (b & 0x7F) | ((c & 0x7F) << 7) | (d << 14), pos + 3
 
 
 def _sparse(items: list[tuple[int, Any]], count: int, default: Any = None) -> list[Any] | None:
@@ -271,6 +286,7 @@ def read_tags(buf: bytes, pos: int, stop: int) -> tuple[Tag, ...] | None:
     Reads stay inside ``buf[:stop + 4]``: no tag is read past the end of its record.
     """
     tags: list[Tag] = []
+    add = tags.append
     while pos < stop:
         n = buf[pos + 1]
         tag_stop = pos + 2 + n
@@ -285,13 +301,18 @@ def read_tags(buf: bytes, pos: int, stop: int) -> tuple[Tag, ...] | None:
             or key_end > tag_stop
         ):
             return None
-        key = buf[pos + 4 : key_end].decode()
         if key_end == tag_stop:
-            tags.append(Tag(key, None))
+            add(tuple_new(Tag, (buf[pos + 4 : key_end].decode(), None)))
         else:
             v = buf[key_end + 1]
             if buf[key_end] != 0x12 or v >= 0x80 or key_end + 2 + v != tag_stop:
                 return None
-            tags.append(Tag(key, buf[key_end + 2 : tag_stop].decode()))
+            value = buf[key_end + 2 : tag_stop].decode()
+            add(tuple_new(Tag, (buf[pos + 4 : key_end].decode(), value)))
         pos = tag_stop
     return tuple(tags)
+
+
+# Hot path: tags are built by tuple.__new__, not Tag(...), whose __new__ is a Python function
+# (a call less per tag: about half of read_tags' time, cProfile on 87,376 records of a tag).
+tuple_new = tuple.__new__

@@ -53,6 +53,8 @@ __all__ = (
 _sub_sequence_numbers: tuple[int, ...] = ()
 _SHARED_SUB_SEQUENCE_NUMBERS = 1 << 16
 
+_HASH_KEY_DIGITS = len(str(MAX_HASH_KEY))  # 39: an explicit hash key with more is out of range
+
 
 def _sub_sequence_numbers_for(count: int) -> Sequence[int]:
     """At least the numbers ``0 ... count - 1``, in order (possibly more)."""
@@ -195,7 +197,10 @@ def _in_range(
             if hash_key is None:
                 hash_key = by_partition_key[key] = hash_key_of(key.encode())
         elif ehk.isdecimal() and ehk.isascii():
-            hash_key = int(ehk)
+            digits = ehk.lstrip("0")
+            if len(digits) > _HASH_KEY_DIGITS:
+                continue  # above every hash key (and int() would refuse so many digits)
+            hash_key = int(digits or "0")
         else:
             raise AggregationFormatError(
                 f"malformed aggregate body: explicit hash key {ehk[:50]!r} is not a decimal integer"

@@ -30,7 +30,7 @@ import hashlib
 from itertools import repeat
 from typing import NoReturn
 
-from .canonical import Columns, parse_canonical
+from .canonical import Columns, parse_canonical, read_tags
 from .errors import AggregationFormatError
 from .wire import DIGEST_SIZE, FRAMING_OVERHEAD, MAGIC, MAGIC_SIZE, Record, Tag, read_varint
 
@@ -141,17 +141,31 @@ def decode_tags(encoded: bytes) -> tuple[Tag, ...]:
     """The tags :func:`encode_tags` encoded, back as ``Tag`` objects.
 
     Raises:
-        AggregationFormatError: ``encoded`` is not a run of ``Record.tags`` fields.
+        AggregationFormatError: ``encoded`` is not a run of ``Record.tags`` fields (a tag
+            that runs past its end included).
     """
-    tags: tuple[Tag, ...] = ()
+    try:  # the layout encoders write, in a short loop (it may read past the end: IndexError)
+        fast = read_tags(encoded, 0, len(encoded))
+    except (IndexError, UnicodeDecodeError):
+        fast = None  # the loop below says what is wrong, if anything
+    if fast is not None:
+        return fast
+    tags: list[Tag] = []
     pos, stop = 0, len(encoded)
-    while pos < stop:
-        if encoded[pos] != 0x22:
-            raise AggregationFormatError(f"not an encoded tag at byte {pos}")
-        length, pos = read_varint(encoded, pos + 1)
-        tags += (_parse_tag(encoded, pos, pos + length, 0),)
-        pos += length
-    return tags
+    try:
+        while pos < stop:
+            start = pos
+            if encoded[pos] != 0x22:
+                raise AggregationFormatError(f"not an encoded tag at byte {pos}")
+            length, pos = read_varint(encoded, pos + 1)
+            end = pos + length
+            if end > stop:
+                raise AggregationFormatError(f"the tag at byte {start} runs past the end")
+            tags.append(_parse_tag(encoded, pos, end, 0))
+            pos = end
+    except IndexError:  # a varint cut off by the end: nothing pads what follows here
+        raise AggregationFormatError(f"a tag is cut off at byte {stop}") from None
+    return tuple(tags)
 
 
 def _parse_record(
@@ -164,7 +178,7 @@ def _parse_record(
     """
     pk_index = ehk_index = -1
     data: bytes | None = None
-    tags: tuple[Tag, ...] = ()
+    tags: list[Tag] = []
     while pos < stop:
         field_start = pos
         tag = buf[pos]
@@ -194,7 +208,7 @@ def _parse_record(
                     f"malformed aggregate body: a tag of the record at byte {start} runs past "
                     "the end of the record"
                 )
-            tags += (_parse_tag(buf, pos, tag_end, start),)
+            tags.append(_parse_tag(buf, pos, tag_end, start))
             pos = tag_end
         else:  # unknown fields
             pos = _skip_field(buf, pos, stop, tag, field_start, start)
@@ -212,7 +226,7 @@ def _parse_record(
         raise AggregationFormatError(
             f"malformed aggregate body: record at byte {start} has no data (a required field)"
         )
-    return pk_index, ehk_index, data, tags
+    return pk_index, ehk_index, data, tuple(tags)
 
 
 def parse_body(buf: bytes, pos: int, end: int) -> Columns:

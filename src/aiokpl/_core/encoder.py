@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from .errors import InvalidRecordError, InvalidRecordTypeError
 from .wire import (
@@ -48,6 +48,7 @@ from .wire import (
 )
 
 __all__ = (
+    "MAX_TAGS",
     "AggregateBuilder",
     "aggregate_of_one_size",
     "check_tags",
@@ -57,6 +58,12 @@ __all__ = (
 
 
 _NO_LIMIT = float("inf")
+
+MAX_TAGS = 1000
+"""The most tags a user record may have at put (``check_tags``). Each tag costs work on every
+path that reads it (the put's checks, the spool, ``deaggregate``, the ``Deduper``) while it
+may take as little as 4 bytes, so the record size limit alone does not bound that work: a
+1 MiB record could hold 260,000 tags. Decoders read any number (what others wrote)."""
 
 
 def _encoded_len(key: str | bytes) -> int:
@@ -85,12 +92,14 @@ def _tag_text(value: object, what: str, index: int) -> bytes:
         ) from None
 
 
-def encode_tags(tags: Tags | None) -> bytes:
+def encode_tags(tags: Tags | None, max_tags: int | None = None) -> bytes:
     """Validate a record's tags and encode them as its ``Record.tags`` fields (field 4).
 
     Args:
         tags: a mapping of key to value, or an iterable of ``Tag`` objects / ``(key, value)``
             pairs; keys are ``str``, values ``str`` or ``None``. ``None`` means no tags.
+        max_tags: the most tags allowed (``None``: any number); an iterable is read no
+            further than one tag past it.
 
     Returns:
         The encoded fields, in the order given; ``b""`` for no tags.
@@ -98,11 +107,14 @@ def encode_tags(tags: Tags | None) -> bytes:
     Raises:
         InvalidRecordTypeError: ``tags`` is not a mapping or an iterable of pairs, or a key or
             value has the wrong type (a ``TypeError``).
-        InvalidRecordError: a key or value is not encodable as UTF-8 (a ``ValueError``).
+        InvalidRecordError: a key or value is not encodable as UTF-8, or there are more than
+            ``max_tags`` tags (a ``ValueError``).
     """
     if tags is None:
         return b""
     if isinstance(tags, Mapping):
+        if max_tags is not None and len(tags) > max_tags:
+            _raise_too_many_tags(max_tags)
         pairs: Iterable[Any] = tags.items()
     elif isinstance(tags, str | bytes | bytearray | memoryview) or not isinstance(tags, Iterable):
         raise InvalidRecordTypeError(
@@ -113,6 +125,8 @@ def encode_tags(tags: Tags | None) -> bytes:
         pairs = tags
     out = []
     for index, pair in enumerate(pairs):
+        if max_tags is not None and index >= max_tags:
+            _raise_too_many_tags(max_tags)
         text = isinstance(pair, str | bytes)
         if text or not isinstance(pair, Sequence) or len(pair) != 2:
             shape = "" if text or not isinstance(pair, Sequence) else f" of length {len(pair)}"
@@ -128,6 +142,12 @@ def encode_tags(tags: Tags | None) -> bytes:
             message += b"\x12" + varint(len(encoded)) + encoded
         out.append(b'"' + varint(len(message)) + message)
     return b"".join(out)
+
+
+def _raise_too_many_tags(max_tags: int) -> NoReturn:
+    raise InvalidRecordError(
+        f"tags: more than {max_tags} tags; a record may have at most {max_tags}"
+    )
 
 
 def check_tags(
@@ -156,10 +176,10 @@ def check_tags(
 
     Raises:
         InvalidRecordTypeError: ``tags`` or a key or value has the wrong type.
-        InvalidRecordError: a key or value is not UTF-8, or the record as an aggregate of one
-            is over ``max_record_size``.
+        InvalidRecordError: a key or value is not UTF-8, there are more than :data:`MAX_TAGS`
+            tags, or the record as an aggregate of one is over ``max_record_size``.
     """
-    encoded = encode_tags(tags)
+    encoded = encode_tags(tags, MAX_TAGS)
     if not encoded:
         return encoded, size
     key_size = len(partition_key.encode())

@@ -29,7 +29,9 @@ How a frame that does not check is classified (:func:`read_frame`) decides what 
   the disk). Truncated.
 - **corrupt**: a length whose check byte does not match (so a damaged length is never taken
   for a cut frame), a length over :data:`MAX_ENTRY_BYTES` or under one byte, a complete frame
-  whose CRC does not match, or an unknown kind. Nothing after it in that
+  whose CRC does not match, an unknown kind, or an entry whose CRC matches but which does not
+  decode (every field of a record is checked, also when it is not decoded: a kept record
+  always decodes). Nothing after it in that
   segment can be framed, so the segment is kept up to that point and a copy is moved aside.
 """
 
@@ -45,8 +47,10 @@ from .._core.decoder import decode_tags
 from .._core.encoder import encode_tags
 
 __all__ = (
+    "EARLIEST_ACCEPTED_AT",
     "FORMAT_VERSION",
     "HEADER_BYTES",
+    "LATEST_ACCEPTED_AT",
     "MAGIC",
     "MAX_ENTRY_BYTES",
     "PRODUCER_ID_BYTES",
@@ -73,6 +77,12 @@ MAGIC = b"AIOKPLSP"
 FORMAT_VERSION = 1
 PRODUCER_ID_BYTES = 16
 SEGMENT_SUFFIX = ".seg"
+EARLIEST_ACCEPTED_AT = -62_135_596_800.0
+"""0001-01-01T00:00:00Z, the earliest acceptance time a record may have: the span of a
+``datetime`` (``aiokpl spool dump`` shows it as one); NaN, infinities and times outside that
+span make a record malformed."""
+LATEST_ACCEPTED_AT = 253_402_300_799.0
+"""9999-12-31T23:59:59Z, the latest acceptance time a record may have."""
 MAX_ENTRY_BYTES = 8 * 1024 * 1024
 """The longest body a frame may have: a record holds at most 1 MiB of data and short keys, so
 a longer length can only be a damaged length field."""
@@ -286,17 +296,51 @@ def encode_ack(ack: SpoolAck) -> bytes:
     return _frame(fixed + b"".join(_RUN.pack(first, count) for first, count in ack.runs))
 
 
-def _check_record(body: memoryview) -> int:
-    """A record's sequence number, once its lengths are checked to add up to the frame's."""
-    _kind, seq, _at, n_stream, n_key, n_hash, n_tags, n_data = _RECORD.unpack_from(body)
-    at = _RECORD.size + n_stream + n_key + n_hash + n_tags
-    if at + n_data != len(body):
+def _record_layout(body: memoryview) -> tuple[int, float, int, int, int, int]:
+    """A record body's sequence number, acceptance time and the lengths of its stream, key,
+    explicit hash key and tags, once they are checked to add up to the body (with its data).
+
+    Raises (a body no writer of this version writes, even with a matching CRC):
+        ValueError: its lengths do not add up to the frame, or its acceptance time is not a
+            time (NaN, infinite, outside the years 1 ... 9999).
+        struct.error: the body is shorter than a record's fixed fields.
+    """
+    _kind, seq, accepted_at, n_stream, n_key, n_hash, n_tags, n_data = _RECORD.unpack_from(body)
+    if _RECORD.size + n_stream + n_key + n_hash + n_tags + n_data != len(body):
         raise ValueError("record lengths do not add up to the frame")
-    return int(seq)
+    if not EARLIEST_ACCEPTED_AT <= accepted_at <= LATEST_ACCEPTED_AT:  # NaN fails too
+        raise ValueError(f"record accepted at {accepted_at!r}, not a time")
+    return int(seq), accepted_at, n_stream, n_key, n_hash, n_tags
+
+
+def _check_record(body: memoryview) -> int:
+    """A record's sequence number, once every field is checked as :func:`_decode_record`
+    decodes it (so a record recovery keeps always decodes when it is replayed), building
+    nothing.
+
+    Raises:
+        ValueError: as :func:`_record_layout`, a text is not UTF-8, or the tags are malformed
+            (an ``AggregationFormatError``).
+        struct.error: as :func:`_record_layout`.
+    """
+    seq, _, n_stream, n_key, n_hash, n_tags = _record_layout(body)
+    at = _RECORD.size
+    key_at = at + n_stream
+    hash_at = key_at + n_key
+    tags_at = hash_at + n_hash
+    # The three texts are each UTF-8 if and only if they are together and the key and the
+    # hash key start characters (not with a continuation byte): one decode, not three.
+    str(body[at:tags_at], "utf-8")
+    if (n_key and 0x80 <= body[key_at] < 0xC0) or (n_hash and 0x80 <= body[hash_at] < 0xC0):
+        raise ValueError("a record's key starts inside a character: not UTF-8")
+    if n_tags:
+        decode_tags(bytes(body[tags_at : tags_at + n_tags]))
+    return seq
 
 
 def _decode_record(body: memoryview, producer_id: bytes) -> SpoolRecord:
-    _kind, seq, accepted_at, n_stream, n_key, n_hash, n_tags, n_data = _RECORD.unpack_from(body)
+    """The record whose body is ``body``. Raises as :func:`_check_record`."""
+    seq, accepted_at, n_stream, n_key, n_hash, n_tags = _record_layout(body)
     at = _RECORD.size
     stream = str(body[at : at + n_stream], "utf-8")
     at += n_stream
@@ -305,10 +349,7 @@ def _decode_record(body: memoryview, producer_id: bytes) -> SpoolRecord:
     hash_key = str(body[at : at + n_hash], "utf-8") or None
     at += n_hash
     tags = decode_tags(bytes(body[at : at + n_tags])) if n_tags else ()
-    at += n_tags
-    if at + n_data != len(body):
-        raise ValueError("record lengths do not add up to the frame")
-    data = bytes(body[at:])
+    data = bytes(body[at + n_tags :])
     return SpoolRecord(producer_id, seq, accepted_at, stream, key, hash_key, data, tags)
 
 
@@ -386,8 +427,10 @@ def _decode(
             return record, record.sequence_number
         if body[0] == _KIND_ACK:
             return _decode_ack(body), None
-    except (ValueError, struct.error):  # an AggregationFormatError (tags) is a ValueError
-        # The CRC matched, so a writer wrote these bytes: a bug or another version, not
-        # damage. Kept apart like damage all the same, rather than refusing to start.
+    except (ValueError, IndexError, OverflowError, struct.error):
+        # What malformed content raises (an AggregationFormatError, for tags, and a
+        # UnicodeDecodeError are ValueErrors). The CRC matched, so a writer wrote these bytes:
+        # a bug, another version or a crafted file, not damage. Kept apart like damage all the
+        # same, rather than refusing to start (the fuzz tests feed it any bytes).
         pass
     return None

@@ -9,7 +9,9 @@ numbers the acknowledgements resolve. What it meets on the way:
 - a header that is not one (magic, version or CRC): the whole segment is moved aside to
   ``NAME.corrupt`` and counted;
 - a torn tail (:class:`~aiokpl._spool.format.FrameStatus`): truncated at the last whole frame;
-- a corrupt frame: its segment cannot be framed past it, so a copy of the whole segment is
+- a corrupt frame (an entry whose CRC matches but which does not decode is one: a record is
+  checked field by field as it is read, so every record kept decodes when it is replayed):
+  its segment cannot be framed past it, so a copy of the whole segment is
   written to ``NAME.corrupt`` (for whoever wants to look), then the segment is truncated there.
   The frames before it are recovered; the bytes from it on are counted lost.
 - a name the file layer will not read (:class:`~aiokpl._private_files.UntrustedPathError`: a
@@ -17,10 +19,14 @@ numbers the acknowledgements resolve. What it meets on the way:
   to ``NAME.corrupt`` unread (a rename moves a link, not what it points to) and counted as a
   segment moved aside; :attr:`Recovery.refused` says why.
 
+Its work is linear in the segments' size, whatever order the sequence numbers and the
+acknowledgements' runs come in (``runs.SequenceSet``).
+
 With ``repair=False`` (``aiokpl spool check``) nothing is changed and the same counts are
 returned. A record met twice (a rewrite after a failed fsync whose truncation did not hold)
-belongs to the first segment that holds it. Acknowledgements naming records that no segment
-holds (their segment was deleted after they were written) are harmless.
+belongs to the first segment that holds it, and is replayed once, its first copy (twice in
+one segment too, which only a crafted file holds). Acknowledgements naming records that no
+segment holds (their segment was deleted after they were written) are harmless.
 
 :meth:`Recovery.unresolved` then streams the durable, unresolved records, one segment at a
 time, for the producer to send again with their identity.
@@ -143,8 +149,9 @@ class Recovery:
             except (FileNotFoundError, UntrustedPathError):  # gone, or replaced, since the scan
                 continue
             resolved = self.resolved.get(segment.producer_id, SequenceSet())
+            yielded = SequenceSet()  # a record written twice in one segment is replayed once
             for seq, start, end in checked_records(data, segment.size):
-                if seq in segment.records and seq not in resolved:
+                if seq in segment.records and seq not in resolved and yielded.add(seq):
                     yield decode_record(data, start, end, segment.producer_id)
             del data  # before the next segment is read: one segment in memory, not two
 
