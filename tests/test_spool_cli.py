@@ -238,18 +238,66 @@ def test_check_finds_a_record_that_does_not_decode_and_repair_cuts_it_off(
     assert run_cli(capsys, "check", str(tmp_path))[0] == 0
 
 
-def test_an_entry_that_cannot_be_read_is_one_line_and_exit_2(
+def test_an_entry_that_is_not_a_segment_is_set_aside_as_a_start_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A directory named like a segment (what a start fails on with a ``SpoolIOError``): each
-    command printed a traceback."""
+    """A directory named like a segment (each command printed a traceback): a start sets it
+    aside unread, so check counts it to move aside (exit 1), dump says so in one line, and
+    repair moves it aside."""
+    tmp_path.chmod(0o700)
     write_spool(tmp_path)
     directory = tmp_path / segment_name(9)
     directory.mkdir()
+    status, out, err = run_cli(capsys, "check", str(tmp_path))
+    assert (status, err) == (1, "")
+    assert "1 segments to move aside" in out
+    status, out, err = run_cli(capsys, "dump", str(tmp_path))
+    assert (status, err) == (0, "")
+    assert out.splitlines()[-1] == (
+        f"{directory.name} set-aside error={str(directory) + ' is a directory'!a}"
+    )
+    status, out, err = run_cli(capsys, "repair", str(tmp_path))
+    assert (status, err) == (0, "")
+    assert "1 segments moved aside" in out
+    assert (tmp_path / f"{directory.name}.corrupt").is_dir()
+    assert run_cli(capsys, "check", str(tmp_path))[0] == 0
+
+
+def test_a_directory_a_start_refuses_is_refused_in_one_line_unless_any_owner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp_path.chmod(0o700)
+    write_spool(tmp_path)
+    tmp_path.chmod(0o777)
     for action in ("check", "repair", "dump"):
-        status, _, err = run_cli(capsys, action, str(tmp_path))
-        assert status == 2, action
-        assert err == f"aiokpl spool: {directory}: Is a directory\n", action
+        status, out, err = run_cli(capsys, action, str(tmp_path))
+        assert (status, out) == (2, ""), action
+        assert err == (
+            f"aiokpl spool: {tmp_path} is writable by its group and others (mode 0777; "
+            "chmod go-w it)\n"
+        ), action
+    status, out, err = run_cli(capsys, "check", "--any-owner", str(tmp_path))
+    assert (status, err) == (0, "")
+    assert "2 to replay" in out
+
+
+def test_a_linked_lock_and_a_fifo_segment_are_one_line_never_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp_path.chmod(0o700)
+    write_spool(tmp_path)
+    fifo = tmp_path / segment_name(9)
+    os.mkfifo(fifo)
+    status, out, err = run_cli(capsys, "dump", str(tmp_path))
+    assert (status, err) == (0, "")
+    assert out.splitlines()[-1] == f"{fifo.name} set-aside error={str(fifo) + ' is a FIFO'!a}"
+    target = tmp_path.parent / "elsewhere"
+    (tmp_path / ".lock").unlink(missing_ok=True)
+    (tmp_path / ".lock").symlink_to(target)
+    status, out, err = run_cli(capsys, "repair", str(tmp_path))
+    assert (status, out) == (2, "")
+    assert err == f"aiokpl spool: {tmp_path / '.lock'} is a symbolic link\n"
+    assert not target.exists()  # nothing created at the link's target
 
 
 def test_a_record_with_100_000_tags_is_checked_and_dumped_in_linear_time(

@@ -9,12 +9,14 @@
   record's data shows as its length and a short escaped prefix, never raw bytes.
 
 Whatever the directory holds, a problem is one line on stderr and an exit status, never a
-traceback: a record that does not decode is a corrupt frame, as recovery counts it; an entry
-that cannot be read (a directory named like a segment, a file without read permission) exits 2
-with the error.
+traceback: a record that does not decode is a corrupt frame, as recovery counts it; a name a
+start sets aside unread (a link, a FIFO, a directory named like a segment, another user's file,
+one too long) is a segment to move aside (``dump``: a ``set-aside`` line); a directory a start
+refuses (another user's, or writable by others: ``docs/spool.md``) or an entry that cannot be
+read otherwise (a file without read permission) exits 2 with the error. ``--any-owner`` reads
+a directory of another owner, as ``Config.spool_check_permissions=False`` does.
 
-Memory: one segment at a time. The spool is the storage layer only for now: the producer does
-not write one yet (its ``Config`` option arrives with the router redesign).
+Memory: one segment at a time.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
+from .._private_files import UntrustedPathError
 from .._spool.files import LOCK_NAME, OsFiles
 from .._spool.format import (
     HEADER_BYTES,
@@ -62,6 +65,12 @@ def add_parser(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--json", action="store_true", help="dump: one JSON object per line instead of text"
     )
+    parser.add_argument(
+        "--any-owner",
+        action="store_true",
+        help="read a directory another user owns or may write, and its files, as "
+        "Config.spool_check_permissions=False does (a producer's start refuses them)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -71,19 +80,24 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(path):
         print(f"aiokpl spool: {path}: not a directory", file=sys.stderr)
         return EXIT_USAGE
+    files = OsFiles(check_owner=not getattr(args, "any_owner", False))
     try:
+        # A producer's start refuses what its owner alone may not write: so do the commands.
+        files.check_directory(path)
         if args.action == "dump":
-            return dump(path, as_json=args.json)
-        return _check(path, repair=args.action == "repair")
+            return dump(path, as_json=args.json, files=files)
+        return _check(path, repair=args.action == "repair", files=files)
+    except UntrustedPathError as exc:  # its message names the path
+        print(f"aiokpl spool: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:  # what a start would fail on too (as a SpoolIOError)
         where = exc.filename if exc.filename is not None else path
         print(f"aiokpl spool: {where}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
-def _check(path: str, *, repair: bool) -> int:
+def _check(path: str, *, repair: bool, files: OsFiles) -> int:
     """``check`` or ``repair``: print what a start finds (and, repairing, does)."""
-    files = OsFiles()
     lock = None
     if repair:  # a producer's own start repairs; never beside it
         try:
@@ -128,11 +142,18 @@ def escaped(data: bytes, limit: int = PREFIX_BYTES) -> str:
     return text + ("..." if len(data) > limit else "")
 
 
-def dump(path: str, *, as_json: bool) -> int:
-    """Print every entry of every segment of ``path``; returns the exit status."""
-    files = OsFiles()
+def dump(path: str, *, as_json: bool, files: OsFiles | None = None) -> int:
+    """Print every entry of every segment of ``path``; returns the exit status.
+
+    A name a start would set aside unread (a link, a FIFO, a directory, another user's file,
+    one too long) is one ``set-aside`` line saying why, and nothing of it is read."""
+    files = files if files is not None else OsFiles()
     for name in sorted(n for n in os.listdir(path) if segment_number(n) is not None):
-        data = files.read(os.path.join(path, name))
+        try:
+            data = files.read(os.path.join(path, name))
+        except UntrustedPathError as exc:
+            _emit(as_json, {"segment": name, "kind": "set-aside", "error": exc.strerror})
+            continue
         if len(data) < HEADER_BYTES:
             _emit(as_json, {"segment": name, "kind": "torn", "bytes": len(data)})
             continue
