@@ -82,6 +82,10 @@ async def test_a_live_switch_to_auto_loses_nothing_for_a_kcl_consumer(moto_endpo
     async with admin_client(moto_endpoint) as admin:
         stream, arn = await create_on_demand(admin, "USER_PARTITION_KEY")
         async with Producer(config(moto_endpoint)) as producer:
+            # A producer in its stride (its map and summary loaded, not holding its first
+            # records for them) when the switch comes.
+            warm = await producer.put_record(stream=stream, partition_key="warm", data=b"warm")
+            assert (await warm).success
             outcomes = await offer(producer, stream, 0, 2_000)
             await admin.update_stream_record_distribution_strategy(
                 StreamARN=arn, RecordDistributionStrategy="AUTO"
@@ -93,9 +97,9 @@ async def test_a_live_switch_to_auto_loses_nothing_for_a_kcl_consumer(moto_endpo
         kcl = await read_as_kcl(admin, stream)
     assert all(result.success for result in results)
     assert stats.placed_by_service
-    expected = {b"%d" % i for i in range(4_000)}
+    expected = {b"%d" % i for i in range(4_000)} | {b"warm"}
     assert {record.data for _, record in kcl} == expected  # every record, for a KCL consumer
-    copies = sum(Counter(record.data for record in user_records(stored)).values()) - 4_000
+    copies = sum(Counter(record.data for record in user_records(stored)).values()) - 4_001
     # Only the aggregates in flight when the switch came are sent again: a few hundred
     # records at 5,000 a second, a round trip and a buffered time.
     assert copies <= 0.1 * 4_000, copies
