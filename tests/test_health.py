@@ -222,8 +222,9 @@ async def test_a_stream_whose_requests_fail_degrades_the_producer_while_others_d
 
 async def test_requests_that_hang_are_no_progress_then_a_failing_stream() -> None:
     fake = stream_fake()
-    fake.latency = 1000.0  # every call hangs: each request times out (6 s)
-    async with Producer(CONFIG, client=fake) as producer:
+    fake.latency = 1000.0  # every call hangs: each times out (6 s)
+    # A TTL that outlasts the hangs, so the records are delivered once the server answers.
+    async with Producer(CONFIG.replace(record_ttl_ms=60_000), client=fake) as producer:
         start = anyio.current_time()
         outcomes = await put(producer, "s", 3)
         await anyio.sleep(9.9)
@@ -234,9 +235,11 @@ async def test_requests_that_hang_are_no_progress_then_a_failing_stream() -> Non
         assert health.reasons[0].message == (
             "3 records outstanding, the oldest for 10.1 s, and none delivered yet"
         )
-        await anyio.sleep(start + 12.5 - anyio.current_time())  # a second request timed out
+        # The records waited for the shard map (ListShards, then DescribeStream, each timed
+        # out: 12 s); their first request timed out at 18 s, their second at 24 s.
+        await anyio.sleep(start + 24.2 - anyio.current_time())
         assert producer.health().codes == ("no_progress", "stream_failing")
-        assert producer.health(window_s=20).codes == ("stream_failing",)  # a longer look
+        assert producer.health(window_s=30).codes == ("stream_failing",)  # a longer look
         fake.latency = 0.0
         results = [await outcome for outcome in outcomes]
         assert all(result.success for result in results)
@@ -252,7 +255,7 @@ async def test_a_full_spool_fails_the_health_until_writes_succeed(
         await anyio.lowlevel.checkpoint()
         return function(*args)
 
-    monkeypatch.setattr(_spooling, "spool_files", lambda: files)
+    monkeypatch.setattr(_spooling, "spool_files", lambda config: files)
     monkeypatch.setattr(_spooling, "run_sync", inline)
     config = CONFIG.replace(spool_directory="/spool")
     async with Producer(config, client=stream_fake()) as producer:
