@@ -353,3 +353,19 @@ async def test_a_restart_on_spent_shards_runs_at_their_capacity_from_the_second_
     # Every whole second from the second one on: at least 90% of the 2,000 records/s.
     assert min(per_second[1 : int(seconds)]) >= 1800, per_second
     assert seconds <= 11.0, per_second
+
+
+async def test_records_wait_for_the_first_map_at_most_two_seconds_past_their_deadline() -> None:
+    """A first map that takes 5 s (its calls starved of connections by a stream whose requests
+    hang, say): records go alone 2 s past their deadline, where the sender can free a
+    connection for them, not when half their TTL (15 s) is left."""
+    fake = SlowFirstListShards(5.0)
+    fake.add_stream("s", shard_count=2)
+    async with Producer(CONFIG, client=fake) as producer:
+        t0 = anyio.current_time()
+        outcomes = await put_many(producer, "s", 10)
+        results = [await outcome for outcome in outcomes]
+    for result in results:
+        (attempt,) = result.attempts
+        assert attempt.started_at == pytest.approx(t0 + BUFFERED + 2.0, abs=EPS)
+    assert not any(is_aggregated(record.data) for record in fake.stored_records("s"))

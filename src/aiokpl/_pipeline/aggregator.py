@@ -28,7 +28,9 @@ attempt is bounded (``request_timeout_ms``), and held records stay outstanding, 
 ``max_outstanding_*`` bound them. Invariants of the hold:
 
 * a held record is never held past its *patience*: its buffered deadline, or halfway to its
-  expiry if that is later (half its TTL left to be sent and retried alone). One scheduler
+  expiry if that is later (half its TTL left to be sent and retried alone), but at most
+  ``HOLD_PAST_DEADLINE`` (2 s) past its deadline (a map call starved of connections by a
+  hung stream must not keep the records from the sender, which gives one up for them). One scheduler
   entry for the whole hold, at its earliest release time, releases what is due then, to the
   router, which sends it without a prediction (alone; placed first, if it has no key). The
   release time is early by the collector's grace, so the record is sent at it. (The entry
@@ -88,6 +90,12 @@ class _Batch:
         self.open = True
 
 
+# The longest a held record waits for the first map past its deadline: a cold start's first
+# calls (DNS, TLS, ListShards) take well under it; a map call starved of connections (by a
+# stream whose requests hang) must not keep a new stream's records from the sender, which
+# frees a connection for them.
+HOLD_PAST_DEADLINE = 2.0
+
 # Seconds between noticing that held records are due and releasing them: one turn of the
 # event loop, so that a map whose answer is already in (the loop was busy, with the very puts
 # that filled the hold, say) is installed first and the records go aggregated.
@@ -125,6 +133,8 @@ class _Hold:
     def add(self, record: UserRecord, hash_key: int) -> None:
         deadline = record.deadline
         release = record.expires_at - self.patience
+        if release > deadline + HOLD_PAST_DEADLINE:
+            release = deadline + HOLD_PAST_DEADLINE
         if release < deadline:
             release = deadline
         heapq.heappush(self.records, (release, self.count, record, hash_key))
