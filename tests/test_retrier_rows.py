@@ -377,6 +377,9 @@ async def test_record_throttled_with_fail_if_throttled_fails_and_slows_the_shard
     fake.add_stream("s", shard_count=1)
     async with Producer(CONFIG.replace(fail_if_throttled=True), client=fake) as producer:
         await warm_up(producer, "s")
+        # Heard from for a second: a throttle is judged by what the shard accepted (within
+        # the first second of its answers, a cut ignores so little: see AdaptiveRate).
+        await anyio.sleep(1.0)
         fake.script_records([(THROTTLED, "Rate exceeded for shard shardId-000000000000")])
         t0 = anyio.current_time()
         result = await put(producer, b"d")
@@ -404,6 +407,9 @@ async def test_record_throttled_without_fail_if_throttled_is_retried() -> None:
     fake.add_stream("s", shard_count=1)
     async with Producer(CONFIG, client=fake) as producer:
         await warm_up(producer, "s")
+        # Heard from for a second: a throttle is judged by what the shard accepted (within
+        # the first second of its answers, a cut ignores so little: see AdaptiveRate).
+        await anyio.sleep(1.0)
         fake.script_records([(THROTTLED, "Rate exceeded")])
         t0 = anyio.current_time()
         result = await put(producer, b"d")
