@@ -146,7 +146,6 @@ class AdaptiveRate:
         "_counts",
         "_cut_at",
         "_early_amount",
-        "_early_at",
         "_last_cut",
         "_peak",
         "_since",
@@ -190,9 +189,8 @@ class AdaptiveRate:
         self._cut_at: float | None = None  # while recovering: when the last cut was
         self._last_cut: float | None = None  # the last cut ever, recovered or not
         self._since: float | None = None  # when the first answer (accepted or cut) came
-        # A cut in the first window, until the next cut: when, and what was accepted since.
-        self._early_at: float | None = None
-        self._early_amount = 0.0
+        # After a cut in the first window, until the next cut: what was accepted since it.
+        self._early_amount: float | None = None
         # What the shard accepted, in slots of window / _SLOTS seconds: the _SLOTS slots
         # before the one in progress, then the one in progress (index _slot).
         self._counts = [0.0] * (self._SLOTS + 1)
@@ -244,7 +242,7 @@ class AdaptiveRate:
         """The shard accepted ``amount`` (records or bytes) from this producer at ``now``."""
         if self._since is None:
             self._since = now
-        if self._early_at is not None:
+        if self._early_amount is not None:
             self._early_amount += amount
         self._advance(now)
         self._counts[-1] += amount
@@ -271,31 +269,28 @@ class AdaptiveRate:
             since = self._since = now
         first_window = now - since < self.window
         last = self._last_cut
-        early_at = self._early_at
+        since_early = self._early_amount if first_window else None
         if last is not None:
             if sent_at is not None and sent_at < last:
                 return False
-            if now - last < self.window and not (first_window and early_at is not None):
+            if now - last < self.window and since_early is None:
                 return False
         current = self.rate(now)
         floor = self.deepest * current
-        if first_window and early_at is not None:
+        if since_early is not None and last is not None:
             # Throttled again after a cut in the first window: what came through since it.
-            elapsed = now - early_at
-            seen = self._early_amount / elapsed if elapsed > 0 else 0.0
+            elapsed = now - last
+            seen = since_early / elapsed if elapsed > 0 else 0.0
             if seen >= self.beta * current:
                 return False  # it took nearly all of the rate: a leftover of the burst
             measured = seen
-            self._early_at = None
+            self._early_amount = None
         else:
             measured = self.measured(now)
-            if first_window:
-                if measured < _FIRST_WINDOW_TRUST * current:
-                    measured = current  # the first window's little says nothing
-                self._early_at = now
-                self._early_amount = 0.0
-            else:
-                self._early_at = None
+            if first_window and measured < _FIRST_WINDOW_TRUST * current:
+                measured = current  # the first window's little says nothing
+            # An early cut counts what comes through after it, until the next cut.
+            self._early_amount = 0.0 if first_window else None
         self._peak = min(current, max(measured, floor))
         self._cut_at = self._last_cut = now
         return True
