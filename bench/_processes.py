@@ -2,7 +2,8 @@
 ``bench.auto``, ``bench.service_life``): producer processes that write one JSON object a line, a
 context that kills them all on leaving, the environment they run in
 (:func:`producer_environment`), and the ``Config`` and client of a local server
-(:func:`local_config`, :func:`local_client`).
+(:func:`local_config`, :func:`local_client`); on the process's side, its lines (:func:`emit`)
+and its run (:func:`run_worker`).
 
 A process is started by the benchmark with its standard output piped; a reader thread keeps
 every line it could parse (a line that is not JSON, half written at a kill, is skipped). The
@@ -12,6 +13,7 @@ standard input, so that all of them start their load together.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -19,7 +21,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -112,6 +115,27 @@ def spawn(
     into.append(item)
     item.start_reader()
     return item
+
+
+def emit(document: Mapping[str, Any]) -> None:
+    """A producer process's line: ``document`` as one JSON object on its standard output."""
+    print(json.dumps(document), flush=True)
+
+
+def run_worker(
+    worker: Callable[[argparse.Namespace], Awaitable[None]], args: argparse.Namespace
+) -> int:
+    """Run a producer process's ``worker(args)`` on ``args.backend``; its exit status. An
+    exception is written as a line (``{"error": ..., "traceback": ...}``, for the benchmark to
+    report) and exits 1."""
+    import anyio
+
+    try:
+        anyio.run(worker, args, backend=args.backend)
+    except Exception as exc:
+        emit({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+        return 1
+    return 0
 
 
 # Credentials a local server accepts; they open nothing anywhere else.

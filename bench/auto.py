@@ -55,7 +55,6 @@ import json
 import subprocess
 import sys
 import time
-import traceback
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -64,10 +63,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._processes import (
     LineProcess,
+    emit,
     local_client,
     local_config,
     processes,
     producer_environment,
+    run_worker,
     spawn,
 )
 from .report import Row, ScenarioResult, format_table, machine
@@ -175,10 +176,6 @@ def record_index(data: bytes) -> int | None:
     return int(head) if len(head) == INDEX_BYTES and head.isdigit() else None
 
 
-def _emit(document: Mapping[str, Any]) -> None:
-    print(json.dumps(document), flush=True)
-
-
 def worker_main(argv: Sequence[str]) -> int:
     """``python -m bench.auto worker ...``: one producer putting one cell's records (also
     ``bench.service_life``'s producer: on another stream, backend, without aggregation)."""
@@ -198,14 +195,7 @@ def worker_main(argv: Sequence[str]) -> int:
         help="no line per record: the failures by code in the last line only",
     )
     args = parser.parse_args(argv)
-    import anyio
-
-    try:
-        anyio.run(_worker, args, backend=args.backend)
-    except Exception as exc:
-        _emit({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
-        return 1
-    return 0
+    return run_worker(_worker, args)
 
 
 async def _worker(args: argparse.Namespace) -> None:
@@ -226,7 +216,7 @@ async def _worker(args: argparse.Namespace) -> None:
                 stream=stream, partition_key=f"pk-{index % KEYS}", data=record_data(index)
             )
 
-        _emit({"ready": True})
+        emit({"ready": True})
         line = await anyio.to_thread.run_sync(sys.stdin.readline)
         start = float(line.split()[1])  # "go START": the wall-clock second to start at
         await anyio.sleep(max(0.0, start - time.time()))
@@ -239,7 +229,7 @@ async def _worker(args: argparse.Namespace) -> None:
         except TypeError as exc:
             if not args.keyless:
                 raise
-            _emit({"refused": f"{type(exc).__name__}: {exc}"})
+            emit({"refused": f"{type(exc).__name__}: {exc}"})
             return
         put_at.append(0.0)
         index = 1
@@ -260,7 +250,7 @@ async def _worker(args: argparse.Namespace) -> None:
         results = [await outcome for outcome in outcomes]
         resolved_seconds = time.perf_counter() - began
         # At once, before the lines below take their time: the moment the run ended.
-        _emit({"resolved": resolved_seconds})
+        emit({"resolved": resolved_seconds})
         attempt_codes: Counter[str] = Counter(
             str(attempt.error_code)
             for result in results
@@ -290,7 +280,7 @@ async def _worker(args: argparse.Namespace) -> None:
             ]
             sys.stdout.write("\n".join(lines) + "\n")
         streams = producer.statistics().streams
-        _emit(
+        emit(
             {
                 "done": {
                     "put": len(outcomes),

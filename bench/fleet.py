@@ -79,6 +79,7 @@ from typing import Any
 from ._processes import (
     REGION,
     LineProcess,
+    emit,
     local_client,
     local_config,
     processes,
@@ -196,10 +197,6 @@ def worker_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _emit(document: dict[str, Any]) -> None:
-    print(json.dumps(document), flush=True)
-
-
 async def _worker(args: argparse.Namespace) -> None:
     import anyio
 
@@ -240,7 +237,7 @@ async def _worker(args: argparse.Namespace) -> None:
             result = outcome.result()
             codes["delivered" if result.success else str(result.error_code)] += 1
 
-        _emit({"ready": True})
+        emit({"ready": True})
         line = await anyio.to_thread.run_sync(sys.stdin.readline)
         start = float(line.split()[1])  # "go START": wall-clock second to start at
         await anyio.sleep(max(0.0, start - time.time()))
@@ -271,9 +268,9 @@ async def _worker(args: argparse.Namespace) -> None:
                     if streams
                     else {}
                 )
-                _emit({"t": now, "put": index, "codes": dict(codes), "rates": rates})
+                emit({"t": now, "put": index, "codes": dict(codes), "rates": rates})
             await anyio.sleep(0.01)
-        _emit({"final": {"put": index, **codes}, "t": time.time()})
+        emit({"final": {"put": index, **codes}, "t": time.time()})
         # Leave at once: the cell is over, and a flush of a congested producer could take up
         # to its TTL; what is still pending is neither delivered nor expired yet.
         sys.stdout.flush()

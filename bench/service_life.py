@@ -74,13 +74,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -348,6 +349,20 @@ def _one_run(worker: LineProcess, start: float, duration: float) -> tuple[float,
     return start, _resolved(worker, max(0.0, start - time.time()) + duration + GRACE)
 
 
+def _run_alone(
+    start: Callable[[list[Any]], LineProcess], duration: float
+) -> tuple[LineProcess, tuple[float, float | None]]:
+    """The worker ``start(into)`` starts (a :func:`_producer`), on its own: ready, run from
+    0.2 s on (its load ``duration`` seconds long), finished, and killed if it has not exited;
+    returns it (its lines) and :func:`_one_run`'s ``(start, resolved)``."""
+    with processes() as started:
+        worker = start(started)
+        worker.wait_ready(timeout=90.0)
+        ran = _one_run(worker, time.time() + 0.2, duration)
+        worker.finish(GRACE)
+    return worker, ran
+
+
 # -- cold --------------------------------------------------------------------------------------
 
 
@@ -390,19 +405,18 @@ def run_cold(
         streams = [f"cold-{backend}" for backend in backends]
         _create_streams(endpoint, streams, COLD_SHARDS)
         for backend, stream in zip(backends, streams, strict=True):
-            with processes() as started:
-                worker = _producer(
-                    started,
-                    endpoint,
-                    stream,
-                    records,
+            worker, _ = _run_alone(
+                functools.partial(
+                    _producer,
+                    endpoint=endpoint,
+                    stream=stream,
+                    records=records,
                     backend=backend,
                     rate=COLD_RATE,
                     producer_src=producer_src,
-                )
-                worker.wait_ready(timeout=90.0)
-                _one_run(worker, time.time() + 0.2, records / COLD_RATE)
-                worker.finish(GRACE)
+                ),
+                records / COLD_RATE,
+            )
             stored = _read(endpoint, stream)
             run = measure_cold(latency, backend, records, worker.lines, stored)
             run.throttled = stream_total(throughput(endpoint)["series"], stream)
@@ -657,19 +671,18 @@ def run_lone(counts: Sequence[int], backend: str, producer_src: Path | None) -> 
         streams = [f"lone-{count}" for count in counts]
         _create_streams(endpoint, streams, RAW_SHARDS)
         for run, stream in zip(runs, streams, strict=True):
-            with processes() as started:
-                worker = _producer(
-                    started,
-                    endpoint,
-                    stream,
-                    run.records,
+            worker, (run.start, run.wall_seconds) = _run_alone(
+                functools.partial(
+                    _producer,
+                    endpoint=endpoint,
+                    stream=stream,
+                    records=run.records,
                     backend=backend,
                     aggregation=False,
                     producer_src=producer_src,
-                )
-                worker.wait_ready(timeout=90.0)
-                run.start, run.wall_seconds = _one_run(worker, time.time() + 0.2, 0.0)
-                worker.finish(GRACE)
+                ),
+                0.0,
+            )
             run.failed, run.error = outcome(worker.lines, run.records)
             if run.wall_seconds is not None:
                 attach_series([run], throughput(endpoint)["series"], stream)
@@ -804,29 +817,38 @@ def wrong_figures(runs: Sequence[wrong_endpoint.WrongRun]) -> list[Figure]:
         elif not run.has_health:
             health = Figure(cell, "health says failing", "no Producer.health", "≤ 10 s")
         else:
-            health = Figure(
+            health = _within(
                 cell,
                 "health says failing",
-                wrong_endpoint.after_text(run.failing_after)
-                + (f" (said: {', '.join(run.health_seen)})" if run.health_seen else ""),
-                f"≤ {HEALTH_WITHIN:g} s",
-                run.failing_after is not None and run.failing_after <= HEALTH_WITHIN,
                 run.failing_after,
+                HEALTH_WITHIN,
+                f" (said: {', '.join(run.health_seen)})" if run.health_seen else "",
             )
         figures += [
             Figure(cell, "the record's result", wrong_endpoint.result_text(run) + after),
-            Figure(
+            _within(
                 cell,
                 "first log line naming the endpoint or a connection",
-                wrong_endpoint.after_text(run.log_after)
-                + (f": {run.log_line[:160]}" if run.log_line else ""),
-                f"≤ {LOG_WITHIN:g} s",
-                run.log_after is not None and run.log_after <= LOG_WITHIN,
                 run.log_after,
+                LOG_WITHIN,
+                f": {run.log_line[:160]}" if run.log_line else "",
             ),
             health,
         ]
     return figures
+
+
+def _within(cell: str, name: str, seconds: float | None, limit: float, said: str) -> Figure:
+    """A wrong-endpoint run's time from its put to what ``name`` says (``None``: never), held
+    to ``limit`` seconds; ``said`` follows the time in the text."""
+    return Figure(
+        cell,
+        name,
+        wrong_endpoint.after_text(seconds) + said,
+        f"≤ {limit:g} s",
+        seconds is not None and seconds <= limit,
+        seconds,
+    )
 
 
 # -- the whole table ---------------------------------------------------------------------------

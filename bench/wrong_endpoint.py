@@ -18,20 +18,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import re
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import auto
-from ._processes import LineProcess, local_config, processes, producer_environment, spawn
+from ._processes import (
+    LineProcess,
+    emit,
+    local_config,
+    processes,
+    producer_environment,
+    run_worker,
+    spawn,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = "wrong"
@@ -71,18 +77,7 @@ def worker_main(argv: Sequence[str]) -> int:
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format=LOG_FORMAT)
-    import anyio
-
-    try:
-        anyio.run(_worker, args, backend=args.backend)
-    except Exception as exc:
-        _emit({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
-        return 1
-    return 0
-
-
-def _emit(document: Mapping[str, Any]) -> None:
-    print(json.dumps(document), flush=True)
+    return run_worker(_worker, args)
 
 
 def _status(health: Any) -> tuple[str, list[str]]:
@@ -98,12 +93,12 @@ async def _worker(args: argparse.Namespace) -> None:
 
     async with Producer(local_config(args.endpoint, region=args.region)) as producer:
         health: Callable[[], Any] | None = getattr(producer, "health", None)
-        _emit({"ready": True, "health": health is not None})
+        emit({"ready": True, "health": health is not None})
         put_at = time.time()
         outcome = await producer.put_record(
             stream=STREAM, partition_key="k", data=auto.record_data(0)
         )
-        _emit({"put": put_at})
+        emit({"put": put_at})
 
         async def poll(check: Callable[[], Any]) -> None:
             said = None
@@ -111,7 +106,7 @@ async def _worker(args: argparse.Namespace) -> None:
                 status, codes = _status(check())
                 if status != said:
                     said = status
-                    _emit({"health": status, "codes": codes, "t": time.time()})
+                    emit({"health": status, "codes": codes, "t": time.time()})
                 if status == "failing":
                     return
                 await anyio.sleep(HEALTH_POLL)
@@ -121,7 +116,7 @@ async def _worker(args: argparse.Namespace) -> None:
                 group.start_soon(poll, health)
             result = await outcome
             group.cancel_scope.cancel()
-        _emit(
+        emit(
             {
                 "result": {
                     "success": result.success,

@@ -105,19 +105,6 @@ def aggregate(data: bytes) -> None:
         assert decoder.decode_tags(encoder.encode_tags(read)) == read
 
 
-class _Stored:
-    """A ``DeduperStore`` holding one document."""
-
-    def __init__(self, data: bytes | None) -> None:
-        self.data = data
-
-    def load(self) -> bytes | None:
-        return self.data
-
-    def save(self, data: bytes) -> None:
-        self.data = data
-
-
 @contextlib.contextmanager
 def _quiet(name: str) -> Iterator[None]:
     logger = logging.getLogger(name)
@@ -137,13 +124,13 @@ def deduper_state(data: bytes) -> None:
     """
     for document in (data, _document_around(data)):
         with _quiet("aiokpl.dedupe"):
-            deduper = Deduper(window=64, max_producers=4, store=_Stored(document))
+            deduper = Deduper(window=64, max_producers=4, store=hostile.MemoryStore(document))
         statistics = deduper.statistics
         if statistics.state_errors:
             assert statistics.producers == 0
             continue
         saved = deduper.dumps()
-        again = Deduper(window=64, max_producers=4, store=_Stored(saved))
+        again = Deduper(window=64, max_producers=4, store=hostile.MemoryStore(saved))
         assert again.statistics.state_errors == 0
         assert again.dumps() == saved
 

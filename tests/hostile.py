@@ -1,5 +1,6 @@
 """Hostile input for the tests and the fuzz targets of issue 33: crafted aggregates and spool
-segments, and a bound on the work a test lets code do with them.
+segments, a ``Deduper``'s stored state held in memory, and a bound on the work a test lets
+code do with them.
 
 Where the issue sets a target (decoding any 1 MiB record in time linear in its size, recovery
 linear in a segment's size), a test bounds the work by the process's CPU time
@@ -22,6 +23,7 @@ from aiokpl._spool.format import encode_header, encode_record_fields
 
 __all__ = (
     "MIB",
+    "MemoryStore",
     "at_most_cpu_seconds",
     "framed",
     "hostile_aggregates",
@@ -114,6 +116,20 @@ def hostile_aggregates(size: int = MIB) -> dict[str, bytes]:
         "unknown 10-byte varints": tail(b"\x28" + b"\xff" * 9 + b"\x01"),
         "unknown fields of 2-byte tags": tail(b"\x80\x01\x00"),
     }
+
+
+class MemoryStore:
+    """A ``DeduperStore`` holding one document in memory: the stored state a ``Deduper`` is
+    handed (any bytes, or ``None``: nothing stored), and what it saves."""
+
+    def __init__(self, data: bytes | None) -> None:
+        self.data = data
+
+    def load(self) -> bytes | None:
+        return self.data
+
+    def save(self, data: bytes) -> None:
+        self.data = data
 
 
 def record_frame(

@@ -31,6 +31,7 @@ from aiokpl.aggregation import (
     identity_tag,
     new_producer_id,
 )
+from hostile import MemoryStore
 
 P1, P2, P3 = "AAECAwQFBgcICQoLDA0ODw", new_producer_id(), new_producer_id()
 
@@ -534,17 +535,7 @@ def test_a_writer_that_forges_identities_gets_real_records_dropped() -> None:
 
 
 def test_a_valid_document_of_the_same_shape_loads() -> None:
-    class Memory:
-        def __init__(self, data: bytes | None) -> None:
-            self.data = data
-
-        def load(self) -> bytes | None:
-            return self.data
-
-        def save(self, data: bytes) -> None:
-            self.data = data
-
-    store = Memory(_document())
+    store = MemoryStore(_document())
     deduper = Deduper(window=64, store=store)
     stats(deduper, producers=1, state_errors=0)
     assert deduper.check(rec(P1, 5)) is Verdict.NEW  # high 5, no bit set

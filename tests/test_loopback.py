@@ -24,6 +24,7 @@ from aiokpl._kinesis import create_client, error_of
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis, HttpFaultPlan, LoopbackKinesis, StoredRecord
 from aiokpl.testing._http_faults import draw
+from integration.helpers import config as local_config
 
 _streams = itertools.count()
 
@@ -34,15 +35,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
 
 
 def config(endpoint_url: str, **changes: Any) -> Config:
-    options: dict[str, Any] = {
-        "region": "us-east-1",
-        "endpoint_url": endpoint_url,
-        "aws_access_key_id": "testing",
-        "aws_secret_access_key": "testing",
-        "record_max_buffered_time_ms": 20,
-    }
-    options.update(changes)
-    return Config(**options)
+    return local_config(endpoint_url, **{"record_max_buffered_time_ms": 20, **changes})
 
 
 def new_stream(fake: FakeKinesis, shard_count: int = 1, **options: Any) -> str:

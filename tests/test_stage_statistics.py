@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,13 +27,21 @@ pytestmark = pytest.mark.anyio
 CONFIG = Config(region="us-east-1", record_max_buffered_time_ms=10_000, record_ttl_ms=30_000)
 
 
-async def test_each_stage_reports_its_own_snapshot_and_the_stream_composes_them() -> None:
+@contextlib.asynccontextmanager
+async def three_aggregating() -> AsyncIterator[Producer]:
+    """A producer on stream ``events`` of 2 shards, its map loaded and one record delivered
+    (:func:`warm_up`), then 3 records put that wait in their aggregates."""
     fake = FakeKinesis()
     fake.add_stream("events", shard_count=2)
     async with Producer(CONFIG, client=fake) as producer:
         await warm_up(producer, "events")
         for i in range(3):
             await producer.put_record(stream="events", partition_key=f"k{i}", data=b"x")
+        yield producer
+
+
+async def test_each_stage_reports_its_own_snapshot_and_the_stream_composes_them() -> None:
+    async with three_aggregating() as producer:
         pipeline = producer._streams["events"]
         shard_map = pipeline.shard_map.statistics()
         assert isinstance(shard_map, ShardMapStatistics)
@@ -85,12 +95,7 @@ def test_a_producer_not_started_reports_no_requests() -> None:
 async def test_str_of_the_statistics_is_a_few_lines_an_operator_reads_and_repr_is_unchanged() -> (
     None
 ):
-    fake = FakeKinesis()
-    fake.add_stream("events", shard_count=2)
-    async with Producer(CONFIG, client=fake) as producer:
-        await warm_up(producer, "events")
-        for i in range(3):
-            await producer.put_record(stream="events", partition_key=f"k{i}", data=b"x")
+    async with three_aggregating() as producer:
         statistics = producer.statistics()
         outstanding = statistics.outstanding_bytes
         assert str(statistics).splitlines() == [

@@ -34,6 +34,7 @@ from cryptography.x509.oid import NameOID
 from aiokpl import Config, ConfigError, Producer, RecordResult
 from aiokpl._kinesis import INSECURE_WARNING
 from aiokpl.testing import FakeKinesis, LoopbackKinesis
+from integration.helpers import config as local_config
 
 pytestmark = pytest.mark.anyio
 
@@ -175,14 +176,10 @@ async def tls_endpoint(authority: Authority) -> AsyncIterator[tuple[str, FakeKin
 
 def _config(endpoint: str, **changes: Any) -> Config:
     options: dict[str, Any] = {
-        "region": "us-east-1",
-        "endpoint_url": endpoint,
-        "aws_access_key_id": "testing",
-        "aws_secret_access_key": "testing",
         "record_max_buffered_time_ms": 10,
         "record_ttl_ms": 5_000,  # a record the TLS setup fails does not wait 30 s to say so
     }
-    return Config(**{**options, **changes})
+    return local_config(endpoint, **{**options, **changes})
 
 
 async def _put(config: Config) -> RecordResult:

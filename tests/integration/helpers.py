@@ -1,4 +1,8 @@
-"""Helpers shared by the integration tests: configs, clients, streams, reading records back."""
+"""Helpers shared by the integration tests: configs, clients, streams, reading records back.
+
+The tests of real sockets beside the unit tests (``tests/test_loopback.py``,
+``tests/test_tls.py``) take their local server's ``Config`` from here too (:func:`config`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import select
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,6 +24,7 @@ import pytest
 from aiokpl import Config
 from aiokpl._kinesis import create_client
 from aiokpl.aggregation import deaggregate
+from aiokpl.testing import read_stream
 from aiokpl.testing._servers import DUMMY_CREDENTIALS
 
 WAIT = 60.0
@@ -77,6 +83,19 @@ async def create_stream(admin: Any, stream: str, shards: int) -> None:
     """Create ``stream`` with ``shards`` shards and wait until it is ``ACTIVE``."""
     await admin.create_stream(StreamName=stream, ShardCount=shards)
     await wait_until_active(admin, stream)
+
+
+def new_stream(endpoint: str, prefix: str, shards: int = 1, backend: str = "asyncio") -> str:
+    """A new stream (:func:`stream_name`) of ``shards`` shards, active, created from a test
+    that is not async, on ``backend``'s loop."""
+    stream = stream_name(prefix)
+
+    async def create() -> None:
+        async with admin_client(endpoint) as admin:
+            await create_stream(admin, stream, shards)
+
+    anyio.run(create, backend=backend)
+    return stream
 
 
 async def shard_ranges(admin: Any, stream: str) -> dict[str, tuple[int, int]]:
@@ -150,6 +169,17 @@ def user_records(stored: Iterable[tuple[str, dict[str, Any]]]) -> list[Delivered
                 )
             )
     return found
+
+
+def stored_data(endpoint: str, stream: str) -> Counter[bytes]:
+    """The data of every user record the stream holds, counted (read as :func:`user_records`
+    reads them)."""
+
+    async def read() -> Counter[bytes]:
+        async with admin_client(endpoint) as admin:
+            return Counter(r.data for r in user_records(await read_stream(admin, stream)))
+
+    return anyio.run(read)
 
 
 class Child:

@@ -19,16 +19,12 @@ from __future__ import annotations
 import json
 import re
 import signal
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from aiokpl.testing import read_stream
-
-from .helpers import Child, admin_client, create_stream, stream_name, user_records
+from .helpers import Child, new_stream, stored_data
 
 pytestmark = pytest.mark.integration
 
@@ -88,33 +84,12 @@ print(json.dumps([
 SLOW = {"aggregation_enabled": False, "rate_limit_records_per_sec_per_shard": 100}
 
 
-def new_stream(endpoint: str) -> str:
-    stream = stream_name("service")
-
-    async def create() -> None:
-        async with admin_client(endpoint) as admin:
-            await create_stream(admin, stream, 1)
-
-    anyio.run(create)
-    return stream
-
-
-def stored(endpoint: str, stream: str) -> Counter[bytes]:
-    """The data of every user record the stream holds, counted."""
-
-    async def read() -> Counter[bytes]:
-        async with admin_client(endpoint) as admin:
-            return Counter(r.data for r in user_records(await read_stream(admin, stream)))
-
-    return anyio.run(read)
-
-
 def run_until_stopped(
     endpoint: str, backend: str, drain: str, extra: dict[str, Any], signals: int
 ) -> tuple[str, int, str, list[list[Any]]]:
     """Run the recipe, send SIGTERM once 500 records were put (``signals`` times: the next
     once the work has stopped). (stream, exit status, stderr, every record's result.)"""
-    stream = new_stream(endpoint)
+    stream = new_stream(endpoint, "service")
     child = Child(recipe() + WORK, endpoint, stream, backend, drain, json.dumps(extra))
     try:
         child.expect("put 500")
@@ -132,7 +107,7 @@ def check_against_the_stream(
     endpoint: str, stream: str, results: list[list[Any]]
 ) -> tuple[int, int, int]:
     """The stream holds exactly what the results say: (delivered, cancelled, unknown)."""
-    in_stream = stored(endpoint, stream)
+    in_stream = stored_data(endpoint, stream)
     assert set(in_stream.values()) <= {1}  # nothing twice
     delivered = {b"%d" % i for i, (success, _, _) in enumerate(results) if success}
     unknown = {b"%d" % i for i, (success, _, u) in enumerate(results) if not success and u}

@@ -14,16 +14,13 @@ import json
 import re
 import signal
 import textwrap
-from collections import Counter
 from typing import Any
 
-import anyio
 import pytest
 
 from aiokpl._exit_executor import THREADS_AT_EXIT
-from aiokpl.testing import read_stream
 
-from .helpers import Child, admin_client, create_stream, stream_name, user_records
+from .helpers import Child, new_stream, stored_data
 
 pytestmark = pytest.mark.integration
 
@@ -84,27 +81,6 @@ def skip_if_no_thread_can_start_at_exit(backend: str) -> None:
         pytest.skip("Python 3.12.0 to 3.12.2 start no thread at exit (CPython gh-113964)")
 
 
-def new_stream(endpoint: str, backend: str) -> str:
-    stream = stream_name("sync-exit")
-
-    async def create() -> None:
-        async with admin_client(endpoint) as admin:
-            await create_stream(admin, stream, 1)
-
-    anyio.run(create, backend=backend)
-    return stream
-
-
-def stored(endpoint: str, stream: str) -> Counter[bytes]:
-    """The data of every user record the stream holds, counted."""
-
-    async def read() -> Counter[bytes]:
-        async with admin_client(endpoint) as admin:
-            return Counter(r.data for r in user_records(await read_stream(admin, stream)))
-
-    return anyio.run(read)
-
-
 def run(script: str, *args: str) -> tuple[int, str, str]:
     child = Child(script, *args)
     try:
@@ -124,7 +100,7 @@ def check_against_the_stream(
     assert report["unresolved"] == 0
     results = report["results"]
     assert len(results) == count
-    in_stream = stored(endpoint, stream)
+    in_stream = stored_data(endpoint, stream)
     assert set(in_stream.values()) <= {1}  # nothing twice
     delivered = {b"%d" % i for i, (success, _, _) in enumerate(results) if success}
     unknown = {b"%d" % i for i, (success, _, u) in enumerate(results) if not success and u}
@@ -162,7 +138,7 @@ def test_a_producer_left_open_delivers_what_it_buffered_at_exit(
     # (aiohttp builds its SSL contexts in the loop's executor) and load the shard map. Before:
     # "can't register atexit after shutdown", 30 s, and 100 records expired.
     skip_if_no_thread_can_start_at_exit(backend)
-    stream = new_stream(moto_endpoint, backend)
+    stream = new_stream(moto_endpoint, "sync-exit", backend=backend)
     script = program(
         """
         at_the_very_end.append(lambda: print(summary(futures), flush=True))
@@ -190,7 +166,7 @@ def test_at_exit_worker_threads_and_atexit_functions_still_put_before_the_close(
     # own atexit functions: a worker still putting when the main thread ends, and an exit
     # function that puts a last record, find the producer open.
     skip_if_no_thread_can_start_at_exit(backend)
-    stream = new_stream(moto_endpoint, backend)
+    stream = new_stream(moto_endpoint, "sync-exit", backend=backend)
     script = program(
         """
         at_the_very_end.append(lambda: print(summary(futures), flush=True))
@@ -229,7 +205,7 @@ def test_a_second_ctrl_c_during_close_resolves_every_future(
     # sent; the second interrupts that wait. The program's `except KeyboardInterrupt` (or, when
     # it has none, its last exit function) must find every future resolved, and a summary on
     # stderr. Before: 950 to 2,850 futures unresolved, AssertionError at exit, no summary.
-    stream = new_stream(slow_endpoint, backend)
+    stream = new_stream(slow_endpoint, "sync-exit", backend=backend)
     body = """
         futures = []
         if not {caught}:
@@ -289,7 +265,7 @@ def test_ctrl_c_while_a_producer_is_closed_at_exit_resolves_every_future(
     # the rest is cancelled, a summary is logged, nothing is raised, and the program's own last
     # exit function finds every future resolved.
     skip_if_no_thread_can_start_at_exit(backend)
-    stream = new_stream(slow_endpoint, backend)
+    stream = new_stream(slow_endpoint, "sync-exit", backend=backend)
     body = """
         at_the_very_end.append(lambda: print(summary(futures), flush=True))
         producer = SyncProducer(config, backend=backend)
