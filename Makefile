@@ -36,9 +36,9 @@ TYPE_COMPLETENESS_MIN := 100
 # the tests marked `scenario`, fleet simulations and benchmarks' smoke runs, minutes each, whose
 # code is the same on every Python. PYTHONS_PYTEST overrides the selection (`make pythons
 # PYTHONS_PYTEST=tests` for all of it); the two Pythons run at once (PARALLEL=0: one after the
-# other). In `make test` (its `suites` step) they run after `make scenarios`, one after the
-# other, beside `make pytest`, which is one process on one core: the two cores stay busy, and
-# the whole takes under 20 minutes on 2 cores.
+# other). In `make test` (its `suites` step) the lowest runs after `make checks` and `make
+# scenarios`, the highest after `make pytest` (one process each, on one core each): the two
+# cores stay busy to the end.
 CLAIMED_PYTHONS := $(shell sed -n 's/.*"Programming Language :: Python :: \(3\.[0-9]*\)".*/\1/p' pyproject.toml)
 PYTHONS_VENVS ?= .cache
 PARALLEL ?= 1
@@ -61,7 +61,7 @@ PYTHONS_NOT_DOCS := test_the_page_holds_its_tables_as_the_parsers_give_them \
 DIST := dist
 PACKAGE_VENV := .cache/package-venv
 
-.PHONY: test demo lint typecheck typecompleteness pytest scenarios pythons suites kinesalite \
+.PHONY: test checks demo lint typecheck typecompleteness pytest scenarios pythons suites kinesalite \
 	pyright docs docs-tables package coverage bench fuzz clean
 
 $(PIP_STAMP):
@@ -77,7 +77,11 @@ $(DEMO_STAMP): pyproject.toml | $(PIP_STAMP)
 	$(PY) -m pip install --quiet -e '.[local]'
 	touch $(DEMO_STAMP)
 
-test: lint typecheck typecompleteness package suites docs
+# Every check: the static ones (`make checks`) and the scenarios in one lane, the suite under
+# coverage in the other, then the other Pythons, one in each (`make suites`).
+test: suites
+
+checks: lint typecheck typecompleteness package docs
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
@@ -138,14 +142,14 @@ OTHER_PYTHONS := PYTHON=$(PYTHON) VENVS=$(PYTHONS_VENVS) CLAIMED="$(CLAIMED_PYTH
 pythons: $(KINESALITE_STAMP)
 	$(OTHER_PYTHONS) $(PYTHONS_PYTEST)
 
-# `make pytest`, `make scenarios` and `make pythons` at once, as `make test` runs them: `make
-# pytest` in the foreground, its output as it goes; in the background, `make scenarios`, then
-# the other Pythons (their virtualenvs made if need be, then their suites) one after the other,
-# their output when all have ended. The status fails if any of them failed. (The make commands
-# through variables, not $(MAKE) in the recipe: `make -n test` then prints this step rather
-# than runs it.)
+# `make test`'s runs, on two lanes, one per core (.ci/other-pythons): in the foreground `make
+# pytest`, its output as it goes, then the suite on the highest other Python; in the background
+# `make checks` and `make scenarios` (both run, -k, whichever fails), then the suite on the
+# lowest, their output when all have ended. The status fails if any of them failed. (The make
+# commands through variables, not $(MAKE) in the recipe: `make -n test` then prints this step
+# rather than runs it.)
 PYTEST_ALONGSIDE := $(MAKE) --no-print-directory pytest
-SCENARIOS_FIRST := $(MAKE) --no-print-directory scenarios
+SCENARIOS_FIRST := $(MAKE) --no-print-directory -k checks scenarios
 suites: $(DEV_STAMP) $(KINESALITE_STAMP)
 	ALONGSIDE='$(PYTEST_ALONGSIDE)' FIRST='$(SCENARIOS_FIRST)' $(OTHER_PYTHONS) $(PYTHONS_PYTEST)
 

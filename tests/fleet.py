@@ -40,15 +40,18 @@ class Series:
     stored: list[int] = field(default_factory=list)
     throttled: list[int] = field(default_factory=list)
     calls: list[int] = field(default_factory=list)
+    stored_bytes: list[int] = field(default_factory=list)  # partition keys and data
 
-    def add(self, second: int, stored: int, throttled: int) -> None:
+    def add(self, second: int, stored: int, throttled: int, stored_bytes: int = 0) -> None:
         while len(self.stored) <= second:
             self.stored.append(0)
             self.throttled.append(0)
             self.calls.append(0)
+            self.stored_bytes.append(0)
         self.stored[second] += stored
         self.throttled[second] += throttled
         self.calls[second] += 1
+        self.stored_bytes[second] += stored_bytes
 
     def window(self, start: int, end: int) -> tuple[int, int]:
         """(stored, throttled) summed over seconds ``start`` … ``end - 1``."""
@@ -95,11 +98,16 @@ class Link:
                 response: dict[str, Any] = await self._fake.put_records(**kwargs)
         else:
             response = await self._fake.put_records(**kwargs)
-        throttled = sum(1 for r in response["Records"] if r.get("ErrorCode") == THROTTLED)
-        stored = sum(1 for r in response["Records"] if "SequenceNumber" in r)
+        throttled = stored = stored_bytes = 0
+        for sent, answer in zip(kwargs["Records"], response["Records"], strict=True):
+            if "SequenceNumber" in answer:
+                stored += 1
+                stored_bytes += len(sent["Data"]) + len(sent["PartitionKey"].encode())
+            elif answer.get("ErrorCode") == THROTTLED:
+                throttled += 1
         second = int(anyio.current_time() - self._origin)
-        self._series.add(second, stored, throttled)
-        self.own.add(second, stored, throttled)
+        self._series.add(second, stored, throttled, stored_bytes)
+        self.own.add(second, stored, throttled, stored_bytes)
         await self._travel()
         return response
 
@@ -132,6 +140,7 @@ class Fleet:
     shards: int = 2
     shard_rate: float = 250.0
     producer_limit: float = 250.0
+    shard_bytes: float = 1048576.0  # bytes/s a shard takes (64 KiB in --aggregation)
     latency: float = 0.01
     jitter: float = 0.0  # mean of an exponential extra delay on each way
     service: float = 0.0  # the server's seconds per request, one at a time (0: no queue)
@@ -148,7 +157,11 @@ async def run(
     """Run ``fleet`` to its end; return the server's per-second counts."""
     fake = FakeKinesis()
     fake.add_stream(
-        STREAM, shard_count=fleet.shards, throttle=True, records_per_second=fleet.shard_rate
+        STREAM,
+        shard_count=fleet.shards,
+        throttle=True,
+        records_per_second=fleet.shard_rate,
+        bytes_per_second=fleet.shard_bytes,
     )
     series = Series()
     origin = anyio.current_time()
@@ -250,12 +263,20 @@ def main() -> None:
         help="print each producer's rate, queue and throttled records on its first shard",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--aggregation",
+        action="store_true",
+        help="bench/fleet.py's aggregated cells: shards of 64 KiB/s, aggregates of 3,200 bytes",
+    )
     args = parser.parse_args()
     from conftest import virtual_backend
     from test_coordination import MemoryStore
 
     shards, shard_rate = 2, 250.0
-    each = args.offered * shards * shard_rate / args.producers
+    # With aggregation, a shard's capacity in user records is its byte rate over a user
+    # record's share of an aggregate (about 124 bytes: bench/fleet.py's user_record_bytes).
+    per_shard = 65536.0 / 124 if args.aggregation else shard_rate
+    each = args.offered * shards * per_shard / args.producers
     store = MemoryStore()
 
     def coordination_of(index: int) -> Callable[[], Coordination] | None:
@@ -285,6 +306,9 @@ def main() -> None:
         seconds=args.seconds,
         seed=args.seed,
     )
+    if args.aggregation:
+        fleet.shard_bytes = 65536.0
+        fleet.config = {"aggregation_enabled": True, "aggregation_max_size": 3200}
 
     def show(second: int, producers: list[Producer]) -> None:
         if args.trace:
@@ -292,7 +316,9 @@ def main() -> None:
         if args.rates and producers:
             stats = producers[0].statistics().streams
             if stats:
-                rates = {k[-2:]: round(v[0]) for k, v in stats[0].rates_by_shard.items()}
+                rates = {
+                    k[-2:]: (round(v[0]), round(v[1])) for k, v in stats[0].rates_by_shard.items()
+                }
                 ceilings = {k[-2:]: round(v[0]) for k, v in stats[0].ceilings_by_shard.items()}
                 p = producers[0].statistics()
                 st = stats[0]
@@ -321,8 +347,11 @@ def main() -> None:
     span = int(args.seconds) - 12
     pairs = zip(series.stored[12:end], series.throttled[12:end], strict=False)
     worst = max((t / max(1, s + t) for s, t in pairs), default=0.0)
+    delivered = stored / (capacity * span)
+    if args.aggregation:  # bytes stored over the shards' byte rate
+        delivered = sum(series.stored_bytes[12:end]) / (shards * fleet.shard_bytes * span)
     print(
-        f"window 12-{end} s: delivered {stored / (capacity * span):.1%} of capacity, "
+        f"window 12-{end} s: delivered {delivered:.1%} of capacity, "
         f"throttled {throttled / max(1, stored + throttled):.1%} of attempts; "
         f"worst second {worst:.0%}"
     )

@@ -127,6 +127,20 @@ def test_a_throttle_in_the_first_window_ignores_a_measurement_that_says_little()
     assert later.rate(1.05) == pytest.approx(450.0)
 
 
+def test_a_throttle_heard_before_any_acceptance_starts_the_first_window() -> None:
+    """Every record of the first answer throttled (a shard spent to the last token): that
+    answer starts the first window, so the cut is an early one (``beta`` off, nothing
+    measured), and a second throttle within the window, of a request sent after it, cuts to
+    what came through since: nothing, so at most halved."""
+    rate = AdaptiveRate(1000.0)
+    assert rate.cut(0.05, sent_at=0.0)
+    assert rate.rate(0.05) == pytest.approx(900.0)
+    climbed = rate.rate(0.5)  # back along the cubic, toward 1000
+    assert 900.0 < climbed < 1000.0
+    assert rate.cut(0.5, sent_at=0.1)
+    assert rate.rate(0.5) == pytest.approx(0.9 * 0.5 * climbed)
+
+
 def test_a_burst_measured_in_the_first_window_is_a_rate_and_is_kept() -> None:
     """A shard that cannot take the rate (the producer's limit of 1000/s above the server's
     600/s): its first answers took the shard's saved second, 600 records, then throttled. That
@@ -252,3 +266,17 @@ def test_the_measuring_window_slides_in_quarter_windows() -> None:
 def test_adaptive_rate_validation(changes: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must be"):
         AdaptiveRate(1000.0, **changes)
+
+
+def test_the_floor_lets_hundreds_of_writers_each_take_their_share() -> None:
+    """Cut after cut, the rate goes down to the share the shard gives (a two-hundredth of the
+    configured rate here), not to a floor above it: at a hundredth, eight producers whose
+    shards took a sixteenth of their configured bytes held a floor whose sum was more than the
+    shards' rate, and a quarter of their attempts were throttled."""
+    rate = AdaptiveRate(1_000_000.0)
+    now = 0.0
+    for _ in range(12):  # each second the shard takes 5,000 of this producer's, then throttles
+        accepting(rate, 5_000.0, now, now + 1.0)
+        now += 1.0
+        rate.cut(now)
+    assert rate.rate(now) == pytest.approx(0.9 * 5_000.0)  # beta × the share, not 10,000

@@ -311,6 +311,36 @@ async def test_many_producers_on_a_serialising_server_send_few_calls_and_converg
 
 @pytest.mark.anyio
 @pytest.mark.scenario
+async def test_aggregating_producers_at_the_default_limits_converge_to_their_share(
+    seed_trio_scheduler: Callable[[int], None],
+) -> None:
+    """Eight producers at the ``Config`` defaults but aggregates of 3,200 bytes, on shards
+    that take 64 KiB/s (``bench/fleet.py``'s aggregated cells: AWS's bytes scaled by 16),
+    offered twice that: ≥ 90% of the shards' bytes delivered, ≤ 5% of attempts throttled, no
+    second over 20%. Each producer's share, 8 KiB/s a shard, is under a hundredth of its
+    configured 1 MiB/s: with the rate's floor at a hundredth, the eight floors summed to more
+    than the shard took, and 26% of attempts were throttled (a worst second of 31%)."""
+    seed_trio_scheduler(0)
+    shard_bytes = 65_536.0
+    # A user record's share of an aggregate is about 124 bytes (bench/fleet.py).
+    offered = 2 * 2 * shard_bytes / 124
+    fleet = Fleet(
+        [Member(offered / 8) for _ in range(8)],
+        producer_limit=1000.0,
+        shard_bytes=shard_bytes,
+        seconds=30.0,
+        config={"aggregation_enabled": True, "aggregation_max_size": 3200},
+    )
+    series = await run(fleet)
+    _, throttled, worst = shares(series, 12, 30)
+    delivered = sum(series.stored_bytes[12:30]) / (2 * shard_bytes * 18)
+    assert delivered >= 0.90, (delivered, series)
+    assert throttled <= 0.05, (throttled, series)
+    assert worst <= 0.20, (worst, series)
+
+
+@pytest.mark.anyio
+@pytest.mark.scenario
 async def test_a_producer_with_a_backlog_on_two_shards_sends_one_request_per_batch(
     seed_trio_scheduler: Callable[[int], None],
 ) -> None:

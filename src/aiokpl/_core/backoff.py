@@ -119,6 +119,12 @@ class AdaptiveRate:
       but at most the rate in force ``r`` and at least ``deepest × r``; the rate drops to
       ``beta × w`` (never below ``floor`` × configured).
 
+    The floor is a thousandth of the configured rate: low enough for a producer's share of a
+    shard that hundreds of writers share, or whose real limit is far under the configured one
+    (at a hundredth, 8 producers with aggregation on shards a sixteenth of their configured
+    bytes stopped at a floor whose sum was above the shard's rate: 26% of their attempts
+    throttled, ``python tests/fleet.py --aggregation --producers 8 --limit 1000``).
+
     Within ``window`` seconds of the first answer heard (accepted or throttled) the shard's
     bucket still speaks for the writers before this producer: spent by a producer just
     replaced (its first moments let a trickle through), or saved by quiet shards (its first
@@ -171,7 +177,7 @@ class AdaptiveRate:
         probe: float = 0.02,
         probe_doubling: float = 10.0,
         window: float = 1.0,
-        floor: float = 0.01,
+        floor: float = 0.001,
     ) -> None:
         if not 0.0 < beta < 1.0 or not 0.0 < deepest <= 1.0:
             raise ValueError("beta must be in (0, 1) and deepest in (0, 1]")
