@@ -100,12 +100,6 @@ class Backoff:
         self.failures = 0
 
 
-# Within the first window of a shard's answers, a measurement under this share of the rate in
-# force is not believed (see AdaptiveRate): a spent shard lets through its refill during a round
-# trip (5% of its rate at 50 ms), a quiet one its saved burst (a whole window of its rate).
-_FIRST_WINDOW_TRUST = 0.25
-
-
 class AdaptiveRate:
     """A rate cut to what a shard accepted when it throttles, grown back along a cubic.
 
@@ -127,14 +121,15 @@ class AdaptiveRate:
 
     Within ``window`` seconds of the first answer heard (accepted or throttled) the shard's
     bucket still speaks for the writers before this producer: spent by a producer just
-    replaced (its first moments let a trickle through), or saved by quiet shards (its first
-    answers took the burst). So a cut there (*early*) ignores a measurement under a quarter
-    of ``r`` (``w = r``: cut to that trickle, a restarted producer ran at half its shards'
-    rate for 15 s); a burst measured is a rate, and is kept. Until the next cut, what the
-    shard accepts is counted from the early cut: a request sent after it and throttled too,
-    within that first window, cuts again at once (no ``window`` to wait), to what came
-    through since the early cut (a producer joining busy shards, whose share is that), unless
-    that is ``beta × r`` or more (the shard takes the rate: a leftover of the burst).
+    replaced, or partly spent, or saved by quiet shards; what this producer's first answers
+    took is that bucket's leftover, not a rate. So a cut there (*early*) ignores the
+    measurement: ``w = r``, the rate drops by ``beta`` only (following a first window's
+    measurement, a restarted producer ran at 50-80% of its shards' rate for 15 s). Until the
+    next cut, what the shard accepts is counted from the early cut: a request sent after it
+    and throttled too, within that first window, cuts again at once (no ``window`` to wait),
+    to what came through since the early cut (a producer joining busy shards, whose share is
+    that, or one whose limit is above the shard's), unless that is ``beta × r`` or more (the
+    shard takes the rate: a leftover of the burst).
 
     After the cut the rate climbs back to ``w`` along a cubic, flattening as it gets there:
     in ``settle`` seconds from a peak at the configured rate, sooner from a lower one (by the
@@ -292,9 +287,8 @@ class AdaptiveRate:
             measured = seen
             self._early_amount = None
         else:
-            measured = self.measured(now)
-            if first_window and measured < _FIRST_WINDOW_TRUST * current:
-                measured = current  # the first window's little says nothing
+            # The first window's measurement is the bucket's leftover: it says nothing.
+            measured = current if first_window else self.measured(now)
             # An early cut counts what comes through after it, until the next cut.
             self._early_amount = 0.0 if first_window else None
         self._peak = min(current, max(measured, floor))
