@@ -32,7 +32,9 @@ The cells (``--only`` names them):
    series of the server; the share of capacity stored in each second between the run's first
    and last active ones (with a record stored or throttled: the first holds the burst, the
    last is partial; the seconds before the first, the producer's start-up, and after the
-   last, its outcomes coming back, are in the wall time);
+   last, its outcomes coming back, are in the wall time), and before the first second that
+   starts with under two seconds of capacity left to store (the keys split the records
+   unevenly between the shards: from there one shard runs out first);
    the wall time (the producer's: first put to last outcome; the floor is about 9 s); Kinesis
    records throttled (a second that two runs share counts for the later one).
 3. ``lone``: a lone producer on quiet shards (2 shards, aggregation off), 3,000 records as
@@ -226,7 +228,11 @@ def run_windows(runs: Sequence[tuple[float, float]]) -> list[tuple[int, int]]:
 
 
 def judged_shares(
-    delivered: Sequence[int], throttled: Sequence[int], capacity: float, shared_first: bool
+    delivered: Sequence[int],
+    throttled: Sequence[int],
+    capacity: float,
+    shared_first: bool,
+    records: int | None = None,
 ) -> list[float]:
     """The share of ``capacity`` stored in each judged second of a run.
 
@@ -235,13 +241,25 @@ def judged_shares(
     active if a record was stored or throttled in it. Judged: the seconds after the first
     active one (after the shared one; its burst) and before the last active one (partial).
     The seconds before the first (the producer's start-up) and after the last (its last
-    outcomes coming back) are the wall time's, not the flow's.
+    outcomes coming back) are the wall time's, not the flow's. With ``records`` (what the run
+    puts), judging also stops at the first second that starts with less than two seconds of
+    ``capacity`` left to store (counting every record stored in the run's seconds as its
+    own): the keys do not split the records evenly between the shards, so from there one
+    shard runs out before the other and the stream's second is partial whatever the rate.
     """
     begin = 1 if shared_first else 0
     active = [i for i in range(begin, len(delivered)) if delivered[i] or throttled[i]]
     if not active:
         return []
-    return [count / capacity for count in delivered[active[0] + 1 : active[-1]]]
+    end = active[-1]
+    if records is not None:
+        left = records
+        for second in range(len(delivered)):
+            if second > active[0] and left < 2 * capacity:
+                end = min(end, second)
+                break
+            left -= delivered[second]
+    return [count / capacity for count in delivered[active[0] + 1 : end]]
 
 
 def wall_target(records: int, shards: int) -> float:
@@ -588,7 +606,9 @@ class RawRun:
     @property
     def shares(self) -> list[float]:
         capacity = RAW_SHARDS * SHARD_RATE
-        return judged_shares(self.delivered, self.throttled_series, capacity, self.shared_first)
+        return judged_shares(
+            self.delivered, self.throttled_series, capacity, self.shared_first, self.records
+        )
 
 
 def outcome(lines: Sequence[Mapping[str, Any]], records: int) -> tuple[int, str | None]:

@@ -141,6 +141,12 @@ def test_judged_seconds_lie_between_the_first_and_the_last_active_ones() -> None
     assert shares([700, 3000, 1800, 100], [0, 0, 0, 0], 2000.0, False) == [1.5, 0.9]
     # Too short to judge a second, or nothing at all.
     assert shares([0, 3000, 100, 0], [0, 0, 0, 0], 2000.0, False) == []
+    # Given what the run puts: the seconds that start with less than two seconds of the
+    # capacity left are partial (one shard runs out first), and not judged.
+    run = [0, 3000, 2000, 2000, 2000, 1400, 600, 0]  # 11,000 records
+    assert shares(run, [0] * 8, 2000.0, False) == [1.0, 1.0, 1.0, 0.7]
+    assert shares(run, [0] * 8, 2000.0, False, 11_000) == [1.0, 1.0, 1.0]
+    # Left at the starts: 11,000, 8,000, 6,000, 4,000 (judged), then 2,000: not judged.
     assert shares([0, 0], [0, 0], 2000.0, False) == []
 
 
@@ -160,9 +166,10 @@ def test_restart_runs_take_their_series_from_the_server_and_share_no_throttle() 
     throttled = [0, 500, 0, 10, 1000, 50, 0, 0, 0, 200, 0, 0]
     rows = server_rows("restart", 100, delivered, throttled)
     runs = [
-        RawRun("first", 100, start=100.0, wall_seconds=3.5),
-        RawRun("spent", 100, start=103.6, wall_seconds=2.6),
-        RawRun("rested", 100, start=109.2, wall_seconds=2.2),
+        # Records enough that none of these seconds starts with under two seconds left.
+        RawRun("first", 20_000, start=100.0, wall_seconds=3.5),
+        RawRun("spent", 20_000, start=103.6, wall_seconds=2.6),
+        RawRun("rested", 20_000, start=109.2, wall_seconds=2.2),
     ]
     service_life.attach_series(runs, rows, "restart")
     first, spent, rested = runs

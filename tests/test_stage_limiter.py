@@ -125,3 +125,34 @@ def test_throttling_cuts_a_shards_rate_and_prune_forgets_idle_shards() -> None:
     stage.put(kinesis_record("b"), 1.0)
     assert flow(stage.prune({"b"}, 1.0)) == ([], [])
     assert set(stage.shards) == {"b"}
+
+
+def test_a_shards_bucket_refills_from_its_first_answer_not_from_its_first_take() -> None:
+    """A shard on quiet shards' server: its bucket is full, and so is the server's, which
+    refills from when it serves the first request, later than this producer took its tokens.
+    Until the shard's first answer the producer sends only what its bucket held, then its
+    refill counts from the answer: never ahead of the server's (ahead by that lag, a lone
+    producer over HTTP had 112-214 of its first 3,000 records throttled)."""
+    records = [kinesis_record(expires_at=30.0) for _ in range(110)]
+    admitted: list[KinesisRecord] = []
+    shard = ShardLimiter(100.0, 1_000_000.0)
+    for record in records[:100]:  # the burst: the full bucket, at once
+        shard.put(record, 0.0, admitted.append, admitted.append)
+    assert len(admitted) == 100
+    for record in records[100:]:
+        shard.put(record, 0.05, admitted.append, admitted.append)
+    assert len(admitted) == 100  # 5 tokens' worth of refill, held back until an answer
+    shard.accepted(50, 5_000, 0.06)  # the first answer: the refill until now is given up
+    shard.drain(0.07, admitted.append, admitted.append)
+    assert len(admitted) == 101  # 0.01 s of refill since the answer
+    shard.drain(0.1, admitted.append, admitted.append)
+    assert len(admitted) == 104
+    # No answer within a second (a slow first response): the refill flows again then.
+    silent = ShardLimiter(100.0, 1_000_000.0)
+    late: list[KinesisRecord] = []
+    for record in records:
+        silent.put(record, 0.0, late.append, late.append)
+    silent.drain(0.99, late.append, late.append)
+    assert len(late) == 100
+    silent.drain(1.0, late.append, late.append)
+    assert len(late) == 110

@@ -100,9 +100,12 @@ async def test_a_live_switch_to_auto_loses_nothing_for_a_kcl_consumer(moto_endpo
     expected = {b"%d" % i for i in range(4_000)} | {b"warm"}
     assert {record.data for _, record in kcl} == expected  # every record, for a KCL consumer
     copies = sum(Counter(record.data for record in user_records(stored)).values()) - 4_001
-    # Only the aggregates in flight when the switch came are sent again: a few hundred
-    # records at 5,000 a second, a round trip and a buffered time.
-    assert copies <= 0.1 * 4_000, copies
+    # Only the aggregates sent after the switch and before an answer showed it are sent again
+    # (each on the shard the service picked, three times in four another than the predicted):
+    # one request's, a buffered time of records at 5,000 a second, its four shards' aggregates
+    # of about 125 records each. (The bound was 400, under what one request carries: this
+    # test failed one run in four with 500 copies, every aggregate of that request misplaced.)
+    assert copies <= 5_000 * 0.1, copies
     # Before the switch, aggregated.
     assert len(stored) < 4_000
 

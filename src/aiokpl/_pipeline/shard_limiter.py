@@ -9,6 +9,11 @@ of a starved shard) and ``_core/ordering.py`` (lanes).
 
 Not a stage: no clock, no scheduler, no other stage; the :class:`~aiokpl._pipeline.limiter.
 Limiter` calls it with ``now`` and the callbacks that collect what it admits and expires.
+Until a shard's first answer (at most ``FIRST_ANSWER_WAIT`` after its bucket was first taken
+from), its bucket gives only what it held then, no refill; at the answer, the refill of that
+time is given up (``_first_answer``): the server's bucket refills from when it served the
+first request, so this one never runs ahead of it.
+
 Invariants of a lane:
 
 * its queue is a FIFO in put order (records come from the aggregator's one open batch per
@@ -40,6 +45,10 @@ if TYPE_CHECKING:
 __all__ = ("OrderedShardLimiter", "ShardLimiter")
 
 
+# How long a shard's bucket gives only what it held, waiting for the shard's first answer.
+FIRST_ANSWER_WAIT = 1.0
+
+
 def _expiry(record: KinesisRecord) -> float:
     return record.expires_at
 
@@ -62,6 +71,8 @@ class ShardLimiter:
 
     __slots__ = (
         "_bytes_rate",
+        "_first_take",
+        "_heard",
         "_records_rate",
         "admitted",
         "batch",
@@ -90,6 +101,28 @@ class ShardLimiter:
         self.batch = 0.0
         self.phase = 0.0  # the batches' times are ``phase`` plus multiples of ``batch``
         self.held_until = -float("inf")
+        # Until the shard's first answer: when the bucket was first taken from (see _take).
+        self._first_take: float | None = None
+        self._heard = False
+
+    def _first_answer(self, now: float) -> None:
+        """The shard's first answer: the refill held back since the first take is given up.
+
+        The server's bucket refills from when it served the first request, which lies
+        between this producer's first take and this answer: counting from the answer keeps
+        this bucket behind the server's, never ahead (ahead by that lag, a producer on quiet
+        shards had its first second's records throttled: 112-214 of 3,000 over HTTP)."""
+        self._heard = True
+        since = self._first_take
+        if since is not None and now > since:
+            bucket = self.bucket
+            elapsed = now - since
+            tokens = bucket.tokens(now)
+            held = [
+                min(rate * elapsed, max(0.0, balance))
+                for rate, balance in zip(bucket.rates, tokens, strict=True)
+            ]
+            bucket.force_take(held, now)
 
     def throttled(self, now: float, sent_at: float | None = None) -> None:
         """Kinesis throttled a request to this shard sent at ``sent_at``: lower its rates to
@@ -107,6 +140,8 @@ class ShardLimiter:
         is the batch it is gathering, not savings (emptied, every cut cost it up to a batch,
         2.6% of the capacity with a 0.2 s round trip in ``tests/fleet.py --latency 0.1``).
         """
+        if not self._heard:
+            self._first_answer(now)
         if self._records_rate.cut(now, sent_at):
             self._bytes_rate.cut(now, sent_at)
             self._apply_rates(now)
@@ -114,6 +149,8 @@ class ShardLimiter:
 
     def accepted(self, records: int, size: int, now: float) -> None:
         """Kinesis stored ``records`` Kinesis records (``size`` bytes) of this shard's."""
+        if not self._heard:
+            self._first_answer(now)
         self._records_rate.accepted(records, now)
         self._bytes_rate.accepted(size, now)
 
@@ -154,7 +191,20 @@ class ShardLimiter:
 
     def _take(self, record: KinesisRecord, now: float) -> bool:
         bucket = self.bucket
+        since = self._first_take
+        if not self._heard and since is not None and now - since < FIRST_ANSWER_WAIT:
+            # Until the first answer (for at most FIRST_ANSWER_WAIT), only what the bucket
+            # held at the first take: no refill (see _first_answer).
+            elapsed = now - since
+            rates = bucket.rates
+            records, size = bucket.tokens(now)
+            if records - rates[0] * elapsed < 1 or size - rates[1] * elapsed < min(
+                record.size, bucket.capacities[1]
+            ):
+                return False
         if bucket.try_take((1, record.size), now):
+            if since is None:
+                self._first_take = now
             return True
         # A record larger than the byte capacity is admitted into a full bucket.
         capacity = bucket.capacities[1]
