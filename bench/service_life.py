@@ -941,13 +941,14 @@ def run_all(plan: Plan) -> tuple[list[Figure], dict[str, Any]]:
 
 def table(figures: Sequence[Figure], before: Mapping[tuple[str, str], str] | None = None) -> str:
     """A Markdown table, one figure a line with its target; with ``before`` (an earlier run's
-    texts by cell and figure), that run's beside this one's."""
+    texts by cell and figure), that run's beside this one's, headed by their roles (the
+    ``--compare`` file's, this run's), not "before" and "after": either may be the old code."""
     pipe = str.maketrans({"|": "/", "\n": " "})
     if before is None:
         lines = ["| cell | figure | measured | target | verdict |", "|---|---|---|---|---|"]
     else:
         lines = [
-            "| cell | figure | before | after | target | verdict (after) |",
+            "| cell | figure | --compare's run | this run | target | verdict (this run) |",
             "|---|---|---|---|---|---|",
         ]
     for figure in figures:
