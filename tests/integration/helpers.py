@@ -131,6 +131,17 @@ def aws_deaggregate(record: dict[str, Any]) -> list[tuple[str, bytes]]:
     return found
 
 
+def interruptible() -> None:
+    """A child's ``preexec_fn``: SIGINT handled as Python's default, whatever this process
+    inherited.
+
+    A job that a shell starts in the background without job control (``nohup make test &``)
+    has SIGINT ignored, and its children inherit that: Python then installs no
+    ``KeyboardInterrupt`` handler, and every test that interrupts a child waited for it in
+    vain (10 failures after 30-60 s each, on 3.10 and 3.13 alike)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Delivered(NamedTuple):
     """A user record read back from a stream."""
 
@@ -198,6 +209,7 @@ class Child:
             stderr=subprocess.PIPE,
             bufsize=0,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=interruptible,
         )
 
     def expect(self, line: str) -> None:

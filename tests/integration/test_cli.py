@@ -36,6 +36,7 @@ from .helpers import (
     admin_client,
     config,
     create_stream,
+    interruptible,
     stream_name,
     user_records,
     wait_until_active,
@@ -302,6 +303,7 @@ def test_put_process_interrupted_reports_and_exits_130(
         stderr=subprocess.PIPE,
         env=subprocess_env(),
         cwd=tmp_path,
+        preexec_fn=interruptible,
     )
     try:
         assert process.stdin is not None
@@ -523,6 +525,7 @@ def tail_process(kinesis_server: tuple[str, str]) -> Iterator[TailProcess]:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=subprocess_env(),
+            preexec_fn=interruptible,
         )
         started.append(process)
         return process

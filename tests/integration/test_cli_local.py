@@ -25,7 +25,7 @@ from aiokpl import Producer
 from aiokpl.testing import read_stream
 from aiokpl.testing._servers import throughput
 
-from .helpers import admin_client, aiokpl_script, config, user_records
+from .helpers import admin_client, aiokpl_script, config, interruptible, user_records
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +53,7 @@ def start_local() -> Iterator[StartLocal]:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=interruptible,
         )
         started.append(process)
         assert process.stdout is not None

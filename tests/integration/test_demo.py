@@ -12,7 +12,7 @@ import pytest
 
 from aiokpl._cli import build_parser, main
 
-from .helpers import aiokpl_script
+from .helpers import aiokpl_script, interruptible
 
 pytestmark = pytest.mark.integration
 
@@ -77,6 +77,7 @@ def test_an_interrupted_demo_says_so_and_exits_130(backend: str, signum: int, na
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=interruptible,
     )
     try:
         assert process.stderr is not None
