@@ -113,16 +113,18 @@ class ShardLimiter:
         this bucket behind the server's, never ahead (ahead by that lag, a producer on quiet
         shards had its first second's records throttled: 112-214 of 3,000 over HTTP)."""
         self._heard = True
-        since = self._first_take
-        if since is not None and now > since:
+        if self._first_take is not None:
             bucket = self.bucket
-            elapsed = now - since
-            tokens = bucket.tokens(now)
-            held = [
-                min(rate * elapsed, max(0.0, balance))
-                for rate, balance in zip(bucket.rates, tokens, strict=True)
-            ]
+            refill = self._refill_since_first_take(now)
+            held = [min(r, max(0.0, b)) for r, b in zip(refill, bucket.tokens(now), strict=True)]
             bucket.force_take(held, now)
+
+    def _refill_since_first_take(self, now: float) -> tuple[float, float]:
+        """The (records, bytes) the bucket's rates gave since its first take."""
+        assert self._first_take is not None
+        elapsed = max(0.0, now - self._first_take)
+        rates = self.bucket.rates
+        return rates[0] * elapsed, rates[1] * elapsed
 
     def throttled(self, now: float, sent_at: float | None = None) -> None:
         """Kinesis throttled a request to this shard sent at ``sent_at``: lower its rates to
@@ -195,10 +197,9 @@ class ShardLimiter:
         if not self._heard and since is not None and now - since < FIRST_ANSWER_WAIT:
             # Until the first answer (for at most FIRST_ANSWER_WAIT), only what the bucket
             # held at the first take: no refill (see _first_answer).
-            elapsed = now - since
-            rates = bucket.rates
             records, size = bucket.tokens(now)
-            if records - rates[0] * elapsed < 1 or size - rates[1] * elapsed < min(
+            refill_records, refill_size = self._refill_since_first_take(now)
+            if records - refill_records < 1 or size - refill_size < min(
                 record.size, bucket.capacities[1]
             ):
                 return False
