@@ -69,11 +69,15 @@ $(PIP_STAMP):
 	$(PY) -m pip install --quiet --upgrade 'pip>=$(PIP_MIN)'
 	touch $(PIP_STAMP)
 
-$(DEV_STAMP): pyproject.toml | $(PIP_STAMP)
+# The build's inputs: the project's metadata and the optional C decoder (setup.py), which an
+# editable install compiles into src/ (a change to its source needs a new install).
+BUILD_INPUTS := pyproject.toml setup.py src/aiokpl/_core/_cdecoder.c
+
+$(DEV_STAMP): $(BUILD_INPUTS) | $(PIP_STAMP)
 	$(PY) -m pip install --quiet -e '.[$(DEV_EXTRAS)]' --group dev
 	touch $(DEV_STAMP)
 
-$(DEMO_STAMP): pyproject.toml | $(PIP_STAMP)
+$(DEMO_STAMP): $(BUILD_INPUTS) | $(PIP_STAMP)
 	$(PY) -m pip install --quiet -e '.[local]'
 	touch $(DEMO_STAMP)
 
@@ -198,4 +202,5 @@ fuzz: $(DEV_STAMP)
 
 clean:
 	rm -rf $(VENV) site $(DIST) .coverage .pytest_cache .mypy_cache .ruff_cache .hypothesis \
-		$(KINESALITE_DIR) $(PACKAGE_VENV) $(PYRIGHT_DIR) .cache/venv-3.*
+		$(KINESALITE_DIR) $(PACKAGE_VENV) $(PYRIGHT_DIR) .cache/venv-3.* build \
+		src/aiokpl/_core/_cdecoder.*.so

@@ -20,11 +20,17 @@ a second run, for information, uses 16 keys on 200k records, where the tables st
 Also for information, the headline decode is timed again with the garbage collector disabled
 during each call, on both sides: the difference is what the collections triggered by the
 million result objects cost each library (the headline figures keep the collector on).
+
+**Any 1 MiB record** (issue 33's target, 50 ms): each shape of ``bench/hostile.py`` at 1 MiB,
+the shapes that make a decoder do the most work per byte, deaggregated as a consumer does it,
+with the C decoder (the target) and, for information, the pure-Python one; the row gives the
+slowest shape of each.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import sys
 import time
@@ -32,8 +38,10 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
-from aiokpl.aggregation import AggregateBuilder, deaggregate_records, decode
+from aiokpl._core import decoder
+from aiokpl.aggregation import AggregateBuilder, deaggregate, deaggregate_records, decode
 
+from .hostile import MIB, hostile_aggregates
 from .report import Row, ScenarioResult
 
 RECORDS = 1_000_000
@@ -45,6 +53,7 @@ FEW_KEYS = 16  # an information-only variant, on a fifth of the records
 DATA_SIZE = 100
 MAX_SIZE = 51_200
 TARGET = 3.0
+ANY_RECORD_TARGET_MS = 50.0  # issue 33: any 1 MiB record, whatever its shape
 
 
 @contextlib.contextmanager
@@ -224,6 +233,61 @@ def _measure(
     }
 
 
+@contextlib.contextmanager
+def _decoding_with(parse_body: Callable[..., Any], records: Callable[..., Any]) -> Iterator[None]:
+    """Decode with the given implementation (the C or the Python one) for the block."""
+    saved = decoder.parse_body, decoder.records
+    decoder.parse_body, decoder.records = parse_body, records
+    try:
+        yield
+    finally:
+        decoder.parse_body, decoder.records = saved
+
+
+def _any_record(repeats: int) -> dict[str, dict[str, float]]:
+    """Milliseconds to deaggregate each hostile 1 MiB shape, best of ``repeats``, per decoder."""
+    implementations = {"python": (decoder.parse_body_python, decoder.records_python)}
+    if decoder.NATIVE is not None:
+        implementations["c"] = (decoder.NATIVE.parse_body, decoder.NATIVE.records)
+    found: dict[str, dict[str, float]] = {name: {} for name in implementations}
+    for shape, blob in hostile_aggregates(MIB).items():
+        record = {"Data": blob, "PartitionKey": "p", "SequenceNumber": "1"}
+        for name, implementation in implementations.items():
+            samples: list[float] = []
+            with _decoding_with(*implementation):
+                for _ in range(repeats):
+                    _best(functools.partial(deaggregate, record), samples)
+            found[name][shape] = min(samples) * 1000
+    return found
+
+
+def _any_record_row(found: dict[str, dict[str, float]]) -> Row:
+    def slowest(name: str) -> tuple[str, float]:
+        return max(found[name].items(), key=lambda item: item[1])
+
+    python_shape, python_ms = slowest("python")
+    if "c" not in found:
+        return Row(
+            "codec/any 1 MiB record",
+            f"the C decoder is not in use (not built, or AIOKPL_NO_EXTENSIONS is set); the "
+            f"pure-Python decoder's slowest {python_ms:.0f} ms ({python_shape})",
+            f"≤ {ANY_RECORD_TARGET_MS:g} ms",
+            python_ms / ANY_RECORD_TARGET_MS,
+            "of limit",
+            False,
+        )
+    shape, ms = slowest("c")
+    return Row(
+        "codec/any 1 MiB record",
+        f"slowest of {len(found['c'])} shapes: {ms:.1f} ms ({shape}); the pure-Python decoder's "
+        f"slowest {python_ms:.0f} ms ({python_shape})",
+        f"≤ {ANY_RECORD_TARGET_MS:g} ms",
+        ms / ANY_RECORD_TARGET_MS,
+        "of limit",
+        ms <= ANY_RECORD_TARGET_MS,
+    )
+
+
 def _rate(per_second: float) -> str:
     if per_second >= 1e6:
         return f"{per_second / 1e6:.2f}M rec/s"
@@ -238,11 +302,13 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
     headline = _measure(n, KEYS, repeats, aws, collector_off=True)
     # How the comparison moves with the number of distinct keys per aggregate: information.
     few = _measure(n // 5, FEW_KEYS, max(1, repeats - 1), aws)
+    any_record = _any_record(repeats)
     result.details = {
         "data_size": DATA_SIZE,
         "aggregate_max_size": MAX_SIZE,
         "headline": headline,
         "few_keys": few,
+        "any_1_mib_record_ms": any_record,
     }
     for variant, measured in (("", headline), (f" ({FEW_KEYS} keys)", few)):
         rates = measured["records_per_second"]
@@ -283,4 +349,5 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
             None,
         )
     )
+    result.rows.append(_any_record_row(any_record))
     return result

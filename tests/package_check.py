@@ -12,8 +12,10 @@ before it) holds PyPI's rules to:
 * Python-version classifiers cover ``Requires-Python``; every URL of the metadata (project
   URLs, home page, download) is one the project can vouch for (:data:`VOUCHED_URLS`, none
   today): an address invented for a repository that does not exist misleads every reader;
-* the wheel holds the package with ``py.typed``, the licence and the ``aiokpl`` command, and
-  nothing of ``tests/`` or ``bench/``; the sdist holds what a build from it needs.
+* the wheel holds the package with ``py.typed``, the licence and the ``aiokpl`` command, the
+  compiled C decoder (unless ``AIOKPL_NO_EXTENSIONS`` is set: ``setup.py`` then leaves it out),
+  and nothing of ``tests/`` or ``bench/``; the sdist holds what a build from it needs (the C
+  decoder's source and ``setup.py`` among it).
 
 ``python -I tests/package_check.py installed DIST``, run by the interpreter of a new
 virtualenv into which only the wheel was installed, from outside the source tree, imports the
@@ -186,6 +188,10 @@ def wheel_problems(path: Path, *, version: str) -> list[str]:
     ):
         if needed not in names:
             problems.append(f"{path.name}: {needed} is missing")
+    if not os.environ.get("AIOKPL_NO_EXTENSIONS") and not any(
+        re.fullmatch(r"aiokpl/_core/_cdecoder\.[^/]+\.(so|pyd)", name) for name in names
+    ):
+        problems.append(f"{path.name}: the C decoder (aiokpl/_core/_cdecoder) was not built")
     stray = sorted(n for n in names if not n.startswith(("aiokpl/", f"{dist_info}/")))
     if stray:
         problems.append(f"{path.name}: files outside the package: {', '.join(stray[:5])}")
@@ -212,6 +218,9 @@ def sdist_problems(path: Path, *, version: str) -> list[str]:
         "LICENSE",
         "src/aiokpl/__init__.py",
         "src/aiokpl/py.typed",
+        "setup.py",
+        "src/aiokpl/_core/_cdecoder.c",
+        "src/aiokpl/_core/_cdecoder.pyi",
     ):
         if f"{top}/{needed}" not in names:
             problems.append(f"{path.name}: {needed} is missing")
@@ -248,6 +257,13 @@ def installed_problems(dist: Path) -> list[str]:
         where = Path(module.__file__ or "").resolve()
         if prefix not in where.parents:
             problems.append(f"{name} was imported from {where}, not from the virtualenv {prefix}")
+    decoder = sys.modules.get("aiokpl._core.decoder")
+    if (
+        decoder is not None
+        and decoder.NATIVE is None
+        and not os.environ.get("AIOKPL_NO_EXTENSIONS")
+    ):
+        problems.append("the installed package decodes in Python: its C decoder is missing")
     aiokpl = sys.modules.get("aiokpl")
     if aiokpl is not None and aiokpl.__version__ != wheel_version:
         problems.append(f"aiokpl.__version__ is {aiokpl.__version__}, the wheel {wheel_version}")

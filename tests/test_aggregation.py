@@ -55,6 +55,29 @@ def _import_aws_kinesis_agg() -> tuple[ModuleType, ModuleType, ModuleType]:
 
 aws_aggregator, aws_deaggregator, messages_pb2 = _import_aws_kinesis_agg()
 
+NATIVE = decoder.native_decoder({})
+"""The C decoder, when it was built here (whatever ``AIOKPL_NO_EXTENSIONS`` says)."""
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def decoder_in_use(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs with each decoder: the C one and the pure-Python one."""
+    if request.param == "python":
+        body, tags, records = (
+            decoder.parse_body_python,
+            decoder.decode_tags_python,
+            decoder.records_python,
+        )
+    elif NATIVE is None:
+        pytest.skip("the C decoder was not built here: test_the_c_decoder_is_built says why")
+    else:
+        body, tags, records = NATIVE.parse_body, NATIVE.decode_tags, NATIVE.records
+    monkeypatch.setattr(decoder, "parse_body", body)
+    monkeypatch.setattr(decoder, "decode_tags", tags)
+    monkeypatch.setattr(decoder, "records", records)
+    return str(request.param)
+
+
 # --------------------------------------------------------------------------------------------
 # Strategies and helpers
 # --------------------------------------------------------------------------------------------
@@ -541,9 +564,7 @@ def _assert_fast_path_is_exact(body: bytes) -> None:
         return
     assert general is not AggregationFormatError
     assert not isinstance(general, type)
-    keys, datas, explicit_hash_keys, tags = fast
-    assert (keys, datas, explicit_hash_keys or [None] * len(keys)) == general[:3]
-    assert tags == general[3]
+    assert fast == general
 
 
 def test_fast_key_table_reads_ascii_keys_in_one_piece() -> None:

@@ -48,7 +48,7 @@ Changes = Mapping[str, str | list[str] | None]
 
 
 def metadata_text(version: str = VERSION, changes: Changes | None = None) -> str:
-    """Core metadata as hatchling writes it; ``changes`` replace (or, with None, drop) lines."""
+    """Core metadata as setuptools writes it; ``changes`` replace (or, with None, drop) lines."""
     fields: dict[str, str | list[str]] = {
         "Metadata-Version": "2.4",
         "Name": "aiokpl",
@@ -87,13 +87,14 @@ def metadata_text(version: str = VERSION, changes: Changes | None = None) -> str
 def make_wheel(
     directory: Path, metadata: str, *, version: str = VERSION, extra_files: tuple[str, ...] = ()
 ) -> Path:
-    path = directory / f"aiokpl-{version}-py3-none-any.whl"
+    path = directory / f"aiokpl-{version}-cp311-cp311-linux_x86_64.whl"
     info = f"aiokpl-{version}.dist-info"
     with zipfile.ZipFile(path, "w") as wheel:
         for name in (
             "aiokpl/__init__.py",
             "aiokpl/py.typed",
             "aiokpl/_cli/__init__.py",
+            "aiokpl/_core/_cdecoder.cpython-311-x86_64-linux-gnu.so",
             *extra_files,
         ):
             wheel.writestr(name, "")
@@ -114,6 +115,9 @@ def make_sdist(directory: Path, metadata: str, *, version: str = VERSION) -> Pat
             "LICENSE": "Apache",
             "src/aiokpl/__init__.py": "",
             "src/aiokpl/py.typed": "",
+            "setup.py": "",
+            "src/aiokpl/_core/_cdecoder.c": "",
+            "src/aiokpl/_core/_cdecoder.pyi": "",
         }
         for name, text in files.items():
             data = text.encode()
@@ -191,6 +195,23 @@ def test_wheel_contents_are_checked(check: ModuleType, tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, metadata_text(), extra_files=("tests/test_x.py",))
     found = check.wheel_problems(wheel, version=VERSION)
     assert found == [f"{wheel.name}: files outside the package: tests/test_x.py"]
+
+
+def test_a_wheel_without_the_c_decoder_is_reported(
+    check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheel = make_wheel(tmp_path, metadata_text())
+    with zipfile.ZipFile(wheel) as built, zipfile.ZipFile(tmp_path / "pure.whl", "w") as pure:
+        for item in built.infolist():
+            if "_cdecoder" not in item.filename:
+                pure.writestr(item, built.read(item))
+    monkeypatch.delenv("AIOKPL_NO_EXTENSIONS", raising=False)
+    assert check.wheel_problems(tmp_path / "pure.whl", version=VERSION) == [
+        "pure.whl: the C decoder (aiokpl/_core/_cdecoder) was not built"
+    ]
+    assert check.wheel_problems(wheel, version=VERSION) == []
+    monkeypatch.setenv("AIOKPL_NO_EXTENSIONS", "1")  # a build told to leave it out
+    assert check.wheel_problems(tmp_path / "pure.whl", version=VERSION) == []
 
 
 def test_distribution_problems_wants_one_wheel_and_one_sdist(

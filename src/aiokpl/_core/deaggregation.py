@@ -31,11 +31,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import repeat
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .decoder import parse_body, tuple_new
+from . import decoder
 from .errors import AggregationFormatError
 from .hashing import MAX_HASH_KEY, hash_key_of
 from .wire import DIGEST_SIZE, MAGIC, MAGIC_SIZE, DeaggregatedRecord
@@ -53,17 +52,22 @@ __all__ = (
 _sub_sequence_numbers: tuple[int, ...] = ()
 _SHARED_SUB_SEQUENCE_NUMBERS = 1 << 16
 
+# The fields of a DeaggregatedRecord that vary from one user record to the next (the others
+# are the Kinesis record's): partition key, data, sub-sequence number; the explicit hash key
+# (bit 2) and the tags (bit 7) too when some record has one.
+_VARYING = 0b10011
+
 _HASH_KEY_DIGITS = len(str(MAX_HASH_KEY))  # 39: an explicit hash key with more is out of range
 
 
-def _sub_sequence_numbers_for(count: int) -> Sequence[int]:
+def _sub_sequence_numbers_for(count: int) -> tuple[int, ...]:
     """At least the numbers ``0 ... count - 1``, in order (possibly more)."""
     global _sub_sequence_numbers
     numbers = _sub_sequence_numbers
     if count <= len(numbers):
         return numbers
     if count > _SHARED_SUB_SEQUENCE_NUMBERS:
-        return range(count)
+        return tuple(range(count))
     numbers = _sub_sequence_numbers = tuple(range(max(count, 2 * len(numbers), 1024)))
     return numbers
 
@@ -247,19 +251,19 @@ def _deaggregate(
         and hashlib.md5(memoryview(data)[MAGIC_SIZE:end], usedforsecurity=False).digest()
         == data[end:]
     ):
-        partition_keys, datas, explicit_hash_keys, tags = parse_body(data, MAGIC_SIZE, end)
-        # zip stops at the first column's end: the others may be longer, or endless.
-        rows = zip(
+        partition_keys, datas, explicit_hash_keys, tags = decoder.parse_body(data, MAGIC_SIZE, end)
+        fields = (
             partition_keys,
             datas,
-            repeat(None) if explicit_hash_keys is None else explicit_hash_keys,
-            repeat(sequence_number),
+            explicit_hash_keys,
+            sequence_number,
             _sub_sequence_numbers_for(len(datas)),
-            repeat(True),
-            repeat(timestamp),
-            repeat(()) if tags is None else tags,
+            True,
+            timestamp,
+            () if tags is None else tags,
         )
-        user_records = map(tuple_new, repeat(DeaggregatedRecord), rows)
+        varying = _VARYING | (explicit_hash_keys is not None) << 2 | (tags is not None) << 7
+        user_records = decoder.records(DeaggregatedRecord, len(datas), fields, varying)
         return user_records if key_range is None else _in_range(user_records, key_range)
     return [DeaggregatedRecord(partition_key, data, None, sequence_number, 0, False, timestamp)]
 

@@ -4,6 +4,13 @@ The format itself (framing, messages) is described in ``wire``. ``parse_body`` r
 ``AggregatedRecord`` body into columns (partition keys, data, explicit hash keys, tags); ``decode``
 here and ``deaggregation`` build their records from them.
 
+Two implementations read a body and a run of tags: the C decoder (``_cdecoder.c``), used when it
+was built and ``AIOKPL_NO_EXTENSIONS`` is not set, and the pure-Python one here
+(``parse_body_python``, ``decode_tags_python``). They return the same values and raise the same
+errors, with the same messages, for any input (the tests and the fuzz target compare them); the C
+one takes a few nanoseconds per field whatever the body holds, where Python's loops take up to a
+few hundred milliseconds on a crafted 1 MiB record (``docs/aggregation.md``).
+
 Invariants:
 
 * The decoder accepts any valid body: fields in any order, unknown fields skipped by wire type;
@@ -16,7 +23,7 @@ Invariants:
   record without tags decodes to ``()``. Records without tags cost what they cost before tags
   were supported: one constant column when decoded.
 * Reads never go more than 14 bytes past the body: the 16-byte digest that follows keeps them
-  inside the buffer.
+  inside the buffer (the C decoder checks every read against the buffer's length instead).
 
 Mirrors the KPL's ``aggregation-format.md`` (the KPL itself only writes aggregates: its
 consumers, the KCL and ``aws_kinesis_agg``, read them). Where we differ: a body is parsed by
@@ -27,17 +34,23 @@ we read the tags the KPL's format defines (see ``encoder``).
 from __future__ import annotations
 
 import hashlib
-from itertools import repeat
-from typing import NoReturn
+import os
+from collections.abc import Callable, Mapping
+from itertools import islice, repeat
+from types import ModuleType
+from typing import Any, NoReturn, TypeVar
 
 from .canonical import Columns, parse_canonical, read_tags
 from .errors import AggregationFormatError
 from .wire import DIGEST_SIZE, FRAMING_OVERHEAD, MAGIC, MAGIC_SIZE, Record, Tag, read_varint
 
+_R = TypeVar("_R", bound=tuple[Any, ...])
+
 __all__ = (
     "decode",
     "decode_tags",
     "is_aggregated",
+    "native_decoder",
 )
 
 
@@ -137,8 +150,8 @@ def _parse_tag(buf: bytes, pos: int, stop: int, start: int) -> Tag:
     return Tag(key, value)
 
 
-def decode_tags(encoded: bytes) -> tuple[Tag, ...]:
-    """The tags :func:`encode_tags` encoded, back as ``Tag`` objects.
+def decode_tags_python(encoded: bytes) -> tuple[Tag, ...]:
+    """The tags :func:`encode_tags` encoded, back as ``Tag`` objects (``decode_tags`` in Python).
 
     Raises:
         AggregationFormatError: ``encoded`` is not a run of ``Record.tags`` fields (a tag
@@ -229,15 +242,15 @@ def _parse_record(
     return pk_index, ehk_index, data, tuple(tags)
 
 
-def parse_body(buf: bytes, pos: int, end: int) -> Columns:
+def parse_body_python(buf: bytes, pos: int, end: int) -> Columns:
     """Parse the ``AggregatedRecord`` in ``buf[pos:end]``: the fast path, else the general one.
 
     ``buf`` must extend at least 16 bytes past ``end`` (the digest does), so that the fast path
     may peek past the body before deciding to give up.
 
     Returns:
-        The records' partition keys, data and explicit hash keys, as parallel lists; ``None``
-        instead of the last when no record has an explicit hash key.
+        The records' partition keys, data, explicit hash keys and tags, as parallel lists;
+        ``None`` instead of either of the last two when no record has one.
 
     Raises:
         AggregationFormatError: if the body is malformed.
@@ -309,13 +322,14 @@ def _parse_general(buf: bytes, pos: int, end: int) -> Columns:
     explicit_hash_keys += _decode_table(ehk_table, "explicit hash key")
     if pk_indexes and max(pk_indexes) >= len(partition_keys):
         _raise_bad_index(pk_indexes, len(partition_keys), "partition key")
-    if ehk_indexes and max(ehk_indexes) >= len(explicit_hash_keys):
+    highest_ehk_index = max(ehk_indexes, default=-1)  # -1: no record has an explicit hash key
+    if highest_ehk_index >= len(explicit_hash_keys):
         _raise_bad_index(ehk_indexes, len(explicit_hash_keys), "explicit hash key")
     explicit_hash_keys.append(None)  # index -1: the record has no explicit hash key
     return (
         list(map(partition_keys.__getitem__, pk_indexes)),
         datas,
-        list(map(explicit_hash_keys.__getitem__, ehk_indexes)),
+        list(map(explicit_hash_keys.__getitem__, ehk_indexes)) if highest_ehk_index >= 0 else None,
         tags if any(tags) else None,
     )
 
@@ -358,10 +372,17 @@ def _check_framing(blob: bytes) -> None:
         )
 
 
-# Records are built by ``map(tuple_new, repeat(cls), zip(...))``: tuple.__new__ on each row,
-# no Python call per record (a NamedTuple's own __new__ is a Python function).
-# Hot path: no Python call per decoded record (188 ns per record, 143 vs 331 ns for a
-# four-field NamedTuple, timeit).
+def records_python(cls: type[_R], count: int, fields: tuple[Any, ...], varying: int) -> list[_R]:
+    """A list of ``count`` tuples of ``cls`` (a named tuple) built from columns (``records``).
+
+    Field ``j`` of record ``i`` is ``fields[j][i]`` where bit ``j`` of ``varying`` is set, else
+    ``fields[j]``. Each record is made by ``tuple.__new__``, with no Python call per record (a
+    NamedTuple's own ``__new__`` is a Python function: 143 vs 331 ns for four fields, timeit).
+    """
+    columns = [field if varying >> j & 1 else repeat(field) for j, field in enumerate(fields)]
+    return list(islice(map(tuple_new, repeat(cls), zip(*columns, strict=False)), count))
+
+
 tuple_new = tuple.__new__
 
 
@@ -386,9 +407,44 @@ def decode(blob: bytes | bytearray | memoryview) -> list[Record]:
         blob = bytes(blob)
     _check_framing(blob)
     keys, datas, explicit_hash_keys, tags = parse_body(blob, MAGIC_SIZE, len(blob) - DIGEST_SIZE)
-    ehks = repeat(None) if explicit_hash_keys is None else explicit_hash_keys
-    rows = zip(keys, datas, ehks, repeat(()) if tags is None else tags, strict=False)
-    return list(map(tuple_new, repeat(Record), rows))
+    fields = (keys, datas, explicit_hash_keys, () if tags is None else tags)
+    varying = 0b0011 | (explicit_hash_keys is not None) << 2 | (tags is not None) << 3
+    return records(Record, len(datas), fields, varying)
+
+
+def native_decoder(environ: Mapping[str, str] = os.environ) -> ModuleType | None:
+    """The C decoder (``_cdecoder``), or ``None``: it was not built (no compiler at install
+    time), or ``AIOKPL_NO_EXTENSIONS`` is set in ``environ`` to anything but the empty string."""
+    if environ.get("AIOKPL_NO_EXTENSIONS"):
+        return None
+    try:
+        from . import _cdecoder
+    except ImportError:
+        return None
+    return _cdecoder
+
+
+NATIVE = native_decoder()
+"""The C decoder this process uses, or ``None`` for the pure-Python one (read once, at import)."""
+
+parse_body: Callable[[bytes, int, int], Columns] = (
+    parse_body_python if NATIVE is None else NATIVE.parse_body
+)
+"""Parse the ``AggregatedRecord`` in ``buf[pos:end]`` (``parse_body_python`` says how)."""
+
+decode_tags: Callable[[bytes], tuple[Tag, ...]] = (
+    decode_tags_python if NATIVE is None else NATIVE.decode_tags
+)
+"""The tags ``encode_tags`` encoded, back as ``Tag`` objects (``decode_tags_python`` says how)."""
+
+records: Callable[[type[_R], int, tuple[Any, ...], int], list[_R]] = (
+    records_python if NATIVE is None else NATIVE.records
+)
+"""The records ``decode`` and ``deaggregate`` build from a body's columns (``records_python``
+says how). The C decoder's leaves each record the collector need not follow (its items are
+strings, bytes, numbers, ``None``, datetimes, tuples of tags) untracked: CPython never untracks
+a named tuple, and a program that kept a million decoded records paid for collections that
+walked them all, more than half of ``deaggregate_records``' time in the codec benchmark."""
 
 
 def is_aggregated(blob: bytes | bytearray | memoryview) -> bool:
