@@ -18,7 +18,7 @@ NPM ?= npm
 KINESALITE_VERSION := 3.3.3
 KINESALITE_DIR := .cache/kinesalite
 KINESALITE_STAMP := $(KINESALITE_DIR)/.installed-$(KINESALITE_VERSION)
-LINT_PATHS := src tests $(wildcard bench) docs/_hooks.py
+LINT_PATHS := src tests $(wildcard bench) docs/_hooks.py setup.py
 # pyright, for `make typecompleteness`: an npm package, installed once into a cache folder like
 # kinesalite. Its figure for the public API, in %, must not fall below TYPE_COMPLETENESS_MIN.
 PYRIGHT_VERSION := 1.1.414
