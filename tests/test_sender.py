@@ -32,8 +32,8 @@ class _Record:
         return {"Data": b"x", "PartitionKey": "k"}
 
 
-def records(count: int = 1) -> list[KinesisRecord]:
-    return cast("list[KinesisRecord]", [_Record() for _ in range(count)])
+def records(count: int = 1, expires_at: float = math.inf) -> list[KinesisRecord]:
+    return cast("list[KinesisRecord]", [_Record(expires_at) for _ in range(count)])
 
 
 class _Client:
@@ -60,8 +60,8 @@ class _Limits:
 
 
 class _Destination:
-    """A stream's retrier as the sender sees it; ``then`` runs inside ``handle_result``, as a
-    record's done-callback would."""
+    """A stream's router as the sender sees it; ``then`` runs inside ``handle_result``, as the
+    router's resends and retries would."""
 
     stream = "s"
     collector = _Limits()
@@ -69,14 +69,10 @@ class _Destination:
     def __init__(self) -> None:
         self.results: list[object] = []
         self.then: Any = None
-        self.expire: list[list[KinesisRecord]] = []  # requests whose records expire on send
-        self.expired: list[list[KinesisRecord]] = []
+        self.expired: list[list[KinesisRecord]] = []  # what the sender found expired, unsent
 
-    def expire_before_send(self, sent: list[KinesisRecord], now: float) -> list[KinesisRecord]:
-        if any(sent is request for request in self.expire):
-            self.expired.append(sent)
-            return []
-        return sent
+    def found_expired(self, sent: list[KinesisRecord], now: float) -> None:
+        self.expired.append(sent)
 
     def handle_result(self, sent: Any, result: object, started: float, ended: float) -> None:
         self.results.append(result)
@@ -212,7 +208,8 @@ async def test_a_probe_whose_records_expired_passes_the_probe_to_the_next_reques
     client = _Client([client_error("InternalFailure", "down", "PutRecords", http_status=500), OK])
     destination = _Destination()
     scheduler = Scheduler()
-    b, c = records(), records()
+    t0 = anyio.current_time()
+    b, c = records(expires_at=t0 + 0.05), records()  # b expires during the backoff
     async with anyio.create_task_group() as task_group:
         task_group.start_soon(scheduler.run)
         sender = Sender(
@@ -231,8 +228,6 @@ async def test_a_probe_whose_records_expired_passes_the_probe_to_the_next_reques
             assert sender.statistics().backing_off == 2
 
         destination.then = submit_two
-        destination.expire = [b]  # the first after the backoff, the probe, has expired
-        t0 = anyio.current_time()
         sender.submit(destination, records())
         await anyio.sleep(1)
         assert sender.statistics().backing_off == sender.statistics().queued == 0

@@ -68,8 +68,8 @@ class _Destination:
         self.answers = 0
         self.then: Any = None
 
-    def expire_before_send(self, sent: list[KinesisRecord], now: float) -> list[KinesisRecord]:
-        return sent
+    def found_expired(self, sent: list[KinesisRecord], now: float) -> None:
+        raise AssertionError("no record here expires")
 
     def handle_result(self, sent: Any, result: object, started: float, ended: float) -> None:
         self.answers += 1
@@ -129,9 +129,9 @@ async def test_the_halves_of_a_request_refused_as_a_whole_go_apart() -> None:
     def script(sender: Sender) -> None:
         sender.submit(destination, records(4))
 
-        def resend() -> None:  # as the retrier's decisions do, inside the failed answer
+        def resend() -> None:  # as the router resends the retrier's halves: alone
             for half in halves:
-                sender.submit(destination, half)
+                sender.submit(destination, half, alone=True)
 
         destination.then = resend
 
@@ -158,3 +158,27 @@ def test_merging_takes_the_whole_queue_when_it_fits() -> None:
     assert len(joined) == 6
     assert not queued
     assert len(first.records) == 2  # a new list: the request's own is left as it was
+
+
+@pytest.mark.anyio
+async def test_requests_submitted_while_a_failed_answer_is_handled_merge_unless_alone() -> None:
+    """'Alone' is the request's own, as data: requests submitted while a failed answer is
+    handled (records retried by other routes, or put by a callback) merge like any other; a
+    sender-wide flag once made every one of them go alone."""
+    error = client_error("ValidationException", "bad", "PutRecords", http_status=400)
+    client = _Client(delay=1.0, errors=[error])
+    destination = _Destination(_Limits(max_count=500, max_size=5 * 1024 * 1024))
+
+    def script(sender: Sender) -> None:
+        sender.submit(destination, records(4))
+        sender.submit(destination, records(1))  # waits behind it for the connection
+
+        def submit_two() -> None:
+            for _ in range(2):
+                sender.submit(destination, records(2))
+
+        destination.then = submit_two
+
+    await _run(client, destination, script)
+    # The waiting request went next, taking the two submitted meanwhile along.
+    assert client.calls == [4, 1 + 2 + 2]

@@ -137,8 +137,8 @@ class Producer:
         self.config = config
         self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit
         self._started = False
-        scheduler = Scheduler()
         self._ledger = ledger = ResultLedger(config, self._metrics, anyio.current_time)
+        scheduler = Scheduler(ledger.step)
         # Hot path: the ledger's dict, shared, so a put reaches it in one attribute lookup, not
         # two (one lookup, about 15 ns of a put, timeit).
         self._outstanding = ledger.outstanding

@@ -44,6 +44,7 @@ import logging
 import math
 import random
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 import anyio
@@ -104,8 +105,10 @@ class Distribution:
         check_interval: float = 300.0,
         request_timeout: float = 6.0,
         random_value: Callable[[], float] = random.random,
+        step: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self.stream = stream
+        self._step = step
         self._client = client
         self._task_group = task_group
         self._check_interval = check_interval
@@ -226,7 +229,8 @@ class Distribution:
         if self.first_pending:
             self.first_pending = False
             if self.on_first is not None:
-                self.on_first()
+                with self._step():
+                    self.on_first()
 
     def _answered(self, strategy: str, started: float) -> None:
         before = self.service_places
@@ -254,7 +258,8 @@ class Distribution:
                 ": records go one per Kinesis record, unaggregated" if strategy == AUTO else "",
             )
         if self.service_places != before and self.on_change is not None:
-            self.on_change()
+            with self._step():
+                self.on_change()
 
     def _failed(self, failure: UnusableAnswer, started: float) -> None:
         code, message = failure.code, failure.message

@@ -15,12 +15,15 @@ Invariants:
   (``epoch``) current when it was put, and a flush starts the next; records put between two
   flushes share one int object, so this costs nothing per record;
 * every change that frees room wakes the tasks waiting for room (one event, replaced once set);
-* records are resolved here only, and never inside a pipeline step: a stream's router runs each
-  event between :meth:`ResultLedger.enter` and :meth:`ResultLedger.leave`, and what ``finish``
-  is given meanwhile is resolved when the outermost step leaves (steps nest: a request the
-  router submits can make the sender expire another stream's records). So done-callbacks and
-  ``on_record_failure`` run after the stages are consistent again, and a callback that puts a
-  record starts a step of its own.
+* records are resolved here only, and never inside a pipeline step: every event that can
+  resolve records runs as ``with ledger.step(): ...``, opened by the event's source (the put
+  path and a flush, in the router; the scheduler, for every deadline; the sender's task, for
+  an answer and what it finds next; the control plane's tasks, for a new shard map, the
+  stream's summary and the dry run), and what ``finish`` is given meanwhile is resolved when
+  the outermost step ends (steps nest: a request the router submits can make the sender expire
+  another stream's records). So done-callbacks and ``on_record_failure`` run after every
+  component is consistent again, never inside one's update, and a callback that puts a record
+  starts a step of its own.
 
 The KPL keeps this in ``Producer`` and ``UserRecord`` (``producer.cc``'s outstanding count and
 flush); the flush generations are ours (the KPL's flush does not wait for results).
@@ -44,7 +47,24 @@ if TYPE_CHECKING:
     from .._metrics.recorder import MetricsRecorder
     from .._record import UserRecord
 
-__all__ = ("ResultLedger",)
+__all__ = ("ResultLedger", "Step")
+
+
+class Step:
+    """A pipeline step of a ledger, as a context manager (``with ledger.step(): ...``): the
+    records resolved inside it are resolved when the outermost step ends. One object per
+    ledger, reused by every step (it keeps no state of its own)."""
+
+    __slots__ = ("_ledger",)
+
+    def __init__(self, ledger: ResultLedger) -> None:
+        self._ledger = ledger
+
+    def __enter__(self) -> None:
+        self._ledger.depth += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._ledger.leave()
 
 
 class _FlushWaiter:
@@ -68,6 +88,7 @@ class ResultLedger:
 
     __slots__ = (
         "_deferred",
+        "_step",
         "clock",
         "delivered_at",
         "depth",
@@ -107,6 +128,7 @@ class ResultLedger:
         # Pipeline steps under way (see enter), and what they resolved, in order.
         self.depth = 0
         self._deferred: list[tuple[list[UserRecord], bool]] = []
+        self._step = Step(self)
         # Told of every resolution step (the durable spool acknowledges the records); None
         # without a spool, so the step pays one test, not one call per record.
         self.on_resolved: Callable[[list[UserRecord], bool], None] | None = None
@@ -119,12 +141,14 @@ class ResultLedger:
         await self.room.wait()
 
     # --- results --------------------------------------------------------------------------
-    def enter(self) -> None:
-        """A pipeline step starts: what it resolves waits until the outermost step leaves."""
-        self.depth += 1
+    def step(self) -> Step:
+        """A pipeline step, for ``with``: what it resolves waits until the outermost step
+        ends (see the module's invariants)."""
+        return self._step
 
     def leave(self) -> None:
-        """A pipeline step ends; the outermost resolves what the steps resolved, in order."""
+        """A pipeline step ends (``Step.__exit__``); the outermost resolves what the steps
+        resolved, in order."""
         self.depth -= 1
         if not self.depth and self._deferred:
             deferred, self._deferred = self._deferred, []
@@ -157,7 +181,7 @@ class ResultLedger:
         held = self.held
         waiters = self.flush_waiters
         failures = self.failures
-        finished = 0
+        delivered = False
         for record in records:
             if pop(record, False) is False:
                 continue  # already finished
@@ -165,24 +189,24 @@ class ResultLedger:
                 # Failed before, and held for its on_record_failure: still held.
                 outstanding[record] = None
                 continue
-            finished += 1
-            # Before resolving: a done-callback that puts again must see the room it frees.
+            # Before resolving: a done-callback that puts again must see the room it frees,
+            # and counts that add up (outstanding, succeeded and failed: the record is in one).
             self.outstanding_bytes -= record.size
             if success:
+                self.succeeded += 1
+                delivered = True
                 record.resolve()
-            elif failures.resolve(record):
-                outstanding[record] = None  # held until its async callback returns
-                held.add(record)
-                self.outstanding_bytes += record.size
-                continue
+            else:
+                self.failed += 1
+                if failures.resolve(record):
+                    outstanding[record] = None  # held until its async callback returns
+                    held.add(record)
+                    self.outstanding_bytes += record.size
+                    continue
             if waiters:
                 self._flush_progress(record)
-        if success:
-            self.succeeded += finished
-            if finished:
-                self.delivered_at = self.clock()
-        else:
-            self.failed += finished
+        if delivered:
+            self.delivered_at = self.clock()
         if self.on_resolved is not None:
             self.on_resolved(records, success)
         if self.room is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from .._core.listings import UnusableAnswer
@@ -53,9 +54,16 @@ class Preflight:
     """
 
     def __init__(
-        self, stream: str, client: KinesisClient, task_group: TaskGroup, *, request_timeout: float
+        self,
+        stream: str,
+        client: KinesisClient,
+        task_group: TaskGroup,
+        *,
+        request_timeout: float,
+        step: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self.stream = stream
+        self._step = step
         self._client = client
         self._task_group = task_group
         self._request_timeout = request_timeout
@@ -82,7 +90,8 @@ class Preflight:
             self._answered("Stored", "")
         finally:
             if self.on_done is not None:
-                self.on_done()
+                with self._step():
+                    self.on_done()
 
     def _answered(self, code: str, message: str) -> None:
         self.outcome = code

@@ -12,7 +12,10 @@ Invariants:
 * stale entries are cheap: a target decides in ``on_due`` whether it still has work (a batch
   that was flushed by size has nothing to do when its old deadline comes);
 * no task or timer per record or per batch: per-record task churn is what made an earlier
-  Python port slow.
+  Python port slow;
+* each call runs as a pipeline step (``step``, the ledger's): the records a deadline resolves
+  (a lane's expired requests, a batch failed in the limiter) are resolved once the call has
+  returned, never inside the target's update.
 
 The KPL runs its stages' timers on a shared executor (``aws/utils/executor.h``); this is the
 anyio equivalent.
@@ -24,6 +27,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 import anyio
@@ -79,11 +83,17 @@ class RoutedDeadlines:
 
 
 class Scheduler:
-    """A heap of deadlines served by one task (:meth:`run`)."""
+    """A heap of deadlines served by one task (:meth:`run`).
 
-    __slots__ = ("_counter", "_heap", "_sleeping_until", "_wake")
+    Args:
+        step: opens a pipeline step around each call (the producer's ledger's ``step``);
+            none by default, for a scheduler that serves no pipeline (stage tests).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_counter", "_heap", "_sleeping_until", "_step", "_wake")
+
+    def __init__(self, step: Callable[[], AbstractContextManager[None]] = nullcontext) -> None:
+        self._step = step
         self._heap: list[tuple[float, int, DueTarget]] = []
         self._counter = itertools.count()
         self._sleeping_until = math.inf
@@ -106,12 +116,14 @@ class Scheduler:
     async def run(self) -> None:
         """Serve deadlines until cancelled."""
         heap = self._heap
+        step = self._step
         while True:
             now = anyio.current_time()
             while heap and heap[0][0] <= now + _TOLERANCE:
                 when, _, target = heapq.heappop(heap)
                 # Within the tolerance counts as due; the target sees at least its own time.
-                target.on_due(when if when > now else now)
+                with step():
+                    target.on_due(when if when > now else now)
             wake = self._wake = anyio.Event()
             self._sleeping_until = heap[0][0] if heap else math.inf
             with anyio.move_on_after(self._sleeping_until - now):

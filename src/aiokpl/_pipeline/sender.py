@@ -86,6 +86,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
@@ -125,16 +126,19 @@ _OVERDUE_FLOOR = 1.0
 
 
 class Destination(Protocol):
-    """What the sender needs from a stream's pipeline (its retrier, its collector's limits)."""
+    """What the sender needs from a stream's pipeline (its retrier, its collector's limits).
+
+    The sender tells it what it found (records whose TTL passed before they were sent, an
+    answer) once its own state is consistent again, inside the step of the event that found
+    them: never in the middle of its own update.
+    """
 
     stream: str
 
     @property
     def collector(self) -> RequestLimits: ...
 
-    def expire_before_send(
-        self, records: list[KinesisRecord], now: float
-    ) -> list[KinesisRecord]: ...
+    def found_expired(self, records: list[KinesisRecord], now: float) -> None: ...
 
     def handle_result(
         self,
@@ -259,8 +263,12 @@ class Sender:
         active_window: float = 1.0,
         random_value: Callable[[], float] = random.random,
         on_answer: Callable[[str, Answer, float], None] | None = None,
+        step: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self._client = client
+        # A pipeline step (the producer's ledger's) around what a sending task does with an
+        # answer: what it resolves resolves once the sender is consistent again.
+        self._step = step
         self._task_group = task_group
         self._clock = clock
         self._scheduler = scheduler
@@ -283,8 +291,9 @@ class Sender:
         self.requests_sent = 0
         self.requests_failed = 0
         self.requests_merged = 0  # requests sent as part of an earlier one
-        # Handling an answer that failed as a whole: what is submitted meanwhile goes alone.
-        self._failure_answering = False
+        # Records found expired during an update, each with its stream: told to it once the
+        # update is over (see _route_expired).
+        self._found: list[tuple[Destination, list[KinesisRecord]]] = []
 
     @property
     def queued(self) -> int:
@@ -316,12 +325,16 @@ class Sender:
         cancelled (the producer's exit), those whose outcome is unknown."""
         return [record for records in self._unanswered.values() for record in records]
 
-    def submit(self, destination: Destination, records: list[KinesisRecord]) -> None:
-        """Send ``records`` to ``destination.stream`` when a connection is free for its turn."""
+    def submit(
+        self, destination: Destination, records: list[KinesisRecord], *, alone: bool = False
+    ) -> None:
+        """Send ``records`` to ``destination.stream`` when a connection is free for its turn;
+        ``alone``: never merged with another request (the halves of a request refused as a
+        whole, resent apart to find the bad record)."""
         lane = self._lanes.get(destination)
         if lane is None:
             lane = self._lanes[destination] = _Lane(destination)
-        request = Request(records, self._failure_answering)
+        request = Request(records, alone)
         lane.requests.append(request)
         if lane.state in OFF_RING:
             # Parked or probing: its wake-up must come by the new records' TTL.
@@ -331,7 +344,18 @@ class Sender:
                 self._wake_at(lane, earliest)
             return
         self._enter_ring(lane)
-        self._dispatch(self._clock())
+        now = self._clock()
+        self._dispatch(now)
+        self._route_expired(now)
+
+    def _route_expired(self, now: float) -> None:
+        """Tell each stream of the records found expired during the update that just ended
+        (their stream refunds and fails them, and may submit again meanwhile: what it
+        submits is a new update, whose finds join this list)."""
+        found = self._found
+        while found:
+            destination, records = found.pop(0)
+            destination.found_expired(records, now)
 
     # --- choosing what to send (synchronous) ---------------------------------------------
     def _dispatch(self, now: float) -> None:
@@ -432,8 +456,7 @@ class Sender:
             if not probing and lane.requests:
                 lane.in_ring = True
                 ring.append(lane)
-            # The lane is consistent before any outcome resolves (a callback may put again).
-            records = lane.destination.expire_before_send(records, now)
+            records = self._unexpired(lane, records, now)
             if records:
                 if probing:
                     lane.probing = records
@@ -447,6 +470,20 @@ class Sender:
                 if lane.requests:
                     self._enter_ring(lane)
         return None
+
+    def _unexpired(
+        self, lane: _Lane, records: list[KinesisRecord], now: float
+    ) -> list[KinesisRecord]:
+        """``records`` whose TTL has not passed; the others are found expired (their stream is
+        told once the update is over: ``_route_expired``)."""
+        if all(record.expires_at > now for record in records):
+            return records
+        live: list[KinesisRecord] = []
+        expired: list[KinesisRecord] = []
+        for record in records:
+            (live if record.expires_at > now else expired).append(record)
+        self._found.append((lane.destination, expired))
+        return live
 
     def _enter_ring(self, lane: _Lane) -> None:
         """Give ``lane`` a turn, if it has none yet."""
@@ -470,19 +507,20 @@ class Sender:
         """The scheduler's call for a parked or probing lane: expire, then release or re-park."""
         if lane.state not in OFF_RING:
             return
-        destination = lane.destination
-        held = list(lane.requests)
-        lane.requests.clear()
-        live = []
-        for request in held:
+        live: deque[Request] = deque()
+        for request in lane.requests:
             if request.expiry() <= now:
-                records = destination.expire_before_send(request.records, now)
+                records = self._unexpired(lane, request.records, now)
                 if not records:
                     continue
                 request.narrow(records)
             live.append(request)
-        # Requests submitted by callbacks of the records just expired come after the older.
-        lane.requests.extendleft(reversed(live))
+        lane.requests = live
+        self._wake_lane(lane, now)
+        self._route_expired(now)
+
+    def _wake_lane(self, lane: _Lane, now: float) -> None:
+        """A parked or probing lane, its expired requests gone: release it or park it again."""
         if lane.state is PROBING:
             if lane.requests:
                 self._wake_at(lane, _earliest_expiry(lane.requests))
@@ -526,27 +564,60 @@ class Sender:
 
     # --- sending (async) -----------------------------------------------------------------
     async def _run(self, lane: _Lane, records: list[KinesisRecord]) -> None:
+        released = False  # the connection, once this task has nothing more to send
         try:
             item: tuple[_Lane, list[KinesisRecord]] | None = (lane, records)
             while item is not None:
                 lane, records = item
-                preempted = await self._send(lane, records)
-                now = self._clock()
-                self._answered(lane, records, now)
-                item = self._next(now)
-                if preempted:
-                    # Only now is its connection passed on (callbacks of its records' results
-                    # may have submitted requests, seeing every connection still taken).
-                    self._preempting -= 1
-                if item is not None and self._ring:
-                    # A probe's success may have released a backlog; or every connection is
-                    # taken and a stream waits.
-                    self._dispatch(now)
+                answer, started, ended, preempted = await self._send(lane, records)
+                with self._step():
+                    item = self._answer(lane, records, answer, started, ended, preempted)
+                    if item is None:  # free before the step's records resolve
+                        self.in_flight -= 1
+                        released = True
         finally:
-            self.in_flight -= 1
+            if not released:  # cancelled in the call, or a bug of ours propagates
+                self.in_flight -= 1
 
-    async def _send(self, lane: _Lane, records: list[KinesisRecord]) -> bool:
-        """Send one request and hand its answer to its stream; whether it was given up."""
+    def _answer(
+        self,
+        lane: _Lane,
+        records: list[KinesisRecord],
+        answer: Answer,
+        started: float,
+        ended: float,
+        preempted: bool,
+    ) -> tuple[_Lane, list[KinesisRecord]] | None:
+        """One answer, in a sending task's step: the lane backs off (or not), its stream
+        judges the answer, the connection goes to the next request; what this task sends
+        next, if anything. The records the step resolves resolve after it, with the sender
+        consistent (their callbacks see this connection free and the backoff in force)."""
+        lane.back_off(answer, ended, self._random)
+        if self._on_answer is not None:
+            self._on_answer(lane.destination.stream, answer, ended)
+        lane.destination.handle_result(records, answer, started, ended)
+        now = self._clock()
+        self._answered(lane, records, now)
+        item = self._next(now)
+        if preempted:
+            self._preempting -= 1  # its connection is passed on
+        if item is not None and self._ring:
+            # A probe's success may have released a backlog; or every connection is taken and
+            # a stream waits.
+            self._dispatch(now)
+        while self._found:
+            self._route_expired(now)
+            if item is None:
+                # What the expired records' streams submitted (a strict lane's next record)
+                # waits for a connection: this one, still held, is it.
+                item = self._next(now)
+        return item
+
+    async def _send(
+        self, lane: _Lane, records: list[KinesisRecord]
+    ) -> tuple[Answer, float, float, bool]:
+        """Send one request: its answer, when it started and ended, and whether it was given
+        up (to free its connection for another stream)."""
         destination = lane.destination
         arguments = {**stream_argument(destination.stream), "Records": [r.entry() for r in records]}
         started = self._clock()
@@ -580,18 +651,7 @@ class Sender:
         self.requests_sent += 1
         if type(answer) is not Answered:
             self.requests_failed += 1
-        ended = self._clock()
-        # Before the records' outcomes resolve: a callback that puts again sees the backoff.
-        lane.back_off(answer, ended, self._random)
-        if self._on_answer is not None:
-            self._on_answer(destination.stream, answer, ended)
-        failure = self._failure_answering = type(answer) is not Answered
-        try:
-            destination.handle_result(records, answer, started, ended)
-        finally:
-            if failure:
-                self._failure_answering = False
-        return flight.preempted
+        return answer, started, self._clock(), flight.preempted
 
     def statistics(self) -> SenderStatistics:
         """A snapshot of the requests: answered or failed so far, under way, waiting."""

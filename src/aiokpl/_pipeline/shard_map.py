@@ -73,6 +73,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -155,8 +156,10 @@ class ShardMap:
         request_timeout: float = 6.0,
         random_value: Callable[[], float] = random.random,
         missing_log: MissingStreamsLog | None = None,
+        step: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self.stream = stream
+        self._step = step
         self._missing_log = missing_log if missing_log is not None else MissingStreamsLog(None)
         self._client = client
         self._task_group = task_group
@@ -241,7 +244,8 @@ class ShardMap:
         self.table = None
         self._closed = {}
         if had_table and self.on_drop is not None:
-            self.on_drop()
+            with self._step():
+                self.on_drop()
 
     def after_refresh(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the next refresh attempt ends, starting one if none runs.
@@ -455,14 +459,16 @@ class ShardMap:
         logger.info(
             "shard map of %r loaded with %s: %d open shards", self.stream, self.source, len(table)
         )
-        if self.on_install is not None:
-            self.on_install(table, replaced)
-        self._run_after_refresh()
+        with self._step():
+            if self.on_install is not None:
+                self.on_install(table, replaced)
+            self._run_after_refresh()
 
     def _run_after_refresh(self) -> None:
         callbacks, self._after_refresh = self._after_refresh, []
-        for callback in callbacks:
-            callback()
+        with self._step():
+            for callback in callbacks:
+                callback()
 
     async def _call(self, operation: str, **arguments: Any) -> object:
         return await call_control(self._client, operation, self._request_timeout, **arguments)

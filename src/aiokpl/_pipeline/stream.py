@@ -14,7 +14,7 @@ a due deadline                 ``_aggregator_due`` (a batch, or the start-up hol
                                ``_verdict_due`` (a delayed verdict, or its refresh)
 ``handle_result`` (an answer)  retrier judges → shard map (news), limiter (feedback),
                                outcomes; retried records → the ordering policy's route
-``expire_before_send``         the sender found records past their TTL: refund, fail
+``found_expired``              the sender found records past their TTL: refund, fail
 ``_map_installed``/``dropped``  limiter prunes; records without a prediction are put again
 ``_first_attempt_ended``       the start-up hold's records are put again (once the first map
                                load and the first summary have both ended)
@@ -23,10 +23,12 @@ a due deadline                 ``_aggregator_due`` (a batch, or the start-up hol
 ``flush``                      aggregator, limiter (forced), collector: everything out
 =============================  ===========================================================
 
-Outcomes resolve in one place (the ledger), and only after the step that resolved them: a
-step runs between ``ledger.enter()`` and ``ledger.leave()``, and what it resolves is resolved
-(done-callbacks and ``on_record_failure`` run) when the outermost step leaves. So a callback
-that puts a record starts a new step; it never runs inside a stage's mutation.
+Outcomes resolve in one place (the ledger), and only after the step that resolved them: each
+event runs inside ``with ledger.step():``, opened by its source (``put`` and ``flush`` here;
+the scheduler for a due deadline; the sender's task for an answer; the shard map's, the
+summary's and the dry run's tasks for what they learn), and what it resolves is resolved
+(done-callbacks and ``on_record_failure`` run) when the outermost step ends. So a callback
+that puts a record starts a new step; it never runs inside a stage's (or the sender's) update.
 
 **Who places the records** is a second policy (``placement.py``): records the map does not
 predict go where it routes them. While the service places the stream's records (``AUTO``:
@@ -43,6 +45,7 @@ builds one pipeline per stream on its first put and releases it when idle, or fo
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -185,8 +188,8 @@ class StreamPipeline:
             budget=config.aggregation_max_size,
             random_value=random_value,
         )
-        self.shard_map, self.distribution = _control_plane(
-            stream, config, client, task_group, random_value, missing_log
+        self.shard_map, self.distribution, self.preflight = _control_plane(
+            stream, config, client, task_group, random_value, missing_log, ledger.step
         )
         self.aggregator = Aggregator(
             RoutedDeadlines(scheduler, self._aggregator_due),
@@ -217,11 +220,6 @@ class StreamPipeline:
         if coordinator is not None:
             self._meter = coordinator.meter(stream, _counted)
             coordinator.attach(stream, self.limiter)
-        self.preflight = (
-            Preflight(stream, client, task_group, request_timeout=config.request_timeout_ms / 1000)
-            if config.dry_run_check
-            else None
-        )
         self._start()
 
     def _start(self) -> None:
@@ -240,62 +238,53 @@ class StreamPipeline:
 
     # --- events ---------------------------------------------------------------------------
     def put(self, record: UserRecord, hash_key: int) -> None:
-        """A record put (new, or retried) whose hash key is ``hash_key``."""
-        # Hot path: the table read inline; most puts close nothing.
+        """A record put (new, or retried) whose hash key is ``hash_key``: a step of its own,
+        once it does more than join an open batch."""
+        # Hot path: the table read inline; most puts close nothing, and open no step.
         table = self._table
         shard = table.lookup(hash_key) if table is not None and hash_key >= 0 else None
         if shard is not None:
             sealed = self.aggregator.put(record, hash_key, shard)
             if sealed is None:
                 return
-        else:
+            with self._ledger.step():
+                self._limit_sealed(sealed)
+            return
+        with self._ledger.step():
             sealed = self._unpredicted(record, hash_key)
-            if sealed is None:
-                return
-        ledger = self._ledger
-        ledger.enter()
-        try:
+            if sealed is not None:
+                self._limit_sealed(sealed)
+
+    def _limit_sealed(self, sealed: KinesisRecord | list[KinesisRecord]) -> None:
+        """What the aggregator sealed: on to the limiter."""
+        if isinstance(sealed, KinesisRecord):
+            self._limit(sealed, self._clock())
+        else:
+            now = self._clock()
+            for kinesis_record in sealed:
+                self._limit(kinesis_record, now)
+
+    # The deadlines' events run in the scheduler's step.
+    def _aggregator_due(self, item: Any, now: float) -> None:
+        closed, released = self.aggregator.due(item, now)
+        for kinesis_record in closed:
+            self._limit(kinesis_record, now)
+        for record, hash_key in released:
+            # Held to its deadline: it goes now where the placement policy says.
+            sealed = self._placed(record, hash_key)
             if isinstance(sealed, KinesisRecord):
-                self._limit(sealed, self._clock())
-            else:
-                now = self._clock()
+                self._limit(sealed, now)
+            elif sealed is not None:
                 for kinesis_record in sealed:
                     self._limit(kinesis_record, now)
-        finally:
-            ledger.leave()
-
-    def _aggregator_due(self, item: Any, now: float) -> None:
-        self._ledger.enter()
-        try:
-            closed, released = self.aggregator.due(item, now)
-            for kinesis_record in closed:
-                self._limit(kinesis_record, now)
-            for record, hash_key in released:
-                # Held to its deadline: it goes now where the placement policy says.
-                sealed = self._placed(record, hash_key)
-                if isinstance(sealed, KinesisRecord):
-                    self._limit(sealed, now)
-                elif sealed is not None:
-                    for kinesis_record in sealed:
-                        self._limit(kinesis_record, now)
-        finally:
-            self._ledger.leave()
 
     def _limiter_due(self, item: Any, now: float) -> None:
-        self._ledger.enter()
-        try:
-            self._route_flow(self.limiter.due(item, now), now)
-        finally:
-            self._ledger.leave()
+        self._route_flow(self.limiter.due(item, now), now)
 
     def _collector_due(self, item: Any, now: float) -> None:
         records = self.collector.due(item, now)
         if records is not None:
-            self._ledger.enter()
-            try:
-                self._sender.submit(self, records)
-            finally:
-                self._ledger.leave()
+            self._sender.submit(self, records)
 
     def handle_result(
         self,
@@ -304,34 +293,31 @@ class StreamPipeline:
         started: float,
         ended: float,
     ) -> None:
-        """The sender's answer to a request of ``records``: judge it and act."""
+        """The sender's answer to a request of ``records`` (in its task's step): judge it and
+        act."""
         now = self._clock()
         shard_map = self.shard_map
         decisions = self.retrier.handle_result(
             records, answer, started, ended, now, shard_map.hash_range
         )
-        self._ledger.enter()
-        try:
-            error = decisions.request_error
-            if error is not None and error[0] == MISSING:
-                # The stream is gone: its map must not outlive it (it may come back another).
-                shard_map.missing(started)
-                if self._on_missing is not None:
-                    self._on_missing(self)
-            for seen_at, predicted in decisions.invalidate:
-                shard_map.invalidate(seen_at, predicted)
-            for shard, (count, size) in decisions.accepted.items():
-                self.limiter.accepted(shard, count, size, now)
-            for shard in decisions.throttled_shards:
-                self.limiter.throttled(shard, now, started)
-            for kinesis_record, shard_id, sequence_number in decisions.undecided:
-                verdict = _Verdict(kinesis_record, shard_id, sequence_number, started, ended)
-                self._await_verdict(verdict)
-            if decisions.unrouted:
-                self._unrouted(now)
-            self._act(decisions, self.ordering.after_answer(records, decisions), now)
-        finally:
-            self._ledger.leave()
+        error = decisions.request_error
+        if error is not None and error[0] == MISSING:
+            # The stream is gone: its map must not outlive it (it may come back another).
+            shard_map.missing(started)
+            if self._on_missing is not None:
+                self._on_missing(self)
+        for seen_at, predicted in decisions.invalidate:
+            shard_map.invalidate(seen_at, predicted)
+        for shard, (count, size) in decisions.accepted.items():
+            self.limiter.accepted(shard, count, size, now)
+        for shard in decisions.throttled_shards:
+            self.limiter.throttled(shard, now, started)
+        for kinesis_record, shard_id, sequence_number in decisions.undecided:
+            verdict = _Verdict(kinesis_record, shard_id, sequence_number, started, ended)
+            self._await_verdict(verdict)
+        if decisions.unrouted:
+            self._unrouted(now)
+        self._act(decisions, self.ordering.after_answer(records, decisions), now)
 
     def _await_verdict(self, verdict: _Verdict) -> None:
         # Decided by the next refresh attempt, or at the records' expiry if that is sooner.
@@ -341,7 +327,8 @@ class StreamPipeline:
         )
 
     def _verdict_due(self, verdict: _Verdict, now: float | None) -> None:
-        """Judge an aggregate delivered to a then-unknown shard, with the refreshed map."""
+        """Judge an aggregate delivered to a then-unknown shard, with the refreshed map (in the
+        scheduler's step, or the shard map's after a refresh)."""
         if not verdict.open:
             return
         verdict.open = False
@@ -356,13 +343,9 @@ class StreamPipeline:
             verdict.ended,
             now,
         )
-        self._ledger.enter()
-        try:
-            if decisions.unrouted:
-                self._unrouted(now)
-            self._act(decisions, self.ordering.after_placed(kinesis_record, decisions), now)
-        finally:
-            self._ledger.leave()
+        if decisions.unrouted:
+            self._unrouted(now)
+        self._act(decisions, self.ordering.after_placed(kinesis_record, decisions), now)
 
     def _unrouted(self, now: float) -> None:
         """A record was stored where its key does not route: the service placed it, as far as
@@ -371,25 +354,14 @@ class StreamPipeline:
         summary says so (a stream deleted and created again looks the same until then)."""
         self.distribution.evidence(now, presume=not self.ordering.keeps_shard_order)
 
-    def expire_before_send(self, records: list[KinesisRecord], now: float) -> list[KinesisRecord]:
-        """The sender's turn for ``records``: drop (and fail) those whose TTL passed while
-        they waited to be sent; the others go."""
-        if all(record.expires_at > now for record in records):
-            return records
-        live = []
-        self._ledger.enter()
-        try:
-            for record in records:
-                if record.expires_at > now:
-                    live.append(record)
-                    continue
-                # It took the shard's tokens in the limiter but never reached the wire.
-                self.limiter.refund(record, now)
-                self._fail(self.retrier.expire(record, "sender queue", now))
-                self._settle_lanes(self.ordering.after_unsent(record), now)
-        finally:
-            self._ledger.leave()
-        return live
+    def found_expired(self, records: list[KinesisRecord], now: float) -> None:
+        """The sender found ``records`` past their TTL, unsent (in the step of the event that
+        found them, once the sender is consistent): refund their tokens and fail them."""
+        for record in records:
+            # It took the shard's tokens in the limiter but never reached the wire.
+            self.limiter.refund(record, now)
+            self._fail(self.retrier.expire(record, "sender queue", now))
+            self._settle_lanes(self.ordering.after_unsent(record), now)
 
     def _map_installed(self, table: ShardTable, replaced: frozenset[str]) -> None:
         """A new shard map: per-shard state of shards gone from it is dropped, and so is the
@@ -402,34 +374,26 @@ class StreamPipeline:
             kept = {shard.shard_id for shard in table} - replaced
         now = self._clock()
         self.distribution.stream_found()
-        self._ledger.enter()
-        try:
-            if self.placement.by_service:
-                self.limiter.set_stream_ceiling(len(table), now)
-            elif not self._starting:
-                self._table = table
-            if self.ordering.closes_batches_on_new_map:
-                # Records predicted with the old map go to their lanes before those retire.
-                for kinesis_record in self.aggregator.close_batches_outside(kept):
-                    self._limit(kinesis_record, now)
-            self._route_flow(self.limiter.prune(kept, now), now)
-            self._put_unmapped_again(now)
-        finally:
-            self._ledger.leave()
+        if self.placement.by_service:
+            self.limiter.set_stream_ceiling(len(table), now)
+        elif not self._starting:
+            self._table = table
+        if self.ordering.closes_batches_on_new_map:
+            # Records predicted with the old map go to their lanes before those retire.
+            for kinesis_record in self.aggregator.close_batches_outside(kept):
+                self._limit(kinesis_record, now)
+        self._route_flow(self.limiter.prune(kept, now), now)
+        self._put_unmapped_again(now)
 
     def _map_dropped(self) -> None:
         """The stream is missing: no shard of it keeps any state (rates, ceilings), except
         what records still queued for it need until they leave."""
         self._table = None
         now = self._clock()
-        self._ledger.enter()
-        try:
-            if self.ordering.closes_batches_on_new_map:
-                for kinesis_record in self.aggregator.close_batches_outside(()):
-                    self._limit(kinesis_record, now)
-            self._route_flow(self.limiter.prune((), now), now)
-        finally:
-            self._ledger.leave()
+        if self.ordering.closes_batches_on_new_map:
+            for kinesis_record in self.aggregator.close_batches_outside(()):
+                self._limit(kinesis_record, now)
+        self._route_flow(self.limiter.prune((), now), now)
 
     def _started(self, part: str) -> None:
         """``part`` (``"map"``, ``"summary"``, ``"dry run"``) ended its first attempt; with
@@ -445,33 +409,26 @@ class StreamPipeline:
         the stream places records by key), and put the start-up hold's records again."""
         if not self.placement.by_service:
             self._table = self.shard_map.table
-        self._ledger.enter()
-        try:
-            if self._table is not None:
-                # Released alone at their deadline while the summary was still awaited: they
-                # are predicted (and aggregated) now, as after a late map.
-                self._put_unmapped_again(self._clock())
-            for record, hash_key in self.aggregator.take_held():
-                self.put(record, hash_key)
-            if self.aggregator.flush_on_release:
-                self.aggregator.flush_on_release = False
-                self.flush(self._clock())
-        finally:
-            self._ledger.leave()
+        if self._table is not None:
+            # Released alone at their deadline while the summary was still awaited: they are
+            # predicted (and aggregated) now, as after a late map.
+            self._put_unmapped_again(self._clock())
+        for record, hash_key in self.aggregator.take_held():
+            self.put(record, hash_key)
+        if self.aggregator.flush_on_release:
+            self.aggregator.flush_on_release = False
+            self.flush(self._clock())
 
     def flush(self, now: float) -> None:
         """Send everything buffered now: open aggregates, the rate limiter's queues (at once,
-        whatever their tokens) and the open request."""
-        self._ledger.enter()
-        try:
+        whatever their tokens) and the open request; a step of its own."""
+        with self._ledger.step():
             for kinesis_record in self.aggregator.flush():
                 self._limit(kinesis_record, now)
             self._route_flow(self.limiter.drain(now, force=True), now)
             records = self.collector.flush()
             if records is not None:
                 self._sender.submit(self, records)
-        finally:
-            self._ledger.leave()
 
     # --- routes (inside a step) -----------------------------------------------------------
     def _unpredicted(
@@ -510,11 +467,7 @@ class StreamPipeline:
         message = refusal(code, self.stream)
         self._warnings.refused(code, message)
         record.add_attempt(Attempt(now, now, now - record.last_end, False, code, message))
-        self._ledger.enter()
-        try:
-            self._fail([record])
-        finally:
-            self._ledger.leave()
+        self._fail([record])
 
     def _distribution_changed(self) -> None:
         """The service now places the stream's records itself, or no longer does."""
@@ -525,30 +478,26 @@ class StreamPipeline:
         self._policy.service_places = places
         now = self._clock()
         table = self.shard_map.table
-        self._ledger.enter()
-        try:
-            if places:
-                self._table = None
-                shards = len(table) if table is not None else self.distribution.open_shards
-                self.limiter.set_stream_ceiling(shards or 1, now)
-                if self.placement.keeps_aggregates:
-                    return  # delivered anywhere
-                # Nothing predicted waits any more: open aggregates, and aggregates queued
-                # for their shards, go again one by one (those sent are the retrier's); with
-                # ordering="shard" they fail, as every record put from now on.
-                for record in self.aggregator.take_open():
-                    self.put(record, record.hash_key)
-                self._put_again(self.limiter.take_queued(now))
-            else:
-                if not self._starting:
-                    self._table = table
-                self.limiter.set_stream_ceiling(None, now)
-                if table is not None:
-                    # It may be stale: the stream resharded on its own meanwhile, perhaps.
-                    self.shard_map.invalidate(now, None)
-                self._put_unmapped_again(now)
-        finally:
-            self._ledger.leave()
+        if places:
+            self._table = None
+            shards = len(table) if table is not None else self.distribution.open_shards
+            self.limiter.set_stream_ceiling(shards or 1, now)
+            if self.placement.keeps_aggregates:
+                return  # delivered anywhere
+            # Nothing predicted waits any more: open aggregates, and aggregates queued for
+            # their shards, go again one by one (those sent are the retrier's); with
+            # ordering="shard" they fail, as every record put from now on.
+            for record in self.aggregator.take_open():
+                self.put(record, record.hash_key)
+            self._put_again(self.limiter.take_queued(now))
+        else:
+            if not self._starting:
+                self._table = table
+            self.limiter.set_stream_ceiling(None, now)
+            if table is not None:
+                # It may be stale: the stream resharded on its own meanwhile, perhaps.
+                self.shard_map.invalidate(now, None)
+            self._put_unmapped_again(now)
 
     def _put_unmapped_again(self, now: float) -> None:
         """Records queued at the stream-level limit go back to be predicted (and aggregated)
@@ -596,7 +545,7 @@ class StreamPipeline:
         if decisions.failed:
             self._fail(cast("list[UserRecord]", decisions.failed))
         for group in decisions.resend:
-            self._sender.submit(self, group)
+            self._sender.submit(self, group, alone=True)
         to_aggregator, settlements = route
         if self.placement.by_service and self.ordering.keeps_shard_order:
             # Lanes keep no order where the service places records: what they would send
@@ -690,8 +639,11 @@ def _control_plane(
     task_group: TaskGroup,
     random_value: Callable[[], float],
     missing_log: MissingStreamsLog | None,
-) -> tuple[ShardMap, Distribution]:
-    """What the control plane says of ``stream``: its shard map, and who places its records."""
+    step: Callable[[], AbstractContextManager[None]],
+) -> tuple[ShardMap, Distribution, Preflight | None]:
+    """What the control plane says of ``stream``: its shard map, who places its records, and
+    (with ``dry_run_check``) whether a put would be taken; each tells the router what it
+    learns in a step of its own task (``step``)."""
     request_timeout = config.request_timeout_ms / 1000
     shard_map = ShardMap(
         stream,
@@ -700,6 +652,7 @@ def _control_plane(
         request_timeout=request_timeout,
         random_value=random_value,
         missing_log=missing_log,
+        step=step,
     )
     distribution = Distribution(
         stream,
@@ -708,5 +661,11 @@ def _control_plane(
         check_interval=config.record_distribution_check_ms / 1000,
         request_timeout=request_timeout,
         random_value=random_value,
+        step=step,
     )
-    return shard_map, distribution
+    preflight = None
+    if config.dry_run_check:
+        preflight = Preflight(
+            stream, client, task_group, request_timeout=request_timeout, step=step
+        )
+    return shard_map, distribution, preflight
