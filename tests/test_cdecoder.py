@@ -202,6 +202,21 @@ def test_the_c_decoder_refuses_what_is_not_bytes_in_range() -> None:
 
 
 @needs_native
+def test_the_c_records_builder_refuses_what_it_cannot_number() -> None:
+    assert NATIVE is not None
+    assert NATIVE.records(Tag, 2, (["a", "b"], 5), 0b11) == [Tag("a", 5), Tag("b", 6)]  # type: ignore[arg-type]
+    assert NATIVE.records(Tag, 1, ("k", None), 0b00) == [Tag("k")]
+    with pytest.raises(TypeError, match="named tuple"):
+        NATIVE.records(dict, 1, ("k", None), 0)
+    with pytest.raises(ValueError, match="list or tuple of 3 items"):
+        NATIVE.records(Tag, 3, (["a", "b"], None), 0b01)
+    with pytest.raises(ValueError, match="numbers out of range"):
+        NATIVE.records(Tag, 1, (-1, None), 0b01)
+    with pytest.raises(TypeError):
+        NATIVE.records(Tag, 1, ["k", None], 0)
+
+
+@needs_native
 @pytest.mark.parametrize("shape", list(hostile_aggregates(MIB)))
 def test_the_c_decoder_reads_any_1_mib_record_in_milliseconds(
     shape: str, monkeypatch: pytest.MonkeyPatch

@@ -255,8 +255,11 @@ parse_tag(const Input *in, Py_ssize_t pos, Py_ssize_t stop, Py_ssize_t start, La
         *status = ERROR;
         goto fail;
     }
-    /* As tuple.__new__(Tag, (key, value)): a Tag is a tuple of two. */
-    PyObject *result = ((PyTypeObject *)tag_type)->tp_alloc((PyTypeObject *)tag_type, 2);
+    /* As tuple.__new__(Tag, (key, value)) would make it (a Tag is a tuple of two), but never
+     * tracked by the collector: two strings (or a string and None) and no __dict__ (a
+     * NamedTuple has empty __slots__), so it can be in no cycle. Tracked, a record of 260,000
+     * tags took the collector longer than the decoding did. */
+    PyObject *result = (PyObject *)PyObject_GC_NewVar(PyTupleObject, (PyTypeObject *)tag_type, 2);
     if (result == NULL) {
         *status = ERROR;
         goto fail;
@@ -265,16 +268,12 @@ parse_tag(const Input *in, Py_ssize_t pos, Py_ssize_t stop, Py_ssize_t start, La
         value = Py_NewRef(Py_None);
     }
 #if PY_VERSION_HEX >= 0x030E0000
-    /* A tuple caches its hash from 3.14 on: -1 until computed (tuple.__new__ resets it too;
-     * tp_alloc leaves 0, which would be taken for the hash). */
+    /* A tuple caches its hash from 3.14 on: -1 until computed (tuple.__new__ sets it too; a
+     * new object's memory holds anything, which would be taken for the hash). */
     ((PyTupleObject *)result)->ob_hash = -1;
 #endif
     PyTuple_SET_ITEM(result, 0, key);
     PyTuple_SET_ITEM(result, 1, value);
-    /* Two strings (or a string and None), no __dict__ (a NamedTuple has empty __slots__): it
-     * can be in no cycle, so the collector need not follow it. Tracked, a record of 260,000
-     * tags took the collector longer than the decoding did. */
-    PyObject_GC_UnTrack(result);
     *last = (LastTag){result, tag_start, stop - tag_start};
     return result;
 fail:
@@ -766,26 +765,46 @@ static PyObject *
 record_at(PyTypeObject *type, PyObject *fields, unsigned long varying, Py_ssize_t i)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(fields);
-    PyObject *result = type->tp_alloc(type, n);
+    /* Allocated untracked and unzeroed: every item is set below, before anything else can
+     * run, and the record is tracked only if it may be part of a cycle. */
+    PyObject *result = (PyObject *)PyObject_GC_NewVar(PyTupleObject, type, n);
     if (result == NULL) {
         return NULL;
     }
     int in_no_cycle = 1;
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *item = PyTuple_GET_ITEM(fields, j);
-        if ((varying >> j) & 1) { /* checked by records: a list or tuple of enough items */
-            item = PyList_CheckExact(item) ? PyList_GET_ITEM(item, i) : PyTuple_GET_ITEM(item, i);
+        if ((varying >> j) & 1) { /* checked by records: a list or tuple of enough items, or */
+            if (PyList_CheckExact(item)) {
+                item = Py_NewRef(PyList_GET_ITEM(item, i));
+            }
+            else if (PyTuple_CheckExact(item)) {
+                item = Py_NewRef(PyTuple_GET_ITEM(item, i));
+            }
+            else { /* an int to number the records from */
+                item = PyLong_FromSsize_t(PyLong_AsSsize_t(item) + i);
+                if (item == NULL) {
+                    for (Py_ssize_t k = j; k < n; k++) {
+                        PyTuple_SET_ITEM(result, k, Py_NewRef(Py_None));
+                    }
+                    Py_DECREF(result);
+                    return NULL;
+                }
+            }
+        }
+        else {
+            Py_INCREF(item);
         }
         if (PyObject_IS_GC(item) && !(PyTuple_CheckExact(item) && !PyObject_GC_IsTracked(item))) {
             in_no_cycle = 0;
         }
-        PyTuple_SET_ITEM(result, j, Py_NewRef(item));
+        PyTuple_SET_ITEM(result, j, item);
     }
 #if PY_VERSION_HEX >= 0x030E0000
     ((PyTupleObject *)result)->ob_hash = -1; /* as in parse_tag */
 #endif
-    if (in_no_cycle) {
-        PyObject_GC_UnTrack(result);
+    if (!in_no_cycle) {
+        PyObject_GC_Track(result);
     }
     return result;
 }
@@ -793,8 +812,9 @@ record_at(PyTypeObject *type, PyObject *fields, unsigned long varying, Py_ssize_
 PyDoc_STRVAR(records_doc,
              "records(cls, count, fields, varying, /)\n--\n\n"
              "A list of count tuples of cls (a named tuple): field j of record i is "
-             "fields[j][i]\nwhere bit j of varying is set, else fields[j]. Each is left "
-             "untracked by the\ngarbage collector when nothing in it can be part of a cycle.");
+             "fields[j][i]\nwhere bit j of varying is set (fields[j] + i if fields[j] is an "
+             "int), else fields[j].\nEach is left untracked by the garbage collector when "
+             "nothing in it can be part of\na cycle.");
 
 /* What decode and deaggregate build from the columns, in one loop: the records as record_at
  * makes each (zip and map over the columns cost a Python-level step per record, three times
@@ -828,16 +848,29 @@ records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "records: count < 0, or more than 32 fields");
         return NULL;
     }
-    /* The varying fields must be lists or tuples of at least count items. */
+    /* The varying fields must be lists or tuples of at least count items, or ints whose
+     * count numbers fit. */
     for (Py_ssize_t j = 0; j < n_fields; j++) {
         PyObject *field = PyTuple_GET_ITEM(fields, j);
-        if ((varying >> j) & 1) {
-            if (!(PyList_CheckExact(field) || PyTuple_CheckExact(field)) ||
-                Py_SIZE(field) < count) {
-                PyErr_Format(PyExc_ValueError,
-                             "records: field %zd is not a list or tuple of %zd items", j, count);
+        if (!((varying >> j) & 1)) {
+            continue;
+        }
+        if (PyLong_CheckExact(field)) {
+            Py_ssize_t first = PyLong_AsSsize_t(field);
+            if (first == -1 && PyErr_Occurred()) {
                 return NULL;
             }
+            if (first < 0 || first > PY_SSIZE_T_MAX - count) {
+                PyErr_Format(PyExc_ValueError, "records: field %zd numbers out of range", j);
+                return NULL;
+            }
+        }
+        else if (!(PyList_CheckExact(field) || PyTuple_CheckExact(field)) ||
+                 Py_SIZE(field) < count) {
+            PyErr_Format(PyExc_ValueError,
+                         "records: field %zd is not a list or tuple of %zd items, nor an int",
+                         j, count);
+            return NULL;
         }
     }
     PyObject *out = PyList_New(count);

@@ -60,14 +60,16 @@ _VARYING = 0b10011
 _HASH_KEY_DIGITS = len(str(MAX_HASH_KEY))  # 39: an explicit hash key with more is out of range
 
 
-def _sub_sequence_numbers_for(count: int) -> tuple[int, ...]:
-    """At least the numbers ``0 ... count - 1``, in order (possibly more)."""
+def _sub_sequence_numbers_for(count: int) -> tuple[int, ...] | int:
+    """At least the numbers ``0 ... count - 1``, in order (possibly more); or, past the shared
+    ones, ``0``: ``decoder.records`` numbers the records from it (a tuple of them cost as much
+    again as the records of a few bytes they numbered)."""
     global _sub_sequence_numbers
     numbers = _sub_sequence_numbers
     if count <= len(numbers):
         return numbers
     if count > _SHARED_SUB_SEQUENCE_NUMBERS:
-        return tuple(range(count))
+        return 0
     numbers = _sub_sequence_numbers = tuple(range(max(count, 2 * len(numbers), 1024)))
     return numbers
 

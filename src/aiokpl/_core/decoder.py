@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Mapping
+from itertools import count as count_from
 from itertools import islice, repeat
 from types import ModuleType
 from typing import Any, NoReturn, TypeVar
@@ -375,11 +376,15 @@ def _check_framing(blob: bytes) -> None:
 def records_python(cls: type[_R], count: int, fields: tuple[Any, ...], varying: int) -> list[_R]:
     """A list of ``count`` tuples of ``cls`` (a named tuple) built from columns (``records``).
 
-    Field ``j`` of record ``i`` is ``fields[j][i]`` where bit ``j`` of ``varying`` is set, else
-    ``fields[j]``. Each record is made by ``tuple.__new__``, with no Python call per record (a
-    NamedTuple's own ``__new__`` is a Python function: 143 vs 331 ns for four fields, timeit).
+    Field ``j`` of record ``i`` is ``fields[j][i]`` where bit ``j`` of ``varying`` is set
+    (``fields[j] + i`` if ``fields[j]`` is an int: numbers), else ``fields[j]``. Each record is
+    made by ``tuple.__new__``, with no Python call per record (a NamedTuple's own ``__new__`` is
+    a Python function: 143 vs 331 ns for four fields, timeit).
     """
-    columns = [field if varying >> j & 1 else repeat(field) for j, field in enumerate(fields)]
+    columns = [
+        (count_from(field) if type(field) is int else field) if varying >> j & 1 else repeat(field)
+        for j, field in enumerate(fields)
+    ]
     return list(islice(map(tuple_new, repeat(cls), zip(*columns, strict=False)), count))
 
 
