@@ -33,6 +33,7 @@ import ast
 import functools
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,6 +89,14 @@ A module listed here that is no longer over the limit fails the test too."""
 MAX_FUNCTION_LINES = 80
 """No function (or method) over this many lines, from its ``def`` to its last line, nested
 functions included: past it, a function does more than one thing a reader can hold at once."""
+
+KNOWN_LONG_FUNCTIONS: dict[str, str] = {
+    "aiokpl._runtime.Runtime.start": "starts every part in order, each pushed onto the exit "
+    "stack as it starts (their order is the exit's); the attributes it wires after "
+    "construction are issue 34's 'born complete' to remove, not lines to move out",
+}
+"""Functions allowed over :data:`MAX_FUNCTION_LINES`, by module and qualified name, with the
+reason; one listed here that is no longer over the limit fails the test too."""
 
 SHARED_PIPELINE_MODULES: dict[str, str] = {
     "aiokpl._pipeline": "the package's docstring: it imports nothing",
@@ -361,9 +370,13 @@ def sources(root: Path) -> dict[str, tuple[Path, ast.Module]]:
     }
 
 
-def function_problems(root: Path) -> list[str]:
-    """Functions and methods over :data:`MAX_FUNCTION_LINES` lines, by qualified name."""
+def function_problems(
+    root: Path, known_long: Mapping[str, str] = KNOWN_LONG_FUNCTIONS
+) -> list[str]:
+    """Functions and methods over :data:`MAX_FUNCTION_LINES` lines, by qualified name (but
+    those of :data:`KNOWN_LONG_FUNCTIONS`, which must still be over it)."""
     problems = []
+    seen: dict[str, int] = {}  # the listed functions found, and their lengths
 
     def visit(node: ast.AST, module: str, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
@@ -372,7 +385,10 @@ def function_problems(root: Path) -> list[str]:
                 if not isinstance(child, ast.ClassDef):
                     assert child.end_lineno is not None
                     length = child.end_lineno - child.lineno + 1
-                    if length > MAX_FUNCTION_LINES:
+                    known = f"{module}.{name}" in known_long
+                    if known:
+                        seen[f"{module}.{name}"] = length
+                    if length > MAX_FUNCTION_LINES and not known:
                         problems.append(
                             f"{module}:{child.lineno} {name} has {length} lines, over "
                             f"{MAX_FUNCTION_LINES}: split it into named steps"
@@ -383,6 +399,11 @@ def function_problems(root: Path) -> list[str]:
 
     for module, (_, tree) in sources(root).items():
         visit(tree, module, "")
+    problems += [
+        f"{known} is in KNOWN_LONG_FUNCTIONS but no longer over {MAX_FUNCTION_LINES} lines"
+        for known in sorted(known_long)
+        if seen.get(known, 0) <= MAX_FUNCTION_LINES
+    ]
     return problems
 
 
@@ -767,7 +788,13 @@ def test_the_function_check_catches_a_long_function_method_and_nested_one(
             + function_of("short", 3),
         },
     )
-    assert function_problems(root) == [
+    # Listed as known, a long function passes; listed and short, the entry is stale.
+    known = {"aiokpl.a.long": "a reason", "aiokpl.a.fits": "a reason"}
+    assert function_problems(root, known)[-1] == (
+        f"aiokpl.a.fits is in KNOWN_LONG_FUNCTIONS but no longer over {limit} lines"
+    )
+    assert not any(" long has " in problem for problem in function_problems(root, known))
+    assert function_problems(root, {}) == [
         f"aiokpl.a:{limit + 1} long has {limit + 1} lines, over {limit}: split it into named steps",
         f"aiokpl.b.c:2 C.method has {limit + 5} lines, over {limit}: split it into named steps",
         f"aiokpl.b.c:{limit + 7} C.outer has {limit + 2} lines, over {limit}: split it into "

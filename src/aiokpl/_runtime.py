@@ -194,7 +194,20 @@ class Runtime:
         stack.push_async_callback(_close_task_group, task_group)
         self._intake.running = True
         self._ledger.failures.task_group = task_group
-        self.connectivity, self.sender = self._sender(task_group, clock)
+        self.connectivity = Connectivity(endpoint_of(self.client), config.record_ttl_ms)
+        self.sender = Sender(
+            self.client,
+            task_group,
+            clock,
+            self._scheduler,
+            max_connections=config.max_connections,
+            request_timeout=config.request_timeout_ms / 1000,
+            # A stream with steady traffic sends at least once per buffered time.
+            active_window=1.0 + config.record_max_buffered_time_ms / 1000,
+            random_value=self._jitter.random,
+            on_answer=self.connectivity.observe,
+            step=self._ledger.step,
+        )
         task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
         if self._coordination is not None:
             self.coordinator = coordinator_class(self._coordination, config, clock, self._jitter)
@@ -215,28 +228,6 @@ class Runtime:
             task_group.start_soon(spool.run, name="aiokpl spool")
             if not spool.replay_done.is_set():
                 task_group.start_soon(spool.replay, self._intake.replay, name="aiokpl replay")
-
-    def _sender(
-        self, task_group: TaskGroup, clock: Callable[[], float]
-    ) -> tuple[Connectivity, Sender]:
-        """The sender every stream's requests go through, and what judges its answers (the
-        endpoint's connectivity, for health); its steps are the ledger's."""
-        config = self.config
-        connectivity = Connectivity(endpoint_of(self.client), config.record_ttl_ms)
-        sender = Sender(
-            self.client,
-            task_group,
-            clock,
-            self._scheduler,
-            max_connections=config.max_connections,
-            request_timeout=config.request_timeout_ms / 1000,
-            # A stream with steady traffic sends at least once per buffered time.
-            active_window=1.0 + config.record_max_buffered_time_ms / 1000,
-            random_value=self._jitter.random,
-            on_answer=connectivity.observe,
-            step=self._ledger.step,
-        )
-        return connectivity, sender
 
     def outstanding_by_stream(self) -> dict[str, int]:
         """Outstanding records of each stream with a pipeline (what the metrics sample)."""
