@@ -1,0 +1,324 @@
+"""The hand-over: what a ``SyncProducer``'s callers' threads and its loop share, under one lock.
+
+A record checked in a caller's thread is queued here with its future and a sequence number,
+and the loop's pump moves the queue into the producer. Only the first record queued after the
+pump last looked schedules a wake-up of the loop (``call_soon_threadsafe`` on asyncio, the trio
+token's ``run_sync_soon`` on trio): a busy producer pays one wake-up per batch, not one per
+record (a ``BlockingPortal.call`` per record costs a round trip and a task each, about 13
+times the async producer's time in ``bench/sync.py``).
+
+Besides the queue, the lock guards what both sides read and change: the room the records hold
+(:class:`ThreadRoom`, from their put to their result), the flushes waiting for results
+(:class:`FlushWaiter`), whether the pump has a flush to do, and the closing state. It is held
+for a few statements at a time, never while a user's callback or a ``Future`` method runs; the
+loop takes it once per resolved record, to give its room back.
+
+Invariants:
+
+* records queued and not yet resolved never exceed ``max_outstanding_records`` /
+  ``max_outstanding_bytes``: :meth:`Handover.offer` waits for room first, or raises;
+* once ``closing`` is set nothing more is queued; once ``loop_done`` is set nothing more is
+  scheduled on the loop (it has ended);
+* at most one wake-up of the loop is pending;
+* a flush waiter counts the records put before it that have no result yet: each resolution
+  of a record at or below its horizon lowers the count, and the last sets its event.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import NoReturn
+
+from .._admission import Admission
+from .._core.errors import BufferFullError, ProducerClosedError
+from .futures import RecordFuture
+
+__all__ = ("FlushWaiter", "Handover", "Item", "ThreadRoom", "not_running")
+
+# A queued record: its future, then what the producer's port puts (stream, partition key, size,
+# data, hash key, explicit hash key, encoded tags), then its sequence number; a record put
+# without a key has key "" and hash key KEYLESS here (the producer places it).
+Item = tuple[RecordFuture, str, str, int, bytes, int, "str | None", bytes, int]
+
+_CLOSED = "the SyncProducer is closed; create a new one"
+
+
+def not_running(*args: object) -> NoReturn:
+    """What scheduling a call on the loop, or reading its clock, does before the loop runs."""
+    raise RuntimeError("the SyncProducer's event loop is not running")
+
+
+class ThreadRoom:
+    """What a :class:`~aiokpl.SyncProducer` holds, and its callers' wait for room.
+
+    Records count from their put (in the caller's thread) to their result (in the loop's),
+    those still being handed over included. Every method is called with ``lock`` held (the
+    hand-over's lock, which also guards its queue); :meth:`wait` releases it while it waits.
+    What fits, and what is said when nothing does, is the producers' shared
+    :class:`~aiokpl._admission.Admission`'s.
+
+    Attributes:
+        records: records held.
+        bytes: their sizes' sum.
+        waiters: threads waiting for room.
+    """
+
+    __slots__ = ("_admission", "_condition", "bytes", "records", "waiters")
+
+    def __init__(self, admission: Admission, lock: threading.Lock) -> None:
+        self._admission = admission
+        self._condition = threading.Condition(lock)
+        self.waiters = 0
+        self.records = 0
+        self.bytes = 0
+
+    def fits(self, size: int) -> bool:
+        """Whether one more record of ``size`` bytes fits."""
+        return self._admission.fits(self.records, self.bytes, size)
+
+    def wait(self, size: int, timeout: float | None, stop: Callable[[], bool]) -> bool:
+        """Wait until a record of ``size`` bytes fits or ``stop()``; ``False`` on timeout."""
+        self.waiters += 1
+        try:
+            return self._condition.wait_for(lambda: stop() or self.fits(size), timeout)
+        finally:
+            self.waiters -= 1
+
+    def take(self, size: int) -> None:
+        """Count one more record of ``size`` bytes."""
+        self.records += 1
+        self.bytes += size
+
+    def give_back(self, size: int) -> None:
+        """A record of ``size`` bytes has its result: wake those waiting for room."""
+        self.records -= 1
+        self.bytes -= size
+        if self.waiters:
+            self._condition.notify_all()
+
+    def wake_all(self) -> None:
+        """Wake every waiter (to look at its ``stop``)."""
+        self._condition.notify_all()
+
+    def holds(self) -> str:
+        """What the producer holds, and its bounds, in words."""
+        return self._admission.holds(self.records, self.bytes)
+
+
+class FlushWaiter:
+    """A thread waiting in ``SyncProducer.flush`` for the records put before it."""
+
+    __slots__ = ("event", "horizon", "remaining")
+
+    def __init__(self, horizon: int, remaining: int) -> None:
+        self.horizon = horizon
+        self.remaining = remaining
+        self.event = threading.Event()
+
+
+class Handover:
+    """The queue of checked records from callers' threads to the loop, and the state both
+    sides share, guarded by :attr:`lock`.
+
+    Attributes:
+        lock: held for every change here (and by :class:`ThreadRoom`'s waits).
+        queue: the records queued; callers append (under the lock), the loop's pump alone
+            takes from the head (a ``deque``'s ends are safe to use from two threads).
+        room: what the queued and outstanding records hold.
+        seq: the sequence number of the last record queued.
+        closing: no more puts: set by the first close, abandon, or by the loop's end.
+        loop_done: the loop has ended: nothing more may be scheduled on it.
+        loop_thread: the loop's thread identifier while it runs (``None`` before and after).
+    """
+
+    __slots__ = (
+        "_call_soon",
+        "_flush_requested",
+        "_flush_waiters",
+        "_wake",
+        "_wake_scheduled",
+        "closing",
+        "lock",
+        "loop_done",
+        "loop_thread",
+        "queue",
+        "room",
+        "seq",
+    )
+
+    def __init__(self, admission: Admission) -> None:
+        self.lock = threading.Lock()
+        self.queue: deque[Item] = deque()
+        self.room = ThreadRoom(admission, self.lock)
+        self.seq = 0
+        self.closing = False
+        self.loop_done = False
+        self.loop_thread: int | None = None
+        self._flush_waiters: list[FlushWaiter] = []
+        self._flush_requested = False
+        self._wake_scheduled = False
+        self._call_soon: Callable[[Callable[[], object]], object] = not_running
+        self._wake: Callable[[], object] = not_running
+
+    # --- the loop's side ----------------------------------------------------------------
+    def connect(
+        self, call_soon: Callable[[Callable[[], object]], object], wake: Callable[[], object]
+    ) -> None:
+        """The loop runs, in this thread: ``call_soon(f)`` runs ``f`` on it from any thread,
+        ``wake()`` (run there) wakes its pump."""
+        with self.lock:  # a constructor giving up reads _call_soon under it
+            self.loop_thread = threading.get_ident()
+            self._call_soon = call_soon
+            self._wake = wake
+
+    def begin(self, started: Future[None]) -> None:
+        """The producer runs: resolve ``started`` (which the constructor waits for), unless the
+        constructor was interrupted meanwhile (it abandoned the start)."""
+        with self.lock:
+            if not self.closing:
+                started.set_result(None)
+
+    def take_wake_up(self) -> tuple[bool, bool]:
+        """The pump woke: whether a flush was asked for since it last looked, and whether the
+        producer is closing (once it is, nothing more is queued)."""
+        with self.lock:
+            self._wake_scheduled = False
+            flush, self._flush_requested = self._flush_requested, False
+            return flush, self.closing
+
+    def close_queue(self) -> None:
+        """Queue nothing more (the pump stops early: its producer is exiting)."""
+        with self.lock:
+            self.closing = True
+
+    def give_back(self, size: int, seq: int) -> None:
+        """Record ``seq`` (``size`` bytes) has its result: its room is free, and the flushes
+        that wait for it have one result less to wait for."""
+        with self.lock:
+            self.room.give_back(size)
+            waiters = self._flush_waiters
+            if waiters:
+                for waiter in list(waiters):
+                    if seq <= waiter.horizon:
+                        waiter.remaining -= 1
+                        if not waiter.remaining:
+                            waiter.event.set()
+                            waiters.remove(waiter)
+
+    def end(self) -> None:
+        """The loop is ending: refuse puts, schedule nothing more on it, wake the threads
+        waiting for room (to raise)."""
+        with self.lock:
+            self.closing = self.loop_done = True
+            self.room.wake_all()
+
+    def disconnect(self) -> None:
+        """The loop's thread runs no more of the producer's code (a later thread may reuse
+        its identifier)."""
+        self.loop_thread = None
+
+    # --- the callers' side --------------------------------------------------------------
+    def offer(
+        self,
+        future: RecordFuture,
+        stream: str,
+        key: str,
+        size: int,
+        payload: bytes,
+        hash_key: int,
+        ehk: str | None,
+        tags: bytes,
+        timeout: float | None,
+    ) -> None:
+        """Queue a checked record, waiting up to ``timeout`` seconds for room first.
+
+        Raises:
+            BufferFullError: no room within ``timeout``, or no room and the call comes from
+                the loop's thread (which must not wait for itself).
+            ProducerClosedError: the producer is closed, or closed during the wait.
+        """
+        with self.lock:
+            if not self.room.fits(size):
+                self._wait_until_it_fits(size, timeout)
+            if self.closing:
+                raise ProducerClosedError(_CLOSED)
+            self.seq += 1
+            self.room.take(size)
+            self.queue.append((future, stream, key, size, payload, hash_key, ehk, tags, self.seq))
+            self._wake_locked()
+
+    def _wait_until_it_fits(self, size: int, timeout: float | None) -> None:
+        """Wait, the lock held by the caller, until the record fits (or fail)."""
+        if threading.get_ident() == self.loop_thread:
+            raise BufferFullError(
+                "the producer is full and put_record was called from its own thread (a "
+                "future's done-callback), which must not wait; put from another thread"
+            )
+        fits = self.room.wait(size, timeout, lambda: self.closing)
+        if self.closing:
+            raise ProducerClosedError("the SyncProducer closed while this put waited for room")
+        if not fits:
+            raise BufferFullError(
+                f"no room for the record within timeout={timeout} s: " + self.room.holds()
+            )
+
+    def add_flush_waiter(self) -> FlushWaiter | None:
+        """Wait for every record queued so far: a waiter (``None`` if none is outstanding),
+        and the pump woken to send what is buffered."""
+        with self.lock:
+            if not self.room.records:
+                return None
+            waiter = FlushWaiter(self.seq, self.room.records)
+            self._flush_waiters.append(waiter)
+            self._flush_requested = True
+            self._wake_locked()
+        return waiter
+
+    def drop_flush_waiter(self, waiter: FlushWaiter) -> int:
+        """Stop counting for ``waiter`` (its wait timed out); the results it still lacks."""
+        with self.lock:
+            if waiter in self._flush_waiters:
+                self._flush_waiters.remove(waiter)
+            return waiter.remaining
+
+    def hand_over_now(self) -> int:
+        """Wake the pump, to hand over everything queued; the last record's sequence number."""
+        with self.lock:
+            self._wake_locked()
+            return self.seq
+
+    def handed_over(self, seq: int) -> bool:
+        """Whether the records queued up to ``seq`` are all in the producer (the loop's
+        thread only: the pump, which alone takes from the queue, runs there)."""
+        queue = self.queue
+        return not queue or queue[0][-1] > seq
+
+    def close(self, request: Callable[[], object]) -> bool:
+        """Refuse further puts and schedule ``request`` on the loop (unless it has ended);
+        ``False`` (and nothing done) if the producer was closing already."""
+        with self.lock:
+            if self.closing:
+                return False
+            self.closing = True
+            self.room.wake_all()
+            if not self.loop_done:
+                self._call_soon(request)
+            return True
+
+    def abandon(self, request: Callable[[], object]) -> None:
+        """Refuse further puts and schedule ``request`` on the loop, closing or not, if the loop
+        runs (it may not have started yet: then it stops once it sees ``closing``)."""
+        with self.lock:
+            self.closing = True
+            self.room.wake_all()
+            if self._call_soon is not not_running and not self.loop_done:
+                self._call_soon(request)
+
+    def _wake_locked(self) -> None:
+        """Schedule one wake-up of the pump, unless one is pending (the lock held)."""
+        if not self._wake_scheduled and not self.loop_done:
+            self._wake_scheduled = True
+            self._call_soon(self._wake)
