@@ -27,7 +27,6 @@ Invariants:
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import NoReturn
@@ -36,7 +35,7 @@ from .._admission import Admission
 from .._core.errors import BufferFullError, ProducerClosedError
 from .futures import RecordFuture
 
-__all__ = ("FlushWaiter", "Handover", "Item", "ThreadRoom", "not_running")
+__all__ = ("FlushWaiter", "Handover", "Item", "Resolved", "ThreadRoom", "not_running")
 
 # A queued record: its future, then what the producer's port puts (stream, partition key, size,
 # data, hash key, explicit hash key, encoded tags), then its sequence number; a record put
@@ -64,13 +63,25 @@ class ThreadRoom:
         records: records held.
         bytes: their sizes' sum.
         waiters: threads waiting for room.
+        max_records: ``Config.max_outstanding_records``.
+        max_bytes: ``Config.max_outstanding_bytes``.
     """
 
-    __slots__ = ("_admission", "_condition", "bytes", "records", "waiters")
+    __slots__ = (
+        "_admission",
+        "_condition",
+        "bytes",
+        "max_bytes",
+        "max_records",
+        "records",
+        "waiters",
+    )
 
     def __init__(self, admission: Admission, lock: threading.Lock) -> None:
         self._admission = admission
         self._condition = threading.Condition(lock)
+        self.max_records = admission.max_records
+        self.max_bytes = admission.max_bytes
         self.waiters = 0
         self.records = 0
         self.bytes = 0
@@ -92,9 +103,10 @@ class ThreadRoom:
         self.records += 1
         self.bytes += size
 
-    def give_back(self, size: int) -> None:
-        """A record of ``size`` bytes has its result: wake those waiting for room."""
-        self.records -= 1
+    def give_back(self, size: int, count: int = 1) -> None:
+        """``count`` records of ``size`` bytes in all have their results: wake those waiting
+        for room."""
+        self.records -= count
         self.bytes -= size
         if self.waiters:
             self._condition.notify_all()
@@ -120,13 +132,11 @@ class FlushWaiter:
 
 
 class Handover:
-    """The queue of checked records from callers' threads to the loop, and the state both
-    sides share, guarded by :attr:`lock`.
+    """The records on their way from callers' threads to the loop, and the state both sides
+    share, guarded by :attr:`lock`.
 
     Attributes:
         lock: held for every change here (and by :class:`ThreadRoom`'s waits).
-        queue: the records queued; callers append (under the lock), the loop's pump alone
-            takes from the head (a ``deque``'s ends are safe to use from two threads).
         room: what the queued and outstanding records hold.
         seq: the sequence number of the last record queued.
         closing: no more puts: set by the first close, abandon, or by the loop's end.
@@ -138,27 +148,30 @@ class Handover:
         "_call_soon",
         "_flush_requested",
         "_flush_waiters",
+        "_pending",
         "_wake",
         "_wake_scheduled",
         "closing",
         "lock",
         "loop_done",
         "loop_thread",
-        "queue",
         "room",
         "seq",
     )
 
     def __init__(self, admission: Admission) -> None:
         self.lock = threading.Lock()
-        self.queue: deque[Item] = deque()
         self.room = ThreadRoom(admission, self.lock)
         self.seq = 0
         self.closing = False
         self.loop_done = False
         self.loop_thread: int | None = None
+        # Queued records, oldest first: a list, not a deque, see offer().
+        self._pending: list[Item] = []
         self._flush_waiters: list[FlushWaiter] = []
         self._flush_requested = False
+        # True while the pump will look at _pending again without being woken: a wake-up is
+        # scheduled, or the pump is at work.
         self._wake_scheduled = False
         self._call_soon: Callable[[Callable[[], object]], object] = not_running
         self._wake: Callable[[], object] = not_running
@@ -181,44 +194,80 @@ class Handover:
             if not self.closing:
                 started.set_result(None)
 
-    def take_wake_up(self) -> tuple[bool, bool]:
-        """The pump woke: whether a flush was asked for since it last looked, and whether the
-        producer is closing (once it is, nothing more is queued)."""
-        with self.lock:
-            self._wake_scheduled = False
-            flush, self._flush_requested = self._flush_requested, False
-            return flush, self.closing
+    def exchange(self, resolved: Resolved) -> tuple[list[Item], bool, bool]:
+        """The pump's turn: give back the room of the records ``resolved`` since its last turn
+        (and count their results for the flushes waiting), and take every record queued.
 
-    def close_queue(self) -> None:
-        """Queue nothing more (the pump stops early: its producer is exiting)."""
+        Returns the records taken, oldest first; whether a flush was asked for since; and
+        whether the producer is closing (once it is, nothing more is queued). When there is
+        nothing to do, the pump is to sleep: the next record queued wakes it.
+        """
+        with self.lock:
+            if resolved.count:
+                self._give_back(resolved)
+            taken = self._pending
+            self._pending = []
+            flush, self._flush_requested = self._flush_requested, False
+            closing = self.closing
+            if not (taken or flush or closing):
+                self._wake_scheduled = False
+        return taken, flush, closing
+
+    def _give_back(self, resolved: Resolved) -> None:
+        """The records ``resolved`` have their results: their room is free, and the flushes
+        waiting for them have that many fewer results to wait for (the lock held)."""
+        self.room.give_back(resolved.size, resolved.count)
+        if self._flush_waiters:
+            self._count_results(resolved.seqs)
+
+    def _count_results(self, seqs: list[int]) -> None:
+        """The records ``seqs`` have their results: count them for the flushes that wait for
+        them (the lock held)."""
+        waiters = self._flush_waiters
+        for waiter in list(waiters):
+            waiter.remaining -= sum(seq <= waiter.horizon for seq in seqs)
+            if not waiter.remaining:
+                waiter.event.set()
+                waiters.remove(waiter)
+
+    def take_the_rest(self) -> list[Item]:
+        """Queue nothing more (the producer is exiting), and take what is queued."""
         with self.lock:
             self.closing = True
+            taken = self._pending
+            self._pending = []
+            return taken
 
-    def give_back(self, size: int, seq: int) -> None:
-        """Record ``seq`` (``size`` bytes) has its result: its room is free, and the flushes
-        that wait for it have one result less to wait for."""
-        with self.lock:
-            self.room.give_back(size)
-            waiters = self._flush_waiters
-            if waiters:
-                for waiter in list(waiters):
-                    if seq <= waiter.horizon:
-                        waiter.remaining -= 1
-                        if not waiter.remaining:
-                            waiter.event.set()
-                            waiters.remove(waiter)
-
-    def end(self) -> None:
+    def end(self) -> list[Item]:
         """The loop is ending: refuse puts, schedule nothing more on it, wake the threads
-        waiting for room (to raise)."""
+        waiting for room (to raise); what is still queued (if the loop failed), to fail."""
         with self.lock:
             self.closing = self.loop_done = True
             self.room.wake_all()
+            taken = self._pending
+            self._pending = []
+            return taken
+
+    def give_back(self, resolved: Resolved) -> None:
+        """:meth:`exchange`'s give-back alone, for the records resolved once the pump has
+        stopped (the producer's exit, the loop's end)."""
+        with self.lock:
+            self._give_back(resolved)
 
     def disconnect(self) -> None:
         """The loop's thread runs no more of the producer's code (a later thread may reuse
         its identifier)."""
         self.loop_thread = None
+
+    def queued(self) -> int:
+        """How many records are queued."""
+        with self.lock:
+            return len(self._pending)
+
+    def first_queued(self) -> int | None:
+        """The sequence number of the oldest record queued, if any."""
+        with self.lock:
+            return self._pending[0][-1] if self._pending else None
 
     # --- the callers' side --------------------------------------------------------------
     def offer(
@@ -240,18 +289,27 @@ class Handover:
                 the loop's thread (which must not wait for itself).
             ProducerClosedError: the producer is closed, or closed during the wait.
         """
+        room = self.room
         with self.lock:
-            if not self.room.fits(size):
-                self._wait_until_it_fits(size, timeout)
+            # The common case calls no Python function while it holds the lock (room.fits and
+            # room.take written out; a list's append, unlike a deque's, is no call the
+            # interpreter may switch threads at): a thread that gave up the GIL holding it
+            # would make every other caller block on it, one after the other.
             if self.closing:
                 raise ProducerClosedError(_CLOSED)
-            self.seq += 1
-            self.room.take(size)
-            self.queue.append((future, stream, key, size, payload, hash_key, ehk, tags, self.seq))
-            self._wake_locked()
+            if room.records < room.max_records and room.bytes + size <= room.max_bytes:
+                room.records += 1
+                room.bytes += size
+            else:
+                self._take_room_when_free(size, timeout)
+            seq = self.seq = self.seq + 1
+            self._pending.append((future, stream, key, size, payload, hash_key, ehk, tags, seq))
+            if not self._wake_scheduled:
+                self._wake_locked()
 
-    def _wait_until_it_fits(self, size: int, timeout: float | None) -> None:
-        """Wait, the lock held by the caller, until the record fits (or fail)."""
+    def _take_room_when_free(self, size: int, timeout: float | None) -> None:
+        """Wait, the lock held by the caller, until the record fits, and take its room (or
+        fail)."""
         if threading.get_ident() == self.loop_thread:
             raise BufferFullError(
                 "the producer is full and put_record was called from its own thread (a "
@@ -264,6 +322,7 @@ class Handover:
             raise BufferFullError(
                 f"no room for the record within timeout={timeout} s: " + self.room.holds()
             )
+        self.room.take(size)
 
     def add_flush_waiter(self) -> FlushWaiter | None:
         """Wait for every record queued so far: a waiter (``None`` if none is outstanding),
@@ -289,12 +348,6 @@ class Handover:
         with self.lock:
             self._wake_locked()
             return self.seq
-
-    def handed_over(self, seq: int) -> bool:
-        """Whether the records queued up to ``seq`` are all in the producer (the loop's
-        thread only: the pump, which alone takes from the queue, runs there)."""
-        queue = self.queue
-        return not queue or queue[0][-1] > seq
 
     def close(self, request: Callable[[], object]) -> bool:
         """Refuse further puts and schedule ``request`` on the loop (unless it has ended);
@@ -322,3 +375,33 @@ class Handover:
         if not self._wake_scheduled and not self.loop_done:
             self._wake_scheduled = True
             self._call_soon(self._wake)
+
+
+class Resolved:
+    """What the loop's thread gathers of the records resolved between two turns of its pump,
+    to give their room back at once (:meth:`Handover.exchange`): one lock a turn, not one a
+    record. Only the loop's thread touches it.
+
+    Attributes:
+        count: records resolved.
+        size: their sizes' sum.
+        seqs: their sequence numbers (for the flushes waiting).
+    """
+
+    __slots__ = ("count", "seqs", "size")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.size = 0
+        self.seqs: list[int] = []
+
+    def add(self, size: int, seq: int) -> None:
+        """One more record resolved."""
+        self.count += 1
+        self.size += size
+        self.seqs.append(seq)
+
+    def clear(self) -> None:
+        self.count = 0
+        self.size = 0
+        self.seqs = []

@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -41,8 +41,7 @@ from .._core.statistics import ProducerStatistics
 from .._producer import Producer, port_of, report_exit_to
 from .executor import THREADS_AT_EXIT, ExitSafeExecutor
 from .exit import ExitReports
-from .futures import RecordFuture
-from .handover import Handover, not_running
+from .handover import Handover, Item, Resolved, not_running
 
 if TYPE_CHECKING:
     from .._hosted import ProducerPort
@@ -83,6 +82,13 @@ class Loop:
         self._clock: Callable[[], float] = not_running
         self._wakeup: anyio.Event | None = None
         self._scope: anyio.CancelScope | None = None  # close(timeout=…) sets its deadline
+        # Records taken from the hand-over, oldest first, not yet in the producer.
+        self._taken: deque[Item] = deque()
+        # The hand-over item of each record in the producer, by its outcome, until it is done:
+        # what resolving it needs (its future, size and sequence number) at no cost per record.
+        self._in_flight: dict[Outcome[RecordResult], Item] = {}
+        # The records resolved since the pump's last turn, whose room it gives back then.
+        self._resolved = Resolved()
 
     def run(
         self,
@@ -128,34 +134,43 @@ class Loop:
                             self.portal = None
                             self._hand_over_the_rest(port_of(producer))
         finally:
-            handover.end()
-            self._fail_the_rest()
+            self._fail_the_rest(handover.end())
+            handover.give_back(self._resolved)  # those the producer's exit resolved too
             handover.disconnect()  # after the rest's done-callbacks, which still run here
             if self.producer is not None:  # last: every future is resolved, whatever happens
                 self.final_statistics = self.producer.statistics()
 
     async def _pump(self, port: ProducerPort) -> None:
-        """Move queued records into the producer, a batch per wake-up, until closed."""
+        """Move queued records into the producer, all that is queued at each turn, until the
+        producer closes; give back the room of those resolved since the last turn."""
         handover = self.handover
-        queue = handover.queue
+        taken = self._taken
+        resolved = self._resolved
+        in_flight = self._in_flight
         put_validated = port.put_validated
-        on_done = self._on_done  # bound once: a partial per record is all a callback costs
+        on_done = self._on_done  # bound once: a record's callback costs no object of its own
         moved = 0
         while True:
-            assert self._wakeup is not None
-            await self._wakeup.wait()
-            self._wakeup = anyio.Event()
-            flush, closing = handover.take_wake_up()  # once closing, nothing more is queued
-            while queue:
-                # Peek, and pop only once in the pipeline: a cancellation leaves it queued.
-                future, stream, key, size, payload, hash_key, ehk, tags, seq = queue[0]
+            batch, flush, closing = handover.exchange(resolved)
+            resolved.clear()
+            if not (batch or flush or closing):  # nothing to do: sleep until woken
+                assert self._wakeup is not None
+                await self._wakeup.wait()
+                self._wakeup = anyio.Event()
+                continue
+            taken.extend(batch)
+            while taken:
+                # Peek, and pop only once in the pipeline: a cancellation leaves it taken.
+                item = taken[0]
+                _, stream, key, size, payload, hash_key, ehk, tags, _ = item
                 outcome = put_validated(stream, key, size, payload, hash_key, ehk, tags)
                 if outcome is None:  # no room: only while failure callbacks hold records
                     outcome = await port.put_when_room(
                         stream, key, size, payload, hash_key, ehk, tags
                     )
-                queue.popleft()
-                outcome.add_done_callback(partial(on_done, future, size, seq))
+                taken.popleft()
+                in_flight[outcome] = item  # first: a refused record's outcome is done already
+                outcome.add_done_callback(on_done)
                 moved += 1
                 if not moved & _CHECKPOINT_EVERY_MASK:
                     await anyio.lowlevel.checkpoint()  # let the stages run during a long batch
@@ -164,12 +179,28 @@ class Loop:
             if closing:
                 return
 
-    def _on_done(
-        self, future: RecordFuture, size: int, seq: int, outcome: Outcome[RecordResult]
-    ) -> None:
-        """A record's outcome is done: so is its future, and its room is free."""
+    def _on_done(self, outcome: Outcome[RecordResult]) -> None:
+        """A record's outcome is done: so is its future; its room is given back at the pump's
+        next turn, which this wakes."""
+        future, _, _, size, _, _, _, _, seq = self._in_flight.pop(outcome)
         future.resolve(outcome)  # first: a flush that returns sees this future done
-        self.handover.give_back(size, seq)
+        resolved = self._resolved
+        resolved.add(size, seq)
+        if resolved.count == 1:
+            self.wake()
+
+    def unresolved(self) -> int:
+        """How many futures have no result yet, from any thread (a count that may be a moment
+        old: the loop's thread may be resolving some)."""
+        return len(self._in_flight) + len(self._taken) + self.handover.queued()
+
+    def handed_over(self, seq: int) -> bool:
+        """Whether the records queued up to ``seq`` are all in the producer (on the loop)."""
+        taken = self._taken
+        if taken:
+            return taken[0][-1] > seq
+        first = self.handover.first_queued()
+        return first is None or first > seq
 
     def _hand_over_the_rest(self, port: ProducerPort) -> None:
         """Put what is still queued when the pump stops early (``close`` timed out).
@@ -178,26 +209,30 @@ class Loop:
         through the same path (and ``on_record_failure``). They are counted already, so
         bypassing the producer's bounds here cannot grow memory.
         """
-        queue = self.handover.queue
-        self.handover.close_queue()
-        while queue:
-            future, stream, key, size, payload, hash_key, ehk, tags, seq = queue[0]
+        taken = self._taken
+        taken.extend(self.handover.take_the_rest())
+        while taken:
+            item = taken[0]
+            _, stream, key, size, payload, hash_key, ehk, tags, _ = item
             outcome = port.put_validated(
                 stream, key, size, payload, hash_key, ehk, tags, force=True
             )
             assert outcome is not None
-            queue.popleft()  # only now: if that raised, _fail_the_rest still has it
-            outcome.add_done_callback(partial(self._on_done, future, size, seq))
+            taken.popleft()  # only now: if that raised, _fail_the_rest still has it
+            self._in_flight[outcome] = item
+            outcome.add_done_callback(self._on_done)
 
-    def _fail_the_rest(self) -> None:
-        """Fail whatever never reached the pipeline (only if the loop itself failed)."""
+    def _fail_the_rest(self, queued: list[Item]) -> None:
+        """Fail whatever never reached the pipeline, taken or still ``queued`` (only if the
+        loop itself failed)."""
         now = self._clock()
-        queue = self.handover.queue
-        while queue:
-            future, stream, key, size, payload, _, ehk, tags, seq = queue.popleft()
+        taken = self._taken
+        taken.extend(queued)
+        while taken:
+            future, stream, key, size, payload, _, ehk, tags, seq = taken.popleft()
             record = (stream, key, payload, ehk, tags)
             future.set_result(loop_stopped(now, record, self.config.return_record_on_failure))
-            self.handover.give_back(size, seq)
+            self._resolved.add(size, seq)
 
     # --- run on the loop by the hand-over's call_soon, from the callers' threads ------------
     def wake(self) -> None:

@@ -67,12 +67,11 @@ def wait_durable_from_thread(loop: Loop, target: int, timeout: float | None) -> 
     portal, producer = loop.portal, loop.producer
     if portal is None or producer is None:
         raise ProducerClosedError("the SyncProducer is closed; create a new one")
-    handover = loop.handover
 
     async def durable() -> None:
-        # The pump moves the whole queue at each wake-up (the caller woke it); it alone takes
-        # from the queue, on this loop, so looking at the head here races with nothing.
-        while not handover.handed_over(target):  # noqa: ASYNC110 - the pump sets no event
+        # The pump takes the whole queue at each turn (the caller woke it) and puts it into the
+        # producer, on this loop: looking at what it has not put yet races with nothing here.
+        while not loop.handed_over(target):  # noqa: ASYNC110 - the pump sets no event
             await anyio.sleep(_HAND_OVER_POLL)
         await producer.wait_durable()
 

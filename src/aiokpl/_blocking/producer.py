@@ -294,7 +294,7 @@ class SyncProducer:
         if stopped:
             uninterrupted(self._thread.join)  # at once: the loop has ended
         forget(self)
-        unresolved = None if stopped else self._handover.room.records
+        unresolved = None if stopped else self._loop.unresolved()
         uninterrupted(partial(self._exit_reports.report_abandon, what, bound, unresolved))
 
     def __enter__(self) -> SyncProducer:
