@@ -242,6 +242,22 @@ def test_back_pressure_blocks_the_calling_thread(backend: Backend) -> None:
         assert fifth.result(WAIT).success
 
 
+def test_back_pressure_counts_bytes_to_the_byte(backend: Backend) -> None:
+    # A put counts its room without a call under the hand-over's lock: the bound on bytes holds
+    # there as Admission states it (up to max_outstanding_bytes, not one byte more).
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.latency = 3600.0
+    config = CONFIG.replace(max_record_size=50, max_outstanding_bytes=100)
+    producer = SyncProducer(config, client=fake, backend=backend)
+    futures = [producer.put_record(stream="s", partition_key="k", data=bytes(49)) for _ in "ab"]
+    assert producer.outstanding_bytes == 100  # two of 50 bytes: exactly the bound
+    with pytest.raises(BufferFullError, match="holds 2 records / 100 bytes"):
+        producer.put_record(stream="s", partition_key="k", data=b"", timeout=0.01)
+    producer.close(timeout=0)
+    assert {future.result().error_code for future in futures} == {"Cancelled"}
+
+
 def test_back_pressure_timeout_and_close_while_waiting(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")

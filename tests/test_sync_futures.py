@@ -192,6 +192,27 @@ def test_threads_that_make_it_whole_race_the_resolution_safely() -> None:
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_producers_futures_stay_light_until_used_as_futures(backend: Any) -> None:
+    # Resolved before anyone looked, a producer's futures hold none of Future's state (before:
+    # a plain Future each, its condition and lists made at the put), and build their results
+    # on first use; one used as a Future becomes one.
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    with SyncProducer(Config(region="us-east-1"), client=fake, backend=backend) as producer:
+        futures = [
+            producer.put_record(stream="s", partition_key=f"k{i}", data=b"x") for i in range(100)
+        ]
+        producer.flush(timeout=WAIT)
+    assert all(future.done() for future in futures)
+    assert all(len(vars(future)) == 3 for future in futures)
+    assert all(future.result().success for future in futures)
+    called: list[Future[RecordResult]] = []
+    futures[0].add_done_callback(called.append)
+    assert called == [futures[0]]
+    assert len(vars(futures[0])) > 3
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_a_producers_future_is_a_record_future(backend: Any) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")

@@ -34,7 +34,8 @@ Invariants:
 * the shape and the light state are read and changed only under one lock (``_SHAPE``), never
   held while a ``Future`` method runs: those take the future's own condition, and a thread that
   holds it may meet a missing attribute and wait here, so the order is always condition, then
-  ``_SHAPE``. Nothing depends on the GIL;
+  ``_SHAPE``. Nothing depends on the GIL. The loop's resolution holds it for three attribute
+  reads and one write;
 * a light future resolved before anyone looked keeps its record's outcome until its result is
   first asked for, then only the result (the outcome keeps what an async caller's does: no
   data, which a resolved record lets go).
@@ -53,8 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = ("RecordFuture",)
 
-# Guards every future's shape and light state (one lock for all: it is held for a few
-# attribute reads or writes, or to build one result).
+# Guards every future's shape and light state: one lock for all, held for a few attribute reads
+# or writes (and Future.__init__ when one becomes whole), never across a call that could run
+# long or give up the GIL often (a result is built outside it).
 _SHAPE = threading.Lock()
 
 # The future's own attributes: never looked up through __getattr__ (see there).
@@ -85,17 +87,20 @@ class RecordFuture(Future[RecordResult]):
                 return
             Future.__init__(self)
             self._whole = True
-            answer = self._light_answer()
+            answer, kept = self._answer, self._kept
+        if answer is None and kept is not None:
+            answer = self._keep(kept.result())
         if answer is not None:  # outside _SHAPE: Future's methods take its condition
             Future.set_result(self, answer)
 
-    def _light_answer(self) -> RecordResult | None:
-        """The result of a light future resolved, built on first use (``_SHAPE`` held)."""
-        answer = self._answer
-        if answer is None and self._kept is not None:
-            answer = self._answer = self._kept.result()
-            self._kept = None
-        return answer
+    def _keep(self, built: RecordResult) -> RecordResult:
+        """Keep ``built``, the result of a future resolved light, unless another thread kept
+        one first; the one kept (each thread builds its own outside the lock, one is kept)."""
+        with _SHAPE:
+            if self._answer is None:
+                self._answer = built
+                self._kept = None
+            return self._answer
 
     def resolve(self, outcome: Outcome[RecordResult]) -> None:
         """Resolve with ``outcome``'s result (the loop's thread, once the outcome is done)."""
@@ -127,7 +132,9 @@ class RecordFuture(Future[RecordResult]):
 
     def result(self, timeout: float | None = None) -> RecordResult:
         with _SHAPE:
-            answer = self._light_answer()
+            answer, kept = self._answer, self._kept
+        if answer is None and kept is not None:
+            answer = self._keep(kept.result())  # built outside the lock
         if answer is not None:
             return answer
         self._become_whole()

@@ -1,27 +1,38 @@
 """The hand-over: what a ``SyncProducer``'s callers' threads and its loop share, under one lock.
 
-A record checked in a caller's thread is queued here with its future and a sequence number,
-and the loop's pump moves the queue into the producer. Only the first record queued after the
-pump last looked schedules a wake-up of the loop (``call_soon_threadsafe`` on asyncio, the trio
-token's ``run_sync_soon`` on trio): a busy producer pays one wake-up per batch, not one per
-record (a ``BlockingPortal.call`` per record costs a round trip and a task each, about 13
-times the async producer's time in ``bench/sync.py``).
+A record checked in a caller's thread is queued here with its future and a sequence number
+(:meth:`Handover.offer`); at each turn the loop's pump takes everything queued at once and puts
+it into the producer (:meth:`Handover.exchange`). Only the first record queued while the pump
+sleeps schedules a wake-up of the loop (``call_soon_threadsafe`` on asyncio, the trio token's
+``run_sync_soon`` on trio): a busy producer pays one wake-up per batch, not one per record (a
+``BlockingPortal.call`` per record costs a round trip and a task each, about 20 times the
+async producer's time in ``bench/sync.py``).
 
 Besides the queue, the lock guards what both sides read and change: the room the records hold
 (:class:`ThreadRoom`, from their put to their result), the flushes waiting for results
-(:class:`FlushWaiter`), whether the pump has a flush to do, and the closing state. It is held
-for a few statements at a time, never while a user's callback or a ``Future`` method runs; the
-loop takes it once per resolved record, to give its room back.
+(:class:`FlushWaiter`), whether the pump has a flush to do, and the closing state. The room of
+the records resolved since the pump's last turn is given back at its next, all at once
+(:class:`Resolved`): one lock per turn on the loop's side, not one per record.
+
+The lock is held for a few statements at a time, never while a user's callback or a ``Future``
+method runs, and a put's holds it across no call into Python code: a thread that gave up the
+GIL while holding it (which the interpreter does only at a call, or a loop's jump back) would
+make every other putting thread block on it in turn, each block a switch of threads. That is
+why the queue is a ``list`` (its ``append`` is no such call; a ``deque``'s is) and a put counts
+its room inline: with eight threads putting, these took the switches from thousands, at times
+over a hundred thousand, per 100k records to about a thousand (``bench/sync.py``).
 
 Invariants:
 
 * records queued and not yet resolved never exceed ``max_outstanding_records`` /
-  ``max_outstanding_bytes``: :meth:`Handover.offer` waits for room first, or raises;
+  ``max_outstanding_bytes``: :meth:`Handover.offer` waits for room first, or raises. The room
+  of a resolved record is free again at the pump's next turn, which its resolution wakes;
 * once ``closing`` is set nothing more is queued; once ``loop_done`` is set nothing more is
   scheduled on the loop (it has ended);
-* at most one wake-up of the loop is pending;
-* a flush waiter counts the records put before it that have no result yet: each resolution
-  of a record at or below its horizon lowers the count, and the last sets its event.
+* at most one wake-up of the loop is pending, and none while the pump is at work;
+* a flush waiter counts the records put before it that have no result yet (their room not
+  given back): each record at or below its horizon given back lowers the count, and the last
+  sets its event.
 """
 
 from __future__ import annotations
@@ -35,14 +46,22 @@ from .._admission import Admission
 from .._core.errors import BufferFullError, ProducerClosedError
 from .futures import RecordFuture
 
-__all__ = ("FlushWaiter", "Handover", "Item", "Resolved", "ThreadRoom", "not_running")
+__all__ = (
+    "CLOSED_MESSAGE",
+    "FlushWaiter",
+    "Handover",
+    "Item",
+    "Resolved",
+    "ThreadRoom",
+    "not_running",
+)
 
 # A queued record: its future, then what the producer's port puts (stream, partition key, size,
 # data, hash key, explicit hash key, encoded tags), then its sequence number; a record put
 # without a key has key "" and hash key KEYLESS here (the producer places it).
 Item = tuple[RecordFuture, str, str, int, bytes, int, "str | None", bytes, int]
 
-_CLOSED = "the SyncProducer is closed; create a new one"
+CLOSED_MESSAGE = "the SyncProducer is closed; create a new one"  # what a closed one says
 
 
 def not_running(*args: object) -> NoReturn:
@@ -296,7 +315,7 @@ class Handover:
             # interpreter may switch threads at): a thread that gave up the GIL holding it
             # would make every other caller block on it, one after the other.
             if self.closing:
-                raise ProducerClosedError(_CLOSED)
+                raise ProducerClosedError(CLOSED_MESSAGE)
             if room.records < room.max_records and room.bytes + size <= room.max_bytes:
                 room.records += 1
                 room.bytes += size

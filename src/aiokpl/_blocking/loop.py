@@ -2,10 +2,11 @@
 
 The thread runs an event loop (asyncio or trio, through ``anyio.run``) hosting a
 :class:`~aiokpl.Producer`. One pump task moves the records queued in the hand-over
-(:mod:`.handover`) into the producer, all that is queued at each wake-up, through the
-producer's port (bound methods taken once: the records were checked in their callers' threads
-and go in as they are). A record's outcome, once done, resolves its future and gives its room
-back, in this thread: no task and no round trip per record.
+(:mod:`.handover`) into the producer, all that is queued at each turn, through the producer's
+port (bound methods taken once: the records were checked in their callers' threads and go in
+as they are). A record's outcome, once done, resolves its future, in this thread, and its room
+is given back at the pump's next turn: no task, no round trip and no object per record beyond
+the hand-over's (its item is kept by its outcome while it is in the producer).
 
 Invariants:
 
@@ -13,9 +14,12 @@ Invariants:
   last thing the thread does: by its record's outcome, which the producer resolves (failed
   ``"Cancelled"`` if its exit is cancelled: ``close(timeout=…)`` ran out, or an abandon), or,
   if the loop itself failed, here (``"Internal"``, the loop stopped);
-* the pump takes a record off the queue only once it is in the producer: a cancellation leaves
-  it queued, and the end hands it over (the producer's bounds aside: it is counted already, so
-  that cannot grow memory) to fail with the rest, through the same path and failure callbacks;
+* the pump lets go of a record it took only once the record is in the producer: a
+  cancellation leaves it taken, and the end hands it over (the producer's bounds aside: it is
+  counted already, so that cannot grow memory) to fail with the rest, through the same path
+  and failure callbacks;
+* a record's room is given back once, after its future is resolved: at the pump's next turn,
+  or at the loop's end for those resolved after the pump stopped;
 * the loop's thread never waits for itself: the callers' methods refuse to wait from it
   (``Handover.loop_thread``).
 """

@@ -29,6 +29,7 @@ import anyio
 
 from .._core.errors import ProducerClosedError
 from .exit import in_slices
+from .handover import CLOSED_MESSAGE
 
 if TYPE_CHECKING:
     from .._producer import Producer
@@ -66,7 +67,7 @@ def wait_durable_from_thread(loop: Loop, target: int, timeout: float | None) -> 
         )
     portal, producer = loop.portal, loop.producer
     if portal is None or producer is None:
-        raise ProducerClosedError("the SyncProducer is closed; create a new one")
+        raise ProducerClosedError(CLOSED_MESSAGE)
 
     async def durable() -> None:
         # The pump takes the whole queue at each turn (the caller woke it) and puts it into the
@@ -78,7 +79,7 @@ def wait_durable_from_thread(loop: Loop, target: int, timeout: float | None) -> 
     try:
         future = portal.start_task_soon(durable)
     except RuntimeError:  # the portal stopped meanwhile
-        raise ProducerClosedError("the SyncProducer is closed; create a new one") from None
+        raise ProducerClosedError(CLOSED_MESSAGE) from None
     try:
         if timeout is None:  # in slices, so that a Ctrl-C is acted on at once
             in_slices(lambda check: bool(concurrent.futures.wait((future,), check).done))

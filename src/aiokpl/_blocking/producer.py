@@ -46,7 +46,7 @@ from .._kinesis import fixed_region
 from .._producer import Producer
 from .exit import ExitReports, forget, in_slices, remember, uninterrupted
 from .futures import RecordFuture
-from .handover import Handover
+from .handover import CLOSED_MESSAGE, Handover
 from .loop import Loop
 from .portal import ask, wait_durable_from_thread
 
@@ -58,8 +58,6 @@ __all__ = ("SyncProducer",)
 # How long an interrupted close() waits beyond request_timeout_ms for the cancelled producer's
 # exit (its async failure callbacks are bounded by request_timeout_ms) before it gives up.
 _ABANDON_MARGIN = 5.0
-
-_CLOSED = "the SyncProducer is closed; create a new one"
 
 
 class SyncProducer:
@@ -182,7 +180,7 @@ class SyncProducer:
             ProducerClosedError: the producer is closed, or closed while this call waited.
         """
         if self._handover.closing:
-            raise ProducerClosedError(_CLOSED)
+            raise ProducerClosedError(CLOSED_MESSAGE)
         if not (type(stream) is str and stream in self._known_streams):
             self._admission.check_stream(stream)
             self._known_streams.add(stream)
@@ -318,7 +316,9 @@ class SyncProducer:
     # --- introspection --------------------------------------------------------------------
     @property
     def outstanding_records(self) -> int:
-        """Records put and not resolved yet (including those still being handed over)."""
+        """Records put and not resolved yet (including those still being handed over; a
+        record counts until the loop gives its room back, a moment after its future is
+        done)."""
         return self._handover.room.records
 
     @property
