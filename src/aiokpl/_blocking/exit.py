@@ -10,6 +10,14 @@
   says it (:class:`ExitReports`), in the words of :mod:`aiokpl._exit_report`, the async
   producer's.
 * The waits for the loop that a Ctrl-C must cut short are waited in slices (:func:`in_slices`).
+
+Invariants:
+
+* a producer is remembered from its start to its close, weakly: the registry never keeps one
+  alive, and a producer closed is forgotten;
+* the steps of an abandon run to their end, each as often as interruptions cut it short; the
+  first interruption is the one the caller raises;
+* a cancelled exit's report is said once, by the close that waited for it.
 """
 
 from __future__ import annotations

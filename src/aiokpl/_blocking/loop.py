@@ -178,6 +178,9 @@ class Loop:
                 moved += 1
                 if not moved & _CHECKPOINT_EVERY_MASK:
                     await anyio.lowlevel.checkpoint()  # let the stages run during a long batch
+                    if resolved.count:  # and give back the room they freed meanwhile
+                        handover.give_back(resolved)
+                        resolved.clear()
             if flush:
                 port.flush_now(None)
             if closing:
@@ -238,9 +241,10 @@ class Loop:
             future.set_result(loop_stopped(now, record, self.config.return_record_on_failure))
             self._resolved.add(size, seq)
 
-    # --- run on the loop by the hand-over's call_soon, from the callers' threads ------------
+    # --- run on the loop (by the hand-over's call_soon, from the callers' threads) ----------
     def wake(self) -> None:
-        """Wake the pump: records are queued, a flush is asked for, or the producer closes."""
+        """Wake the pump: records are queued or resolved, a flush is asked for, or the
+        producer closes."""
         assert self._wakeup is not None
         self._wakeup.set()
 
