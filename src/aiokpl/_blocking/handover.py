@@ -15,12 +15,14 @@ the records resolved since the pump's last turn is given back at its next, all a
 (:class:`Resolved`): one lock per turn on the loop's side, not one per record.
 
 The lock is held for a few statements at a time, never while a user's callback or a ``Future``
-method runs, and a put's holds it across no call into Python code: a thread that gave up the
-GIL while holding it (which the interpreter does only at a call, or a loop's jump back) would
-make every other putting thread block on it in turn, each block a switch of threads. That is
-why the queue is a ``list`` (its ``append`` is no such call; a ``deque``'s is) and a put counts
-its room inline: with eight threads putting, these took the switches from thousands, at times
-over a hundred thousand, per 100k records to about a thousand (``bench/sync.py``).
+method runs. A thread that holds it without the GIL starts a convoy: every putting thread that
+runs meanwhile sleeps on the lock in turn, and each release hands it to a sleeper, which owns
+it before it has the GIL back. With eight threads that costs up to a switch of threads per
+record (30,000 to 110,000 per 100k records, against about 1,000 without) and a third to half
+of the throughput, for the rest of the run (``bench/sync.py``). So a put holds the lock across
+no call into Python code, at which the interpreter may give the GIL away (the queue is a list,
+whose ``append`` is no such call, where a ``deque``'s is; the room is counted inline), and a
+put that finds the lock held does not sleep on it (:func:`acquire_awake`).
 
 Invariants:
 
@@ -38,6 +40,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import NoReturn
@@ -61,7 +64,26 @@ __all__ = (
 # without a key has key "" and hash key KEYLESS here (the producer places it).
 Item = tuple[RecordFuture, str, str, int, bytes, int, "str | None", bytes, int]
 
+_POLITE_TRIES = 1000  # see acquire_awake
+
 CLOSED_MESSAGE = "the SyncProducer is closed; create a new one"  # what a closed one says
+
+
+def acquire_awake(lock: threading.Lock) -> None:
+    """Acquire ``lock``, held by another thread, without sleeping on it while the interpreter
+    lets threads take turns (the GIL): give the turn to the holder and try again; sleep on it
+    only if it stays held for :data:`_POLITE_TRIES` tries (a holder that really waits, or no GIL).
+
+    Why: a thread woken because a lock was released owns the lock before it has the GIL back.
+    Every thread that runs meanwhile finds the lock held, and sleeps on it in turn; each release
+    then hands it to another sleeper. Once started (by one holder that gave up the GIL), that
+    convoy lasts as long as threads keep putting (see the module's doc).
+    """
+    for _ in range(_POLITE_TRIES):
+        time.sleep(0)  # noqa: TID251 - a caller's thread: gives the GIL to the holder
+        if lock.acquire(False):
+            return
+    lock.acquire()
 
 
 def not_running(*args: object) -> NoReturn:
@@ -309,11 +331,13 @@ class Handover:
             ProducerClosedError: the producer is closed, or closed during the wait.
         """
         room = self.room
-        with self.lock:
+        lock = self.lock
+        if not lock.acquire(False):
+            acquire_awake(lock)
+        try:
             # The common case calls no Python function while it holds the lock (room.fits and
             # room.take written out; a list's append, unlike a deque's, is no call the
-            # interpreter may switch threads at): a thread that gave up the GIL holding it
-            # would make every other caller block on it, one after the other.
+            # interpreter may switch threads at); see the module's doc.
             if self.closing:
                 raise ProducerClosedError(CLOSED_MESSAGE)
             if room.records < room.max_records and room.bytes + size <= room.max_bytes:
@@ -325,6 +349,8 @@ class Handover:
             self._pending.append((future, stream, key, size, payload, hash_key, ehk, tags, seq))
             if not self._wake_scheduled:
                 self._wake_locked()
+        finally:
+            lock.release()
 
     def _take_room_when_free(self, size: int, timeout: float | None) -> None:
         """Wait, the lock held by the caller, until the record fits, and take its room (or
