@@ -2,15 +2,13 @@
 
 Plain synchronous tests of ``aiokpl._admission`` (the checks, a ``put_records`` group, the
 bounds and their messages, the records of a group, the blocking producer's room), of
-``aiokpl._intake`` with a stand-in ledger and pipeline and an explicit clock, and of the
-blocking producer's futures (plain ``concurrent.futures.Future`` objects, resolved through
-their public methods only).
+``aiokpl._intake`` with a stand-in ledger and pipeline and an explicit clock (the blocking
+producer's futures have ``tests/test_sync_futures.py``).
 """
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -20,9 +18,9 @@ from aiokpl import (
     InvalidRecordError,
     InvalidRecordTypeError,
     ProducerClosedError,
-    SyncProducer,
 )
-from aiokpl._admission import Admission, ThreadRoom, build_group
+from aiokpl._admission import Admission, build_group
+from aiokpl._blocking.handover import ThreadRoom
 from aiokpl._core.encoder import encode_tags
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._intake import Intake
@@ -294,30 +292,6 @@ def test_streams_not_started_hold_nothing_to_flush() -> None:
     streams.flush(None)  # before the start: nothing buffered, nothing to send
     assert streams.statistics() == ()
     assert streams.pipelines == {}
-
-
-# --- the blocking producer's futures ---------------------------------------------------------
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_a_sync_future_is_a_future_that_overrides_none_of_futures_members(backend: Any) -> None:
-    fake = FakeKinesis()
-    fake.add_stream("s")
-    with SyncProducer(Config(region="us-east-1"), client=fake, backend=backend) as producer:
-        future = producer.put_record(stream="s", partition_key="k", data=b"x")
-        assert future.result(30).success
-    # Only its constructor (running from the start): every other member is Future's own, so
-    # nothing depends on the standard library's private attributes. (Compared with a subclass
-    # that only has a constructor, made here: each Python adds its own bookkeeping to a class,
-    # e.g. 3.13's __static_attributes__ and __firstlineno__.)
-
-    class OnlyAConstructor(Future):  # type: ignore[type-arg]
-        def __init__(self) -> None:
-            super().__init__()
-
-    own = set(vars(type(future))) - set(vars(OnlyAConstructor))
-    assert own <= {"__qualname__", "__name__", "__orig_bases__", "__parameters__"}
-    assert not [name for name in own if name.startswith("_") and not name.startswith("__")]
-    assert isinstance(future, Future)
-    assert not future.cancel()
 
 
 # --- the hand-over of a checked record -------------------------------------------------------

@@ -73,10 +73,6 @@ KNOWN_LONG_MODULES: dict[str, str] = {
     "buckets over moto's model and the faults it injects, under one lock; its limits and "
     "faults (_shard_limits.py) and moto's extras are modules of their own; the faults' "
     "handling is the next to move out",
-    "aiokpl._sync": "the threaded producer: one method per Producer method, each a thread "
-    "crossing (put, flush, wait_durable, close, statistics, health) over the one lock and loop "
-    "they share; what each crossing needs beyond that is a module of its own (_sync_futures, "
-    "_sync_exit, _sync_durable, _sync_ask)",
     "aiokpl._pipeline.stream": "the router: one method per event for every stage, under two "
     "placements (by key, by the service) whose decisions are policies of their own "
     "(placement.py, ordering.py) and whose warnings are stream_logs.py's; what is left is "
@@ -716,9 +712,9 @@ def test_the_checks_catch_an_impure_core(
             "aiokpl._cli.put imports aiokpl.testing._servers, which is test infrastructure",
         ),
         (
-            "_sync.py",
-            "from .testing._loopback import LoopbackKinesis",
-            "aiokpl._sync imports aiokpl.testing._loopback, which is test infrastructure",
+            "_blocking/loop.py",
+            "from ..testing._loopback import LoopbackKinesis",
+            "aiokpl._blocking.loop imports aiokpl.testing._loopback, which is test infrastructure",
         ),
     ],
 )

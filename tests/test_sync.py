@@ -28,9 +28,9 @@ from typing import Literal
 import anyio
 import pytest
 
-import aiokpl._exit_executor
-import aiokpl._sync
-import aiokpl._sync_exit
+import aiokpl._blocking.executor
+import aiokpl._blocking.exit
+import aiokpl._blocking.producer
 from aiokpl import (
     BufferFullError,
     Config,
@@ -41,7 +41,7 @@ from aiokpl import (
     RecordResult,
     SyncProducer,
 )
-from aiokpl._exit_executor import ExitSafeExecutor
+from aiokpl._blocking.executor import ExitSafeExecutor
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis, read_stream
 
@@ -242,6 +242,22 @@ def test_back_pressure_blocks_the_calling_thread(backend: Backend) -> None:
         assert fifth.result(WAIT).success
 
 
+def test_back_pressure_counts_bytes_to_the_byte(backend: Backend) -> None:
+    # A put counts its room without a call under the hand-over's lock: the bound on bytes holds
+    # there as Admission states it (up to max_outstanding_bytes, not one byte more).
+    fake = FakeKinesis()
+    fake.add_stream("s")
+    fake.latency = 3600.0
+    config = CONFIG.replace(max_record_size=50, max_outstanding_bytes=100)
+    producer = SyncProducer(config, client=fake, backend=backend)
+    futures = [producer.put_record(stream="s", partition_key="k", data=bytes(49)) for _ in "ab"]
+    assert producer.outstanding_bytes == 100  # two of 50 bytes: exactly the bound
+    with pytest.raises(BufferFullError, match="holds 2 records / 100 bytes"):
+        producer.put_record(stream="s", partition_key="k", data=b"", timeout=0.01)
+    producer.close(timeout=0)
+    assert {future.result().error_code for future in futures} == {"Cancelled"}
+
+
 def test_back_pressure_timeout_and_close_while_waiting(backend: Backend) -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
@@ -261,7 +277,7 @@ def test_back_pressure_timeout_and_close_while_waiting(backend: Backend) -> None
 
     waiter = threading.Thread(target=blocked_put)
     waiter.start()
-    while producer._room_waiters == 0:  # the thread is waiting for room (a private count)
+    while producer._handover.room.waiters == 0:  # the thread is waiting for room (private)
         assert waiter.is_alive(), errors
         waiter.join(0.001)
     producer.close(timeout=0)
@@ -582,7 +598,7 @@ def test_an_interrupted_close_cancels_the_rest_and_resolves_every_future(
     producer = SyncProducer(CONFIG, client=fake, backend=backend)
     futures = [producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(50)]
     wait_until(lambda: producer.statistics().requests_in_flight == 1)
-    second = in_thread(lambda: interrupter.interrupt(lambda: producer._closing, elsewhere))
+    second = in_thread(lambda: interrupter.interrupt(lambda: producer._handover.closing, elsewhere))
     with caplog.at_level(logging.WARNING, logger="aiokpl"), pytest.raises(KeyboardInterrupt):
         producer.close()
     second.join(WAIT)
@@ -627,7 +643,7 @@ def test_interruptions_during_the_abandon_are_held_back(
 
     def interrupt_twice() -> None:
         interrupter.interrupt(
-            when=lambda: producer._closing
+            when=lambda: producer._handover.closing
         )  # the second Ctrl-C: the close abandons the records
         assert calling.wait(WAIT)  # their callbacks run: close() waits for them
         interrupter.interrupt()  # the third: held back
@@ -651,7 +667,7 @@ def test_an_abandon_that_cannot_finish_gives_up_and_says_so(
     # A plain failure callback that blocks the loop's thread: the interrupted close cannot see
     # the records resolved, and gives up after request_timeout_ms (+ a margin, 0 here) saying
     # how many have no result, rather than hold Ctrl-C back for ever.
-    monkeypatch.setattr(aiokpl._sync, "_ABANDON_MARGIN", 0.0)
+    monkeypatch.setattr(aiokpl._blocking.producer, "_ABANDON_MARGIN", 0.0)
     fake = FakeKinesis()
     fake.add_stream("s")
     fake.latency = 3600.0
@@ -659,7 +675,7 @@ def test_an_abandon_that_cannot_finish_gives_up_and_says_so(
     config = CONFIG.replace(request_timeout_ms=100, on_record_failure=lambda _: go.wait(WAIT))
     producer = SyncProducer(config, client=fake, backend=backend)
     futures = [producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(3)]
-    thread = in_thread(lambda: interrupter.interrupt(when=lambda: producer._closing))
+    thread = in_thread(lambda: interrupter.interrupt(when=lambda: producer._handover.closing))
     with caplog.at_level(logging.ERROR, logger="aiokpl"), pytest.raises(KeyboardInterrupt):
         producer.close()
     thread.join(WAIT)
@@ -691,10 +707,10 @@ def test_ctrl_c_during_the_close_at_exit_abandons_every_open_producer(
         for i in range(4)
     ]
     thread = in_thread(
-        lambda: interrupter.interrupt(when=lambda: any(p._closing for p in producers))
+        lambda: interrupter.interrupt(when=lambda: any(p._handover.closing for p in producers))
     )
     with caplog.at_level(logging.WARNING, logger="aiokpl"):
-        aiokpl._sync_exit.close_forgotten()
+        aiokpl._blocking.exit.close_forgotten()
     thread.join(WAIT)
     assert interrupter.count == 1
     assert {future.result().error_code for future in futures} == {"Cancelled"}
@@ -727,7 +743,7 @@ def test_the_loop_executor_still_runs_work_once_thread_pools_refuse_it(
         executor.submit(divmod, 1, 0).result(WAIT)
     cancelled: Future[int] = Future()
     cancelled.cancel()
-    aiokpl._exit_executor._run(cancelled, pow, (2, 7), {})  # cancelled before it ran: not run
+    aiokpl._blocking.executor._run(cancelled, pow, (2, 7), {})  # cancelled before it ran: not run
     assert cancelled.cancelled()
     monkeypatch.undo()
     executor.shutdown()
@@ -803,7 +819,7 @@ def test_the_exit_function_closes_a_producer_left_open_and_delivers(
     producer = SyncProducer(config, client=fake, backend=backend)
     futures = [producer.put_record(stream="s", partition_key=f"k{i}", data=b"d") for i in range(9)]
     with caplog.at_level(logging.WARNING, logger="aiokpl"):
-        aiokpl._sync_exit.close_forgotten()
+        aiokpl._blocking.exit.close_forgotten()
     assert all(future.result().success for future in futures)
     assert sum(stored(fake, "s").values()) == 9
     assert not producer._thread.is_alive()

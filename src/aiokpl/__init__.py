@@ -4,6 +4,7 @@ The public names live here (and in ``aiokpl.aggregation`` and ``aiokpl.testing``
 a module whose name starts with ``_`` is private.
 """
 
+from ._blocking.producer import SyncProducer as SyncProducer
 from ._core.config import Config as Config
 from ._core.errors import AggregationFormatError as AggregationFormatError
 from ._core.errors import AiokplError as AiokplError
@@ -33,7 +34,6 @@ from ._public import present_as_public as _present_as_public
 from ._rate_limiter import RateLimiter as RateLimiter
 from ._rate_limiter import RateLimiterStatistics as RateLimiterStatistics
 from ._spool.writer import SpoolError as SpoolError
-from ._sync import SyncProducer as SyncProducer
 from ._version import __version__ as __version__
 
 __all__ = (

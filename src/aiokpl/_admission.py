@@ -18,7 +18,6 @@ directly (``tests/test_admission.py``).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from itertools import islice
 from typing import Any
@@ -38,7 +37,6 @@ from ._record import TaggedRecord, UserRecord
 __all__ = (
     "Accepted",
     "Admission",
-    "ThreadRoom",
     "build_group",
     "check_records_argument",
     "fields_of",
@@ -298,58 +296,3 @@ def build_group(
         put(record, hash_key)
         records.append(record)
     return records
-
-
-class ThreadRoom:
-    """What a :class:`~aiokpl.SyncProducer` holds, and its callers' wait for room.
-
-    Records count from their put (in the caller's thread) to their result (in the loop's),
-    those still being handed over included. Every method is called with ``lock`` held (the
-    producer's one lock, which also guards its queue); :meth:`wait` releases it while it waits.
-
-    Attributes:
-        records: records held.
-        bytes: their sizes' sum.
-        waiters: threads waiting for room.
-    """
-
-    __slots__ = ("_admission", "_condition", "bytes", "records", "waiters")
-
-    def __init__(self, admission: Admission, lock: threading.Lock) -> None:
-        self._admission = admission
-        self._condition = threading.Condition(lock)
-        self.waiters = 0
-        self.records = 0
-        self.bytes = 0
-
-    def fits(self, size: int) -> bool:
-        """Whether one more record of ``size`` bytes fits."""
-        return self._admission.fits(self.records, self.bytes, size)
-
-    def wait(self, size: int, timeout: float | None, stop: Callable[[], bool]) -> bool:
-        """Wait until a record of ``size`` bytes fits or ``stop()``; ``False`` on timeout."""
-        self.waiters += 1
-        try:
-            return self._condition.wait_for(lambda: stop() or self.fits(size), timeout)
-        finally:
-            self.waiters -= 1
-
-    def take(self, size: int) -> None:
-        """Count one more record of ``size`` bytes."""
-        self.records += 1
-        self.bytes += size
-
-    def give_back(self, size: int) -> None:
-        """A record of ``size`` bytes has its result: wake those waiting for room."""
-        self.records -= 1
-        self.bytes -= size
-        if self.waiters:
-            self._condition.notify_all()
-
-    def wake_all(self) -> None:
-        """Wake every waiter (to look at its ``stop``)."""
-        self._condition.notify_all()
-
-    def holds(self) -> str:
-        """What the producer holds, and its bounds, in words."""
-        return self._admission.holds(self.records, self.bytes)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from aiokpl._exit_executor import THREADS_AT_EXIT
+from aiokpl._blocking.executor import THREADS_AT_EXIT
 
 from .helpers import Child, new_stream, stored_data
 
@@ -49,7 +49,7 @@ config = Config(
 def announce_close(producer):
     # One line once close() has begun (at exit too): the test then sends its signal.
     def watch():
-        while not producer._closing:
+        while not producer._handover.closing:
             time.sleep(0.001)
         print("closing", flush=True)
     threading.Thread(target=watch, daemon=True).start()

@@ -10,8 +10,14 @@
   says it (:class:`ExitReports`), in the words of :mod:`aiokpl._exit_report`, the async
   producer's.
 * The waits for the loop that a Ctrl-C must cut short are waited in slices (:func:`in_slices`).
-* A record still queued when the loop itself failed gets its result here
-  (:func:`loop_stopped`).
+
+Invariants:
+
+* a producer is remembered from its start to its close, weakly: the registry never keeps one
+  alive, and a producer closed is forgotten;
+* the steps of an abandon run to their end, each as often as interruptions cut it short; the
+  first interruption is the one the caller raises;
+* a cancelled exit's report is said once, by the close that waited for it.
 """
 
 from __future__ import annotations
@@ -23,17 +29,14 @@ import weakref
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from ._core.decoder import decode_tags
-from ._core.results import Attempt, FailedRecord, RecordResult
-from ._core.statistics import ProducerStatistics
-from ._exit_report import ExitReport
+from .._core.statistics import ProducerStatistics
+from .._exit_report import ExitReport
 
 __all__ = (
     "ExitReports",
     "close_forgotten",
     "forget",
     "in_slices",
-    "loop_stopped",
     "remember",
     "uninterrupted",
 )
@@ -84,7 +87,7 @@ def close_forgotten() -> None:
     and after the ``atexit`` functions registered later than aiokpl's import (atexit runs them
     last first), so a worker thread or an exit function of the program may still put records,
     or close the producer itself; the producer's daemon thread still runs. What its loop needs
-    from the interpreter then is in :mod:`aiokpl._exit_executor` (which also says why not
+    from the interpreter then is in :mod:`aiokpl._blocking.executor` (which also says why not
     ``threading``'s earlier hook).
 
     A Ctrl-C during this close abandons what is left, of this producer and of the others
@@ -179,17 +182,3 @@ class ExitReports:
             )
             return
         self.final().warn(f"{what} was interrupted", "future")
-
-
-def loop_stopped(
-    now: float, record: tuple[str, str, bytes, str | None, bytes], return_record: bool
-) -> RecordResult:
-    """The result of a record that never reached the pipeline because the loop failed:
-    ``record`` is its stream, key (``""``: none), data, explicit hash key and encoded tags;
-    ``return_record`` is ``Config.return_record_on_failure``."""
-    stream, key, payload, ehk, tags = record
-    attempt = Attempt(now, now, 0.0, False, "Internal", "the SyncProducer's event loop stopped")
-    failed = None
-    if return_record:
-        failed = FailedRecord(stream, key or None, payload, ehk, decode_tags(tags) if tags else ())
-    return RecordResult(False, None, None, (attempt,), failed)

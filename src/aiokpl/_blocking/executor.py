@@ -24,6 +24,10 @@ Python 3.12.0 to 3.12.2 refuse to start any thread once the interpreter begins t
 gh-113964, fixed in 3.12.3), so nothing can help there, and the loop keeps the standard
 executor (:data:`THREADS_AT_EXIT`): installing this one would only make the loop's end fail
 (asyncio shuts a default executor down from a new thread).
+
+Invariants: every call submitted before exit runs in the pool, every call submitted during exit
+runs in a thread of its own, and a call submitted once the executor itself was shut down is
+refused, as by any pool.
 """
 
 from __future__ import annotations
