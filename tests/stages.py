@@ -6,10 +6,12 @@ handing a stage's due deadlines back to it by hand.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokpl._core.records import KinesisRecord
 from aiokpl._record import UserRecord
+
+R = TypeVar("R", bound=UserRecord)
 
 
 class Recorder:
@@ -36,17 +38,15 @@ def user_record(
     expires_at: float = 30.0,
     ehk: int | None = None,
 ) -> UserRecord:
-    return UserRecord(
-        "s",
-        key,
-        data,
-        None if ehk is None else str(ehk),
-        len(key) + len(data),
-        0.0,
-        deadline,
-        expires_at,
-        0,
-    )
+    record = UserRecord("s", key, data, None if ehk is None else str(ehk), len(key) + len(data))
+    return stamped(record, 0.0, deadline, expires_at)
+
+
+def stamped(record: R, arrival: float = 0.0, deadline: float = 0.1, expires_at: float = 30.0) -> R:
+    """``record`` as if it had entered a producer at ``arrival`` (its flush generation 0)."""
+    record.stamp(arrival, deadline, expires_at)
+    record.epoch = 0
+    return record
 
 
 def kinesis_record(

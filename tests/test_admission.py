@@ -19,14 +19,14 @@ from aiokpl import (
     InvalidRecordTypeError,
     ProducerClosedError,
 )
-from aiokpl._admission import Admission, build_group
+from aiokpl._admission import Admission
 from aiokpl._blocking.handover import ThreadRoom
 from aiokpl._core.encoder import encode_tags
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._intake import Intake
 from aiokpl._pipeline.scheduler import Scheduler
 from aiokpl._producer import Producer, port_of
-from aiokpl._record import TaggedRecord, UserRecord
+from aiokpl._record import SpooledRecord, TaggedRecord, UserRecord
 from aiokpl._streams import Streams
 from aiokpl.aggregation import Tag, deaggregate
 from aiokpl.testing import FakeKinesis, read_stream
@@ -52,17 +52,52 @@ def test_a_stream_is_a_name_or_an_arn_in_the_producers_region() -> None:
     Admission(CONFIG, None).check_stream(THERE)  # a producer without a region writes anywhere
 
 
-def test_a_record_is_checked_once_with_its_tags() -> None:
-    admission = Admission(CONFIG)
-    item, encoded = admission.check_record("k", b"data", None, None)
-    assert (item, encoded) == (("k", 5, b"data", hash_key_of(b"k"), None), b"")
-    tagged, encoded = admission.check_record("k", bytearray(b"data"), 7, {"a": "b"})
-    assert encoded == encode_tags({"a": "b"})
-    assert tagged == ("k", 5 + len(encoded), b"data", 7, "7")  # the tags count toward the size
-    assert admission.check_record("k", b"d", None, {}) == (
-        ("k", 2, b"d", hash_key_of(b"k"), None),
-        b"",
+def fields(record: UserRecord) -> tuple[str, str, bytes, str | None, int, bytes]:
+    """What a checked record holds: stream, key, data, explicit hash key, size, tags."""
+    return (
+        record.stream,
+        record.partition_key,
+        record.data,
+        record.explicit_hash_key,
+        record.size,
+        record.encoded_tags,
     )
+
+
+def test_a_record_is_checked_once_with_its_tags_and_comes_back_built() -> None:
+    admission = Admission(CONFIG)
+    record, hash_key = admission.check("s", "k", b"data", None, None)
+    assert type(record) is UserRecord  # no slot for tags
+    assert (fields(record), hash_key) == (("s", "k", b"data", None, 5, b""), hash_key_of(b"k"))
+    tagged, hash_key = admission.check("s", "k", bytearray(b"data"), 7, {"a": "b"})
+    encoded = encode_tags({"a": "b"})
+    assert type(tagged) is TaggedRecord
+    # The tags count toward the size.
+    assert (fields(tagged), hash_key) == (("s", "k", b"data", "7", 5 + len(encoded), encoded), 7)
+    empty, _ = admission.check("s", "k", b"d", None, {})
+    assert type(empty) is UserRecord
+    assert fields(empty) == ("s", "k", b"d", None, 2, b"")
+
+
+@pytest.mark.parametrize(
+    ("settings", "kind"),
+    [
+        ({}, UserRecord),
+        ({"record_identities": True}, TaggedRecord),
+        ({"spool_directory": "/nonexistent/never-opened"}, SpooledRecord),
+    ],
+)
+def test_a_producer_builds_each_record_as_it_will_be_marked(
+    settings: dict[str, Any], kind: type[UserRecord]
+) -> None:
+    # A record that will get an identity tag or a place in the spool is built with room for
+    # them, tags or not; the others without a slot they would not use.
+    admission = Admission(CONFIG.replace(**settings))
+    record, _ = admission.check("s", "k", b"d", None, None)
+    assert type(record) is kind
+    assert fields(record) == ("s", "k", b"d", None, 2, b"")
+    (grouped,), _, _ = admission.check_many("s", [("k", b"d")])
+    assert type(grouped) is kind
 
 
 def test_tags_need_aggregation_unless_there_are_none() -> None:
@@ -74,44 +109,55 @@ def test_tags_need_aggregation_unless_there_are_none() -> None:
 
 def test_a_group_is_checked_whole_and_its_errors_say_which_record() -> None:
     admission = Admission(CONFIG.replace(max_outstanding_records=5))
-    accepted, size, tagged = admission.check_many(
+    built, hash_keys, size = admission.check_many(
+        "s",
         [
             ("a", b"1"),
             ["b", b"22", "5"],
             ("c", b"3", None, {"t": None}),
             ("d", b"4", None, {}),
             ["e", b"5"],
-        ]
+        ],
     )
-    assert [item[0] for item in accepted] == ["a", "b", "c", "d", "e"]
-    assert accepted[1] == ("b", 3, b"22", 5, "5")
-    assert tagged == {2: encode_tags({"t": None})}  # only the record with tags
-    assert size == sum(item[1] for item in accepted) == 2 + 3 + 2 + len(tagged[2]) + 2 + 2
-    assert admission.check_many([("a", b"1")])[2] is None
+    assert [record.partition_key for record in built] == ["a", "b", "c", "d", "e"]
+    assert fields(built[1]) == ("s", "b", b"22", "5", 3, b"")
+    assert hash_keys == [
+        hash_key_of(b"a"),
+        5,
+        hash_key_of(b"c"),
+        hash_key_of(b"d"),
+        hash_key_of(b"e"),
+    ]
+    tags = encode_tags({"t": None})
+    assert [record.encoded_tags for record in built] == [b"", b"", tags, b"", b""]
+    assert [type(record) for record in built].count(TaggedRecord) == 1  # only the tagged one
+    assert size == sum(record.size for record in built) == 2 + 3 + 2 + len(tags) + 2 + 2
     with pytest.raises(InvalidRecordError, match=r"^records\[1\]: partition_key must be 1"):
-        admission.check_many([("a", b"1"), ("", b"2")])
+        admission.check_many("s", [("a", b"1"), ("", b"2")])
     with pytest.raises(InvalidRecordTypeError, match=r"^records\[0\]: a record is a .*, not str"):
-        admission.check_many(["ab"])
+        admission.check_many("s", ["ab"])
     with pytest.raises(InvalidRecordTypeError, match=r"^records\[0\]: .* not one of length 5"):
-        admission.check_many([("a", b"1", None, None, None)])
+        admission.check_many("s", [("a", b"1", None, None, None)])
+    with pytest.raises(InvalidRecordError, match=r"^records\[2\]: partition_key must be 1"):
+        admission.check_many("s", iter([("a", b"1"), ["b", b"2"], ["", b"3"]]))
 
 
 def test_a_group_over_max_outstanding_records_is_refused_before_its_records() -> None:
     admission = Admission(CONFIG)  # max_outstanding_records=3
     bad = [("", b"")] * 4  # every record breaks a rule: the count is said first
     with pytest.raises(InvalidRecordError, match=r"^records: 4 records can never be outstanding"):
-        admission.check_many(bad)
+        admission.check_many("s", bad)
     with pytest.raises(InvalidRecordError, match=r"^records: 4 or more records can never be"):
-        admission.check_many(iter([("a", b"1")] * 9))
+        admission.check_many("s", iter([("a", b"1")] * 9))
     with pytest.raises(InvalidRecordError, match=r"^records\[0\]: partition_key must be 1"):
-        admission.check_many(bad[:3])
-    assert len(admission.check_many(iter([("a", b"1")] * 3))[0]) == 3
+        admission.check_many("s", bad[:3])
+    assert len(admission.check_many("s", iter([("a", b"1")] * 3))[0]) == 3
 
 
 @pytest.mark.parametrize("records", [None, "ab", b"ab", {"k": b"d"}, 3])
 def test_a_group_that_is_not_a_collection_of_records_is_named(records: Any) -> None:
     with pytest.raises(InvalidRecordTypeError, match=r"^records must be an iterable"):
-        Admission(CONFIG).check_many(records)
+        Admission(CONFIG).check_many("s", records)
 
 
 # --- the bounds ------------------------------------------------------------------------------
@@ -122,6 +168,16 @@ def test_the_bounds_count_records_and_bytes() -> None:
     assert not admission.fits(0, 91, 10)  # max_outstanding_bytes
     assert admission.fits(0, 0, 100, count=3)
     assert not admission.fits(1, 0, 10, count=3)
+    admission.blocked = "the spool's disk is full"
+    assert not admission.fits(0, 0, 1)  # nothing fits while blocked
+    assert admission.holds(0, 0).startswith("the spool's disk is full; the producer holds 0")
+    admission.blocked = None
+    reserving = Admission(CONFIG.replace(record_identities=True))
+    assert reserving.reserve > 0
+    assert reserving.fits(0, 0, 100 - reserving.reserve)
+    assert not reserving.fits(0, 0, 101 - reserving.reserve)  # room kept for the identity
+    assert reserving.fits(0, 0, 100 - 2 * reserving.reserve, count=2)  # kept for each
+    assert not reserving.fits(0, 0, 101 - 2 * reserving.reserve, count=2)
     admission.check_group(3, 100)
     with pytest.raises(InvalidRecordError, match=r"^records: 4 records of 4 bytes can never"):
         admission.check_group(4, 4)
@@ -163,43 +219,20 @@ def test_a_threads_room_counts_waits_and_wakes() -> None:
     assert (room.records, room.bytes, room.waiters) == (2, 50, 0)
 
 
-# --- the records -----------------------------------------------------------------------------
-def test_a_group_shares_its_stamps_and_is_put_in_order() -> None:
-    outstanding: dict[UserRecord, None] = {}
-    put: list[tuple[UserRecord, int]] = []
-    accepted = [("a", 2, b"1", 11, None), ("b", 2, b"2", 22, "22")]
-    records = build_group(
-        "s",
-        accepted,
-        {1: b"tags"},
-        (1.0, 1.5, 31.0),
-        4,
-        outstanding,
-        lambda r, h: put.append((r, h)),
-    )
-    assert records == list(outstanding) == [record for record, _ in put]
-    assert [hash_key for _, hash_key in put] == [11, 22]
-    first, second = records
-    assert type(first) is UserRecord
-    assert type(second) is TaggedRecord
-    assert second.encoded_tags == b"tags"
-    assert first.encoded_tags == b""
-    for record in (first, second):
-        assert isinstance(record, UserRecord)
-        assert (record.last_end, record.deadline, record.expires_at, record.epoch) == (
-            1.0,
-            1.5,
-            31.0,
-            4,
-        )
-    assert build_group("s", [], None, (0.0, 0.0, 0.0), 0, outstanding, lambda r, h: None) == []
-
-
 class _Ledger:
     def __init__(self) -> None:
         self.outstanding: dict[UserRecord, None] = {}
         self.outstanding_bytes = 0
-        self.epoch = 2
+        self.added: list[list[UserRecord]] = []
+
+    def add(self, record: UserRecord) -> None:
+        self.add_group([record])
+
+    def add_group(self, records: list[UserRecord]) -> None:
+        self.added.append(list(records))
+        for record in records:
+            self.outstanding[record] = None
+            self.outstanding_bytes += record.size
 
     async def wait_for_room(self) -> None:  # pragma: no cover - the tests never wait
         raise AssertionError("no wait here")
@@ -250,41 +283,43 @@ def test_the_intake_refuses_a_put_that_may_not_go_ahead() -> None:
     with pytest.raises(ProducerClosedError, match="closed while this put waited"):
         intake.check_still_open()
     assert ledger.outstanding == {}  # a refused put changes nothing
-    assert intake.seq == 0
+    assert ledger.added == []
 
 
-def test_the_intake_stamps_each_millisecond_once_and_counts_what_it_puts() -> None:
+def test_the_intake_stamps_each_millisecond_once_and_counts_what_it_enters() -> None:
     now = [10.0]
     intake, ledger, pipelines = _intake(now)
-    first = intake.enqueue("s", "a", 3, b"ab", 1, None)
+    admission = Admission(CONFIG)
+    first = intake.enter(UserRecord("s", "a", b"ab", None, 3), 1)
     now[0] = 10.0009  # the same millisecond: the same stamps
-    second = intake.enqueue("s", "b", 4, b"abc", 2, "2", b"tags")
+    second = intake.enter(TaggedRecord("s", "b", b"abc", "2", 4, b"tags"), 2)
     assert intake.has_room(93)  # 7 bytes of 100 held
     assert not intake.has_room(94)
     now[0] = 10.002
-    third = intake.enqueue("t", "c", 2, b"c", 3, None)
+    third = intake.enter(admission.check("t", "c", b"c", None, None)[0], 3)
     assert not intake.has_room(1)  # 3 records of 3
-    assert isinstance(first, UserRecord)
-    assert isinstance(second, TaggedRecord)
-    assert isinstance(third, UserRecord)
     assert (first.last_end, first.deadline, first.expires_at) == (10.0, 10.1, 40.0)
     assert (second.last_end, second.deadline, second.expires_at) == (10.0, 10.1, 40.0)
-    assert second.encoded_tags == b"tags"
-    assert second.explicit_hash_key == "2"
     assert third.last_end == 10.002
     assert third.expires_at == pytest.approx(40.002)
     assert [h for _, h in pipelines["s"].records] == [1, 2]
     assert [r for r, _ in pipelines["t"].records] == [third]
-    assert (list(ledger.outstanding), ledger.outstanding_bytes, intake.seq) == (
-        [first, second, third],
-        9,
-        3,
+    assert (ledger.added, ledger.outstanding_bytes) == ([[first], [second], [third]], 9)
+
+
+def test_a_group_enters_in_order_with_one_set_of_stamps_and_one_count() -> None:
+    now = [10.0]
+    intake, ledger, pipelines = _intake(now)
+    built, hash_keys, _ = Admission(CONFIG).check_many(
+        "s", [("a", b"1"), ("b", b"2", 22, {"t": "v"})]
     )
-    assert first.epoch == ledger.epoch
-    (fourth,) = intake.enqueue_many("s", [("d", 1, b"", 4, None)], 1)
-    assert (intake.seq, ledger.outstanding_bytes, list(ledger.outstanding)[-1]) == (4, 10, fourth)
-    assert isinstance(fourth, UserRecord)
-    assert fourth.last_end == 10.002
+    now[0] = 12.5
+    assert intake.enter_group("s", built, hash_keys) == built
+    assert ledger.added == [built]  # counted as one group
+    assert pipelines["s"].records == list(zip(built, [hash_key_of(b"a"), 22], strict=True))
+    for record in built:
+        assert (record.last_end, record.deadline, record.expires_at) == (12.5, 12.6, 42.5)
+    assert intake.enter_group("s", [], []) == []
 
 
 def test_streams_not_started_hold_nothing_to_flush() -> None:
@@ -305,15 +340,14 @@ async def test_a_checked_record_waits_for_room_and_keeps_its_encoded_tags() -> N
     admission = Admission(config)
     async with Producer(config, client=fake) as producer:
         port = port_of(producer)
-        first = port.put_validated("s", "a", 2, b"1", hash_key_of(b"a"), None)
+        first = port.put(*admission.check("s", "a", b"1", None, None))
         assert first is not None
-        (key, size, payload, hash_key, ehk), tags = admission.check_record(
-            "b", b"2", None, {"t": "v"}
-        )
-        assert port.put_validated("s", key, size, payload, hash_key, ehk, tags) is None  # full
-        second = await port.put_when_room("s", key, size, payload, hash_key, ehk, tags)
+        record, hash_key = admission.check("s", "b", b"2", None, {"t": "v"})
+        tags = record.encoded_tags
+        assert port.put(record, hash_key) is None  # full
+        second = await port.put_when_room(record, hash_key)
+        assert second is record
         assert first.done()  # it waited for the first record's result
-        assert isinstance(second, TaggedRecord)
         assert second.encoded_tags is tags
         assert (await second).success
     stored = [user for _, record in await read_stream(fake, "s") for user in deaggregate(record)]

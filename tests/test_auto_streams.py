@@ -387,7 +387,7 @@ async def test_the_stream_id_the_summary_gives_is_kept_and_not_sent() -> None:
     async with Producer(CONFIG, client=fake) as producer:
         outcomes = await put_many(producer, 50)
         assert all(result.success for result in [await outcome for outcome in outcomes])
-        assert producer._streams["s"].distribution.stream_id == "stream-id-1"
+        assert producer._streams.pipelines["s"].distribution.stream_id == "stream-id-1"
     puts = [request.kwargs for request in fake.requests if request.operation == "PutRecords"]
     assert puts
     assert all("StreamId" not in put for put in puts)

@@ -44,7 +44,7 @@ async def test_resharding_a_hundred_times_keeps_the_per_shard_state_bounded() ->
             )
             assert (await outcome).success
             await anyio.sleep(1)
-        pipeline = producer._streams["s"]
+        pipeline = producer._streams.pipelines["s"]
         shards = set(pipeline.limiter.shards)
         statistics = producer.statistics().streams[0]
         # Metric series of closed shards go once the window no longer holds their values.

@@ -32,6 +32,7 @@ from aiokpl._failures import MAX_CONCURRENT_CALLBACKS, FailureHandler
 from aiokpl._outcome import Outcome
 from aiokpl._record import UserRecord
 from aiokpl.testing import FakeKinesis
+from stages import stamped
 
 CONFIG = Config(region="us-east-1", aggregation_enabled=False)
 EPS = 1e-6
@@ -41,7 +42,7 @@ EPS = 1e-6
 
 
 def _user_record(ehk: str | None = None) -> UserRecord:
-    return UserRecord("s", "key", b"payload", ehk, 10, 0.0, 0.1, 30.0, 0)
+    return stamped(UserRecord("s", "key", b"payload", ehk, 10))
 
 
 def _released(record: UserRecord) -> None:
@@ -394,9 +395,9 @@ async def test_a_held_record_finished_again_is_not_reported_twice() -> None:
         with anyio.fail_after(1):
             while not calls:  # noqa: ASYNC110
                 await anyio.sleep(0.001)
-        (held,) = producer._outstanding
-        producer._finish([held], False)  # a late second verdict
-        producer._finish([held], True)
+        (held,) = producer._ledger.outstanding
+        producer._ledger.finish([held], False)  # a late second verdict
+        producer._ledger.finish([held], True)
         assert producer.outstanding_records == 1
         assert producer.statistics().records_failed == 1
         assert outcome.result().error_code == "KMSNotFoundException"

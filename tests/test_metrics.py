@@ -19,6 +19,7 @@ from aiokpl._core.records import KinesisRecord, UserRecordLike
 from aiokpl._metrics.recorder import MetricsRecorder
 from aiokpl._record import UserRecord
 from aiokpl.testing import FakeKinesis
+from stages import stamped
 
 pytestmark = pytest.mark.anyio
 
@@ -569,7 +570,7 @@ def test_one_pass_finds_the_extremes_wherever_they_sit_in_a_request() -> None:
     # last, the largest first.
     ends_and_data = [(0.2, b"x" * 30), (0.3, b"y" * 5), (0.1, b"z" * 10)]
     records: list[UserRecordLike] = [
-        UserRecord("s", "k", data, None, 1 + len(data), end, end + 0.1, end + 30, 0)
+        stamped(UserRecord("s", "k", data, None, 1 + len(data)), end, end + 0.1, end + 30)
         for end, data in ends_and_data
     ]
     for record in records:

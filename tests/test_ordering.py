@@ -31,6 +31,7 @@ from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl._pipeline.shard_limiter import OrderedShardLimiter
 from aiokpl._record import TaggedRecord, UserRecord
 from aiokpl.testing import FakeKinesis
+from stages import stamped
 
 HALF = 2**127
 SHARD_0 = "shardId-000000000000"
@@ -39,9 +40,8 @@ HIGH = HALF + HALF // 2  # and one in the upper half
 
 
 def user_record(data: bytes, ehk: int | None = None, *, expires_at: float = 30.0) -> UserRecord:
-    return UserRecord(
-        "s", "k", data, None if ehk is None else str(ehk), 1 + len(data), 0.0, 0.1, expires_at, 0
-    )
+    record = UserRecord("s", "k", data, None if ehk is None else str(ehk), 1 + len(data))
+    return stamped(record, 0.0, 0.1, expires_at)
 
 
 def kinesis_record(
@@ -120,8 +120,7 @@ def test_regroup_routes_a_new_aggregate_by_its_first_records_hash_key() -> None:
 def test_regroup_keeps_each_records_tags() -> None:
     tags = encode_tags({"source": "a"})
     tagged = [
-        TaggedRecord("s", "k", b"%d" % i, None, 2 + len(tags), 0.0, 0.1, 30.0, 0, tags)
-        for i in range(3)
+        stamped(TaggedRecord("s", "k", b"%d" % i, None, 2 + len(tags), tags)) for i in range(3)
     ]
     records: list[UserRecordLike] = list(tagged)
     sent = KinesisRecord(records, b"blob", "a", "1", "shard-a", 0.1, 30.0, 1)
@@ -461,7 +460,7 @@ async def test_a_batch_of_a_shard_the_new_map_dropped_goes_before_its_childrens_
             stream="s", partition_key="k", data=b"first", explicit_hash_key=LOW
         )
         refreshed = anyio.Event()
-        producer._streams["s"].shard_map.after_refresh(refreshed.set)
+        producer._streams.pipelines["s"].shard_map.after_refresh(refreshed.set)
         await refreshed.wait()
         second = await producer.put_record(
             stream="s", partition_key="k", data=b"second" * 50, explicit_hash_key=LOW
@@ -571,7 +570,7 @@ async def test_records_sent_before_any_map_go_before_those_predicted_with_the_fi
         fake.allow("ListShards")
         fake.allow("DescribeStream")
         loaded = anyio.Event()
-        producer._streams["s"].shard_map.after_refresh(loaded.set)  # after its backoff
+        producer._streams.pipelines["s"].shard_map.after_refresh(loaded.set)  # after its backoff
         await loaded.wait()
         assert not first.done()
         second = await producer.put_record(stream="s", partition_key="k", data=b"second")

@@ -26,6 +26,7 @@ from aiokpl._core.retry_policy import (
 from aiokpl._core.shards import ShardRange
 from aiokpl._kinesis import answer_of
 from aiokpl._record import UserRecord
+from stages import stamped
 
 HALF = (MAX_HASH_KEY + 1) // 2
 RANGES = {
@@ -40,7 +41,9 @@ POLICY = RetryPolicy(fail_if_throttled=False, aggregation_enabled=True, retry_de
 
 def user_record(hash_key: int, arrival: float = 0.0, ttl: float = 30.0) -> UserRecord:
     # An explicit hash key makes the record's hash key exactly `hash_key`.
-    return UserRecord("s", "k", b"data", str(hash_key), 5, arrival, arrival + 0.1, arrival + ttl, 0)
+    return stamped(
+        UserRecord("s", "k", b"data", str(hash_key), 5), arrival, arrival + 0.1, arrival + ttl
+    )
 
 
 def kinesis_record(
@@ -519,7 +522,7 @@ def encoded_aggregate(*records: UserRecord, shard: str = "shardId-000000000000")
 
 
 def payload_record(hash_key: int, data: bytes) -> UserRecord:
-    return UserRecord("s", "k", data, str(hash_key), 1 + len(data), 0.0, 0.1, 30.0, 0)
+    return stamped(UserRecord("s", "k", data, str(hash_key), 1 + len(data)))
 
 
 def test_release_data_leaves_only_the_blob_and_keeps_single_records() -> None:

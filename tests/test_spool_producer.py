@@ -469,7 +469,7 @@ async def test_reserved_tag_keys_are_refused_on_every_put_path(tags: Any) -> Non
 # --- without a spool: nothing changes ---------------------------------------------------------
 async def test_without_a_spool_or_identities_the_put_path_is_the_plain_one() -> None:
     async with Producer(Config(region="us-east-1"), client=stream_fake()) as producer:
-        assert producer._enqueue == producer._intake.enqueue
+        assert producer._intake.marks is None
         assert producer._ledger.on_resolved is None
         outcome = await producer.put_record(stream="s", partition_key="k", data=b"x")
         assert type(outcome).__mro__[1].__name__ == "Outcome"  # a plain UserRecord

@@ -14,6 +14,7 @@ from aiokpl._core.shards import ShardRange
 from aiokpl._kinesis import answer_of
 from aiokpl._pipeline.retrier import Retrier
 from aiokpl._record import UserRecord
+from stages import stamped
 
 SHARD = "shardId-000000000000"
 CHILD = "shardId-000000000002"
@@ -31,7 +32,7 @@ def retrier() -> Retrier:
 
 
 def sent(*data: bytes) -> tuple[list[UserRecord], KinesisRecord]:
-    records = [UserRecord("s", "k", d, "5", 1 + len(d), 0.0, 0.1, 30.0, 0) for d in data]
+    records = [stamped(UserRecord("s", "k", d, "5", 1 + len(d))) for d in data]
     for record in records:
         record.predicted_shard = SHARD
     return records, KinesisRecord(list(records), b"blob", "a", "5", SHARD, 0.1, 30.0, 1)

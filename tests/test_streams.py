@@ -400,7 +400,7 @@ async def test_a_failed_summary_is_asked_again_after_a_backoff() -> None:
             await (await producer.put_record(stream="events", partition_key="k", data=b"x"))
         ).success
         assert producer.statistics().streams[0].capacity_mode is None
-        assert producer._streams["events"].distribution.last_error == (
+        assert producer._streams.pipelines["events"].distribution.last_error == (
             "LimitExceededException",
             "Internal service failure.",
         )

@@ -42,6 +42,7 @@ from aiokpl import (
     SyncProducer,
 )
 from aiokpl._blocking.executor import ExitSafeExecutor
+from aiokpl._hosted import ProducerPort
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis, read_stream
 
@@ -482,7 +483,7 @@ def test_a_failing_loop_still_resolves_every_future(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(Producer, "_put_validated", broken)
+    monkeypatch.setattr(ProducerPort, "put", broken)
     fake = FakeKinesis()
     fake.add_stream("s")
     config = CONFIG.replace(return_record_on_failure=True)

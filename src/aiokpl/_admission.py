@@ -9,8 +9,11 @@ one in its ledger, the blocking one under its lock, records being handed over in
 waits for room its own way (an event, a condition); what fits, and what is said when nothing
 does, is decided here.
 
-A ``SyncProducer`` checks a record in its caller's thread and hands the checked fields over;
-the producer's loop then enqueues them as they are, never checking them again.
+What a check returns is the record itself, built by the producer's one builder
+(``_record.builder_for``) and not yet entered, with its hash key (which the record does not
+keep): :meth:`Admission.check` for one record, :meth:`Admission.check_many` for a
+``put_records`` group. A ``SyncProducer`` checks a record in its caller's thread and hands the
+record over; the producer's loop then enters it as it is, never checking it again.
 
 Everything here is synchronous and pure but for the objects it is given: tests call it
 directly (``tests/test_admission.py``).
@@ -18,7 +21,7 @@ directly (``tests/test_admission.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from itertools import islice
 from typing import Any
 
@@ -28,26 +31,13 @@ from ._core.encoder import check_tags
 from ._core.errors import InvalidRecordError, InvalidRecordTypeError
 from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
 from ._core.identity import IDENTITY_SIZE_BOUND, RESERVED_PREFIX, is_reserved_key
-from ._core.results import RecordResult
 from ._core.wire import Tags
 from ._kinesis import check_region
-from ._outcome import Outcome
-from ._record import TaggedRecord, UserRecord
+from ._record import RecordBuilder, UserRecord, builder_for
 
-__all__ = (
-    "Accepted",
-    "Admission",
-    "build_group",
-    "check_records_argument",
-    "fields_of",
-)
+__all__ = ("Admission", "check_records_argument", "fields_of")
 
 _RESERVED = RESERVED_PREFIX.encode()
-
-# A checked record, as check_user_record returns it: partition key, size (the key's UTF-8
-# length plus the data's, the tags' encoding included once checked), data, hash key, and the
-# explicit hash key as given (None if none).
-Accepted = tuple[str, int, bytes, int, "str | None"]
 
 RECORD_SHAPES = (
     "a record is a (partition_key, data), (partition_key, data, explicit_hash_key) or "
@@ -96,11 +86,14 @@ class Admission:
         reserve: bytes each record may grow by after its room was counted (the identity tag
             of ``Config.record_identities``; 0 without).
         blocked: why no put may go in now (the spool's disk is full), or ``None``.
+        build: how the producer builds a checked record (``_record.builder_for``, chosen by
+            ``config``: the one way both producers build records).
     """
 
     __slots__ = (
         "aggregation",
         "blocked",
+        "build",
         "max_bytes",
         "max_record_size",
         "max_records",
@@ -109,6 +102,9 @@ class Admission:
     )
 
     def __init__(self, config: Config, region: str | None = None) -> None:
+        self.build: RecordBuilder = builder_for(
+            spool=config.spool_directory is not None, identities=config.record_identities
+        )
         self.aggregation = config.aggregation_enabled
         self.max_record_size = config.max_record_size
         self.max_records = config.max_outstanding_records
@@ -129,19 +125,26 @@ class Admission:
         if arn is not None:
             check_region(arn, name, self.region)
 
-    def check_record(
-        self, partition_key: Any, data: Any, explicit_hash_key: Any, tags: Any
-    ) -> tuple[Accepted, bytes]:
-        """Check one record's fields: the record as accepted, and its encoded tags (or ``b""``).
+    def check(
+        self, stream: str, partition_key: Any, data: Any, explicit_hash_key: Any, tags: Any
+    ) -> tuple[UserRecord, int]:
+        """Check one record's fields (its ``stream`` is checked apart: see
+        :meth:`check_stream`): the record, built and not yet entered, and its hash key.
 
-        Not for the hot paths, which call :func:`check_user_record` and :meth:`check_tags`
-        themselves (one call and one tuple fewer a record); for the rest, the same checks.
+        The one check of every put path (``put_record``, ``put_record_nowait``, a
+        ``SyncProducer``'s ``put_record``, a ``put_records`` item that is not a pair).
+
+        Raises:
+            InvalidRecordTypeError: a field has the wrong type.
+            InvalidRecordError: a field is out of its limits.
         """
-        item = check_user_record(partition_key, data, explicit_hash_key, self.max_record_size)
+        key, size, payload, hash_key, ehk = check_user_record(
+            partition_key, data, explicit_hash_key, self.max_record_size
+        )
         if tags is None:
-            return item, b""
-        encoded, size = self.check_tags(tags, item[0], item[1], item[4])
-        return (item[0], size, item[2], item[3], item[4]), encoded
+            return self.build(stream, key, payload, ehk, size, b""), hash_key
+        encoded, size = self.check_tags(tags, key, size, ehk)
+        return self.build(stream, key, payload, ehk, size, encoded), hash_key
 
     def check_tags(self, tags: Tags, key: str, size: int, ehk: str | None) -> tuple[bytes, int]:
         """Check a put's ``tags`` (not ``None``): their encoding, and the record's new size.
@@ -167,10 +170,10 @@ class Admission:
         return encoded, size
 
     def check_many(
-        self, records: Iterable[Sequence[Any]]
-    ) -> tuple[list[Accepted], int, dict[int, bytes] | None]:
-        """Check a ``put_records`` group: the records accepted, their total size, and the
-        encoded tags of those that have some, by index (``None`` if none has).
+        self, stream: str, records: Iterable[Sequence[Any]]
+    ) -> tuple[list[UserRecord], list[int], int]:
+        """Check a ``put_records`` group to ``stream``: its records, built and not yet
+        entered; their hash keys, in the same order; and their total size.
 
         A group of more records than ``max_outstanding_records`` is refused before any of
         them is checked: at once when it has a length, after ``max_outstanding_records + 1``
@@ -189,28 +192,26 @@ class Admission:
         else:
             records = islice(records, most + 1)
         check = check_user_record
+        build = self.build
         limit = self.max_record_size
-        accepted: list[Accepted] = []
-        tagged: dict[int, bytes] | None = None
+        built: list[UserRecord] = []
+        hash_keys: list[int] = []
         size = 0
-        index = 0
         try:
-            for index, record in enumerate(records):
+            for record in records:
                 if type(record) is tuple and len(record) == 2:
-                    item = check(record[0], record[1], None, limit)
+                    key, length, payload, hash_key, ehk = check(record[0], record[1], None, limit)
+                    item = build(stream, key, payload, ehk, length, b"")
                 else:
-                    item, encoded = self.check_record(*fields_of(record))
-                    if encoded:
-                        if tagged is None:
-                            tagged = {}
-                        tagged[index] = encoded
-                size += item[1]
-                accepted.append(item)
+                    item, hash_key = self.check(stream, *fields_of(record))
+                size += item.size
+                built.append(item)
+                hash_keys.append(hash_key)
         except (InvalidRecordError, InvalidRecordTypeError) as exc:
-            raise type(exc)(f"records[{index}]: {exc}") from None
-        if len(accepted) > most:  # an iterator, drawn one record past the bound
-            self._check_count(len(accepted), more=True)
-        return accepted, size, tagged
+            raise type(exc)(f"records[{len(built)}]: {exc}") from None
+        if len(built) > most:  # an iterator, drawn one record past the bound
+            self._check_count(len(built), more=True)
+        return built, hash_keys, size
 
     def _check_count(self, count: int, *, more: bool = False) -> None:
         """Refuse a group of more than ``max_outstanding_records`` (``more``: ``count`` or
@@ -221,16 +222,12 @@ class Admission:
     # --- room -------------------------------------------------------------------------------
     def fits(self, records: int, outstanding_bytes: int, size: int, count: int = 1) -> bool:
         """Whether ``count`` more records of ``size`` bytes in all fit beside ``records``
-        records of ``outstanding_bytes`` bytes outstanding."""
-        return records + count <= self.max_records and outstanding_bytes + size <= self.max_bytes
-
-    def fits_reserving(
-        self, records: int, outstanding_bytes: int, size: int, count: int = 1
-    ) -> bool:
-        """:meth:`fits`, keeping :attr:`reserve` bytes free for each of the ``count`` records
-        (their identity tags, added once they are let in)."""
+        records of ``outstanding_bytes`` bytes outstanding, keeping :attr:`reserve` bytes
+        free for each of them (their identity tags, added as they enter); none fits while
+        :attr:`blocked`."""
         return (
-            records + count <= self.max_records
+            self.blocked is None
+            and records + count <= self.max_records
             and outstanding_bytes + size + count * self.reserve <= self.max_bytes
         )
 
@@ -258,41 +255,3 @@ class Admission:
             f"max_outstanding_bytes={self.max_bytes})"
         )
         return held if self.blocked is None else f"{self.blocked}; {held}"
-
-
-def build_group(
-    stream: str,
-    accepted: list[Accepted],
-    tagged: dict[int, bytes] | None,
-    stamps: tuple[float, float, float],
-    epoch: int,
-    outstanding: dict[UserRecord, None],
-    put: Callable[[UserRecord, int], object],
-) -> list[Outcome[RecordResult]]:
-    """Build the records of a checked ``put_records`` group, count each outstanding and put it.
-
-    The group shares one arrival, deadline and expiry (``stamps``): 96 bytes fewer a record
-    than four floats of its own (``sys.getsizeof``). ``put(record, hash_key)`` is the stream's
-    aggregator's ``put``; ``outstanding`` the producer's ledger of outstanding records.
-    """
-    now, deadline, expires_at = stamps
-    records: list[Outcome[RecordResult]] = []
-    if tagged is None:
-        for key, size, payload, hash_key, ehk in accepted:
-            record = UserRecord(stream, key, payload, ehk, size, now, deadline, expires_at, epoch)
-            outstanding[record] = None
-            put(record, hash_key)
-            records.append(record)
-        return records
-    for index, (key, size, payload, hash_key, ehk) in enumerate(accepted):
-        tags = tagged.get(index)
-        if tags is None:
-            record = UserRecord(stream, key, payload, ehk, size, now, deadline, expires_at, epoch)
-        else:
-            record = TaggedRecord(
-                stream, key, payload, ehk, size, now, deadline, expires_at, epoch, tags
-            )
-        outstanding[record] = None
-        put(record, hash_key)
-        records.append(record)
-    return records

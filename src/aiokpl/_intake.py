@@ -1,10 +1,12 @@
 """The intake: where an async producer's accepted records enter their streams' pipelines.
 
-:class:`~aiokpl.Producer`'s put paths check a put (:mod:`aiokpl._admission`), then hand the
-checked fields here: this says whether the put may go ahead at all (the producer's thread,
-open, started), counts room, builds the record (the caller's :class:`~aiokpl.Outcome`), counts
-it outstanding in the ledger and puts it to its stream's pipeline (its router). The producer
-binds these methods once, so a put pays the same calls as methods of its own would cost.
+:class:`~aiokpl.Producer`'s put paths check a put (:mod:`aiokpl._admission`: the record comes
+back built, the caller's :class:`~aiokpl.Outcome`), then hand the record here: this says
+whether the put may go ahead at all (the producer's thread, open, started) and whether there is
+room, and enters it (:meth:`Intake.enter`): stamps its times, gives it its marks (a place in
+the spool, an identity) when the producer has any, counts it in the ledger and puts it to its
+stream's pipeline (its router). A ``SyncProducer``'s loop enters the records its callers'
+threads checked through the same method.
 
 Invariants:
 
@@ -21,11 +23,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from ._admission import Accepted, Admission, build_group
+from ._admission import Admission
 from ._core.errors import ProducerClosedError
-from ._core.results import RecordResult
-from ._outcome import Outcome
-from ._record import TaggedRecord, UserRecord
+from ._record import UserRecord
 
 if TYPE_CHECKING:
     from ._core.config import Config
@@ -40,7 +40,10 @@ class Ledger(Protocol):
 
     outstanding: dict[UserRecord, None]
     outstanding_bytes: int
-    epoch: int
+
+    def add(self, record: UserRecord) -> None: ...
+
+    def add_group(self, records: list[UserRecord]) -> None: ...
 
     async def wait_for_room(self) -> None: ...
 
@@ -57,10 +60,6 @@ _STAMP_RESOLUTION = 0.001
 _thread_id = threading.get_ident
 
 
-def _never_fits(records: int, outstanding_bytes: int, size: int, count: int = 1) -> bool:
-    return False
-
-
 class Intake:
     """One producer's way in: its state as the put paths read it, and what they do with it.
 
@@ -69,15 +68,14 @@ class Intake:
         thread: the event loop's thread, once started; ``None`` before.
         running: the producer has started (its task group is open).
         closed: the producer is closed (or closing): no put goes ahead.
-        seq: records put so far.
+        marks: what a record gets as it enters besides its fields (a place in the spool, an
+            identity), when the producer spools or writes identities; ``None`` otherwise.
     """
 
     __slots__ = (
         "_admission",
         "_buffered",
-        "_fits",
         "_ledger",
-        "_outstanding",
         "_pipeline_of",
         "_pipelines",
         "_stamps",
@@ -86,7 +84,6 @@ class Intake:
         "closed",
         "marks",
         "running",
-        "seq",
         "thread",
     )
 
@@ -98,13 +95,11 @@ class Intake:
         pipelines: Mapping[str, Pipeline],
         pipeline_of: Callable[[str], Pipeline],
         clock: Callable[[], float],
+        marks: Marks | None = None,
     ) -> None:
         """``pipelines`` are the producer's by stream, ``pipeline_of`` builds a new one."""
         self._admission = admission
-        # Replaced while the spool's disk is full (see block).
-        self._fits = admission.fits if not admission.reserve else admission.fits_reserving
         self._ledger = ledger
-        self._outstanding = ledger.outstanding
         self._pipelines = pipelines
         self._pipeline_of = pipeline_of
         self._buffered = config.record_max_buffered_time_ms / 1000
@@ -115,10 +110,7 @@ class Intake:
         self.thread: int | None = None
         self.running = False
         self.closed = False
-        self.seq = 0
-        # What a record gets besides its fields (a place in the spool, an identity), when the
-        # producer spools or writes identities; its put paths then use enqueue_marked.
-        self.marks: Marks | None = None
+        self.marks = marks
 
     # --- may a put go ahead ----------------------------------------------------------------
     def accept_stream(self, stream: str) -> None:
@@ -154,19 +146,10 @@ class Intake:
 
     # --- room ------------------------------------------------------------------------------
     def has_room(self, size: int, count: int = 1) -> bool:
-        """Whether ``count`` more records of ``size`` bytes in all fit the outstanding bounds."""
-        return self._fits(len(self._outstanding), self._ledger.outstanding_bytes, size, count)
-
-    def block(self, reason: str | None) -> None:
-        """Let no put in while ``reason`` holds (the spool's disk is full); ``None`` lifts it.
-
-        Puts then wait for room as at the bounds, and ``put_record_nowait`` says ``reason``;
-        the caller wakes the waiters when it lifts it.
-        """
-        self._admission.blocked = reason
-        admission = self._admission
-        fits = admission.fits if not admission.reserve else admission.fits_reserving
-        self._fits = fits if reason is None else _never_fits
+        """Whether ``count`` more records of ``size`` bytes in all fit the outstanding bounds
+        (none while the spool's disk is full: ``Admission.blocked``)."""
+        ledger = self._ledger
+        return self._admission.fits(len(ledger.outstanding), ledger.outstanding_bytes, size, count)
 
     async def wait_for_room(self, size: int, count: int = 1) -> None:
         """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
@@ -175,17 +158,15 @@ class Intake:
             self.check_still_open()
 
     # --- in --------------------------------------------------------------------------------
-    def enqueue(
-        self,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes = b"",
-    ) -> Outcome[RecordResult]:
-        """Build an accepted record, count it outstanding and put it to its stream."""
+    def enter(self, record: UserRecord, hash_key: int) -> UserRecord:
+        """Enter a checked ``record`` (there is room: the caller looked): stamp it, mark it,
+        count it in the ledger and put it to its stream. Returns it (the caller's outcome).
+
+        Raises:
+            InvalidRecordError: its identity tag would take the record over
+                ``max_record_size`` (only with ``Config.record_identities``; nothing counted).
+        """
+        stream = record.stream
         # Hot path: the stream's pipeline read inline, the call only for a new stream (37 ns
         # per put, 39 vs 75 ns, timeit).
         pipeline = self._pipelines.get(stream) or self._pipeline_of(stream)
@@ -195,112 +176,52 @@ class Intake:
         if now - stamps[0] >= _STAMP_RESOLUTION:
             stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
         arrival, deadline, expires_at = stamps
-        self.seq += 1
-        ledger = self._ledger
-        if tags:
-            record: UserRecord = TaggedRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, ledger.epoch, tags
-            )
-        else:
-            record = UserRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, ledger.epoch
-            )
-        self._outstanding[record] = None
-        ledger.outstanding_bytes += size
+        record.stamp(arrival, deadline, expires_at)
+        if self.marks is not None:
+            self.marks.mark(record)
+        self._ledger.add(record)
         pipeline.put(record, hash_key)
         return record
 
-    def enqueue_marked(
-        self,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes = b"",
-    ) -> Outcome[RecordResult]:
-        """:meth:`enqueue` for a producer that spools or writes identities: the record is
-        built by its ``marks`` (framed into the spool, given its identity tag).
+    def enter_group(
+        self, stream: str, records: list[UserRecord], hash_keys: list[int]
+    ) -> list[UserRecord]:
+        """Enter a checked ``put_records`` group to ``stream``, in order, with one set of
+        stamps; all or nothing: with marks, every record is checked with its identity before
+        the first is marked.
 
         Raises:
-            InvalidRecordError: the identity tag would take the record over
-                ``max_record_size`` (nothing was counted).
+            InvalidRecordError: one record's identity tag would take it over
+                ``max_record_size`` (nothing counted).
         """
-        pipeline = self._pipelines.get(stream) or self._pipeline_of(stream)
+        put = self._pipeline_of(stream).put
         now = self.clock()
-        stamps = self._stamps
-        if now - stamps[0] >= _STAMP_RESOLUTION:
-            stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
-        ledger = self._ledger
-        assert self.marks is not None
-        record = self.marks.record(stream, key, size, payload, ehk, tags, stamps, ledger.epoch)
-        self.seq += 1
-        self._outstanding[record] = None
-        ledger.outstanding_bytes += record.size
-        pipeline.put(record, hash_key)
-        return record
+        arrival, deadline, expires_at = now, now + self._buffered, now + self._ttl
+        for record in records:
+            record.stamp(arrival, deadline, expires_at)
+        marks = self.marks
+        if marks is not None:
+            marks.check_group(records)
+            for record in records:
+                marks.mark(record)
+        self._ledger.add_group(records)
+        for record, hash_key in zip(records, hash_keys, strict=True):
+            put(record, hash_key)
+        return records
 
     async def replay(self, spooled: SpoolRecord) -> bool:
         """Put a record recovered from the spool back into its stream, once there is room;
         ``False`` (nothing put) when the producer closed meanwhile."""
         assert self.marks is not None
-        now = self.clock()
-        stamps = (now, now + self._buffered, now + self._ttl)
-        record = self.marks.replayed(spooled, stamps, self._ledger.epoch)
+        record = self.marks.replayed(spooled)
         while not self.closed:
             if self.has_room(record.size):
                 break
             await self._ledger.wait_for_room()
         else:
             return False
-        self._outstanding[record] = None
-        self._ledger.outstanding_bytes += record.size
+        now = self.clock()
+        record.stamp(now, now + self._buffered, now + self._ttl)
+        self._ledger.add(record)
         self._pipeline_of(record.stream).put(record, record.hash_key)
         return True
-
-    def enqueue_many(
-        self,
-        stream: str,
-        accepted: list[Accepted],
-        size: int,
-        tagged: dict[int, bytes] | None = None,
-    ) -> list[Outcome[RecordResult]]:
-        """Enqueue a checked ``put_records`` group, in order, with one set of stamps."""
-        if self.marks is not None:
-            return self._enqueue_many_marked(stream, accepted, tagged)
-        put = self._pipeline_of(stream).put
-        now = self.clock()
-        self.seq += len(accepted)
-        self._ledger.outstanding_bytes += size
-        stamps = (now, now + self._buffered, now + self._ttl)  # shared by the group
-        return build_group(
-            stream, accepted, tagged, stamps, self._ledger.epoch, self._outstanding, put
-        )
-
-    def _enqueue_many_marked(
-        self, stream: str, accepted: list[Accepted], tagged: dict[int, bytes] | None
-    ) -> list[Outcome[RecordResult]]:
-        """:meth:`enqueue_many` through the marks; all or nothing: every record is built (and
-        so checked) before the first is counted or framed into the spool."""
-        marks = self.marks
-        assert marks is not None
-        put = self._pipeline_of(stream).put
-        now = self.clock()
-        stamps = (now, now + self._buffered, now + self._ttl)
-        epoch = self._ledger.epoch
-        groups = [
-            (key, size, payload, ehk, tagged.get(index, b"") if tagged is not None else b"")
-            for index, (key, size, payload, _, ehk) in enumerate(accepted)
-        ]
-        marks.check_group(groups)
-        records = [
-            marks.record(stream, key, size, payload, ehk, tags, stamps, epoch)
-            for key, size, payload, ehk, tags in groups
-        ]
-        self.seq += len(records)
-        for record, item in zip(records, accepted, strict=True):
-            self._outstanding[record] = None
-            self._ledger.outstanding_bytes += record.size
-            put(record, item[3])
-        return list(records)

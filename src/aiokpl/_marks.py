@@ -51,87 +51,69 @@ class Marks:
         if self.identities and self.spool is not None:
             self._encoder = encoder_of(self.spool.producer_id)
 
-    def record(
-        self,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        ehk: str | None,
-        tags: bytes,
-        stamps: tuple[float, float, float],
-        epoch: int,
-    ) -> UserRecord:
-        """Build a record put now: in the spool, with its identity, as configured.
+    def mark(self, record: UserRecord) -> None:
+        """Mark a record entering the producer (stamped, not yet counted): give it its
+        identity tag and frame it into the spool, as configured. The record was built by the
+        producer's builder (``_record.builder_for``): a ``SpooledRecord`` when it spools,
+        else a ``TaggedRecord``. *Mutates* the record.
 
         Raises:
-            InvalidRecordError: the identity tag would take it over ``max_record_size``.
+            InvalidRecordError: the identity tag would take it over ``max_record_size``
+                (nothing was changed).
         """
-        arrival, deadline, expires_at = stamps
         spool = self.spool
         seq = spool.next_seq if spool is not None else self._next
-        user_tags = tags
+        user_tags = record.encoded_tags
         encoder = self._encoder
         if encoder is not None:
             identity = encoder.encode_next(seq)
-            tags += identity
-            size += len(identity)
-            self._check_size(key, size, len(payload), ehk, len(tags))
+            size = record.size + len(identity)
+            tags = user_tags + identity
+            self._check_size(
+                record.partition_key, size, len(record.data), record.explicit_hash_key, len(tags)
+            )
+            assert isinstance(record, TaggedRecord)
+            record.encoded_tags = tags
+            record.size = size
         if spool is None:
             self._next = seq + 1
-            return TaggedRecord(
-                stream, key, payload, ehk, size, arrival, deadline, expires_at, epoch, tags
-            )
-        spool.append(stream, key, payload, ehk, user_tags, arrival)
-        return SpooledRecord(
-            stream,
-            key,
-            payload,
-            ehk,
-            size,
-            arrival,
-            deadline,
-            expires_at,
-            epoch,
-            tags,
-            spool,
-            spool.producer_id,
-            seq,
-        )
-
-    def replayed(
-        self, record: SpoolRecord, stamps: tuple[float, float, float], epoch: int
-    ) -> SpooledRecord:
-        """A recovered record, rebuilt with its original identity."""
-        arrival, deadline, expires_at = stamps
-        tags = record.encoded_tags
-        if self.identities:
-            encoder = self._encoders.get(record.producer_id)
-            if encoder is None:
-                encoder = self._encoders[record.producer_id] = encoder_of(record.producer_id)
-            tags += encoder.encode_next(record.sequence_number)
-        spool = self.spool
-        assert spool is not None
-        size = len(record.partition_key.encode()) + len(record.data) + len(tags)
-        return SpooledRecord(
+            return
+        assert isinstance(record, SpooledRecord)
+        spool.append(
             record.stream,
             record.partition_key,
             record.data,
             record.explicit_hash_key,
-            size,
-            arrival,
-            deadline,
-            expires_at,
-            epoch,
-            tags,
-            spool,
-            record.producer_id,
-            record.sequence_number,
+            user_tags,
+            record.last_end,  # its arrival: stamped, and not attempted yet
         )
+        record.in_spool(spool, spool.producer_id, seq)
 
-    def check_group(self, records: list[tuple[str, int, bytes, str | None, bytes]]) -> None:
-        """Check that a ``put_records`` group's ``(key, size, data, ehk, tags)`` fit with their
-        identities, before any is built (a group is taken whole or not at all).
+    def replayed(self, spooled: SpoolRecord) -> SpooledRecord:
+        """A recovered record, rebuilt with its original identity (not yet stamped)."""
+        tags = spooled.encoded_tags
+        if self.identities:
+            encoder = self._encoders.get(spooled.producer_id)
+            if encoder is None:
+                encoder = self._encoders[spooled.producer_id] = encoder_of(spooled.producer_id)
+            tags += encoder.encode_next(spooled.sequence_number)
+        spool = self.spool
+        assert spool is not None
+        key = spooled.partition_key
+        record = SpooledRecord(
+            spooled.stream,
+            key,
+            spooled.data,
+            spooled.explicit_hash_key,
+            len(key.encode()) + len(spooled.data) + len(tags),
+            tags,
+        )
+        record.in_spool(spool, spooled.producer_id, spooled.sequence_number)
+        return record
+
+    def check_group(self, records: list[UserRecord]) -> None:
+        """Check that a ``put_records`` group's records fit with their identities, before any
+        is marked (a group is taken whole or not at all).
 
         Raises:
             InvalidRecordError: one would not fit (the message starts with ``records[i]``).
@@ -141,9 +123,15 @@ class Marks:
         spool = self.spool
         last = (spool.next_seq if spool is not None else self._next) + len(records)
         extra = identity_tag_size(last)  # the group's longest identity
-        for index, (key, size, payload, ehk, tags) in enumerate(records):
+        for index, record in enumerate(records):
             try:
-                self._check_size(key, size + extra, len(payload), ehk, len(tags) + extra)
+                self._check_size(
+                    record.partition_key,
+                    record.size + extra,
+                    len(record.data),
+                    record.explicit_hash_key,
+                    len(record.encoded_tags) + extra,
+                )
             except InvalidRecordError as exc:
                 raise InvalidRecordError(f"records[{index}]: {exc}") from None
 

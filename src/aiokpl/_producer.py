@@ -48,11 +48,10 @@ import anyio
 from ._admission import Admission, check_records_argument
 from ._coordination.coordinator import Coordination, ProducerCoordinator
 from ._core.config import Config
-from ._core.errors import BufferFullError, InvalidRecordError
-from ._core.hashing import check_user_record
+from ._core.errors import BufferFullError
 from ._core.health import DEFAULT_WINDOW, Health
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricStatistics
-from ._core.results import Attempt, RecordResult
+from ._core.results import RecordResult
 from ._core.statistics import ProducerStatistics, StreamStatistics
 from ._core.wire import Tags
 from ._exit_report import ExitReport, log_cancelled_exit
@@ -64,7 +63,6 @@ from ._metrics.recorder import MetricsSink
 from ._outcome import Outcome
 from ._pipeline.ledger import ResultLedger
 from ._pipeline.scheduler import Scheduler
-from ._record import UserRecord
 from ._runtime import Runtime, check_arguments
 from ._spooling import Spool
 from ._streams import Streams
@@ -137,56 +135,38 @@ class Producer:
         self.config = config
         self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit
         self._started = False
-        self._ledger = ledger = ResultLedger(config, self._metrics, anyio.current_time)
+        metrics = self._metrics
+        spool = None
+        if config.spool_directory is not None:
+            spool = Spool(config, metrics=metrics, on_full=self._block)
+        self._spool = spool
+        self._ledger = ledger = ResultLedger(
+            config, metrics, anyio.current_time, on_resolved=spool.resolved if spool else None
+        )
         scheduler = Scheduler(ledger.step)
-        # Hot path: the ledger's dict, shared, so a put reaches it in one attribute lookup, not
-        # two (one lookup, about 15 ns of a put, timeit).
-        self._outstanding = ledger.outstanding
-        self._finish = ledger.finish
-        self._stream_set = streams = Streams(config, scheduler, self._metrics, jitter.random)
-        self._streams = streams.pipelines  # hot path: one lookup from a put
-        self._pipeline_of = streams.pipeline_of
+        self._streams = streams = Streams(config, scheduler, metrics, jitter.random)
         self._puts = 0
-        # The rules a put must pass (its region is known once the producer starts), and the
-        # way in of what passes; the put paths' steps, bound once.
+        # The rules a put must pass (its region is known once the producer starts), with the
+        # one way records are built; and the way in of what passes.
+        marked = spool is not None or config.record_identities
         self._admission = admission = Admission(config)
         self._intake = intake = Intake(
-            config, admission, ledger, streams.pipelines, streams.pipeline_of, anyio.current_time
+            config,
+            admission,
+            ledger,
+            streams.pipelines,
+            streams.pipeline_of,
+            anyio.current_time,
+            Marks(config, spool) if marked else None,
         )
-        self._accept_stream = intake.accept_stream
-        self._check_thread = intake.check_thread
-        self._check_still_open = intake.check_still_open
-        self._has_room = intake.has_room
-        self._wait_for_room = intake.wait_for_room
-        self._enqueue = intake.enqueue
-        self._max_records = config.max_outstanding_records  # hot path: read in put_record
-        self._max_bytes = config.max_outstanding_bytes
-        self._max_record_size = config.max_record_size
         parts = (admission, ledger, streams, intake, scheduler)
-        self._runtime = Runtime(config, client, coordination, sinks, self._metrics, jitter, parts)
-        self._spool: Spool | None = None
+        self._runtime = Runtime(config, client, coordination, sinks, metrics, jitter, parts, spool)
         # What a cancelled exit does with its summary (a SyncProducer words it itself).
         self._report_exit: Callable[[ExitReport], None] = log_cancelled_exit
-        if config.spool_directory is not None or config.record_identities:
-            self._mark_records(config)
-
-    def _mark_records(self, config: Config) -> None:
-        """Spool records or give them identities: the put paths build them through ``Marks``
-        (bound once here, so a producer without either keeps the plain put path)."""
-        intake = self._intake
-        if config.spool_directory is not None:
-            self._spool = self._runtime.spool = spool = Spool(config)
-            self._ledger.on_resolved = spool.resolved
-            spool.on_full = self._block
-        intake.marks = Marks(config, self._spool)
-        self._enqueue = intake.enqueue_marked
-        # Each record let in may grow by its identity tag: kept free in the bound.
-        self._max_bytes = config.max_outstanding_bytes - self._admission.reserve
 
     def _block(self, reason: str | None) -> None:
         """The spool's disk is full (``reason``), or has room again (``None``): puts wait."""
-        self._intake.block(reason)
-        self._max_records = 0 if reason is not None else self.config.max_outstanding_records
+        self._admission.blocked = reason
         if reason is None:
             self._ledger.wake_room()
 
@@ -291,27 +271,21 @@ class Producer:
             RuntimeError: called from another thread than the event loop's that entered
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
-        self._accept_stream(stream)
-        key, size, payload, hash_key, ehk = check_user_record(
-            partition_key, data, explicit_hash_key, self._max_record_size
+        intake = self._intake
+        intake.accept_stream(stream)
+        record, hash_key = self._admission.check(
+            stream, partition_key, data, explicit_hash_key, tags
         )
-        encoded_tags = b""
-        if tags is not None:
-            encoded_tags, size = self._admission.check_tags(tags, key, size, ehk)
         self._puts += 1
         if not self._puts & _YIELD_EVERY_MASK:
             # A tight loop of puts must let the stages run (sends, deadlines, the shard map).
             # Hot path: once every 256 puts, not every put (5.4 µs per put on asyncio, 6.3 µs
             # on trio, timeit of a loop of checkpoints).
             await anyio.lowlevel.checkpoint()
-            self._check_still_open()  # exit may have started while this put yielded
-        # Hot path: self._has_room(size), inlined (35 ns per put, 72 vs 107 ns, timeit).
-        if (
-            len(self._outstanding) >= self._max_records
-            or self._ledger.outstanding_bytes + size > self._max_bytes
-        ):
-            await self._wait_for_room(size)
-        return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
+            intake.check_still_open()  # exit may have started while this put yielded
+        if not intake.has_room(record.size):
+            await intake.wait_for_room(record.size)
+        return intake.enter(record, hash_key)
 
     def put_record_nowait(
         self,
@@ -333,18 +307,17 @@ class Producer:
             RuntimeError: called from another thread than the event loop's that entered
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
-        self._accept_stream(stream)
-        key, size, payload, hash_key, ehk = check_user_record(
-            partition_key, data, explicit_hash_key, self._max_record_size
+        intake = self._intake
+        intake.accept_stream(stream)
+        record, hash_key = self._admission.check(
+            stream, partition_key, data, explicit_hash_key, tags
         )
-        encoded_tags = b""
-        if tags is not None:
-            encoded_tags, size = self._admission.check_tags(tags, key, size, ehk)
-        if not self._has_room(size):
+        if not intake.has_room(record.size):
+            ledger = self._ledger
             raise BufferFullError(
-                self._admission.holds(len(self._outstanding), self._ledger.outstanding_bytes)
+                self._admission.holds(len(ledger.outstanding), ledger.outstanding_bytes)
             )
-        return self._enqueue(stream, key, size, payload, hash_key, ehk, encoded_tags)
+        return intake.enter(record, hash_key)
 
     async def put_records(
         self,
@@ -381,43 +354,24 @@ class Producer:
             RuntimeError: called from another thread than the event loop's that entered
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
-        self._accept_stream(stream)
+        intake = self._intake
+        intake.accept_stream(stream)
         check_records_argument(records)
-        if stream not in self._streams:
+        if stream not in self._streams.pipelines:
             # A new stream: start loading its shard map now, before a large group takes its
             # time to be validated and enqueued, so that the group finds the map loaded (or
             # nearly) rather than reaching its deadline held for it (see Aggregator).
-            self._pipeline_of(stream)
+            self._streams.pipeline_of(stream)
             await anyio.lowlevel.checkpoint()
-            self._check_still_open()
-        self._accept_stream(stream)  # again: the producer may have closed meanwhile
-        accepted, size, tagged = self._admission.check_many(records)
-        count = len(accepted)
+            intake.check_still_open()
+        intake.accept_stream(stream)  # again: the producer may have closed meanwhile
+        built, hash_keys, size = self._admission.check_many(stream, records)
+        count = len(built)
         self._admission.check_group(count, size)
         await anyio.lowlevel.checkpoint()
-        self._check_still_open()
-        await self._wait_for_room(size, count)
-        return self._intake.enqueue_many(stream, accepted, size, tagged)
-
-    def _put_validated(
-        self,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes = b"",
-        *,
-        force: bool = False,
-    ) -> Outcome[RecordResult] | None:
-        """Put a record validated elsewhere (by ``SyncProducer``, in its caller's thread).
-
-        Returns ``None`` (and enqueues nothing) when there is no room, unless ``force``.
-        """
-        if not force and not self._has_room(size):
-            return None
-        return self._enqueue(stream, key, size, payload, hash_key, ehk, tags)
+        intake.check_still_open()
+        await intake.wait_for_room(size, count)
+        return list(intake.enter_group(stream, built, hash_keys))
 
     # --- flushing -------------------------------------------------------------------------
     async def flush(self, stream: str | None = None) -> None:
@@ -430,10 +384,10 @@ class Producer:
         it first waits until every record recovered at the start was put back, so their
         results are among those it waits for.
         """
-        self._check_thread()
+        self._intake.check_thread()
         if self._spool is not None and self._intake.running:
             await self._spool.replay_done.wait()
-        self._stream_set.flush(stream)
+        self._streams.flush(stream)
         await self._ledger.wait_flushed(stream)
 
     async def wait_durable(self) -> None:
@@ -445,7 +399,7 @@ class Producer:
                 or the call comes from another thread than the event loop's.
             SpoolError: the producer closed before those records were durable.
         """
-        self._check_thread()
+        self._intake.check_thread()
         if self._spool is None:
             raise RuntimeError(
                 "wait_durable() needs a spool: set Config.spool_directory (the producer has none)"
@@ -469,7 +423,7 @@ class Producer:
     @property
     def outstanding_records(self) -> int:
         """Records between ``put_record`` and their result."""
-        return len(self._outstanding)
+        return len(self._ledger.outstanding)
 
     @property
     def outstanding_bytes(self) -> int:
@@ -524,11 +478,11 @@ class Producer:
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the producer's counters and of every stream's pipeline."""
         sender = self._runtime.sender_statistics()
-        streams = self._stream_set.statistics()
+        streams = self._streams.statistics()
         return ProducerStatistics(
-            outstanding_records=len(self._outstanding),
+            outstanding_records=len(self._ledger.outstanding),
             outstanding_bytes=self._ledger.outstanding_bytes,
-            records_put=self._intake.seq,
+            records_put=self._ledger.records_put,
             records_succeeded=self._ledger.succeeded,
             records_failed=self._ledger.failed,
             requests_sent=sender.requests_sent,
@@ -538,7 +492,7 @@ class Producer:
             streams=streams,
             failure_callbacks_pending=self._ledger.failures.pending,
             failure_callback_errors=self._ledger.failures.callback_errors,
-            records_expired_unsent=self._stream_set.released_expired_unsent
+            records_expired_unsent=self._streams.released_expired_unsent
             + sum(s.expired_unsent for s in streams),
             requests_backing_off=sender.backing_off,
             spool=self._spool.statistics() if self._spool is not None else None,
@@ -547,53 +501,17 @@ class Producer:
     def __repr__(self) -> str:
         state = "closed" if self._intake.closed else "running" if self._started else "not started"
         return (
-            f"<Producer {state} streams={len(self._streams)} "
-            f"outstanding_records={len(self._outstanding)} "
+            f"<Producer {state} streams={len(self._streams.pipelines)} "
+            f"outstanding_records={len(self._ledger.outstanding)} "
             f"outstanding_bytes={self._ledger.outstanding_bytes}>"
         )
 
 
 def port_of(producer: Producer) -> ProducerPort:
-    """The way in a :class:`~aiokpl.SyncProducer` puts records it checked in its caller's
-    thread into ``producer`` (running on its loop): bound methods, taken once, not per record."""
-
-    async def put_when_room(
-        stream: str,
-        key: str,
-        size: int,
-        data: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes,
-    ) -> Outcome[RecordResult]:
-        await producer._wait_for_room(size)
-        try:
-            return producer._enqueue(stream, key, size, data, hash_key, ehk, tags)
-        except InvalidRecordError as exc:  # only with identities: see put_checked
-            return _refused(stream, key, data, ehk, size, exc)
-
-    def put_checked(
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
-        hash_key: int,
-        ehk: str | None,
-        tags: bytes = b"",
-        *,
-        force: bool = False,
-    ) -> Outcome[RecordResult] | None:
-        # With identities, a record checked in the caller's thread may not fit with its tag;
-        # it cannot be refused there any more: its future fails with "InvalidRecord".
-        try:
-            return producer._put_validated(
-                stream, key, size, payload, hash_key, ehk, tags, force=force
-            )
-        except InvalidRecordError as exc:
-            return _refused(stream, key, payload, ehk, size, exc)
-
-    put = put_checked if producer.config.record_identities else producer._put_validated
-    return ProducerPort(put, put_when_room, producer._stream_set.flush)
+    """The way in a :class:`~aiokpl.SyncProducer` enters records its callers' threads checked
+    (with an :class:`~aiokpl._admission.Admission` of the same config) into ``producer``,
+    running on its loop."""
+    return ProducerPort(producer._intake, producer._streams.flush)
 
 
 def report_exit_to(producer: Producer, report: Callable[[ExitReport], None]) -> None:
@@ -601,13 +519,3 @@ def report_exit_to(producer: Producer, report: Callable[[ExitReport], None]) -> 
     :class:`~aiokpl.SyncProducer` says it in its own words (its close interrupted, or run
     out), once. Called in the loop's thread, once every record has its result."""
     producer._report_exit = report
-
-
-def _refused(
-    stream: str, key: str, data: bytes, ehk: str | None, size: int, error: InvalidRecordError
-) -> Outcome[RecordResult]:
-    """A record the loop refused after a ``SyncProducer`` accepted it: failed at once."""
-    record = UserRecord(stream, key, data, ehk, size, 0.0, 0.0, 0.0, 0)
-    record.add_attempt(Attempt(0.0, 0.0, 0.0, False, "InvalidRecord", str(error)))
-    record.resolve()
-    return record

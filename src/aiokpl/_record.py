@@ -23,6 +23,7 @@ Mirrors ``UserRecord`` in the KPL (``aws/kinesis/core/user_record.h``), which ha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from ._core.hashing import KEYLESS, PLACED_PARTITION_KEY, hash_key_of
@@ -30,7 +31,15 @@ from ._core.records import Delivered, result_of
 from ._core.results import Attempt, FailedRecord, RecordResult
 from ._outcome import Outcome, settle
 
-__all__ = ("DurableSpool", "SpooledRecord", "TaggedRecord", "UserRecord")
+__all__ = (
+    "DurableSpool",
+    "RecordBuilder",
+    "SpooledRecord",
+    "TaggedRecord",
+    "UserRecord",
+    "build_record",
+    "builder_for",
+)
 
 _RELEASED = b""
 
@@ -40,6 +49,11 @@ class UserRecord(Outcome[RecordResult]):
 
     # Overridden by TaggedRecord's slot: a record without tags carries nothing for them.
     encoded_tags: bytes = b""
+    # Set as the record enters the producer (unset until then): see stamp, and the ledger's add.
+    last_end: float
+    deadline: float
+    expires_at: float
+    epoch: int
 
     __slots__ = (
         "attempts",
@@ -64,10 +78,6 @@ class UserRecord(Outcome[RecordResult]):
         data: bytes,
         explicit_hash_key: str | None,
         size: int,
-        arrival: float,
-        deadline: float,
-        expires_at: float,
-        epoch: int,
     ) -> None:
         self._done = False
         self._result = None
@@ -81,18 +91,20 @@ class UserRecord(Outcome[RecordResult]):
         self.explicit_hash_key = explicit_hash_key
         # What counts against the limits: the partition key's UTF-8 length plus the data's.
         self.size = size
-        # When the record's last attempt ended; until its first, when it arrived.
-        self.last_end = arrival
-        self.deadline = deadline if deadline < expires_at else expires_at
-        self.expires_at = expires_at
-        # The producer's flush generation when the record was put (see Producer.flush).
-        self.epoch = epoch
         self.predicted_shard: str | None = None
         # A tuple, grown on each failed attempt: most records have none, and a tuple is one
         # object where a list plus the final tuple would be two for the garbage collector.
         self.attempts: tuple[Attempt, ...] = ()
         # The successful attempt, shared by every record of the same Kinesis record.
         self.delivered: Delivered | None = None
+
+    def stamp(self, arrival: float, deadline: float, expires_at: float) -> None:
+        """The record enters the producer at ``arrival``: it is to be sent by ``deadline``
+        (never later than its expiry) and expires at ``expires_at``. *Mutates* the record."""
+        # When the record's last attempt ended; until its first, when it arrived.
+        self.last_end = arrival
+        self.deadline = deadline if deadline < expires_at else expires_at
+        self.expires_at = expires_at
 
     @property
     def hash_key(self) -> int:
@@ -153,7 +165,8 @@ class UserRecord(Outcome[RecordResult]):
 
 class TaggedRecord(UserRecord):
     """A :class:`UserRecord` with tags: ``encoded_tags`` holds them as the aggregate's
-    ``Record.tags`` fields (never empty)."""
+    ``Record.tags`` fields (never empty once the record entered the producer: a producer that
+    writes identities builds every record as one, and adds its identity tag as it enters)."""
 
     __slots__ = ("encoded_tags",)
 
@@ -164,23 +177,9 @@ class TaggedRecord(UserRecord):
         data: bytes,
         explicit_hash_key: str | None,
         size: int,
-        arrival: float,
-        deadline: float,
-        expires_at: float,
-        epoch: int,
-        encoded_tags: bytes,
+        encoded_tags: bytes = b"",
     ) -> None:
-        super().__init__(
-            stream,
-            partition_key,
-            data,
-            explicit_hash_key,
-            size,
-            arrival,
-            deadline,
-            expires_at,
-            epoch,
-        )
+        UserRecord.__init__(self, stream, partition_key, data, explicit_hash_key, size)
         self.encoded_tags = encoded_tags
 
 
@@ -195,43 +194,21 @@ class DurableSpool(Protocol):
 class SpooledRecord(TaggedRecord):
     """A record in the producer's durable spool: its identity there (the writer's producer id
     and its sequence number), and the spool that answers whether it is durable. Only a
-    producer with a spool makes these, so records elsewhere carry none of these slots.
+    producer with a spool makes these, so records elsewhere carry none of these slots; they
+    are set when the record is framed into the spool (:meth:`in_spool`), as it enters.
 
     ``encoded_tags`` may be empty here (a spooled record without tags).
     """
 
     __slots__ = ("spool", "spool_id", "spool_seq")
 
-    def __init__(
-        self,
-        stream: str,
-        partition_key: str,
-        data: bytes,
-        explicit_hash_key: str | None,
-        size: int,
-        arrival: float,
-        deadline: float,
-        expires_at: float,
-        epoch: int,
-        encoded_tags: bytes,
-        spool: DurableSpool,
-        spool_id: bytes,
-        spool_seq: int,
-    ) -> None:
-        # UserRecord's, called directly (one call less a record than through TaggedRecord).
-        UserRecord.__init__(
-            self,
-            stream,
-            partition_key,
-            data,
-            explicit_hash_key,
-            size,
-            arrival,
-            deadline,
-            expires_at,
-            epoch,
-        )
-        self.encoded_tags = encoded_tags
+    spool: DurableSpool
+    spool_id: bytes
+    spool_seq: int
+
+    def in_spool(self, spool: DurableSpool, spool_id: bytes, spool_seq: int) -> None:
+        """The record is framed into ``spool`` as ``spool_seq`` of producer ``spool_id``.
+        *Mutates* the record."""
         self.spool = spool
         self.spool_id = spool_id
         self.spool_seq = spool_seq
@@ -242,6 +219,37 @@ class SpooledRecord(TaggedRecord):
 
     async def wait_durable(self) -> None:
         await self.spool.wait_durable(self.spool_id, self.spool_seq)
+
+
+# Builds a checked record, not yet entered: (stream, partition key, data, explicit hash key or
+# None, size, encoded tags or b"") -> the record.
+RecordBuilder = Callable[[str, str, bytes, "str | None", int, bytes], UserRecord]
+
+
+def build_record(
+    stream: str,
+    partition_key: str,
+    data: bytes,
+    explicit_hash_key: str | None,
+    size: int,
+    encoded_tags: bytes = b"",
+) -> UserRecord:
+    """A checked record as a producer that neither spools nor writes identities builds it:
+    a :class:`TaggedRecord` if it has tags, else a :class:`UserRecord` (no slot for them)."""
+    if encoded_tags:
+        return TaggedRecord(stream, partition_key, data, explicit_hash_key, size, encoded_tags)
+    return UserRecord(stream, partition_key, data, explicit_hash_key, size)
+
+
+def builder_for(*, spool: bool, identities: bool) -> RecordBuilder:
+    """How a producer builds its records (chosen once, when it is made): records that will be
+    framed into a spool are :class:`SpooledRecord`s, records that will get an identity tag
+    :class:`TaggedRecord`s, whatever their own tags; the rest :func:`build_record`'s."""
+    if spool:
+        return SpooledRecord
+    if identities:
+        return TaggedRecord
+    return build_record
 
 
 # What a caller holds is an Outcome: errors and reprs name that public type ("'Outcome' object

@@ -132,6 +132,7 @@ class Runtime:
         metrics: MetricsRecorder | None,
         jitter: random.Random,
         parts: tuple[Admission, ResultLedger, Streams, Intake, Scheduler],
+        spool: Spool | None,
     ) -> None:
         self.config = config
         self.client: Any = client
@@ -143,7 +144,7 @@ class Runtime:
         self.sender: Sender | None = None
         self.connectivity: Connectivity | None = None
         self.coordinator: ProducerCoordinator | None = None
-        self.spool: Spool | None = None
+        self.spool = spool
         self.exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
         self.exit_failed = (0, 0)
 
@@ -164,7 +165,6 @@ class Runtime:
         if spool is not None:
             # First: a spool that cannot be opened fails the start before anything runs. Its
             # close (the last writes and fsync) runs after the outstanding records are settled.
-            spool.metrics = self._metrics
             await spool.open()
             stack.push_async_callback(_shielded, spool.close)
             assert self._intake.marks is not None

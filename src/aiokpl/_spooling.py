@@ -104,10 +104,16 @@ class Spool:
         full: the last write or fsync found the disk full.
         replay_done: set once every recovered record was put back (or the producer closed).
         on_full: called with a message when the disk fills, with ``None`` when it has room.
-        metrics: the producer's metrics recorder, or ``None`` (set before :meth:`open`).
+        metrics: the producer's metrics recorder, or ``None``.
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        metrics: SpoolMetrics | None = None,
+        on_full: Callable[[str | None], None] = lambda message: None,
+    ) -> None:
         assert config.spool_directory is not None
         self.config = config
         self.directory = os.fspath(config.spool_directory)
@@ -121,9 +127,9 @@ class Spool:
         self.full = False
         self.closed = False
         self.replay_done = anyio.Event()
-        self.on_full: Callable[[str | None], None] = lambda message: None
+        self.on_full = on_full
         self._unlock: Callable[[], None] = lambda: None  # gives back the directory's lock
-        self.metrics: SpoolMetrics | None = None
+        self.metrics = metrics
         self._wall_offset = 0.0
         # Framed on the loop, not handed to the writer yet.
         self._staged = bytearray()

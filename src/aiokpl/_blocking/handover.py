@@ -43,11 +43,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from .._admission import Admission
 from .._core.errors import BufferFullError, ProducerClosedError
 from .futures import RecordFuture
+
+if TYPE_CHECKING:
+    from .._record import UserRecord
 
 __all__ = (
     "CLOSED_MESSAGE",
@@ -59,10 +62,11 @@ __all__ = (
     "not_running",
 )
 
-# A queued record: its future, then what the producer's port puts (stream, partition key, size,
-# data, hash key, explicit hash key, encoded tags), then its sequence number; a record put
-# without a key has key "" and hash key KEYLESS here (the producer places it).
-Item = tuple[RecordFuture, str, str, int, bytes, int, "str | None", bytes, int]
+# A queued record: its future, the record as checked (built, not yet entered), its hash key, the
+# room it holds (its size when checked: an identity tag may add to the record's own), and its
+# sequence number; a record put without a key has key "" and hash key KEYLESS here (the
+# producer places it).
+Item = tuple[RecordFuture, "UserRecord", int, int, int]
 
 _POLITE_TRIES = 1000  # see acquire_awake
 
@@ -128,8 +132,9 @@ class ThreadRoom:
         self.bytes = 0
 
     def fits(self, size: int) -> bool:
-        """Whether one more record of ``size`` bytes fits."""
-        return self._admission.fits(self.records, self.bytes, size)
+        """Whether one more record of ``size`` bytes fits (the bounds alone: the producer on
+        the loop keeps room for identity tags in its own)."""
+        return self.records < self.max_records and self.bytes + size <= self.max_bytes
 
     def wait(self, size: int, timeout: float | None, stop: Callable[[], bool]) -> bool:
         """Wait until a record of ``size`` bytes fits or ``stop()``; ``False`` on timeout."""
@@ -314,13 +319,8 @@ class Handover:
     def offer(
         self,
         future: RecordFuture,
-        stream: str,
-        key: str,
-        size: int,
-        payload: bytes,
+        record: UserRecord,
         hash_key: int,
-        ehk: str | None,
-        tags: bytes,
         timeout: float | None,
     ) -> None:
         """Queue a checked record, waiting up to ``timeout`` seconds for room first.
@@ -332,6 +332,7 @@ class Handover:
         """
         room = self.room
         lock = self.lock
+        size = record.size
         if not lock.acquire(False):
             acquire_awake(lock)
         try:
@@ -346,7 +347,7 @@ class Handover:
             else:
                 self._take_room_when_free(size, timeout)
             seq = self.seq = self.seq + 1
-            self._pending.append((future, stream, key, size, payload, hash_key, ehk, tags, seq))
+            self._pending.append((future, record, hash_key, size, seq))
             if not self._wake_scheduled:
                 self._wake_locked()
         finally:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from .._hosted import ProducerPort
     from .._kinesis import KinesisClient
     from .._outcome import Outcome
+    from .._record import UserRecord
 
 __all__ = ("Loop", "loop_stopped")
 
@@ -151,7 +152,7 @@ class Loop:
         taken = self._taken
         resolved = self._resolved
         in_flight = self._in_flight
-        put_validated = port.put_validated
+        put = port.put
         on_done = self._on_done  # bound once: a record's callback costs no object of its own
         moved = 0
         while True:
@@ -166,12 +167,9 @@ class Loop:
             while taken:
                 # Peek, and pop only once in the pipeline: a cancellation leaves it taken.
                 item = taken[0]
-                _, stream, key, size, payload, hash_key, ehk, tags, _ = item
-                outcome = put_validated(stream, key, size, payload, hash_key, ehk, tags)
+                outcome = put(item[1], item[2])
                 if outcome is None:  # no room: only while failure callbacks hold records
-                    outcome = await port.put_when_room(
-                        stream, key, size, payload, hash_key, ehk, tags
-                    )
+                    outcome = await port.put_when_room(item[1], item[2])
                 taken.popleft()
                 in_flight[outcome] = item  # first: a refused record's outcome is done already
                 outcome.add_done_callback(on_done)
@@ -189,7 +187,7 @@ class Loop:
     def _on_done(self, outcome: Outcome[RecordResult]) -> None:
         """A record's outcome is done: so is its future; its room is given back at the pump's
         next turn, which this wakes."""
-        future, _, _, size, _, _, _, _, seq = self._in_flight.pop(outcome)
+        future, _, _, size, seq = self._in_flight.pop(outcome)
         future.resolve(outcome)  # first: a flush that returns sees this future done
         resolved = self._resolved
         resolved.add(size, seq)
@@ -220,10 +218,7 @@ class Loop:
         taken.extend(self.handover.take_the_rest())
         while taken:
             item = taken[0]
-            _, stream, key, size, payload, hash_key, ehk, tags, _ = item
-            outcome = port.put_validated(
-                stream, key, size, payload, hash_key, ehk, tags, force=True
-            )
+            outcome = port.put(item[1], item[2], force=True)
             assert outcome is not None
             taken.popleft()  # only now: if that raised, _fail_the_rest still has it
             self._in_flight[outcome] = item
@@ -236,8 +231,7 @@ class Loop:
         taken = self._taken
         taken.extend(queued)
         while taken:
-            future, stream, key, size, payload, _, ehk, tags, seq = taken.popleft()
-            record = (stream, key, payload, ehk, tags)
+            future, record, _, size, seq = taken.popleft()
             future.set_result(loop_stopped(now, record, self.config.return_record_on_failure))
             self._resolved.add(size, seq)
 
@@ -266,15 +260,19 @@ class Loop:
         self.wake()
 
 
-def loop_stopped(
-    now: float, record: tuple[str, str, bytes, str | None, bytes], return_record: bool
-) -> RecordResult:
-    """The result of a record that never reached the pipeline because the loop failed:
-    ``record`` is its stream, key (``""``: none), data, explicit hash key and encoded tags;
-    ``return_record`` is ``Config.return_record_on_failure``."""
-    stream, key, payload, ehk, tags = record
+def loop_stopped(now: float, record: UserRecord, return_record: bool) -> RecordResult:
+    """The result of a record that never reached the pipeline because the loop failed
+    (``record``, as checked: its key ``""`` if it has none); ``return_record`` is
+    ``Config.return_record_on_failure``."""
     attempt = Attempt(now, now, 0.0, False, "Internal", "the SyncProducer's event loop stopped")
     failed = None
     if return_record:
-        failed = FailedRecord(stream, key or None, payload, ehk, decode_tags(tags) if tags else ())
+        tags = record.encoded_tags
+        failed = FailedRecord(
+            record.stream,
+            record.partition_key or None,
+            record.data,
+            record.explicit_hash_key,
+            decode_tags(tags) if tags else (),
+        )
     return RecordResult(False, None, None, (attempt,), failed)

@@ -37,7 +37,6 @@ from .._admission import Admission
 from .._backend import BACKENDS
 from .._core.config import Config
 from .._core.errors import ProducerClosedError
-from .._core.hashing import check_user_record
 from .._core.health import CLOSED, DEFAULT_WINDOW, Health, check_window
 from .._core.results import RecordResult
 from .._core.statistics import ProducerStatistics
@@ -106,7 +105,6 @@ class SyncProducer:
         # the producer decides it: Config.region, else a given client's region.
         region = config.region if client is None else fixed_region(config, client)
         self._admission = Admission(config, region)
-        self._max_record_size = config.max_record_size  # hot path: read in put_record
         self._handover = Handover(self._admission)
         self._exit_reports = ExitReports(self.statistics)  # what a cancelled exit cost
         self._loop = Loop(config, self._handover, self._exit_reports)
@@ -184,16 +182,11 @@ class SyncProducer:
         if not (type(stream) is str and stream in self._known_streams):
             self._admission.check_stream(stream)
             self._known_streams.add(stream)
-        key, size, payload, hash_key, ehk = check_user_record(
-            partition_key, data, explicit_hash_key, self._max_record_size
+        record, hash_key = self._admission.check(
+            stream, partition_key, data, explicit_hash_key, tags
         )
-        encoded_tags = b""
-        if tags is not None:
-            encoded_tags, size = self._admission.check_tags(tags, key, size, ehk)
         future = RecordFuture()
-        self._handover.offer(
-            future, stream, key, size, payload, hash_key, ehk, encoded_tags, timeout
-        )
+        self._handover.offer(future, record, hash_key, timeout)
         return future
 
     def flush(self, timeout: float | None = None) -> None:

@@ -1,11 +1,14 @@
 """The producer's result bookkeeping: what is outstanding, who waits for room or a flush.
 
-Every record put is entered here (by the producer's put paths, inline: see
-``Producer._enqueue``) and leaves through :meth:`ResultLedger.finish` (delivered, or failed
-through the failure handler) or :meth:`ResultLedger.release_held` (a failed record whose async
-``on_record_failure`` returned).
+Every record put is entered here (:meth:`ResultLedger.add`, by the producer's intake) and
+leaves through :meth:`ResultLedger.finish` (delivered, or failed through the failure handler)
+or :meth:`ResultLedger.release_held` (a failed record whose async ``on_record_failure``
+returned). The counts are written here only.
 
 Invariants:
+
+* ``records_put == len(outstanding) + succeeded + failed - len(held)`` at the end of every
+  step (a held record counts as failed and outstanding until its callback returns);
 
 * a record is resolved at most once: ``finish`` skips a record no longer outstanding, and keeps
   one held for its failure callback;
@@ -84,6 +87,8 @@ class ResultLedger:
         config: the producer's settings (for the failure handler).
         metrics: the producer's metrics recorder, if any (failed records are counted there).
         clock: the producer's clock; replaced when the producer starts.
+        on_resolved: told of every resolution step (the durable spool acknowledges the
+            records), or ``None``.
     """
 
     __slots__ = (
@@ -101,12 +106,17 @@ class ResultLedger:
         "on_resolved",
         "outstanding",
         "outstanding_bytes",
+        "records_put",
         "room",
         "succeeded",
     )
 
     def __init__(
-        self, config: Config, metrics: MetricsRecorder | None, clock: Callable[[], float]
+        self,
+        config: Config,
+        metrics: MetricsRecorder | None,
+        clock: Callable[[], float],
+        on_resolved: Callable[[list[UserRecord], bool], None] | None = None,
     ) -> None:
         self.clock = clock
         self.metrics = metrics
@@ -115,6 +125,7 @@ class ResultLedger:
         # Flush generation: a record remembers the one current when it was put, and a flush
         # starts the next, so "put before this flush" is `record.epoch <= horizon`.
         self.epoch = 0
+        self.records_put = 0
         self.succeeded = 0
         self.failed = 0
         # When a record was last delivered (what producer.health() judges progress by): read
@@ -129,9 +140,28 @@ class ResultLedger:
         self.depth = 0
         self._deferred: list[tuple[list[UserRecord], bool]] = []
         self._step = Step(self)
-        # Told of every resolution step (the durable spool acknowledges the records); None
-        # without a spool, so the step pays one test, not one call per record.
-        self.on_resolved: Callable[[list[UserRecord], bool], None] | None = None
+        # None without a spool, so the step pays one test, not one call per record.
+        self.on_resolved = on_resolved
+
+    # --- records in -----------------------------------------------------------------------
+    def add(self, record: UserRecord) -> None:
+        """Count ``record`` outstanding, put now (in the current flush generation)."""
+        record.epoch = self.epoch
+        self.outstanding[record] = None
+        self.outstanding_bytes += record.size
+        self.records_put += 1
+
+    def add_group(self, records: list[UserRecord]) -> None:
+        """Count ``records`` outstanding, put now together (a ``put_records`` group)."""
+        epoch = self.epoch
+        outstanding = self.outstanding
+        size = 0
+        for record in records:
+            record.epoch = epoch
+            outstanding[record] = None
+            size += record.size
+        self.outstanding_bytes += size
+        self.records_put += len(records)
 
     # --- room -----------------------------------------------------------------------------
     async def wait_for_room(self) -> None:
