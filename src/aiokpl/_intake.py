@@ -104,7 +104,7 @@ class Intake:
         self._pipeline_of = pipeline_of
         self._buffered = config.record_max_buffered_time_ms / 1000
         self._ttl = config.record_ttl_ms / 1000
-        # (arrival, deadline, expiry) of the latest millisecond's puts; see enqueue.
+        # (arrival, deadline, expiry) of the latest millisecond's puts; see enter.
         self._stamps = (-math.inf, -math.inf, -math.inf)
         self.clock = clock
         self.thread: int | None = None

@@ -1,8 +1,11 @@
-"""What a record gets at put besides its fields: its place in the durable spool, its identity.
+"""What a record gets as it enters besides its fields: its place in the durable spool, its
+identity.
 
-:class:`Marks` builds a record at put when the producer spools or writes identities: its
-place in the spool (``_spooling.Spool.append``), its ``aiokpl.id`` tag (``_core/identity.py``).
-Without either the producer never calls it: its put path is the plain one.
+:class:`Marks` marks a record entering a producer that spools or writes identities (the
+intake calls :meth:`Marks.mark` once the record is stamped, before it is counted): its place
+in the spool (``_spooling.Spool.append``), its ``aiokpl.id`` tag (``_core/identity.py``). The
+record was built with room for them (``_record.builder_for``). Without either the producer
+has no marks.
 """
 
 from __future__ import annotations
@@ -25,9 +28,8 @@ __all__ = ("Marks", "encoder_of")
 class Marks:
     """What a record gets at put besides its fields: its place in the spool, its identity.
 
-    The producer binds its put path to :meth:`record` only when it spools or writes
-    identities; a record that the identity would make too large is refused before anything
-    is counted.
+    A producer has one only when it spools or writes identities; a record that the identity
+    would make too large is refused before anything is counted.
 
     Args:
         config: the producer's settings.
