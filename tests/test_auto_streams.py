@@ -22,6 +22,7 @@ from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis, read_as_kcl, read_stream
+from running import running
 
 pytestmark = pytest.mark.anyio
 
@@ -387,7 +388,7 @@ async def test_the_stream_id_the_summary_gives_is_kept_and_not_sent() -> None:
     async with Producer(CONFIG, client=fake) as producer:
         outcomes = await put_many(producer, 50)
         assert all(result.success for result in [await outcome for outcome in outcomes])
-        assert producer._streams.pipelines["s"].distribution.stream_id == "stream-id-1"
+        assert running(producer).streams.pipelines["s"].distribution.stream_id == "stream-id-1"
     puts = [request.kwargs for request in fake.requests if request.operation == "PutRecords"]
     assert puts
     assert all("StreamId" not in put for put in puts)

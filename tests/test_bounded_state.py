@@ -13,6 +13,7 @@ import aiokpl._streams as streams_module
 from aiokpl import Config, Producer, RecordResult
 from aiokpl._streams import IDLE_SWEEP_SECONDS, MISSING_KEPT, MISSING_LOOK_SECONDS
 from aiokpl.testing import FakeKinesis
+from running import running
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +45,7 @@ async def test_resharding_a_hundred_times_keeps_the_per_shard_state_bounded() ->
             )
             assert (await outcome).success
             await anyio.sleep(1)
-        pipeline = producer._streams.pipelines["s"]
+        pipeline = running(producer).streams.pipelines["s"]
         shards = set(pipeline.limiter.shards)
         statistics = producer.statistics().streams[0]
         # Metric series of closed shards go once the window no longer holds their values.
@@ -57,8 +58,8 @@ async def test_resharding_a_hundred_times_keeps_the_per_shard_state_bounded() ->
         )
         assert (await outcome).success
         await anyio.sleep(60)
-        assert producer._metrics is not None
-        metric_shards = {key[3] for key in producer._metrics.table._leaves if key[3]}
+        assert producer._arguments.metrics is not None
+        metric_shards = {key[3] for key in producer._arguments.metrics.table._leaves if key[3]}
     # 100 reshardings made 150 shards; the limiter keeps those of the current map at most,
     # and one shard whose queue was not empty when it closed.
     assert len(fake.shards("s")) == 151
@@ -146,8 +147,8 @@ async def test_streams_found_missing_are_released_past_the_kept_ones() -> None:
         held = _streams_held(producer)
         assert len(held) == MISSING_KEPT
         assert f"missing-{3 * MISSING_KEPT - 1}" in held  # the most recently found are kept
-        assert producer._runtime.sender is not None
-        assert len(producer._runtime.sender._lanes) <= MISSING_KEPT
+        assert running(producer).sender is not None
+        assert len(running(producer).sender._lanes) <= MISSING_KEPT
         # The kept ones go with the idle sweep, as any idle pipeline.
         await anyio.sleep(2 * IDLE_SWEEP_SECONDS)
         assert _streams_held(producer) == set()

@@ -32,6 +32,7 @@ from aiokpl._failures import MAX_CONCURRENT_CALLBACKS, FailureHandler
 from aiokpl._outcome import Outcome
 from aiokpl._record import UserRecord
 from aiokpl.testing import FakeKinesis
+from running import running
 from stages import stamped
 
 CONFIG = Config(region="us-east-1", aggregation_enabled=False)
@@ -395,9 +396,9 @@ async def test_a_held_record_finished_again_is_not_reported_twice() -> None:
         with anyio.fail_after(1):
             while not calls:  # noqa: ASYNC110
                 await anyio.sleep(0.001)
-        (held,) = producer._ledger.outstanding
-        producer._ledger.finish([held], False)  # a late second verdict
-        producer._ledger.finish([held], True)
+        (held,) = running(producer).ledger.outstanding
+        running(producer).ledger.finish([held], False)  # a late second verdict
+        running(producer).ledger.finish([held], True)
         assert producer.outstanding_records == 1
         assert producer.statistics().records_failed == 1
         assert outcome.result().error_code == "KMSNotFoundException"

@@ -262,7 +262,7 @@ async def test_level_none_records_nothing_and_runs_no_task() -> None:
     fake = FakeKinesis()
     fake.add_stream("s")
     async with Producer(config(metrics_level="none"), client=fake) as producer:
-        assert producer._metrics is None
+        assert producer._arguments.metrics is None
         await (await producer.put_record(stream="s", partition_key="k", data=b"x"))
         assert producer.metrics() == []
         assert producer.metrics("UserRecordsPut", window_s=5) == []

@@ -31,6 +31,7 @@ from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl._pipeline.shard_limiter import OrderedShardLimiter
 from aiokpl._record import TaggedRecord, UserRecord
 from aiokpl.testing import FakeKinesis
+from running import running
 from stages import stamped
 
 HALF = 2**127
@@ -460,7 +461,7 @@ async def test_a_batch_of_a_shard_the_new_map_dropped_goes_before_its_childrens_
             stream="s", partition_key="k", data=b"first", explicit_hash_key=LOW
         )
         refreshed = anyio.Event()
-        producer._streams.pipelines["s"].shard_map.after_refresh(refreshed.set)
+        running(producer).streams.pipelines["s"].shard_map.after_refresh(refreshed.set)
         await refreshed.wait()
         second = await producer.put_record(
             stream="s", partition_key="k", data=b"second" * 50, explicit_hash_key=LOW
@@ -570,7 +571,8 @@ async def test_records_sent_before_any_map_go_before_those_predicted_with_the_fi
         fake.allow("ListShards")
         fake.allow("DescribeStream")
         loaded = anyio.Event()
-        producer._streams.pipelines["s"].shard_map.after_refresh(loaded.set)  # after its backoff
+        # After its backoff:
+        running(producer).streams.pipelines["s"].shard_map.after_refresh(loaded.set)
         await loaded.wait()
         assert not first.done()
         second = await producer.put_record(stream="s", partition_key="k", data=b"second")

@@ -16,6 +16,7 @@ import pytest
 from aiokpl import Config, Outcome, Producer, ProducerClosedError, RecordResult
 from aiokpl._backend import current_clock
 from aiokpl.testing import FakeKinesis
+from running import running
 
 pytestmark = pytest.mark.anyio
 
@@ -107,7 +108,7 @@ async def test_a_put_waiting_for_room_fails_when_the_producer_closes() -> None:
             await producer.put_record(stream="s", partition_key="k", data=b"d") for _ in range(2)
         ]
         tg.start_soon(late_put, producer)
-        while producer._ledger.room is None:  # noqa: ASYNC110 (no event says "a put is waiting")
+        while running(producer).ledger.room is None:  # noqa: ASYNC110 (no event says "a put is waiting")
             await anyio.sleep(0.001)
         assert producer.outstanding_records == 2  # the late put is waiting for room
         # Exit closes the producer first, then waits: as results free room, the late put wakes

@@ -21,6 +21,7 @@ import pytest
 from aiokpl import Config, Producer, RecordResult
 from aiokpl._core.hashing import hash_key_of
 from aiokpl.testing import FakeKinesis
+from running import running
 from test_producer import user_records, warm_up
 
 pytestmark = pytest.mark.anyio
@@ -119,7 +120,7 @@ async def test_no_state_of_the_old_streams_shards_survives_the_new_map() -> None
         fresh = producer.statistics().streams[0]
         configured = fresh.rates_by_shard[SHARD_1]
         # The old stream's shard 1 was throttled, and given a ceiling (coordination).
-        limiter = producer._streams.pipelines["s"].limiter
+        limiter = running(producer).streams.pipelines["s"].limiter
         limiter.throttled(SHARD_1, anyio.current_time())
         limiter.set_ceiling(SHARD_1, 100.0, 100_000.0)
         lowered = producer.statistics().streams[0]
@@ -143,7 +144,7 @@ async def test_a_refresh_that_finds_the_stream_missing_drops_the_map() -> None:
     fake.add_stream("s", shard_count=2)
     async with Producer(CONFIG, client=fake) as producer:
         await warm_up(producer, "s")
-        shard_map = producer._streams.pipelines["s"].shard_map
+        shard_map = running(producer).streams.pipelines["s"].shard_map
         refreshed = anyio.Event()
         shard_map.after_refresh(refreshed.set)
         fake.remove_stream("s")
@@ -159,7 +160,7 @@ async def test_a_not_found_answer_to_a_request_older_than_the_map_keeps_it() -> 
     fake.add_stream("s", shard_count=2)
     async with Producer(CONFIG, client=fake) as producer:
         await warm_up(producer, "s")
-        shard_map = producer._streams.pipelines["s"].shard_map
+        shard_map = running(producer).streams.pipelines["s"].shard_map
         await anyio.sleep(1)
         # A request sent before the map loaded: the stream has been found since.
         shard_map.missing(shard_map.updated_at - 0.5)

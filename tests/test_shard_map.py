@@ -20,6 +20,7 @@ import pytest
 from aiokpl import Config, Producer, RecordResult
 from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl.testing import FakeKinesis
+from running import running
 
 pytestmark = pytest.mark.anyio
 
@@ -383,7 +384,7 @@ async def test_an_answer_without_shards_is_a_failed_listing_not_an_empty_map(
             "MalformedResponse",
             "ListShards answered without any open shard",
         )
-        assert producer._streams.pipelines["s"].shard_map.malformed_answers == 1
+        assert running(producer).streams.pipelines["s"].shard_map.malformed_answers == 1
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
             "ListShards answered malformed for stream 's' (ListShards answered without any "
             "open shard): the answer is not used"

@@ -27,6 +27,7 @@ from aiokpl._core.listings import (
     summary_of,
 )
 from aiokpl.testing import FakeKinesis
+from running import running
 
 CONFIG = Config(region="us-east-1")
 
@@ -89,7 +90,7 @@ async def test_a_malformed_listing_is_its_own_error_counted_and_retried(
         assert (stats.shard_map_state, stats.open_shards) == ("INVALID", 0)
         assert stats.shard_map_last_error is not None
         assert stats.shard_map_last_error[:2] == ("DescribeStream", MALFORMED)
-        shard_map = producer._streams.pipelines["s"].shard_map
+        shard_map = running(producer).streams.pipelines["s"].shard_map
         assert shard_map.malformed_answers == 2  # ListShards, then DescribeStream
         warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert warnings[0].startswith("ListShards answered malformed for stream 's' (")
@@ -116,8 +117,8 @@ async def test_a_malformed_summary_is_counted_and_logged_and_the_mode_stays_unkn
         stats = producer.statistics().streams[0]
         assert (stats.capacity_mode, stats.record_distribution) == (None, None)
         assert stats.shard_map_last_error is None  # the map's state does not depend on it
-        assert producer._streams.pipelines["s"].distribution.malformed_answers == 1
-        assert producer._streams.pipelines["s"].distribution.last_error == (
+        assert running(producer).streams.pipelines["s"].distribution.malformed_answers == 1
+        assert running(producer).streams.pipelines["s"].distribution.last_error == (
             "MalformedResponse",
             "DescribeStreamSummary answered without StreamModeDetails.StreamMode",
         )

@@ -33,6 +33,7 @@ from aiokpl.aggregation import Deduper, deaggregate, identity_of
 from aiokpl.testing import FakeKinesis, read_stream
 from aiokpl.testing._spool_files import MemoryFiles
 from hostile import record_frame, segment_of
+from running import running
 
 pytestmark = pytest.mark.anyio
 
@@ -469,8 +470,8 @@ async def test_reserved_tag_keys_are_refused_on_every_put_path(tags: Any) -> Non
 # --- without a spool: nothing changes ---------------------------------------------------------
 async def test_without_a_spool_or_identities_the_put_path_is_the_plain_one() -> None:
     async with Producer(Config(region="us-east-1"), client=stream_fake()) as producer:
-        assert producer._intake.marks is None
-        assert producer._ledger.on_resolved is None
+        assert running(producer).intake.marks is None
+        assert running(producer).ledger.on_resolved is None
         outcome = await producer.put_record(stream="s", partition_key="k", data=b"x")
         assert type(outcome).__mro__[1].__name__ == "Outcome"  # a plain UserRecord
         assert not outcome.durable

@@ -19,6 +19,7 @@ from aiokpl._core.statistics import (
 )
 from aiokpl._producer import Producer
 from aiokpl.testing import FakeKinesis
+from running import running
 from test_producer import warm_up
 
 pytestmark = pytest.mark.anyio
@@ -42,7 +43,7 @@ async def three_aggregating() -> AsyncIterator[Producer]:
 
 async def test_each_stage_reports_its_own_snapshot_and_the_stream_composes_them() -> None:
     async with three_aggregating() as producer:
-        pipeline = producer._streams.pipelines["events"]
+        pipeline = running(producer).streams.pipelines["events"]
         shard_map = pipeline.shard_map.statistics()
         assert isinstance(shard_map, ShardMapStatistics)
         assert (shard_map.state, shard_map.open_shards, shard_map.refreshes) == ("READY", 2, 1)

@@ -25,6 +25,7 @@ from aiokpl._core.hashing import StreamArn, check_stream_name, parse_stream_arn,
 from aiokpl._core.metrics import MetricStatistics
 from aiokpl._kinesis import stream_argument
 from aiokpl.testing import FakeKinesis
+from running import running
 
 pytestmark = pytest.mark.anyio
 
@@ -400,7 +401,7 @@ async def test_a_failed_summary_is_asked_again_after_a_backoff() -> None:
             await (await producer.put_record(stream="events", partition_key="k", data=b"x"))
         ).success
         assert producer.statistics().streams[0].capacity_mode is None
-        assert producer._streams.pipelines["events"].distribution.last_error == (
+        assert running(producer).streams.pipelines["events"].distribution.last_error == (
             "LimitExceededException",
             "Internal service failure.",
         )

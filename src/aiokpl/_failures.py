@@ -58,13 +58,20 @@ class FailureHandler:
         config: the producer's settings (``return_record_on_failure``, ``on_record_failure``).
         release: called with a record once its async callback has returned (or will never
             run); the producer stops counting it as outstanding then.
+        task_group: the producer's task group, where async callbacks run while it is open;
+            ``None`` to queue them for :meth:`drain`.
     """
 
-    def __init__(self, config: Config, release: Callable[[UserRecord], None]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        release: Callable[[UserRecord], None],
+        task_group: TaskGroup | None = None,
+    ) -> None:
         self._attach = config.return_record_on_failure
         self._callback = config.on_record_failure
         self._release = release
-        self.task_group: TaskGroup | None = None
+        self.task_group = task_group
         self._queue: deque[tuple[UserRecord, Awaitable[Any]]] = deque()
         self._workers = 0
         self._running = 0
@@ -130,6 +137,11 @@ class FailureHandler:
                     self._release(record)
         finally:
             self._workers -= 1
+
+    def close(self) -> None:
+        """The producer's task group has closed: callbacks from now on queue for
+        :meth:`drain`."""
+        self.task_group = None
 
     async def drain(self, limit: float) -> None:
         """Run the callbacks still queued (at exit, after the task group closed).

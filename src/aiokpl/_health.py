@@ -30,7 +30,6 @@ from ._core.health import (
     closed_reason,
     credentials_reason,
     endpoint_reason,
-    not_started_reason,
     progress_reason,
     spool_reason,
     stream_reasons,
@@ -55,10 +54,7 @@ class Timed(Protocol):
 
 
 class Running(Protocol):
-    """What the verdict reads of the producer's way in (``aiokpl._intake.Intake``)."""
-
-    @property
-    def running(self) -> bool: ...
+    """What the verdict reads of a running producer's way in (``aiokpl._intake.Intake``)."""
 
     @property
     def closed(self) -> bool: ...
@@ -170,10 +166,9 @@ def health(
     window: float,
     ttl: float,
 ) -> Health:
-    """The producer's verdict now (its clock's), looking back ``window`` seconds (see
-    ``_core.health``; ``ttl`` is ``record_ttl_ms`` in seconds)."""
-    if not intake.running:
-        return verdict([closed_reason() if intake.closed else not_started_reason()])
+    """A running producer's verdict now (its clock's), looking back ``window`` seconds (see
+    ``_core.health``; ``ttl`` is ``record_ttl_ms`` in seconds). One that does not run is
+    not started, or closed: the producer says so itself."""
     now = intake.clock()
     reasons: list[HealthReason | None] = []
     covered: frozenset[str] = frozenset()

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ._marks import Marks
     from ._spool import SpoolRecord
 
-__all__ = ("Intake", "Ledger", "Pipeline")
+__all__ = ("CLOSED", "Intake", "Ledger", "Pipeline")
 
 
 class Ledger(Protocol):
@@ -59,31 +59,33 @@ class Pipeline(Protocol):
 _STAMP_RESOLUTION = 0.001
 _thread_id = threading.get_ident
 
+CLOSED = "the producer is closed; create a new one to put records"  # what a closed one says
+
 
 class Intake:
-    """One producer's way in: its state as the put paths read it, and what they do with it.
+    """A running producer's way in: its state as the put paths read it, and what they do with
+    it. Made when the producer starts (a producer not started has none).
 
     Attributes:
-        clock: the producer's clock (its event loop's, from the start on).
-        thread: the event loop's thread, once started; ``None`` before.
-        running: the producer has started (its task group is open).
+        admission: what a put must pass (the producer's region known).
+        clock: the producer's clock (its event loop's).
+        thread: the event loop's thread.
         closed: the producer is closed (or closing): no put goes ahead.
         marks: what a record gets as it enters besides its fields (a place in the spool, an
             identity), when the producer spools or writes identities; ``None`` otherwise.
     """
 
     __slots__ = (
-        "_admission",
         "_buffered",
         "_ledger",
         "_pipeline_of",
         "_pipelines",
         "_stamps",
         "_ttl",
+        "admission",
         "clock",
         "closed",
         "marks",
-        "running",
         "thread",
     )
 
@@ -96,9 +98,11 @@ class Intake:
         pipeline_of: Callable[[str], Pipeline],
         clock: Callable[[], float],
         marks: Marks | None = None,
+        thread: int | None = None,
     ) -> None:
-        """``pipelines`` are the producer's by stream, ``pipeline_of`` builds a new one."""
-        self._admission = admission
+        """``pipelines`` are the producer's by stream, ``pipeline_of`` builds a new one;
+        ``thread`` is the event loop's (``None``: this one)."""
+        self.admission = admission
         self._ledger = ledger
         self._pipelines = pipelines
         self._pipeline_of = pipeline_of
@@ -107,8 +111,7 @@ class Intake:
         # (arrival, deadline, expiry) of the latest millisecond's puts; see enter.
         self._stamps = (-math.inf, -math.inf, -math.inf)
         self.clock = clock
-        self.thread: int | None = None
-        self.running = False
+        self.thread = _thread_id() if thread is None else thread
         self.closed = False
         self.marks = marks
 
@@ -122,10 +125,8 @@ class Intake:
             pass
         self.check_thread()
         if self.closed:
-            raise ProducerClosedError("the producer is closed; create a new one to put records")
-        if not self.running:
-            raise RuntimeError("the producer is not started: use it with `async with`")
-        self._admission.check_stream(stream)
+            raise ProducerClosedError(CLOSED)
+        self.admission.check_stream(stream)
 
     def check_thread(self) -> None:
         """Refuse a call from another thread than the event loop's that entered the producer.
@@ -133,7 +134,7 @@ class Intake:
         Its stages are not thread-safe, and a record put from a foreign loop would never get
         its result (or crash that loop, on trio).
         """
-        if self.thread is not None and _thread_id() != self.thread:
+        if _thread_id() != self.thread:
             raise RuntimeError(
                 "this Producer runs on the event loop of another thread; call it only from "
                 "that loop. To put records from other threads, use aiokpl.SyncProducer"
@@ -149,7 +150,7 @@ class Intake:
         """Whether ``count`` more records of ``size`` bytes in all fit the outstanding bounds
         (none while the spool's disk is full: ``Admission.blocked``)."""
         ledger = self._ledger
-        return self._admission.fits(len(ledger.outstanding), ledger.outstanding_bytes, size, count)
+        return self.admission.fits(len(ledger.outstanding), ledger.outstanding_bytes, size, count)
 
     async def wait_for_room(self, size: int, count: int = 1) -> None:
         """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""

@@ -33,7 +33,7 @@ class Marks:
 
     Args:
         config: the producer's settings.
-        spool: the producer's spool, or ``None``.
+        spool: the producer's spool, open (its producer id is the identities'), or ``None``.
     """
 
     __slots__ = ("_encoder", "_encoders", "_max_record_size", "_next", "identities", "spool")
@@ -42,16 +42,16 @@ class Marks:
         self.spool = spool
         self._max_record_size = config.max_record_size
         self._encoder: IdentityEncoder | None = None
-        if config.record_identities and spool is None:
-            self._encoder = IdentityEncoder(new_producer_id())  # a new id each run
+        if config.record_identities:
+            # A spool's producer id (a replay then reuses it), or a new id each run.
+            self._encoder = (
+                encoder_of(spool.producer_id)
+                if spool is not None
+                else IdentityEncoder(new_producer_id())
+            )
         self._encoders: dict[bytes, IdentityEncoder] = {}  # recovered records' producers
         self._next = 0
         self.identities = config.record_identities
-
-    def start(self) -> None:
-        """The spool is open: identities take its producer id (a replay then reuses it)."""
-        if self.identities and self.spool is not None:
-            self._encoder = encoder_of(self.spool.producer_id)
 
     def mark(self, record: UserRecord) -> None:
         """Mark a record entering the producer (stamped, not yet counted): give it its

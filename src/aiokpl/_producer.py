@@ -45,27 +45,30 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._admission import Admission, check_records_argument
+from ._admission import check_records_argument
 from ._coordination.coordinator import Coordination, ProducerCoordinator
 from ._core.config import Config
-from ._core.errors import BufferFullError
-from ._core.health import DEFAULT_WINDOW, Health
+from ._core.errors import BufferFullError, ProducerClosedError
+from ._core.health import (
+    DEFAULT_WINDOW,
+    Health,
+    check_window,
+    closed_reason,
+    not_started_reason,
+    verdict,
+)
 from ._core.metrics import METRICS, WINDOW_SECONDS, MetricStatistics
 from ._core.results import RecordResult
-from ._core.statistics import ProducerStatistics, StreamStatistics
+from ._core.statistics import ProducerStatistics, SpoolStatistics, StreamStatistics
 from ._core.wire import Tags
 from ._exit_report import ExitReport, log_cancelled_exit
 from ._hosted import ProducerPort
-from ._intake import Intake
+from ._intake import CLOSED, Intake
 from ._kinesis import KinesisClient, create_client
-from ._marks import Marks
 from ._metrics.recorder import MetricsSink
 from ._outcome import Outcome
-from ._pipeline.ledger import ResultLedger
-from ._pipeline.scheduler import Scheduler
-from ._runtime import Runtime, check_arguments
+from ._runtime import Runtime, check_arguments, start
 from ._spooling import Spool
-from ._streams import Streams
 
 if TYPE_CHECKING:
     from ._pipeline.sender import Sender
@@ -129,46 +132,38 @@ class Producer:
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
-        jitter, sinks, self._metrics = check_arguments(
-            config, coordination, metrics_sinks, jitter_source
+        self._arguments = check_arguments(
+            config, client, coordination, metrics_sinks, jitter_source
         )
         self.config = config
         self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit
         self._started = False
-        metrics = self._metrics
-        spool = None
+        self._spool: Spool | None = None
         if config.spool_directory is not None:
-            spool = Spool(config, metrics=metrics, on_full=self._block)
-        self._spool = spool
-        self._ledger = ledger = ResultLedger(
-            config, metrics, anyio.current_time, on_resolved=spool.resolved if spool else None
-        )
-        scheduler = Scheduler(ledger.step)
-        self._streams = streams = Streams(config, scheduler, metrics, jitter.random)
+            self._spool = Spool(config, metrics=self._arguments.metrics, on_full=self._block)
+        # What runs from the start to the exit, and its way in (read on every put): made
+        # when the producer starts. None before, and after a start that failed.
+        self._runtime: Runtime | None = None
+        self._intake: Intake | None = None
         self._puts = 0
-        # The rules a put must pass (its region is known once the producer starts), with the
-        # one way records are built; and the way in of what passes.
-        marked = spool is not None or config.record_identities
-        self._admission = admission = Admission(config)
-        self._intake = intake = Intake(
-            config,
-            admission,
-            ledger,
-            streams.pipelines,
-            streams.pipeline_of,
-            anyio.current_time,
-            Marks(config, spool) if marked else None,
-        )
-        parts = (admission, ledger, streams, intake, scheduler)
-        self._runtime = Runtime(config, client, coordination, sinks, metrics, jitter, parts, spool)
         # What a cancelled exit does with its summary (a SyncProducer words it itself).
         self._report_exit: Callable[[ExitReport], None] = log_cancelled_exit
 
     def _block(self, reason: str | None) -> None:
-        """The spool's disk is full (``reason``), or has room again (``None``): puts wait."""
-        self._admission.blocked = reason
+        """The spool's disk is full (``reason``), or has room again (``None``): puts wait
+        (the spool says so only while the producer runs)."""
+        runtime = self._runtime
+        assert runtime is not None
+        runtime.admission.blocked = reason
         if reason is None:
-            self._ledger.wake_room()
+            runtime.ledger.wake_room()
+
+    def _not_running(self) -> Exception:
+        """What a put or a flush says when the producer does not run: not started yet, or
+        closed (a start that failed included)."""
+        if self._started:
+            return ProducerClosedError(CLOSED)
+        return RuntimeError("the producer is not started: use it with `async with`")
 
     # --- lifecycle ------------------------------------------------------------------------
     async def __aenter__(self) -> Producer:
@@ -178,17 +173,18 @@ class Producer:
         # Each part is pushed as it starts: a failure at any step unwinds exactly those.
         stack = AsyncExitStack()
         try:
-            await self._start(stack)
+            runtime = await self._start(stack)
         except BaseException:
-            self._intake.closed = True
             await stack.aclose()
             raise
         self._stack = stack
+        self._runtime = runtime
+        self._intake = runtime.intake
         return self
 
-    async def _start(self, stack: AsyncExitStack) -> None:
+    async def _start(self, stack: AsyncExitStack) -> Runtime:
         # This module's names, where tests replace them.
-        await self._runtime.start(stack, create_client, ProducerCoordinator)
+        return await start(stack, self._arguments, self._spool, create_client, ProducerCoordinator)
 
     async def __aexit__(
         self,
@@ -196,10 +192,11 @@ class Producer:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool | None:
-        self._intake.closed = True
-        stack = self._stack
-        assert stack is not None
         runtime = self._runtime
+        stack = self._stack
+        assert runtime is not None
+        assert stack is not None
+        runtime.intake.closed = True
         if exc_type is not None and issubclass(exc_type, anyio.get_cancelled_exc_class()):
             runtime.exit_code = _CANCELLED
         try:
@@ -272,8 +269,10 @@ class Producer:
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
         intake = self._intake
+        if intake is None:
+            raise self._not_running()
         intake.accept_stream(stream)
-        record, hash_key = self._admission.check(
+        record, hash_key = intake.admission.check(
             stream, partition_key, data, explicit_hash_key, tags
         )
         self._puts += 1
@@ -307,15 +306,18 @@ class Producer:
             RuntimeError: called from another thread than the event loop's that entered
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
-        intake = self._intake
+        runtime = self._runtime
+        if runtime is None:
+            raise self._not_running()
+        intake = runtime.intake
         intake.accept_stream(stream)
-        record, hash_key = self._admission.check(
+        record, hash_key = intake.admission.check(
             stream, partition_key, data, explicit_hash_key, tags
         )
         if not intake.has_room(record.size):
-            ledger = self._ledger
+            ledger = runtime.ledger
             raise BufferFullError(
-                self._admission.holds(len(ledger.outstanding), ledger.outstanding_bytes)
+                intake.admission.holds(len(ledger.outstanding), ledger.outstanding_bytes)
             )
         return intake.enter(record, hash_key)
 
@@ -354,20 +356,24 @@ class Producer:
             RuntimeError: called from another thread than the event loop's that entered
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
-        intake = self._intake
+        runtime = self._runtime
+        if runtime is None:
+            raise self._not_running()
+        intake = runtime.intake
         intake.accept_stream(stream)
         check_records_argument(records)
-        if stream not in self._streams.pipelines:
+        if stream not in runtime.streams.pipelines:
             # A new stream: start loading its shard map now, before a large group takes its
             # time to be validated and enqueued, so that the group finds the map loaded (or
             # nearly) rather than reaching its deadline held for it (see Aggregator).
-            self._streams.pipeline_of(stream)
+            runtime.streams.pipeline_of(stream)
             await anyio.lowlevel.checkpoint()
             intake.check_still_open()
         intake.accept_stream(stream)  # again: the producer may have closed meanwhile
-        built, hash_keys, size = self._admission.check_many(stream, records)
+        admission = intake.admission
+        built, hash_keys, size = admission.check_many(stream, records)
         count = len(built)
-        self._admission.check_group(count, size)
+        admission.check_group(count, size)
         await anyio.lowlevel.checkpoint()
         intake.check_still_open()
         await intake.wait_for_room(size, count)
@@ -384,11 +390,15 @@ class Producer:
         it first waits until every record recovered at the start was put back, so their
         results are among those it waits for.
         """
-        self._intake.check_thread()
-        if self._spool is not None and self._intake.running:
+        runtime = self._runtime
+        if runtime is None:  # nothing was put
+            await anyio.lowlevel.checkpoint()
+            return
+        runtime.intake.check_thread()
+        if self._spool is not None:
             await self._spool.replay_done.wait()
-        self._streams.flush(stream)
-        await self._ledger.wait_flushed(stream)
+        runtime.streams.flush(stream)
+        await runtime.ledger.wait_flushed(stream)
 
     async def wait_durable(self) -> None:
         """Wait until every record accepted so far is durable in the spool: one call for
@@ -399,7 +409,8 @@ class Producer:
                 or the call comes from another thread than the event loop's.
             SpoolError: the producer closed before those records were durable.
         """
-        self._intake.check_thread()
+        if self._intake is not None:
+            self._intake.check_thread()
         if self._spool is None:
             raise RuntimeError(
                 "wait_durable() needs a spool: set Config.spool_directory (the producer has none)"
@@ -410,25 +421,25 @@ class Producer:
     # The running parts as the tests look at them (read-only).
     @property
     def _clock(self) -> Callable[[], float]:
-        return self._intake.clock
+        return self._runtime.clock if self._runtime is not None else anyio.current_time
 
     @property
     def _sender(self) -> Sender | None:
-        return self._runtime.sender
+        return self._runtime.sender if self._runtime is not None else None
 
     @property
     def _coordinator(self) -> ProducerCoordinator | None:
-        return self._runtime.coordinator
+        return self._runtime.coordinator if self._runtime is not None else None
 
     @property
     def outstanding_records(self) -> int:
         """Records between ``put_record`` and their result."""
-        return len(self._ledger.outstanding)
+        return len(self._runtime.ledger.outstanding) if self._runtime is not None else 0
 
     @property
     def outstanding_bytes(self) -> int:
         """Partition key plus data bytes of the outstanding records."""
-        return self._ledger.outstanding_bytes
+        return self._runtime.ledger.outstanding_bytes if self._runtime is not None else 0
 
     def metrics(
         self, name: str | None = None, window_s: int | None = None
@@ -453,12 +464,15 @@ class Producer:
             raise ValueError(f"window_s must be an int, 1 … {WINDOW_SECONDS}; got {window_s!r}")
         if name is not None and name not in METRICS:
             raise ValueError(f"name must be one of the KPL metric names; got {name!r}")
-        metrics = self._metrics
+        metrics = self._arguments.metrics
         if metrics is None:
             return []
-        now = self._intake.clock()
-        if self._intake.running:
-            metrics.sample(self._runtime.outstanding_by_stream(), now, pending=False)
+        runtime = self._runtime
+        if runtime is None:
+            return metrics.table.window(anyio.current_time(), window, name)
+        now = runtime.clock()
+        if not runtime.intake.closed:
+            metrics.sample(runtime.outstanding_by_stream(), now, pending=False)
         return metrics.table.window(now, window, name)
 
     def health(self, window_s: float = DEFAULT_WINDOW) -> Health:
@@ -473,45 +487,81 @@ class Producer:
         Raises:
             ValueError: ``window_s`` is out of range.
         """
+        if self._runtime is None:
+            check_window(window_s)
+            return verdict([closed_reason() if self._started else not_started_reason()])
         return self._runtime.health(window_s)
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the producer's counters and of every stream's pipeline."""
-        sender = self._runtime.sender_statistics()
-        streams = self._streams.statistics()
+        spool = self._spool.statistics() if self._spool is not None else None
+        runtime = self._runtime
+        if runtime is None:
+            return _statistics_not_running(spool)
+        ledger = runtime.ledger
+        sender = runtime.sender.statistics()
+        streams = runtime.streams.statistics()
         return ProducerStatistics(
-            outstanding_records=len(self._ledger.outstanding),
-            outstanding_bytes=self._ledger.outstanding_bytes,
-            records_put=self._ledger.records_put,
-            records_succeeded=self._ledger.succeeded,
-            records_failed=self._ledger.failed,
+            outstanding_records=len(ledger.outstanding),
+            outstanding_bytes=ledger.outstanding_bytes,
+            records_put=ledger.records_put,
+            records_succeeded=ledger.succeeded,
+            records_failed=ledger.failed,
             requests_sent=sender.requests_sent,
             requests_failed=sender.requests_failed,
             requests_in_flight=sender.in_flight,
             requests_queued=sender.queued,
             streams=streams,
-            failure_callbacks_pending=self._ledger.failures.pending,
-            failure_callback_errors=self._ledger.failures.callback_errors,
-            records_expired_unsent=self._streams.released_expired_unsent
+            failure_callbacks_pending=ledger.failures.pending,
+            failure_callback_errors=ledger.failures.callback_errors,
+            records_expired_unsent=runtime.streams.released_expired_unsent
             + sum(s.expired_unsent for s in streams),
             requests_backing_off=sender.backing_off,
-            spool=self._spool.statistics() if self._spool is not None else None,
+            spool=spool,
         )
 
     def __repr__(self) -> str:
-        state = "closed" if self._intake.closed else "running" if self._started else "not started"
+        runtime = self._runtime
+        if runtime is None:
+            state = "closed" if self._started else "not started"
+            return f"<Producer {state} streams=0 outstanding_records=0 outstanding_bytes=0>"
+        ledger = runtime.ledger
         return (
-            f"<Producer {state} streams={len(self._streams.pipelines)} "
-            f"outstanding_records={len(self._ledger.outstanding)} "
-            f"outstanding_bytes={self._ledger.outstanding_bytes}>"
+            f"<Producer {'closed' if runtime.intake.closed else 'running'} "
+            f"streams={len(runtime.streams.pipelines)} "
+            f"outstanding_records={len(ledger.outstanding)} "
+            f"outstanding_bytes={ledger.outstanding_bytes}>"
         )
+
+
+def _statistics_not_running(spool: SpoolStatistics | None) -> ProducerStatistics:
+    """The statistics of a producer that never ran (not started, or its start failed)."""
+    return ProducerStatistics(
+        outstanding_records=0,
+        outstanding_bytes=0,
+        records_put=0,
+        records_succeeded=0,
+        records_failed=0,
+        requests_sent=0,
+        requests_failed=0,
+        requests_in_flight=0,
+        requests_queued=0,
+        streams=(),
+        failure_callbacks_pending=0,
+        failure_callback_errors=0,
+        records_expired_unsent=0,
+        requests_backing_off=0,
+        spool=spool,
+    )
 
 
 def port_of(producer: Producer) -> ProducerPort:
     """The way in a :class:`~aiokpl.SyncProducer` enters records its callers' threads checked
     (with an :class:`~aiokpl._admission.Admission` of the same config) into ``producer``,
     running on its loop."""
-    return ProducerPort(producer._intake, producer._streams.flush)
+    runtime = producer._runtime
+    assert runtime is not None, "the producer runs"
+    return ProducerPort(runtime.intake, runtime.streams.flush)
 
 
 def report_exit_to(producer: Producer, report: Callable[[ExitReport], None]) -> None:

@@ -1,11 +1,14 @@
-"""What a producer runs from its start to its exit, started and stopped as one exit stack.
+"""What a producer runs from its start to its exit, built complete when it starts.
 
 A :class:`~aiokpl.Producer` is its put paths over this: the client (given, or opened per region),
-the metrics recorder, runner and sinks, the task group, the scheduler serving every deadline,
-the sender, the coordinator, and the streams' pipelines. :meth:`Runtime.start` pushes each part
-onto the producer's ``AsyncExitStack`` as it starts (the owned client, the metrics runner, the
-settlement of what is left outstanding, the task group), so a failure at any step releases
-exactly what was started and propagates unchanged; the producer's exit unwinds the same stack.
+the task group, the ledger, the scheduler serving every deadline, the sender, the coordinator,
+the streams' pipelines, the admission (which knows the producer's region only then) and the
+intake, and the metrics runner. None of them exists before the producer starts, as a nursery
+exists only inside ``open_nursery``: :func:`start` builds each with everything it needs (no
+attribute is wired in later) and pushes what must be undone onto the producer's
+``AsyncExitStack`` as it starts (the spool, the owned client, the metrics runner, the settlement
+of what is left outstanding, the task group), so a failure at any step releases exactly what
+was started and propagates unchanged; the producer's exit unwinds the same stack.
 
 The producer's own tasks are: one scheduler serving all deadlines (a stream's backoff
 included), one task per connection in use (at most ``max_connections``), and one shard-map
@@ -15,9 +18,9 @@ refresh per stream while it runs.
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -29,10 +32,10 @@ from ._core.config import Config
 from ._core.errors import ConfigError
 from ._core.health import DEFAULT_WINDOW, Health, check_window
 from ._core.metrics import MetricsTable
-from ._core.statistics import SenderStatistics
 from ._health import Connectivity, health
 from ._intake import Intake
 from ._kinesis import KinesisClient, RegionalClients, endpoint_of, fixed_region
+from ._marks import Marks
 from ._metrics.recorder import MetricsRecorder, MetricsSink
 from ._metrics.runner import MetricsRunner
 from ._pipeline.ledger import ResultLedger
@@ -46,24 +49,20 @@ if TYPE_CHECKING:
     from ._coordination.coordinator import ProducerCoordinator
     from ._spooling import Spool
 
-__all__ = ("Runtime", "check_arguments")
-
-# What a producer not started yet reports of its requests.
-_NO_REQUESTS = SenderStatistics(
-    requests_sent=0, requests_failed=0, in_flight=0, queued=0, backing_off=0
-)
+__all__ = ("Arguments", "Runtime", "check_arguments", "start")
 
 
 def check_arguments(
     config: Config,
+    client: KinesisClient | None,
     coordination: Coordination | None,
     metrics_sinks: Iterable[MetricsSink],
     jitter_source: random.Random | None,
-) -> tuple[random.Random, tuple[MetricsSink, ...], MetricsRecorder | None]:
+) -> Arguments:
     """Check a producer's arguments but ``config`` (checked first, by the caller).
 
-    Returns its jitter generator, its sinks and its metrics recorder (``None`` when
-    ``config.metrics_level`` is ``"none"``).
+    Returns them checked, with the producer's jitter generator and its metrics recorder
+    (``None`` when ``config.metrics_level`` is ``"none"``).
 
     Raises:
         TypeError: a sink is not a ``MetricsSink``, ``coordination`` is not a
@@ -86,14 +85,14 @@ def check_arguments(
     for sink in sinks:
         if not isinstance(sink, MetricsSink):
             raise TypeError(f"{sink!r} is not a MetricsSink (open, publish, aclose)")
+    metrics = None
     if config.metrics_level != "none":
-        table = MetricsTable(config.metrics_level, config.metrics_granularity)
-        return jitter, sinks, MetricsRecorder(table)
-    if sinks:
+        metrics = MetricsRecorder(MetricsTable(config.metrics_level, config.metrics_granularity))
+    elif sinks:
         raise ConfigError(
             "metrics_sinks need Config.metrics_level 'summary' or 'detailed'; it is 'none'"
         )
-    return jitter, sinks, None
+    return Arguments(config, client, coordination, sinks, metrics, jitter)
 
 
 async def _shielded(close: Callable[..., Awaitable[Any]], *args: Any) -> None:
@@ -108,16 +107,45 @@ async def _close_task_group(task_group: TaskGroup) -> None:
     await task_group.__aexit__(None, None, None)
 
 
-class Runtime:
-    """One producer's running parts.
+@dataclass(frozen=True, slots=True)
+class Arguments:
+    """A producer's checked arguments (:func:`check_arguments`), what its start builds from.
 
     Attributes:
-        client: the Kinesis client (the given one, or the producer's own once started).
-        sender: the sender, once started.
-        connectivity: what the requests' answers say of the endpoint and each stream, once
-            started (``producer.health()`` reads it).
-        coordinator: the coordinator, once started with a ``coordination``.
-        spool: the durable spool (``Config.spool_directory``), or ``None``.
+        config: the settings.
+        client: the client given, or ``None`` (the producer opens its own per region).
+        coordination: shared per-shard limits, or ``None``.
+        sinks: the metrics sinks.
+        metrics: the metrics recorder, or ``None``.
+        jitter: the generator of every timing draw.
+    """
+
+    config: Config
+    client: KinesisClient | None
+    coordination: Coordination | None
+    sinks: tuple[MetricsSink, ...]
+    metrics: MetricsRecorder | None
+    jitter: random.Random
+
+
+class Runtime:
+    """One producer's running parts, all made by :func:`start`.
+
+    Attributes:
+        config: the settings.
+        client: the Kinesis client (the given one, or the producer's own).
+        clock: the event loop's clock.
+        task_group: the producer's task group.
+        ledger: outstanding records and their results.
+        scheduler: the one timer of every deadline.
+        sender: the requests' connections.
+        connectivity: what the requests' answers say of the endpoint and each stream
+            (``producer.health()`` reads it).
+        coordinator: the coordinator, with a ``coordination``; else ``None``.
+        streams: the streams' pipelines.
+        admission: what a put must pass (the producer's region known).
+        intake: the way in of what passes.
+        spool: the durable spool (``Config.spool_directory``), open, or ``None``.
         exit_code: the code and message of the records still outstanding at exit.
         exit_failed: how many records the exit failed with ``exit_code`` (once it has), and
             how many of them with an unknown outcome (their request sent, not answered).
@@ -126,127 +154,51 @@ class Runtime:
     def __init__(
         self,
         config: Config,
-        client: KinesisClient | None,
-        coordination: Coordination | None,
-        sinks: tuple[MetricsSink, ...],
-        metrics: MetricsRecorder | None,
-        jitter: random.Random,
-        parts: tuple[Admission, ResultLedger, Streams, Intake, Scheduler],
+        *,
+        client: Any,
+        clock: Callable[[], float],
+        task_group: TaskGroup,
+        ledger: ResultLedger,
+        scheduler: Scheduler,
+        sender: Sender,
+        connectivity: Connectivity,
+        coordinator: ProducerCoordinator | None,
+        streams: Streams,
+        admission: Admission,
+        intake: Intake,
         spool: Spool | None,
     ) -> None:
         self.config = config
-        self.client: Any = client
-        self._coordination = coordination
-        self._sinks = sinks
-        self._metrics = metrics
-        self._jitter = jitter
-        self._admission, self._ledger, self._streams, self._intake, self._scheduler = parts
-        self.sender: Sender | None = None
-        self.connectivity: Connectivity | None = None
-        self.coordinator: ProducerCoordinator | None = None
+        self.client = client
+        self.clock = clock
+        self.task_group = task_group
+        self.ledger = ledger
+        self.scheduler = scheduler
+        self.sender = sender
+        self.connectivity = connectivity
+        self.coordinator = coordinator
+        self.streams = streams
+        self.admission = admission
+        self.intake = intake
         self.spool = spool
         self.exit_code = ("Expired", "record_ttl_ms elapsed before the producer closed")
         self.exit_failed = (0, 0)
 
-    async def start(
-        self,
-        stack: AsyncExitStack,
-        open_client: Callable[..., Any],
-        coordinator_class: Callable[..., ProducerCoordinator],
-    ) -> None:
-        """Start every part, pushing each onto ``stack`` as it starts.
-
-        ``open_client`` opens an aiobotocore client (``_kinesis.create_client``), and
-        ``coordinator_class`` builds the coordinator: the producer's module passes its own
-        names for them (where tests replace them).
-        """
-        config = self.config
-        spool = self.spool
-        if spool is not None:
-            # First: a spool that cannot be opened fails the start before anything runs. Its
-            # close (the last writes and fsync) runs after the outstanding records are settled.
-            await spool.open()
-            stack.push_async_callback(_shielded, spool.close)
-            assert self._intake.marks is not None
-            self._intake.marks.start()
-        if self.client is None:
-            clients = RegionalClients(config, open_client)
-            self.client = await clients.__aenter__()
-            stack.push_async_callback(_shielded, clients.__aexit__, None, None, None)
-        self._admission.region = fixed_region(config, self.client)
-        clock = self._ledger.clock = self._intake.clock = current_clock()
-        self._intake.thread = threading.get_ident()
-        runner = None
-        if self._metrics is not None:
-            runner = MetricsRunner(
-                self._metrics,
-                self._sinks,
-                config,
-                clock,
-                self.outstanding_by_stream,
-                spool,
-                health=lambda: self.health(DEFAULT_WINDOW).severity,
-            )
-            await stack.enter_async_context(runner)  # opens the sinks; the last upload at exit
-        stack.push_async_callback(self._settle_outstanding)
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        stack.push_async_callback(_close_task_group, task_group)
-        self._intake.running = True
-        self._ledger.failures.task_group = task_group
-        self.connectivity = Connectivity(endpoint_of(self.client), config.record_ttl_ms)
-        self.sender = Sender(
-            self.client,
-            task_group,
-            clock,
-            self._scheduler,
-            max_connections=config.max_connections,
-            request_timeout=config.request_timeout_ms / 1000,
-            # A stream with steady traffic sends at least once per buffered time.
-            active_window=1.0 + config.record_max_buffered_time_ms / 1000,
-            random_value=self._jitter.random,
-            on_answer=self.connectivity.observe,
-            step=self._ledger.step,
-        )
-        task_group.start_soon(self._scheduler.run, name="aiokpl scheduler")
-        if self._coordination is not None:
-            self.coordinator = coordinator_class(self._coordination, config, clock, self._jitter)
-            task_group.start_soon(self.coordinator.run, name="aiokpl coordination")
-        ledger = self._ledger
-        self._streams.start(
-            self.client,
-            task_group,
-            self.sender,
-            clock,
-            ledger,
-            self.coordinator,
-            ledger.streams_busy,
-        )
-        if runner is not None:
-            runner.start(task_group)
-        if spool is not None:
-            task_group.start_soon(spool.run, name="aiokpl spool")
-            if not spool.replay_done.is_set():
-                task_group.start_soon(spool.replay, self._intake.replay, name="aiokpl replay")
-
     def outstanding_by_stream(self) -> dict[str, int]:
         """Outstanding records of each stream with a pipeline (what the metrics sample)."""
-        return self._ledger.outstanding_by_stream(self._streams.pipelines)
+        return self.ledger.outstanding_by_stream(self.streams.pipelines)
 
-    async def _settle_outstanding(self) -> None:
+    async def settle(self) -> None:
         """At exit, once the task group has ended: fail what is outstanding, drain callbacks."""
-        failures = self._ledger.failures
-        failures.task_group = None
+        failures = self.ledger.failures
+        failures.close()
         code, message = self.exit_code
         if self.spool is not None:
             # Failed by the exit, not by Kinesis: they stay in the spool, sent at next start.
             self.spool.acking = False
-        sender = self.sender
-        self.exit_failed = self._ledger.fail_outstanding(
-            code, message, sender.unanswered() if sender else ()
-        )
-        self._streams.missing.on_due(self._intake.clock())  # a warning still gathering streams
-        self._scheduler.clear()
+        self.exit_failed = self.ledger.fail_outstanding(code, message, self.sender.unanswered())
+        self.streams.missing.on_due(self.clock())  # a warning still gathering streams
+        self.scheduler.clear()
         await failures.drain(self.config.request_timeout_ms / 1000)
 
     def health(self, window_s: float) -> Health:
@@ -258,9 +210,130 @@ class Runtime:
         window = check_window(window_s)
         ttl = self.config.record_ttl_ms / 1000
         return health(
-            self._intake, self._ledger, self.connectivity, self.spool, window=window, ttl=ttl
+            self.intake, self.ledger, self.connectivity, self.spool, window=window, ttl=ttl
         )
 
-    def sender_statistics(self) -> SenderStatistics:
-        """The sender's counters (zeros before the start)."""
-        return self.sender.statistics() if self.sender is not None else _NO_REQUESTS
+
+async def start(
+    stack: AsyncExitStack,
+    arguments: Arguments,
+    spool: Spool | None,
+    open_client: Callable[..., Any],
+    coordinator_class: Callable[..., ProducerCoordinator],
+) -> Runtime:
+    """Start a producer: build every part, pushing onto ``stack`` what must be undone, in the
+    order its exit undoes it (last first); its tasks start once everything is built.
+
+    ``open_client`` opens an aiobotocore client (``_kinesis.create_client``), and
+    ``coordinator_class`` builds the coordinator: the producer's module passes its own names
+    for them (where tests replace them).
+    """
+    config = arguments.config
+    metrics = arguments.metrics
+    jitter = arguments.jitter
+    if spool is not None:
+        # First: a spool that cannot be opened fails the start before anything runs. Its
+        # close (the last writes and fsync) runs after the outstanding records are settled.
+        await spool.open()
+        stack.push_async_callback(_shielded, spool.close)
+    client: Any = arguments.client
+    if client is None:
+        clients = RegionalClients(config, open_client)
+        client = await clients.__aenter__()
+        stack.push_async_callback(_shielded, clients.__aexit__, None, None, None)
+    clock = current_clock()
+    task_group = anyio.create_task_group()
+    await task_group.__aenter__()
+    try:
+        ledger = ResultLedger(
+            config,
+            metrics,
+            clock,
+            task_group,
+            on_resolved=spool.resolved if spool is not None else None,
+        )
+        scheduler = Scheduler(ledger.step)
+        connectivity = Connectivity(endpoint_of(client), config.record_ttl_ms)
+        sender = Sender(
+            client,
+            task_group,
+            clock,
+            scheduler,
+            max_connections=config.max_connections,
+            request_timeout=config.request_timeout_ms / 1000,
+            # A stream with steady traffic sends at least once per buffered time.
+            active_window=1.0 + config.record_max_buffered_time_ms / 1000,
+            random_value=jitter.random,
+            on_answer=connectivity.observe,
+            step=ledger.step,
+        )
+        coordinator = None
+        if arguments.coordination is not None:
+            coordinator = coordinator_class(arguments.coordination, config, clock, jitter)
+        streams = Streams(
+            config,
+            scheduler,
+            metrics,
+            jitter.random,
+            client=client,
+            task_group=task_group,
+            sender=sender,
+            clock=clock,
+            ledger=ledger,
+            coordinator=coordinator,
+        )
+        admission = Admission(config, fixed_region(config, client))
+        marked = spool is not None or config.record_identities
+        intake = Intake(
+            config,
+            admission,
+            ledger,
+            streams.pipelines,
+            streams.pipeline_of,
+            clock,
+            Marks(config, spool) if marked else None,
+        )
+        runtime = Runtime(
+            config,
+            client=client,
+            clock=clock,
+            task_group=task_group,
+            ledger=ledger,
+            scheduler=scheduler,
+            sender=sender,
+            connectivity=connectivity,
+            coordinator=coordinator,
+            streams=streams,
+            admission=admission,
+            intake=intake,
+            spool=spool,
+        )
+        runner = None
+        if metrics is not None:
+            runner = MetricsRunner(
+                metrics,
+                arguments.sinks,
+                config,
+                clock,
+                runtime.outstanding_by_stream,
+                spool,
+                health=lambda: runtime.health(DEFAULT_WINDOW).severity,
+            )
+            # Opens the sinks; its last upload at exit, after the settlement.
+            await stack.enter_async_context(runner)
+    except BaseException:
+        # No task runs in it yet: tasks start once everything is built (below).
+        await _close_task_group(task_group)
+        raise
+    stack.push_async_callback(runtime.settle)
+    stack.push_async_callback(_close_task_group, task_group)
+    task_group.start_soon(scheduler.run, name="aiokpl scheduler")
+    if coordinator is not None:
+        task_group.start_soon(coordinator.run, name="aiokpl coordination")
+    if runner is not None:
+        runner.start(task_group)
+    if spool is not None:
+        task_group.start_soon(spool.run, name="aiokpl spool")
+        if not spool.replay_done.is_set():
+            task_group.start_soon(spool.replay, intake.replay, name="aiokpl replay")
+    return runtime

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +83,16 @@ class Streams:
         scheduler: Scheduler,
         metrics: MetricsRecorder | None,
         random_value: Callable[[], float],
+        *,
+        client: Any,
+        task_group: TaskGroup,
+        sender: Sender,
+        clock: Callable[[], float],
+        ledger: ResultLedger,
+        coordinator: ProducerCoordinator | None,
     ) -> None:
+        """A started producer's streams, with what their pipelines need of it; the first idle
+        sweep is scheduled now."""
         self.config = config
         self.pipelines: dict[str, StreamPipeline] = {}
         self.missing = MissingStreamsLog(scheduler)
@@ -91,50 +100,37 @@ class Streams:
         self._scheduler = scheduler
         self._metrics = metrics
         self._random_value = random_value
-        self._running: _Running | None = None
+        self._client = client
+        self._task_group = task_group
+        self._sender = sender
+        self._clock = clock
+        self._ledger = ledger
+        self._coordinator = coordinator
         # Found missing since the last look, and the kept missing, least recent first.
         self._found_missing: dict[str, StreamPipeline] = {}
         self._kept_missing: dict[str, StreamPipeline] = {}
         self._look = RoutedDeadlines(scheduler, self._look_at_missing)
         self._next_look = -math.inf
-
-    def start(
-        self,
-        client: Any,
-        task_group: TaskGroup,
-        sender: Sender,
-        clock: Callable[[], float],
-        ledger: ResultLedger,
-        coordinator: ProducerCoordinator | None,
-        busy: Callable[[], Container[str]],
-    ) -> None:
-        """What the pipelines need from the started producer; starts the idle sweep.
-
-        ``busy`` gives the streams with records outstanding (never released).
-        """
-        self._running = _Running(client, task_group, sender, clock, ledger, coordinator, busy)
-        self._scheduler.call_at(clock() + IDLE_SWEEP_SECONDS, self)
+        scheduler.call_at(clock() + IDLE_SWEEP_SECONDS, self)
 
     def pipeline_of(self, stream: str) -> StreamPipeline:
         """The stream's pipeline, built on its first record."""
         pipeline = self.pipelines.get(stream)
         if pipeline is None:
-            running = self._running
-            assert running is not None
-            client = running.client
+            client = self._client
             if isinstance(client, RegionalClients):  # the producer opened one per region
                 client = client.client_for(stream)
             pipeline = self.pipelines[stream] = StreamPipeline(
                 stream,
                 self.config,
                 client=client,
-                task_group=running.task_group,
+                task_group=self._task_group,
                 scheduler=self._scheduler,
-                clock=running.clock,
-                sender=running.sender,
-                ledger=running.ledger,
+                clock=self._clock,
+                sender=self._sender,
+                ledger=self._ledger,
                 metrics=self._metrics,
-                coordinator=running.coordinator,
+                coordinator=self._coordinator,
                 random_value=self._random_value,
                 missing_log=self.missing,
                 on_missing=self._on_missing,
@@ -143,18 +139,14 @@ class Streams:
 
     def flush(self, stream: str | None) -> None:
         """Send what is buffered now, of ``stream`` or of every stream (``None``)."""
-        if self._running is None:
-            return  # not started: nothing can be buffered
-        now = self._running.clock()
+        now = self._clock()
         for name, pipeline in list(self.pipelines.items()):
             if stream is None or name == stream:
                 pipeline.flush(now)
 
     def on_due(self, now: float) -> None:
         """The idle sweep: release the pipelines idle since the last one; schedule the next."""
-        running = self._running
-        assert running is not None
-        busy = running.busy()
+        busy = self._ledger.streams_busy()
         for name, pipeline in list(self.pipelines.items()):
             # idle_since_last_look runs for every stream: each look records what it saw.
             if pipeline.idle_since_last_look() and name not in busy:
@@ -168,9 +160,7 @@ class Streams:
         over, and no sooner than :data:`MISSING_LOOK_SECONDS` after the last look."""
         found = self._found_missing
         if not found:
-            running = self._running
-            assert running is not None
-            self._look.call_at(max(running.clock(), self._next_look), None)
+            self._look.call_at(max(self._clock(), self._next_look), None)
         found[pipeline.stream] = pipeline
 
     def _look_at_missing(self, _: object, now: float) -> None:
@@ -187,9 +177,7 @@ class Streams:
         excess = len(kept) - MISSING_KEPT
         if excess <= 0:
             return
-        running = self._running
-        assert running is not None
-        busy = running.busy()  # once per look: a pass over the outstanding records
+        busy = self._ledger.streams_busy()  # once per look: a pass over the outstanding
         for name in list(islice(kept, excess)):
             pipeline = kept[name]
             if self.pipelines.get(name) is not pipeline or not pipeline.found_missing:
@@ -199,41 +187,15 @@ class Streams:
 
     def _release(self, name: str, pipeline: StreamPipeline, why: str) -> None:
         """Release ``pipeline``, which holds no record: it stops, and its state goes."""
-        running = self._running
-        assert running is not None
         del self.pipelines[name]
         self._kept_missing.pop(name, None)
         pipeline.close()
         self.released_expired_unsent += pipeline.expired
-        running.sender.forget(pipeline)
-        if running.coordinator is not None:
-            running.coordinator.detach(name)
+        self._sender.forget(pipeline)
+        if self._coordinator is not None:
+            self._coordinator.detach(name)
         logger.debug("released the %s pipeline of stream %r", why, name)
 
     def statistics(self) -> tuple[StreamStatistics, ...]:
         """A snapshot of every stream's pipeline."""
         return tuple(pipeline.statistics() for pipeline in self.pipelines.values())
-
-
-class _Running:
-    """What the pipelines need of a started producer."""
-
-    __slots__ = ("busy", "client", "clock", "coordinator", "ledger", "sender", "task_group")
-
-    def __init__(
-        self,
-        client: Any,
-        task_group: TaskGroup,
-        sender: Sender,
-        clock: Callable[[], float],
-        ledger: ResultLedger,
-        coordinator: ProducerCoordinator | None,
-        busy: Callable[[], Container[str]],
-    ) -> None:
-        self.client = client
-        self.task_group = task_group
-        self.sender = sender
-        self.clock = clock
-        self.ledger = ledger
-        self.coordinator = coordinator
-        self.busy = busy

@@ -45,6 +45,8 @@ from .._core.results import Attempt, with_cause
 from .._failures import FailureHandler
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
     from .._core.config import Config
     from .._core.records import KinesisRecord
     from .._metrics.recorder import MetricsRecorder
@@ -86,7 +88,8 @@ class ResultLedger:
     Args:
         config: the producer's settings (for the failure handler).
         metrics: the producer's metrics recorder, if any (failed records are counted there).
-        clock: the producer's clock; replaced when the producer starts.
+        clock: the producer's clock.
+        task_group: the producer's task group (async ``on_record_failure`` calls run there).
         on_resolved: told of every resolution step (the durable spool acknowledges the
             records), or ``None``.
     """
@@ -116,6 +119,7 @@ class ResultLedger:
         config: Config,
         metrics: MetricsRecorder | None,
         clock: Callable[[], float],
+        task_group: TaskGroup | None = None,
         on_resolved: Callable[[list[UserRecord], bool], None] | None = None,
     ) -> None:
         self.clock = clock
@@ -133,7 +137,7 @@ class ResultLedger:
         self.delivered_at = -math.inf
         self.room: anyio.Event | None = None
         self.flush_waiters: list[_FlushWaiter] = []
-        self.failures = FailureHandler(config, self.release_held)
+        self.failures = FailureHandler(config, self.release_held, task_group)
         # Failed records kept outstanding while their async on_record_failure runs.
         self.held: set[UserRecord] = set()
         # Pipeline steps under way (see enter), and what they resolved, in order.
