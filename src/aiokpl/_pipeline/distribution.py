@@ -106,6 +106,8 @@ class Distribution:
         request_timeout: float = 6.0,
         random_value: Callable[[], float] = random.random,
         step: Callable[[], AbstractContextManager[None]] = nullcontext,
+        on_change: Callable[[], None] | None = None,
+        on_first: Callable[[], None] | None = None,
     ) -> None:
         self.stream = stream
         self._step = step
@@ -123,8 +125,8 @@ class Distribution:
         self.checks = 0
         self.last_error: tuple[str, str] | None = None
         self.malformed_answers = 0
-        self.on_change: Callable[[], None] | None = None
-        self.on_first: Callable[[], None] | None = None
+        self.on_change = on_change
+        self.on_first = on_first
         # Evidence that the service placed a record itself, not yet answered by a summary
         # asked after it: when it came (None: no such evidence).
         self._evidence_at: float | None = None

@@ -61,6 +61,7 @@ class Preflight:
         *,
         request_timeout: float,
         step: Callable[[], AbstractContextManager[None]] = nullcontext,
+        on_done: Callable[[], None] | None = None,
     ) -> None:
         self.stream = stream
         self._step = step
@@ -68,7 +69,7 @@ class Preflight:
         self._task_group = task_group
         self._request_timeout = request_timeout
         self.outcome: str | None = None
-        self.on_done: Callable[[], None] | None = None
+        self.on_done = on_done
 
     def start(self) -> None:
         """Run the dry run, in the background."""

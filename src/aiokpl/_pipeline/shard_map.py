@@ -157,6 +157,8 @@ class ShardMap:
         random_value: Callable[[], float] = random.random,
         missing_log: MissingStreamsLog | None = None,
         step: Callable[[], AbstractContextManager[None]] = nullcontext,
+        on_install: Callable[[ShardTable, frozenset[str]], None] | None = None,
+        on_drop: Callable[[], None] | None = None,
     ) -> None:
         self.stream = stream
         self._step = step
@@ -186,9 +188,9 @@ class ShardMap:
         # Called with each new table as it is installed, and the ids of its shards whose state
         # must go although the id was in the previous table: another stream's shards (the
         # stream's pipeline adjusts).
-        self.on_install: Callable[[ShardTable, frozenset[str]], None] | None = None
+        self.on_install = on_install
         # Called when the table is dropped: the stream is missing.
-        self.on_drop: Callable[[], None] | None = None
+        self.on_drop = on_drop
         # When ListShards was denied: its error, and until when DescribeStream is used alone.
         self._list_shards_denial: tuple[str, str] | None = None
         self._list_shards_denied_until = -float("inf")

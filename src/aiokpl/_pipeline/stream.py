@@ -189,7 +189,19 @@ class StreamPipeline:
             random_value=random_value,
         )
         self.shard_map, self.distribution, self.preflight = _control_plane(
-            stream, config, client, task_group, random_value, missing_log, ledger.step
+            stream,
+            config,
+            client,
+            task_group,
+            random_value,
+            missing_log,
+            ledger.step,
+            # What the router hears of each (in a step of the teller's task).
+            on_install=self._map_installed,
+            on_drop=self._map_dropped,
+            on_change=self._distribution_changed,
+            on_first=partial(self._started, "summary"),
+            on_done=partial(self._started, "dry run"),
         )
         self.aggregator = Aggregator(
             RoutedDeadlines(scheduler, self._aggregator_due),
@@ -223,17 +235,12 @@ class StreamPipeline:
         self._start()
 
     def _start(self) -> None:
-        """Hear what the shard map and the summary learn, and start both."""
-        self.shard_map.on_install = self._map_installed
-        self.shard_map.on_drop = self._map_dropped
-        self.distribution.on_change = self._distribution_changed
-        self.distribution.on_first = partial(self._started, "summary")
+        """Start the shard map, the summary and the dry run."""
         self.shard_map.start()
         # The refresh just started: this only asks to be told when it ends.
         self.shard_map.after_refresh(partial(self._started, "map"))
         self.distribution.start()
         if self.preflight is not None:
-            self.preflight.on_done = partial(self._started, "dry run")
             self.preflight.start()
 
     # --- events ---------------------------------------------------------------------------
@@ -640,10 +647,17 @@ def _control_plane(
     random_value: Callable[[], float],
     missing_log: MissingStreamsLog | None,
     step: Callable[[], AbstractContextManager[None]],
+    *,
+    on_install: Callable[[ShardTable, frozenset[str]], None],
+    on_drop: Callable[[], None],
+    on_change: Callable[[], None],
+    on_first: Callable[[], None],
+    on_done: Callable[[], None],
 ) -> tuple[ShardMap, Distribution, Preflight | None]:
     """What the control plane says of ``stream``: its shard map, who places its records, and
     (with ``dry_run_check``) whether a put would be taken; each tells the router what it
-    learns in a step of its own task (``step``)."""
+    learns (through the callbacks given, named as their attributes) in a step of its own task
+    (``step``)."""
     request_timeout = config.request_timeout_ms / 1000
     shard_map = ShardMap(
         stream,
@@ -653,6 +667,8 @@ def _control_plane(
         random_value=random_value,
         missing_log=missing_log,
         step=step,
+        on_install=on_install,
+        on_drop=on_drop,
     )
     distribution = Distribution(
         stream,
@@ -662,10 +678,12 @@ def _control_plane(
         request_timeout=request_timeout,
         random_value=random_value,
         step=step,
+        on_change=on_change,
+        on_first=on_first,
     )
     preflight = None
     if config.dry_run_check:
         preflight = Preflight(
-            stream, client, task_group, request_timeout=request_timeout, step=step
+            stream, client, task_group, request_timeout=request_timeout, step=step, on_done=on_done
         )
     return shard_map, distribution, preflight
