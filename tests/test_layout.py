@@ -20,7 +20,9 @@ private (``argparse._ArgumentGroup``); one that several modules define has no on
 counts wherever it is used on another object: renaming it, not defining it once more, is the
 way out. Module-level helpers may be imported between the modules of one package (the package
 is their unit), not from another package, and another library's private modules not at all,
-but for the few listed with their reason.
+but for the few listed with their reason. A name bound at module or class level to a private
+member (``settle = Outcome._settle``, ``from .a import _y as y``) is a reach too, in the owner's
+module as well: the alias is what the others use; give the member a public name instead.
 
 The checks are functions of a source tree: ``test_the_checks_catch_*`` run the import checks on
 a copy with one bad import added, and the measures' checks on small synthetic packages, and see
@@ -33,7 +35,7 @@ import ast
 import functools
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,6 +140,16 @@ PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
 }
 """Imports of another library's private module, each with the reason (module, import as
 written). One listed that is no longer made fails the test too."""
+
+PRIVATE_ALIASES_ALLOWED: dict[tuple[str, str], str] = {
+    # For the lead to remove as issue 34's rewrite of the entry side lands (the module is not
+    # ours to edit meanwhile): UserRecord (aiokpl._record) imports `settle` to mark itself done.
+    ("aiokpl._outcome", "settle = Outcome._settle"): "Outcome's private method published under "
+    "a public name for aiokpl._record; give the method a public name (or a protocol the record "
+    "implements) instead",
+}
+"""Module- or class-level names that alias a private member, each with the reason (module,
+statement as written); one listed that is no longer there fails the test too."""
 
 
 @dataclass
@@ -541,6 +553,69 @@ def private_imports(module: str, tree: ast.Module, modules: set[str]) -> list[tu
     return found
 
 
+def scope_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that bind a module's or a class's names: those of its body, of the blocks
+    in it (``if``, ``try``, ``with``, loops) and of the classes in it, not of functions."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.ClassDef):
+            yield from scope_statements(node.body)
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            yield from scope_statements([*node.body, *node.orelse])
+            if isinstance(node, ast.Try):
+                yield from scope_statements(node.finalbody)
+                for handler in node.handlers:
+                    yield from scope_statements(handler.body)
+
+
+def private_aliases(tree: ast.Module) -> list[tuple[int, str]]:
+    """Names a module or a class binds to a private member, so that others reach it without
+    writing ``_``: ``name = Class._member`` (or ``obj._member``, ``getattr(obj, "_member")``),
+    ``name = _imported`` and ``from x import _member as name``. The private stays the owner's,
+    wherever the alias is made: in the owner's own module too, since the alias is what others
+    import. A module's own ``_helper`` bound to a public name is that helper made public."""
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if is_private(alias.name)
+    }
+
+    def reaches(value: ast.expr) -> bool:
+        if isinstance(value, ast.Attribute):
+            owner = value.value
+            return is_private(value.attr) and not (
+                isinstance(owner, ast.Name) and owner.id in ("self", "cls")
+            )
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            return (
+                value.func.id == "getattr"
+                and len(value.args) >= 2
+                and isinstance(value.args[1], ast.Constant)
+                and isinstance(value.args[1].value, str)
+                and is_private(value.args[1].value)
+            )
+        return isinstance(value, ast.Name) and value.id in imported
+
+    found = []
+    for node in scope_statements(tree.body):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            if reaches(node.value):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom):
+            found += [
+                (
+                    node.lineno,
+                    f"from {'.' * node.level}{node.module or ''} import {alias.name} "
+                    f"as {alias.asname}",
+                )
+                for alias in node.names
+                if is_private(alias.name) and alias.asname and not is_private(alias.asname)
+            ]
+    return found
+
+
 def private_problems(root: Path) -> list[str]:
     """Uses of another module's private names: a ``_name`` belongs to the module that defines
     it, so ``x._name`` (``x`` not ``self``/``cls``) is allowed only where every definition of
@@ -570,6 +645,20 @@ def private_problems(root: Path) -> list[str]:
             for line, text in private_imports(module, tree, set(trees))
             if (module, text) not in PRIVATE_IMPORTS_ALLOWED
         ]
+        problems += [
+            f"{module}:{line} {text}: an alias of a private member is a reach to it: give the "
+            "member a public name"
+            for line, text in private_aliases(tree)
+            if (module, text) not in PRIVATE_ALIASES_ALLOWED
+        ]
+    aliases = {
+        (module, text) for module, (_, tree) in trees.items() for _, text in private_aliases(tree)
+    }
+    problems += [
+        f"{module} no longer has {text!r}: remove it from PRIVATE_ALIASES_ALLOWED"
+        for module, text in sorted(PRIVATE_ALIASES_ALLOWED)
+        if (module.replace("aiokpl", root.name, 1), text) not in aliases
+    ]
     imports = {
         (module, text)
         for module, (_, tree) in trees.items()
@@ -855,6 +944,17 @@ class Owner:
         return other._lock
 
 def _helper() -> None: ...
+
+settle = Owner._shared
+helper = _helper
+got = getattr(Owner, "_shared", None)
+
+class Alias:
+    shared: int = Owner._shared
+
+    def local(self) -> int:
+        shared = Owner._shared
+        return shared
 """,
     "elsewhere.py": """\
 import operator
@@ -882,7 +982,13 @@ def argparse_group() -> object:
     return argparse._ArgumentGroup
 """,
     "pkg/a.py": "def _shared_in_package() -> None: ...\n",
-    "pkg/b.py": "from ._a_module_named_privately import x\nfrom .a import _shared_in_package\n",
+    "pkg/b.py": """\
+from ._a_module_named_privately import x
+from .a import _shared_in_package
+from .a import _shared_in_package as shared_in_package
+if x:
+    again = _shared_in_package
+""",
     "pkg/_a_module_named_privately.py": "x = 1\n",
     "other/c.py": """\
 from ..pkg.a import _shared_in_package
@@ -908,15 +1014,29 @@ PRIVATE_PROBLEMS = [
     "library's private name",
     "aiokpl.other.c:4 import _md5: another package's or library's private name",
     "aiokpl.owner:14 other._lock: also defined in aiokpl.elsewhere",
+    *(
+        f"{where} {text}: an alias of a private member is a reach to it: give the member a "
+        "public name"
+        for where, text in [
+            ("aiokpl.owner:18", "settle = Owner._shared"),
+            ("aiokpl.owner:20", "got = getattr(Owner, '_shared', None)"),
+            ("aiokpl.owner:23", "shared: int = Owner._shared"),
+            ("aiokpl.pkg.b:3", "from .a import _shared_in_package as shared_in_package"),
+            ("aiokpl.pkg.b:5", "again = _shared_in_package"),
+        ]
+    ),
 ]
-"""What the private check finds in :data:`PRIVATE_CASES`: each way across modules, once; none
-of the same-module uses, the package-internal imports or the dunders."""
+"""What the private check finds in :data:`PRIVATE_CASES`: each way across modules, once, and
+each alias of a private member (at module or class level, in the owner's module too); none of
+the same-module uses, the package-internal imports, the dunders, a module's own helper made
+public (``helper = _helper``) or a function's local name."""
 
 
 def test_the_private_check_catches_each_way_across_modules(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys.modules[__name__], "PRIVATE_IMPORTS_ALLOWED", {})
+    monkeypatch.setattr(sys.modules[__name__], "PRIVATE_ALIASES_ALLOWED", {})
     assert private_problems(synthetic(tmp_path, PRIVATE_CASES)) == PRIVATE_PROBLEMS
 
 
@@ -925,10 +1045,50 @@ def test_the_private_check_allows_a_listed_import_and_catches_one_that_is_gone(
 ) -> None:
     allowed = {("aiokpl.other.c", "import _md5"): "why", ("aiokpl.gone", "import _x"): "why"}
     monkeypatch.setattr(sys.modules[__name__], "PRIVATE_IMPORTS_ALLOWED", allowed)
+    monkeypatch.setattr(sys.modules[__name__], "PRIVATE_ALIASES_ALLOWED", {})
     md5 = "aiokpl.other.c:4 import _md5: another package's or library's private name"
     assert private_problems(synthetic(tmp_path, PRIVATE_CASES)) == [
         *(problem for problem in PRIVATE_PROBLEMS if problem != md5),
         "aiokpl.gone no longer has 'import _x': remove it from PRIVATE_IMPORTS_ALLOWED",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "text"),
+    [
+        ("_health.py", "forget = Connectivity._forget", "forget = Connectivity._forget"),
+        (
+            "_spooling.py",
+            "class Woken:\n    wake = Spool._wake_durable",
+            "wake = Spool._wake_durable",
+        ),
+        (
+            "_spool/writer.py",
+            "from .format import _HEADER as HEADER",
+            "from .format import _HEADER as HEADER",
+        ),
+    ],
+)
+def test_the_private_check_catches_an_alias_planted_in_the_tree(
+    tmp_path: Path, module: str, line: str, text: str
+) -> None:
+    root = copy_with(tmp_path, module, line)
+    at = len((root / module).read_text().splitlines())  # the alias is the planted last line
+    name = module_name(root, root / module)
+    assert private_problems(root) == [
+        f"{name}:{at} {text}: an alias of a private member is a reach to it: give the member a "
+        "public name"
+    ]
+
+
+def test_the_private_check_allows_a_listed_alias_and_catches_one_that_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gone = ("aiokpl._health", "forget = Connectivity._forget")
+    monkeypatch.setitem(PRIVATE_ALIASES_ALLOWED, gone, "why")
+    assert private_problems(SRC) == [
+        "aiokpl._health no longer has 'forget = Connectivity._forget': remove it from "
+        "PRIVATE_ALIASES_ALLOWED"
     ]
 
 
