@@ -393,8 +393,9 @@ def size_problems(root: Path) -> list[str]:
 
 def size_report(root: Path, top: int = REPORTED) -> str:
     """The ``top`` longest modules and functions, longest first (ties by name), with the
-    number of modules and functions and their median length (the upper one): what a reviewer reads to see where
-    the code grows, since length alone says nothing of a module's concepts."""
+    number of modules and functions and their median length (the upper one): what a reviewer
+    reads to see where the code grows, since length alone says nothing of a module's
+    concepts."""
     modules = sorted(module_lengths(root).items(), key=lambda item: (-item[1], item[0]))
     every = sorted(functions(root), key=lambda f: (-f.length, f.module, f.line))
 
