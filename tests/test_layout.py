@@ -556,14 +556,14 @@ def scope_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     in it (``if``, ``try``, ``with``, loops) and of the classes in it, not of functions."""
     for node in body:
         yield node
-        if isinstance(node, ast.ClassDef):
+        if isinstance(node, (ast.ClassDef, ast.With)):
             yield from scope_statements(node.body)
-        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+        elif isinstance(node, (ast.If, ast.For, ast.While)):
             yield from scope_statements([*node.body, *node.orelse])
-            if isinstance(node, ast.Try):
-                yield from scope_statements(node.finalbody)
-                for handler in node.handlers:
-                    yield from scope_statements(handler.body)
+        elif isinstance(node, ast.Try):
+            yield from scope_statements([*node.body, *node.orelse, *node.finalbody])
+            for handler in node.handlers:
+                yield from scope_statements(handler.body)
 
 
 def private_aliases(tree: ast.Module) -> list[tuple[int, str]]:
@@ -989,6 +989,12 @@ from .a import _shared_in_package
 from .a import _shared_in_package as shared_in_package
 if x:
     again = _shared_in_package
+with open(__file__):
+    pass
+try:
+    pass
+except ImportError:
+    fallback = _shared_in_package
 """,
     "pkg/_a_module_named_privately.py": "x = 1\n",
     "other/c.py": """\
@@ -1024,6 +1030,7 @@ PRIVATE_PROBLEMS = [
             ("aiokpl.owner:23", "shared: int = Owner._shared"),
             ("aiokpl.pkg.b:3", "from .a import _shared_in_package as shared_in_package"),
             ("aiokpl.pkg.b:5", "again = _shared_in_package"),
+            ("aiokpl.pkg.b:11", "fallback = _shared_in_package"),
         ]
     ),
 ]
