@@ -1,4 +1,4 @@
-"""What a ``PutRecords`` call came to, typed: the sender's one hand-over to the retrier.
+"""What a ``PutRecords`` call came to, typed: what the sender hands back, for the retrier.
 
 The SDK's answer is a dict (or an exception); it is read once, at the boundary
 (``aiokpl._kinesis.answer_of`` and ``failure_of``), into one of three kinds:

@@ -108,15 +108,6 @@ class ShardTable:
         """The range of ``shard_id``, or ``None`` if the table does not hold it."""
         return self._by_id.get(shard_id)
 
-    def covers_key_space(self) -> bool:
-        """Whether the ranges are contiguous from 0 to 2**128 - 1 (a complete open-shard set)."""
-        expected = 0
-        for shard in self._ranges:
-            if shard.starting_hash_key != expected:
-                return False
-            expected = shard.ending_hash_key + 1
-        return expected == MAX_HASH_KEY + 1
-
     def __len__(self) -> int:
         return len(self._ranges)
 

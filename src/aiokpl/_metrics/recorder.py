@@ -8,8 +8,9 @@ metrics (``_core.metrics`` keeps them). It is called at batch level only, never 
 * per request's delivered user records, in the same call, per shard, in one pass over the
   records (sum and extremes of waits and data sizes at once); those delivered to another
   shard than predicted go through :meth:`~MetricsRecorder.delivered_elsewhere`;
-* per failed user record, by ``Producer._finish`` (:meth:`~MetricsRecorder.failed`): failures
-  are rare, so this one is per record;
+* per failed user record, by the result ledger (``_pipeline.ledger.ResultLedger``, as it
+  resolves records: :meth:`~MetricsRecorder.failed`): failures are rare, so this one is per
+  record;
 * every 200 ms, by the sampler task (:meth:`~MetricsRecorder.sample`), as the KPL does:
   ``UserRecordsPending`` per stream (the producer's outstanding records), and
   ``UserRecordsReceived`` as the growth of finished plus outstanding records, so

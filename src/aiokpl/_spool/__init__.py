@@ -1,11 +1,13 @@
-"""A durable spool for accepted records: the storage layer (not wired into the producer yet).
+"""A durable spool for accepted records: the storage layer, synchronous and clock-free.
 
 Modules, bottom up: :mod:`.format` (segment header, framed entries; pure), :mod:`.runs` (sets
 of sequence numbers as runs), :mod:`.policy` (when to fsync; pure, ``now`` passed in),
-:mod:`.files` (the file layer protocol and the real one), :mod:`.memory` (the fault-injecting
-fake), :mod:`.recovery` (rebuild state from the segments; never refuses to start),
-:mod:`.writer` (append, group commit, delete what is resolved). ``docs/spool.md`` describes the
-format and the guarantees.
+:mod:`.files` (the file layer protocol and the real one), :mod:`.recovery` (rebuild state from
+the segments; never refuses to start), :mod:`.writer` (append, group commit, delete what is
+resolved). The fault-injecting fake of the file layer is test infrastructure
+(:mod:`aiokpl.testing._spool_files`); the producer runs the writer from
+:mod:`aiokpl._spooling`, its async shell. ``docs/spool.md`` describes the format and the
+guarantees.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The spool's writer: appends records and acknowledgements, group-commits, deletes what is done.
 
 The writer is synchronous and reads no clock: the caller passes ``now`` to :meth:`flush`, and
-an async shell (with the pipeline, later) runs the flush off the event loop. State, h11-style:
+an async shell (:class:`aiokpl._spooling.Spool`) runs the flush off the event loop. State,
+h11-style:
 
 - ``append`` and ``acknowledge`` only encode into a buffer in memory (no I/O): a record is
   *accepted* and has its sequence number (0, 1, 2, ... for this writer's producer id).
