@@ -147,7 +147,7 @@ async def _run(seconds: float, http: bool, hung: bool = False) -> dict[str, Any]
         await _resolved(load.outcomes, TTL_MS / 1000 + 30)
         statistics = producer.statistics()
         # Requests given up for another stream (a counter of the sender's, where it has one).
-        preempted = getattr(producer._sender, "requests_preempted", None)
+        preempted = getattr(getattr(producer._runtime, "sender", None), "requests_preempted", None)
     real_seconds = time.perf_counter() - started
     delivery = _load.match(fake, load)
     latencies = sorted(

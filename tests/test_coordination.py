@@ -26,6 +26,7 @@ from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl._producer import Producer
 from aiokpl.coordination import Coordination, DynamoDBStore, run_summarizer
 from aiokpl.testing import FakeKinesis
+from running import running
 
 SHARD = "shardId-000000000000"
 
@@ -241,8 +242,8 @@ async def test_two_producers_share_one_shard_through_the_store(
         assert delivered >= 0.9 * CAPACITY * 10.0, delivered
         reports = [decode_report(data) for data in store.reports_by_id.values()]
         assert {r.producer_id for r in reports} == {
-            first._coordinator.producer_id,  # type: ignore[union-attr]
-            second._coordinator.producer_id,  # type: ignore[union-attr]
+            running(first).coordinator.producer_id,  # type: ignore[union-attr]
+            running(second).coordinator.producer_id,  # type: ignore[union-attr]
         }
         assert decode_summary(store.summary or b"").producers == 2
     # Leaving, each producer removed its report.

@@ -22,6 +22,7 @@ from aiokpl import Config, Producer, RecordResult
 from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl._outcome import Outcome
 from aiokpl.testing import FakeKinesis, FaultPlan
+from running import running
 
 pytestmark = pytest.mark.anyio
 
@@ -186,7 +187,7 @@ async def test_backoff_holds_no_connection_and_sends_one_probe_per_period() -> N
         assert statistics.requests_in_flight == 0
         assert statistics.requests_queued == 0
         assert statistics.requests_backing_off == 10
-        assert "backing_off=10" in repr(producer._sender)
+        assert "backing_off=10" in repr(running(producer).sender)
         # From then on one probe per backoff period; each failure doubles the next period
         # (jittered down to half at most): probes begin at most at 0.05, 0.15, 0.35, 0.75,
         # 1.55 s after the first failure: at most 5 in the next 1.5 s.
@@ -402,8 +403,7 @@ async def test_an_overdue_request_beyond_its_share_is_given_up_for_a_waiting_str
         assert good.success
         assert good.attempts[0].started_at == pytest.approx(t0 + max(joins_after, 1.0), abs=EPS)
         results = [await outcome for outcome in hung]
-    assert producer._sender is not None
-    assert producer._sender.requests_preempted == 1
+    assert running(producer).sender.requests_preempted == 1
     # The records of the request given up are retried (its outcome unknown) and delivered.
     assert all(result.success for result in results)
     given_up = [result for result in results if len(result.attempts) > 1]

@@ -20,6 +20,7 @@ import pytest
 
 from aiokpl import Config, Producer
 from aiokpl.testing import FakeKinesis, LoopbackKinesis
+from running import running
 
 pytestmark = pytest.mark.anyio
 
@@ -92,8 +93,7 @@ async def test_a_request_given_up_frees_its_socket_for_a_waiting_stream(
                     await producer.put_record(stream="good", partition_key="k", data=b"x")
                 )
                 statistics = producer.statistics()
-                assert producer._sender is not None
-                preempted = producer._sender.requests_preempted
+                preempted = running(producer).sender.requests_preempted
                 exit_now.cancel()  # the hung records fail as cancelled: no wait for them
     assert good.success
     assert len(good.attempts) == 1

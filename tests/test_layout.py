@@ -121,13 +121,7 @@ PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
 """Imports of another library's private module, each with the reason (module, import as
 written). One listed that is no longer made fails the test too."""
 
-PRIVATE_ALIASES_ALLOWED: dict[tuple[str, str], str] = {
-    # For the lead to remove as issue 34's rewrite of the entry side lands (the module is not
-    # ours to edit meanwhile): UserRecord (aiokpl._record) imports `settle` to mark itself done.
-    ("aiokpl._outcome", "settle = Outcome._settle"): "Outcome's private method published under "
-    "a public name for aiokpl._record; give the method a public name (or a protocol the record "
-    "implements) instead",
-}
+PRIVATE_ALIASES_ALLOWED: dict[tuple[str, str], str] = {}
 """Module- or class-level names that alias a private member, each with the reason (module,
 statement as written); one listed that is no longer there fails the test too."""
 

@@ -230,10 +230,10 @@ async def test_the_producer_reads_the_clock_of_the_running_loop() -> None:
     # Under the test's virtual clock (a loop with its own time, or trio's MockClock), the
     # producer's clock is that clock: fake time still drives every deadline.
     async with Producer(CONFIG, client=FakeKinesis()) as producer:
-        before = producer._clock()
+        before = running(producer).clock()
         await anyio.sleep(5)
-        assert producer._clock() - before == pytest.approx(5)
-        assert producer._clock() == anyio.current_time()
+        assert running(producer).clock() - before == pytest.approx(5)
+        assert running(producer).clock() == anyio.current_time()
 
 
 def test_a_stock_asyncio_loop_gives_time_monotonic_itself() -> None:

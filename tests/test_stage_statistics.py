@@ -62,8 +62,7 @@ async def test_each_stage_reports_its_own_snapshot_and_the_stream_composes_them(
         assert limiter.ceilings_by_shard == dict.fromkeys(
             limiter.rates_by_shard, (1000.0, 1048576.0)
         )
-        assert producer._sender is not None
-        assert producer._sender.statistics() == SenderStatistics(
+        assert running(producer).sender.statistics() == SenderStatistics(
             requests_sent=1, requests_failed=0, in_flight=0, queued=0, backing_off=0
         )
         stream = producer.statistics().streams[0]
@@ -78,7 +77,7 @@ async def test_each_stage_reports_its_own_snapshot_and_the_stream_composes_them(
         assert stream.ceilings_by_shard == limiter.ceilings_by_shard
         await producer.flush()
         assert pipeline.aggregator.statistics().aggregating == 0
-        assert producer._sender.statistics().requests_sent == 2
+        assert running(producer).sender.statistics().requests_sent == 2
         assert producer.statistics().requests_sent == 2
 
 

@@ -124,9 +124,11 @@ class Outcome(Generic[T]):
         return f"<Outcome {'done: ' + repr(self._built()) if self._done else 'pending'}>"
 
 
-settle = Outcome._settle
-"""Mark an outcome done and wake its waiters: for the subclass that resolves records
-(``aiokpl._record.UserRecord``), without a call more than the method's own."""
+def settle(outcome: Outcome[Any]) -> None:
+    """Mark ``outcome`` done and wake whoever waits for it: how the subclass that resolves
+    records (``aiokpl._record.UserRecord``, which sets its result itself) settles one that
+    is awaited or has callbacks (a record nobody waits for is only marked done)."""
+    outcome._settle()
 
 
 def _run_callback(callback: Callable[[Outcome[Any]], object], outcome: Outcome[Any]) -> None:

@@ -71,7 +71,7 @@ from ._runtime import Runtime, check_arguments, start
 from ._spooling import Spool
 
 if TYPE_CHECKING:
-    from ._pipeline.sender import Sender
+    pass
 
 __all__ = ("Producer", "ProducerStatistics", "StreamStatistics", "port_of", "report_exit_to")
 
@@ -418,19 +418,6 @@ class Producer:
         await self._spool.wait_all_durable()
 
     # --- introspection --------------------------------------------------------------------
-    # The running parts as the tests look at them (read-only).
-    @property
-    def _clock(self) -> Callable[[], float]:
-        return self._runtime.clock if self._runtime is not None else anyio.current_time
-
-    @property
-    def _sender(self) -> Sender | None:
-        return self._runtime.sender if self._runtime is not None else None
-
-    @property
-    def _coordinator(self) -> ProducerCoordinator | None:
-        return self._runtime.coordinator if self._runtime is not None else None
-
     @property
     def outstanding_records(self) -> int:
         """Records between ``put_record`` and their result."""
