@@ -63,6 +63,14 @@ def counts(ledger: ResultLedger) -> tuple[int, int, int, int]:
     return ledger.succeeded, ledger.failed, len(ledger.outstanding), ledger.outstanding_bytes
 
 
+def result_of(record: UserRecord) -> str | None:
+    """``"ok"``, the error code of a failed record, or ``None`` if it is not resolved."""
+    if not record.done():
+        return None
+    result = record.result()
+    return "ok" if result.success else result.error_code
+
+
 def noting(seen: list[str], name: str) -> Callable[[Outcome[RecordResult]], None]:
     def callback(outcome: Outcome[RecordResult]) -> None:
         seen.append(name)
@@ -243,22 +251,26 @@ async def test_a_record_held_for_its_async_failure_callback_stays_outstanding() 
     ledger = ledger_of(CONFIG.replace(on_record_failure=holding(calls)))
     record = failed(put(ledger))
     other = put(ledger)
+    # Looked at before the callbacks are drained, asserted after: a failed assertion must
+    # not leave their coroutines unawaited (the warning would fail a later test).
     ledger.finish([record], False)
     # Resolved and counted failed, but held (outstanding, its bytes too) for the callback.
-    assert record.done()
-    assert not record.result().success
-    assert ledger.held == {record}
-    assert counts(ledger) == (0, 1, 2, record.size + other.size)
+    first = (result_of(record), set(ledger.held), counts(ledger))
     # Finished again meanwhile: still held, counted once; at exit, it keeps its result (the
     # other record fails, and is held for its own callback).
     ledger.finish([record], False)
-    assert ledger.fail_outstanding("Cancelled", "the producer closed", ()) == (1, 0)
-    assert record.result().error_code == "InternalFailure"
-    assert other.result().error_code == "Cancelled"
-    assert ledger.held == {record, other}
-    assert counts(ledger) == (0, 2, 2, record.size + other.size)
+    at_exit = ledger.fail_outstanding("Cancelled", "the producer closed", ())
+    second = (result_of(record), result_of(other), set(ledger.held), counts(ledger))
     # The callbacks run (here: drained at exit) and return: the records are released.
     await ledger.failures.drain(10)
+    assert first == ("InternalFailure", {record}, (0, 1, 2, record.size + other.size))
+    assert at_exit == (1, 0)
+    assert second == (
+        "InternalFailure",
+        "Cancelled",
+        {record, other},
+        (0, 2, 2, record.size + other.size),
+    )
     assert sorted(result.error_code or "" for result in calls) == ["Cancelled", "InternalFailure"]
     assert ledger.held == set()
     assert counts(ledger) == (0, 2, 0, 0)
