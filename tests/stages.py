@@ -1,4 +1,6 @@
-"""Helpers of the per-stage tests (``tests/test_stage_*.py``): records and a deadline recorder.
+"""Helpers of the per-stage tests (``tests/test_stage_*.py``): records and a deadline recorder;
+and how the ledger's and the router's tests (``tests/test_ledger.py``, ``tests/test_router.py``)
+enter a record into a ledger (:func:`admit`).
 
 The stages are synchronous and read no clock: each test gives ``now`` and plays the router,
 handing a stage's due deadlines back to it by hand.
@@ -9,6 +11,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from aiokpl._core.records import KinesisRecord
+from aiokpl._pipeline.ledger import ResultLedger
 from aiokpl._record import UserRecord
 
 R = TypeVar("R", bound=UserRecord)
@@ -59,3 +62,11 @@ def kinesis_record(
     """A raw Kinesis record of ``size`` bytes (key "k" and data) predicted for ``shard``."""
     user = user_record(b"x" * (size - 1), deadline=deadline, expires_at=expires_at)
     return KinesisRecord([user], user.data, "k", "1", shard, deadline, expires_at, 1)
+
+
+def admit(ledger: ResultLedger, record: UserRecord) -> UserRecord:
+    """Enter ``record`` into ``ledger``, outstanding, as the producer's put paths do: the one
+    place the ledger and router tests do it."""
+    ledger.outstanding[record] = None
+    ledger.outstanding_bytes += record.size
+    return record
