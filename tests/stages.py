@@ -65,8 +65,7 @@ def kinesis_record(
 
 
 def admit(ledger: ResultLedger, record: UserRecord) -> UserRecord:
-    """Enter ``record`` into ``ledger``, outstanding, as the producer's put paths do: the one
+    """Enter ``record`` into ``ledger``, outstanding, as the producer's intake does: the one
     place the ledger and router tests do it."""
-    ledger.outstanding[record] = None
-    ledger.outstanding_bytes += record.size
+    ledger.add(record)
     return record

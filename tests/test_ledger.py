@@ -20,7 +20,7 @@ from aiokpl._metrics.recorder import MetricsRecorder
 from aiokpl._outcome import Outcome
 from aiokpl._pipeline.ledger import ResultLedger
 from aiokpl._record import UserRecord
-from stages import admit
+from stages import admit, stamped
 
 CONFIG = Config(region="us-east-1")
 THROTTLED = "ProvisionedThroughputExceededException"
@@ -42,7 +42,7 @@ def ledger_of(config: Config = CONFIG, clock: Clock | None = None) -> ResultLedg
 
 def put(ledger: ResultLedger, data: bytes = b"x", *, stream: str = "s") -> UserRecord:
     """A record put now: of the ledger's current flush generation, entered outstanding."""
-    record = UserRecord(stream, "k", data, None, 1 + len(data), 0.0, 0.1, 30.0, ledger.epoch)
+    record = stamped(UserRecord(stream, "k", data, None, 1 + len(data)))
     return admit(ledger, record)
 
 
@@ -76,6 +76,54 @@ def noting(seen: list[str], name: str) -> Callable[[Outcome[RecordResult]], None
         seen.append(name)
 
     return callback
+
+
+# --- records in ---------------------------------------------------------------------------
+
+
+def balanced(ledger: ResultLedger) -> bool:
+    """The ledger's invariant: every record put is outstanding, delivered or failed (a held
+    record counts as failed and outstanding until its callback returns)."""
+    return ledger.records_put == (
+        len(ledger.outstanding) + ledger.succeeded + ledger.failed - len(ledger.held)
+    )
+
+
+def test_records_enter_with_the_current_flush_generation_and_their_counts() -> None:
+    ledger = ledger_of()
+    first = stamped(UserRecord("s", "k", b"ab", None, 3))
+    ledger.add(first)
+    ledger.epoch += 1  # a flush began
+    group = [stamped(UserRecord("s", "k", data, None, 1 + len(data))) for data in (b"c", b"de")]
+    ledger.add_group(group)
+    assert [record.epoch for record in (first, *group)] == [0, 1, 1]
+    assert list(ledger.outstanding) == [first, *group]
+    assert (ledger.records_put, ledger.outstanding_bytes) == (3, 3 + 2 + 3)
+    assert balanced(ledger)
+    ledger.add_group([])  # an empty group counts nothing
+    assert (ledger.records_put, ledger.outstanding_bytes) == (3, 8)
+
+
+@pytest.mark.anyio
+async def test_the_counts_balance_at_every_resolution_a_callback_sees() -> None:
+    seen: list[bool] = []
+    ledger = ledger_of(CONFIG.replace(on_record_failure=holding([])))
+    records = [put(ledger) for _ in range(4)]
+
+    def look(_: Outcome[RecordResult]) -> None:
+        seen.append(balanced(ledger))
+
+    for record in records:
+        record.add_done_callback(look)
+    with ledger.step():
+        ledger.finish([delivered(records[0]), delivered(records[1])], True)
+        ledger.finish([failed(records[2])], False)  # held for its async callback
+    assert balanced(ledger)
+    ledger.fail_outstanding("Cancelled", "the producer closed", ())
+    await ledger.failures.drain(10)
+    assert seen == [True] * 4
+    assert balanced(ledger)
+    assert (ledger.records_put, ledger.succeeded, ledger.failed) == (4, 2, 2)
 
 
 # --- steps --------------------------------------------------------------------------------
@@ -182,7 +230,7 @@ def test_a_record_finished_twice_resolves_once() -> None:
 
 def test_finishing_a_record_never_entered_changes_nothing() -> None:
     ledger = ledger_of()
-    stranger = failed(UserRecord("s", "k", b"x", None, 2, 0.0, 0.1, 30.0, 0))
+    stranger = failed(stamped(UserRecord("s", "k", b"x", None, 2)))
     kept = put(ledger)
     ledger.finish([stranger], False)
     assert not stranger.done()

@@ -139,16 +139,9 @@ class Rig:
         """A record put now (a step of its own if it closes anything, as the put path's)."""
         now = self.clock.now
         config = self.config
-        record = UserRecord(
-            "s",
-            key,
-            data,
-            None if ehk is None else str(ehk),
-            len(key) + len(data),
-            now,
-            now + config.record_max_buffered_time_ms / 1000,
-            now + config.record_ttl_ms / 1000,
-            self.ledger.epoch,
+        record = UserRecord("s", key, data, None if ehk is None else str(ehk), len(key) + len(data))
+        record.stamp(
+            now, now + config.record_max_buffered_time_ms / 1000, now + config.record_ttl_ms / 1000
         )
         admit(self.ledger, record)
         self.pipeline.put(record, record.hash_key)
