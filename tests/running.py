@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aiokpl import Producer
-from aiokpl._runtime import Runtime
+from aiokpl._producer.runtime import Runtime
 
 
 def running(producer: Producer) -> Runtime:

@@ -1,8 +1,8 @@
 """The admission module: what a put must pass, for ``Producer`` and ``SyncProducer`` alike.
 
-Plain synchronous tests of ``aiokpl._admission`` (the checks, a ``put_records`` group, the
+Plain synchronous tests of ``aiokpl._producer.admission`` (the checks, a ``put_records`` group, the
 bounds and their messages, the records of a group, the blocking producer's room), of
-``aiokpl._intake`` with a stand-in ledger and pipeline and an explicit clock (the blocking
+``aiokpl._producer.intake`` with a stand-in ledger and pipeline and an explicit clock (the blocking
 producer's futures have ``tests/test_sync_futures.py``).
 """
 
@@ -19,12 +19,12 @@ from aiokpl import (
     InvalidRecordTypeError,
     ProducerClosedError,
 )
-from aiokpl._admission import Admission
 from aiokpl._blocking.handover import ThreadRoom
 from aiokpl._core.encoder import encode_tags
 from aiokpl._core.hashing import hash_key_of
-from aiokpl._intake import Intake
-from aiokpl._producer import Producer, port_of
+from aiokpl._producer.admission import Admission
+from aiokpl._producer.intake import Intake
+from aiokpl._producer.producer import Producer, port_of
 from aiokpl._record import SpooledRecord, TaggedRecord, UserRecord
 from aiokpl.aggregation import Tag, deaggregate
 from aiokpl.testing import FakeKinesis, read_stream

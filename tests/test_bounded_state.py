@@ -9,9 +9,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-import aiokpl._streams as streams_module
+import aiokpl._producer.streams as streams_module
 from aiokpl import Config, Producer, RecordResult
-from aiokpl._streams import IDLE_SWEEP_SECONDS, MISSING_KEPT, MISSING_LOOK_SECONDS
+from aiokpl._producer.streams import IDLE_SWEEP_SECONDS, MISSING_KEPT, MISSING_LOOK_SECONDS
 from aiokpl.testing import FakeKinesis
 from running import running
 

@@ -23,7 +23,7 @@ from aiokpl._core.coordination import (
 from aiokpl._core.records import KinesisRecord
 from aiokpl._pipeline.limiter import Limiter, ShardLimiter
 from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
-from aiokpl._producer import Producer
+from aiokpl._producer.producer import Producer
 from aiokpl.coordination import Coordination, DynamoDBStore, run_summarizer
 from aiokpl.testing import FakeKinesis
 from running import running

@@ -16,7 +16,7 @@ import pytest
 
 from aiokpl import Config, Producer
 from aiokpl._core.statistics import ProducerStatistics, SpoolStatistics
-from aiokpl._exit_report import ExitReport
+from aiokpl._producer.exit_report import ExitReport
 from aiokpl.testing import FakeKinesis
 
 CONFIG = Config(region="us-east-1", request_timeout_ms=60_000)

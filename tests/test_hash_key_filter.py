@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from aiokpl import Config
-from aiokpl._producer import Producer
+from aiokpl._producer.producer import Producer
 from aiokpl.aggregation import deaggregate, deaggregate_records
 from aiokpl.testing import FakeKinesis, read_as_kcl, read_stream
 from test_producer import warm_up

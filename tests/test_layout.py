@@ -670,10 +670,10 @@ def test_the_graph_is_read_whole() -> None:
     # Relative (one and two dots), from a package's __init__, under TYPE_CHECKING, in functions.
     assert "aiokpl._core.decoder" in graph.edges["aiokpl._core.records"]
     assert "aiokpl._cli.put" in graph.edges["aiokpl._cli"]
-    assert "aiokpl._producer" in graph.edges["aiokpl._cli.put"]
+    assert "aiokpl._producer.producer" in graph.edges["aiokpl._cli.put"]
     assert "aiokpl._coordination.coordinator" in graph.edges["aiokpl._pipeline.stream"]
     assert "aiokpl._version" in graph.edges["aiokpl._metrics.otel"]
-    assert "anyio" in graph.external["aiokpl._producer"]
+    assert "anyio" in graph.external["aiokpl._producer.producer"]
 
 
 def test_no_import_cycles() -> None:
@@ -688,7 +688,9 @@ def test_no_cycles_between_packages() -> None:
 
 def test_the_package_check_catches_a_cycle_between_packages(tmp_path: Path) -> None:
     root = copy_with(
-        tmp_path, "_metrics/recorder.py", "if TYPE_CHECKING:\n    from .._producer import Producer"
+        tmp_path,
+        "_metrics/recorder.py",
+        "if TYPE_CHECKING:\n    from .._producer.producer import Producer",
     )
     assert cycles(rooms(read_graph(root))) == [
         ["aiokpl._metrics", "aiokpl._producer", "aiokpl._metrics"]
@@ -792,9 +794,9 @@ def test_the_checks_catch_an_impure_core(
     ("module", "line", "expected"),
     [
         (
-            "_producer.py",
-            "def fake() -> None:\n    from .testing import FakeKinesis",
-            "aiokpl._producer imports aiokpl.testing, which is test infrastructure",
+            "_producer/producer.py",
+            "def fake() -> None:\n    from ..testing import FakeKinesis",
+            "aiokpl._producer.producer imports aiokpl.testing, which is test infrastructure",
         ),
         (
             "_cli/put.py",
@@ -1058,7 +1060,11 @@ def test_the_private_check_allows_a_listed_import_and_catches_one_that_is_gone(
 @pytest.mark.parametrize(
     ("module", "line", "text"),
     [
-        ("_health.py", "forget = Connectivity._forget", "forget = Connectivity._forget"),
+        (
+            "_producer/health.py",
+            "forget = Connectivity._forget",
+            "forget = Connectivity._forget",
+        ),
         (
             "_spooling.py",
             "class Woken:\n    wake = Spool._wake_durable",
@@ -1086,10 +1092,10 @@ def test_the_private_check_catches_an_alias_planted_in_the_tree(
 def test_the_private_check_allows_a_listed_alias_and_catches_one_that_is_gone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    gone = ("aiokpl._health", "forget = Connectivity._forget")
+    gone = ("aiokpl._producer.health", "forget = Connectivity._forget")
     monkeypatch.setitem(PRIVATE_ALIASES_ALLOWED, gone, "why")
     assert private_problems(SRC) == [
-        "aiokpl._health no longer has 'forget = Connectivity._forget': remove it from "
+        "aiokpl._producer.health no longer has 'forget = Connectivity._forget': remove it from "
         "PRIVATE_ALIASES_ALLOWED"
     ]
 

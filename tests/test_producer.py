@@ -24,7 +24,7 @@ from aiokpl import (
 from aiokpl._core.decoder import decode, is_aggregated
 from aiokpl._core.hashing import hash_key_of
 from aiokpl._outcome import Outcome
-from aiokpl._producer import Producer
+from aiokpl._producer.producer import Producer
 from aiokpl.testing import FakeKinesis, read_stream
 
 pytestmark = pytest.mark.anyio

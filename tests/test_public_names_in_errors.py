@@ -19,7 +19,7 @@ import aiokpl.aggregation
 import aiokpl.coordination
 import aiokpl.testing
 from aiokpl import Config, Outcome, RecordResult, SyncProducer
-from aiokpl._producer import Producer
+from aiokpl._producer.producer import Producer
 from aiokpl.testing import FakeKinesis
 
 CONFIG = Config(region="us-east-1")

@@ -11,7 +11,7 @@ import pytest
 
 from aiokpl import Config, InvalidRecordError, InvalidRecordTypeError, ProducerClosedError
 from aiokpl._core.hashing import MAX_HASH_KEY
-from aiokpl._producer import Producer
+from aiokpl._producer.producer import Producer
 from aiokpl.testing import FakeKinesis
 from test_producer import user_records, warm_up
 

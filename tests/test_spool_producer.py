@@ -23,10 +23,10 @@ from aiokpl import (
     SpoolError,
     SpoolStatistics,
     SyncProducer,
-    _marks,
     _spooling,
 )
-from aiokpl._intake import Intake
+from aiokpl._producer import marks as _marks
+from aiokpl._producer.intake import Intake
 from aiokpl._spool.files import OsFiles
 from aiokpl._spool.format import segment_name
 from aiokpl.aggregation import Deduper, deaggregate, identity_of

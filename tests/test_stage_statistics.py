@@ -17,7 +17,7 @@ from aiokpl._core.statistics import (
     SenderStatistics,
     ShardMapStatistics,
 )
-from aiokpl._producer import Producer
+from aiokpl._producer.producer import Producer
 from aiokpl.testing import FakeKinesis
 from running import running
 from test_producer import warm_up

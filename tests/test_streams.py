@@ -261,7 +261,7 @@ async def test_without_config_region_each_arn_is_written_in_its_own_region(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     opened = _Opened()
-    monkeypatch.setattr("aiokpl._producer.create_client", opened)
+    monkeypatch.setattr("aiokpl._producer.producer.create_client", opened)
     eu = "arn:aws:kinesis:eu-west-1:123456789012:stream/events"
     cn = "arn:aws-cn:kinesis:cn-north-1:123456789012:stream/events"
     async with Producer(Config()) as producer:
@@ -295,7 +295,7 @@ async def test_with_config_region_the_producer_opens_no_other_client(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     opened = _Opened()
-    monkeypatch.setattr("aiokpl._producer.create_client", opened)
+    monkeypatch.setattr("aiokpl._producer.producer.create_client", opened)
     eu = "arn:aws:kinesis:eu-west-1:123456789012:stream/events"
     async with Producer(Config(region="us-east-1")) as producer:
         with pytest.raises(InvalidRecordError, match="is in region 'eu-west-1'"):

@@ -42,7 +42,7 @@ from aiokpl import (
     SyncProducer,
 )
 from aiokpl._blocking.executor import ExitSafeExecutor
-from aiokpl._hosted import ProducerPort
+from aiokpl._producer.port import ProducerPort
 from aiokpl.aggregation import deaggregate
 from aiokpl.testing import FakeKinesis, read_stream
 

@@ -22,7 +22,7 @@ from aiokpl import (
 from aiokpl._core.encoder import MAX_TAGS, encode_tags
 from aiokpl._core.hashing import MAX_HASH_KEY
 from aiokpl._core.wire import MAGIC
-from aiokpl._producer import Producer
+from aiokpl._producer.producer import Producer
 from aiokpl.aggregation import DeaggregatedRecord, Tag, deaggregate, is_aggregated
 from aiokpl.testing import FakeKinesis, read_stream
 from test_producer import warm_up

@@ -29,7 +29,7 @@ from ._metrics.prometheus import PrometheusSink as PrometheusSink
 from ._metrics.recorder import CloudWatchSink as CloudWatchSink
 from ._metrics.recorder import MetricsSink as MetricsSink
 from ._outcome import Outcome as Outcome
-from ._producer import Producer as Producer
+from ._producer.producer import Producer as Producer
 from ._public import present_as_public as _present_as_public
 from ._rate_limiter import RateLimiter as RateLimiter
 from ._rate_limiter import RateLimiterStatistics as RateLimiterStatistics

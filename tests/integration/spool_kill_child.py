@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 
 from aiokpl import Config, Producer
-from aiokpl._marks import encoder_of
+from aiokpl._producer.marks import encoder_of
 from aiokpl._spool import files as spool_files
 from aiokpl._spool import writer as spool_writer
 from aiokpl.testing._servers import DUMMY_CREDENTIALS

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from aiokpl import Producer
-from aiokpl._marks import encoder_of
+from aiokpl._producer.marks import encoder_of
 from aiokpl._spool.format import decode_header
 from aiokpl.aggregation import Deduper, deaggregate, identity_of
 from aiokpl.testing import read_stream

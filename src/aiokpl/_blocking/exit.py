@@ -7,7 +7,7 @@
   (:meth:`ExitReports.report_abandon`).
 * A close that runs out of time (``close(timeout=…)``) cancels what is left, and a warning
   sums up too. What the cancelled exit cost is handed from the loop's thread to the close that
-  says it (:class:`ExitReports`), in the words of :mod:`aiokpl._exit_report`, the async
+  says it (:class:`ExitReports`), in the words of :mod:`aiokpl._producer.exit_report`, the async
   producer's.
 * The waits for the loop that a Ctrl-C must cut short are waited in slices (:func:`in_slices`).
 
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from .._core.statistics import ProducerStatistics
-from .._exit_report import ExitReport
+from .._producer.exit_report import ExitReport
 
 __all__ = (
     "ExitReports",

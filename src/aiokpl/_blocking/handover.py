@@ -45,8 +45,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, NoReturn
 
-from .._admission import Admission
 from .._core.errors import BufferFullError, ProducerClosedError
+from .._producer.admission import Admission
 from .futures import RecordFuture
 
 if TYPE_CHECKING:

@@ -42,15 +42,15 @@ from .._core.config import Config
 from .._core.decoder import decode_tags
 from .._core.results import Attempt, FailedRecord, RecordResult
 from .._core.statistics import ProducerStatistics
-from .._producer import Producer, port_of, report_exit_to
+from .._producer.producer import Producer, port_of, report_exit_to
 from .executor import THREADS_AT_EXIT, ExitSafeExecutor
 from .exit import ExitReports
 from .handover import Handover, Item, Resolved, not_running
 
 if TYPE_CHECKING:
-    from .._hosted import ProducerPort
     from .._kinesis import KinesisClient
     from .._outcome import Outcome
+    from .._producer.port import ProducerPort
     from .._record import UserRecord
 
 __all__ = ("Loop", "loop_stopped")

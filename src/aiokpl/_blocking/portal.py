@@ -32,7 +32,7 @@ from .exit import in_slices
 from .handover import CLOSED_MESSAGE
 
 if TYPE_CHECKING:
-    from .._producer import Producer
+    from .._producer.producer import Producer
     from .loop import Loop
 
 __all__ = ("ask", "wait_durable_from_thread")

@@ -2,7 +2,7 @@
 
 One thread (:mod:`.loop`) runs an event loop, asyncio or trio, hosting a :class:`~aiokpl.Producer`.
 Any number of other threads call :meth:`SyncProducer.put_record`, which checks the record in
-the caller's thread (with the async producer's :mod:`aiokpl._admission`: errors are raised
+the caller's thread (with the async producer's :mod:`aiokpl._producer.admission`: errors are raised
 there, synchronously), queues it in the hand-over (:mod:`.handover`), waiting for room if the
 producer is at its bounds, and returns its future (:mod:`.futures`). Each method here is one
 crossing between a caller's thread and the loop: a put, a flush, a durable wait, a question
@@ -33,7 +33,6 @@ from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._admission import Admission
 from .._backend import BACKENDS
 from .._core.config import Config
 from .._core.errors import ProducerClosedError
@@ -42,7 +41,8 @@ from .._core.results import RecordResult
 from .._core.statistics import ProducerStatistics
 from .._core.wire import Tags
 from .._kinesis import fixed_region
-from .._producer import Producer
+from .._producer.admission import Admission
+from .._producer.producer import Producer
 from .exit import ExitReports, forget, in_slices, remember, uninterrupted
 from .futures import RecordFuture
 from .handover import CLOSED_MESSAGE, Handover

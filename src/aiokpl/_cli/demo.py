@@ -26,7 +26,7 @@ from .._core.config import Config
 from .._core.hashing import hash_key_of
 from .._core.results import RecordResult
 from .._kinesis import create_client
-from .._producer import Producer
+from .._producer.producer import Producer
 from ..testing import read_stream
 from ..testing._servers import DUMMY_CREDENTIALS, LocalServerError, moto_server
 from .options import (

@@ -46,7 +46,7 @@ from .._core.errors import ConfigError, InvalidRecordError, InvalidRecordTypeErr
 from .._core.hashing import parse_stream_arn
 from .._kinesis import create_client, error_of, stream_argument
 from .._outcome import Outcome
-from .._producer import Producer
+from .._producer.producer import Producer
 from .._rate_limiter import RateLimiter
 from .lines import (
     MAX_LINE_SIZE,

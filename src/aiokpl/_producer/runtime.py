@@ -25,29 +25,29 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._admission import Admission
-from ._backend import current_clock
-from ._coordination.coordinator import Coordination
-from ._core.config import Config
-from ._core.errors import ConfigError
-from ._core.health import DEFAULT_WINDOW, Health, check_window
-from ._core.metrics import MetricsTable
-from ._health import Connectivity, health
-from ._intake import Intake
-from ._kinesis import KinesisClient, RegionalClients, endpoint_of, fixed_region
-from ._marks import Marks
-from ._metrics.recorder import MetricsRecorder, MetricsSink
-from ._metrics.runner import MetricsRunner
-from ._pipeline.ledger import ResultLedger
-from ._pipeline.scheduler import Scheduler
-from ._pipeline.sender import Sender
-from ._streams import Streams
+from .._backend import current_clock
+from .._coordination.coordinator import Coordination
+from .._core.config import Config
+from .._core.errors import ConfigError
+from .._core.health import DEFAULT_WINDOW, Health, check_window
+from .._core.metrics import MetricsTable
+from .._kinesis import KinesisClient, RegionalClients, endpoint_of, fixed_region
+from .._metrics.recorder import MetricsRecorder, MetricsSink
+from .._metrics.runner import MetricsRunner
+from .._pipeline.ledger import ResultLedger
+from .._pipeline.scheduler import Scheduler
+from .._pipeline.sender import Sender
+from .admission import Admission
+from .health import Connectivity, health
+from .intake import Intake
+from .marks import Marks
+from .streams import Streams
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from ._coordination.coordinator import ProducerCoordinator
-    from ._spooling import Spool
+    from .._coordination.coordinator import ProducerCoordinator
+    from .._spooling import Spool
 
 __all__ = ("Arguments", "Runtime", "check_arguments", "start")
 

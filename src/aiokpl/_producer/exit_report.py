@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ._core.statistics import ProducerStatistics
+from .._core.statistics import ProducerStatistics
 
 __all__ = ("ExitReport", "log_cancelled_exit")
 

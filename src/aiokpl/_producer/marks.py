@@ -13,14 +13,14 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING
 
-from ._core.config import Config
-from ._core.errors import InvalidRecordError
-from ._core.identity import IdentityEncoder, alone_size, identity_tag_size, new_producer_id
-from ._record import SpooledRecord, TaggedRecord, UserRecord
+from .._core.config import Config
+from .._core.errors import InvalidRecordError
+from .._core.identity import IdentityEncoder, alone_size, identity_tag_size, new_producer_id
+from .._record import SpooledRecord, TaggedRecord, UserRecord
 
 if TYPE_CHECKING:
-    from ._spool import SpoolRecord
-    from ._spooling import Spool
+    from .._spool import SpoolRecord
+    from .._spooling import Spool
 
 __all__ = ("Marks", "encoder_of")
 

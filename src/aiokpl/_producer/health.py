@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
-from ._core.answers import UNREACHABLE, Answer, Answered
-from ._core.health import (
+from .._core.answers import UNREACHABLE, Answer, Answered
+from .._core.health import (
     CREDENTIAL_CODES,
     MAX_WINDOW,
     Health,

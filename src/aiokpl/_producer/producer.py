@@ -15,7 +15,7 @@ owned client, the metrics runner, the result settlement, the task group), so a f
 step releases exactly what was started and propagates unchanged; ``__aexit__`` flushes (for at
 most the TTL plus one request and a second) and unwinds the same stack; an exit that is
 cancelled (or interrupted while it drains) fails what is left ``"Cancelled"`` and logs one line
-of what that cost (:mod:`aiokpl._exit_report`).
+of what that cost (:mod:`aiokpl._producer.exit_report`).
 
 Invariants:
 
@@ -45,11 +45,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._admission import check_records_argument
-from ._coordination.coordinator import Coordination, ProducerCoordinator
-from ._core.config import Config
-from ._core.errors import BufferFullError, ProducerClosedError
-from ._core.health import (
+from .._coordination.coordinator import Coordination, ProducerCoordinator
+from .._core.config import Config
+from .._core.errors import BufferFullError, ProducerClosedError
+from .._core.health import (
     DEFAULT_WINDOW,
     Health,
     check_window,
@@ -57,18 +56,19 @@ from ._core.health import (
     not_started_reason,
     verdict,
 )
-from ._core.metrics import METRICS, WINDOW_SECONDS, MetricStatistics
-from ._core.results import RecordResult
-from ._core.statistics import ProducerStatistics, SpoolStatistics, StreamStatistics
-from ._core.wire import Tags
-from ._exit_report import ExitReport, log_cancelled_exit
-from ._hosted import ProducerPort
-from ._intake import CLOSED, Intake
-from ._kinesis import KinesisClient, create_client
-from ._metrics.recorder import MetricsSink
-from ._outcome import Outcome
-from ._runtime import Runtime, check_arguments, start
-from ._spooling import Spool
+from .._core.metrics import METRICS, WINDOW_SECONDS, MetricStatistics
+from .._core.results import RecordResult
+from .._core.statistics import ProducerStatistics, SpoolStatistics, StreamStatistics
+from .._core.wire import Tags
+from .._kinesis import KinesisClient, create_client
+from .._metrics.recorder import MetricsSink
+from .._outcome import Outcome
+from .._spooling import Spool
+from .admission import check_records_argument
+from .exit_report import ExitReport, log_cancelled_exit
+from .intake import CLOSED, Intake
+from .port import ProducerPort
+from .runtime import Runtime, check_arguments, start
 
 if TYPE_CHECKING:
     pass

@@ -37,21 +37,21 @@ from collections.abc import Callable
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from ._core.config import Config
-from ._core.statistics import StreamStatistics
-from ._kinesis import RegionalClients
-from ._pipeline.scheduler import RoutedDeadlines
-from ._pipeline.shard_map import MissingStreamsLog
-from ._pipeline.stream import StreamPipeline
+from .._core.config import Config
+from .._core.statistics import StreamStatistics
+from .._kinesis import RegionalClients
+from .._pipeline.scheduler import RoutedDeadlines
+from .._pipeline.shard_map import MissingStreamsLog
+from .._pipeline.stream import StreamPipeline
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from ._coordination.coordinator import ProducerCoordinator
-    from ._metrics.recorder import MetricsRecorder
-    from ._pipeline.ledger import ResultLedger
-    from ._pipeline.scheduler import Scheduler
-    from ._pipeline.sender import Sender
+    from .._coordination.coordinator import ProducerCoordinator
+    from .._metrics.recorder import MetricsRecorder
+    from .._pipeline.ledger import ResultLedger
+    from .._pipeline.scheduler import Scheduler
+    from .._pipeline.sender import Sender
 
 __all__ = ("IDLE_SWEEP_SECONDS", "MISSING_KEPT", "MISSING_LOOK_SECONDS", "Streams")
 

@@ -3,7 +3,7 @@
 A :class:`~aiokpl.SyncProducer` checks each record in its caller's thread (with an
 :class:`~aiokpl._admission.Admission` of the same config as the async producer's: the record
 comes back built) and hands the record over to its loop, which enters it as it is, without
-checking it again: through a :class:`ProducerPort` (``aiokpl._producer.port_of``), the same
+checking it again: through a :class:`ProducerPort` (``aiokpl._producer.producer.port_of``), the same
 :meth:`~aiokpl._intake.Intake.enter` as the async put paths.
 """
 
@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ._core.errors import InvalidRecordError
-from ._core.results import Attempt
+from .._core.errors import InvalidRecordError
+from .._core.results import Attempt
 
 if TYPE_CHECKING:
-    from ._intake import Intake
-    from ._record import UserRecord
+    from .._record import UserRecord
+    from .intake import Intake
 
 __all__ = ("ProducerPort",)
 

@@ -25,15 +25,15 @@ from collections.abc import Iterable, Mapping, Sequence, Sized
 from itertools import islice
 from typing import Any
 
-from ._core.config import Config
-from ._core.decoder import decode_tags
-from ._core.encoder import check_tags
-from ._core.errors import InvalidRecordError, InvalidRecordTypeError
-from ._core.hashing import check_stream_name, check_user_record, parse_stream_arn
-from ._core.identity import IDENTITY_SIZE_BOUND, RESERVED_PREFIX, is_reserved_key
-from ._core.wire import Tags
-from ._kinesis import check_region
-from ._record import RecordBuilder, UserRecord, builder_for
+from .._core.config import Config
+from .._core.decoder import decode_tags
+from .._core.encoder import check_tags
+from .._core.errors import InvalidRecordError, InvalidRecordTypeError
+from .._core.hashing import check_stream_name, check_user_record, parse_stream_arn
+from .._core.identity import IDENTITY_SIZE_BOUND, RESERVED_PREFIX, is_reserved_key
+from .._core.wire import Tags
+from .._kinesis import check_region
+from .._record import RecordBuilder, UserRecord, builder_for
 
 __all__ = ("Admission", "check_records_argument", "fields_of")
 

@@ -1,12 +1,12 @@
 """The intake: where an async producer's accepted records enter their streams' pipelines.
 
-:class:`~aiokpl.Producer`'s put paths check a put (:mod:`aiokpl._admission`: the record comes
-back built, the caller's :class:`~aiokpl.Outcome`), then hand the record here: this says
-whether the put may go ahead at all (the producer's thread, open, started) and whether there is
-room, and enters it (:meth:`Intake.enter`): stamps its times, gives it its marks (a place in
+:class:`~aiokpl.Producer`'s put paths check a put (:mod:`aiokpl._producer.admission`: the
+record comes back built, the caller's :class:`~aiokpl.Outcome`), then hand the record here:
+this says whether the put may go ahead at all (the producer's thread, open) and whether there
+is room, and enters it (:meth:`Intake.enter`): stamps its times, gives it its marks (a place in
 the spool, an identity) when the producer has any, counts it in the ledger and puts it to its
 stream's pipeline (its router). A ``SyncProducer``'s loop enters the records its callers'
-threads checked through the same method.
+threads checked through the same method. An intake exists only while its producer runs.
 
 Invariants:
 
@@ -23,14 +23,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from ._admission import Admission
-from ._core.errors import ProducerClosedError
-from ._record import UserRecord
+from .._core.errors import ProducerClosedError
+from .._record import UserRecord
+from .admission import Admission
 
 if TYPE_CHECKING:
-    from ._core.config import Config
-    from ._marks import Marks
-    from ._spool import SpoolRecord
+    from .._core.config import Config
+    from .._spool import SpoolRecord
+    from .marks import Marks
 
 __all__ = ("CLOSED", "Intake", "Ledger", "Pipeline")
 
