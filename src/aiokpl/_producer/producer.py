@@ -2,20 +2,19 @@
 
 Per stream, a record flows ShardMap (prediction) → Aggregator → Limiter → Collector → Sender →
 Retrier, and from the retrier either to its outcome or back to the aggregator; one stream's
-wiring is :mod:`aiokpl._pipeline.stream`, the result bookkeeping (outstanding records, room,
-flush waiters, counters) :mod:`aiokpl._pipeline.ledger`. Everything up to the sender is
-synchronous: ``put_record`` runs the record through the aggregator (and, when a batch fills,
-further) in the caller's task, without locks, tasks or timers per record. The producer's own
-tasks are: one scheduler serving all deadlines (a stream's backoff included), one task per
-connection in use (at most ``max_connections``), and one shard-map refresh per stream while it
-runs.
+wiring is :mod:`aiokpl._pipeline.stream`, the result bookkeeping :mod:`aiokpl._pipeline.ledger`.
+Everything up to the sender is synchronous: ``put_record`` checks the record
+(:mod:`.admission`) and enters it (:mod:`.intake`), which runs it through the aggregator (and,
+when a batch fills, further) in the caller's task, without locks, tasks or timers per record.
 
-The lifecycle is one ``AsyncExitStack``: ``__aenter__`` pushes each part as it starts (the
-owned client, the metrics runner, the result settlement, the task group), so a failure at any
-step releases exactly what was started and propagates unchanged; ``__aexit__`` flushes (for at
-most the TTL plus one request and a second) and unwinds the same stack; an exit that is
-cancelled (or interrupted while it drains) fails what is left ``"Cancelled"`` and logs one line
-of what that cost (:mod:`aiokpl._producer.exit_report`).
+The producer holds its settings, its checked arguments and its spool (not open) from the
+start; everything that runs is built when ``async with`` enters it (:func:`.runtime.start`,
+which pushes each part to undo onto the producer's ``AsyncExitStack``), and is held as one
+:class:`~.runtime.Runtime` (``None`` before, and after a start that failed: a put then says
+the producer is not started, or closed). ``__aexit__`` flushes (for at most the TTL plus one
+request and a second) and unwinds the same stack; an exit that is cancelled (or interrupted
+while it drains) fails what is left ``"Cancelled"`` and logs one line of what that cost
+(:mod:`.exit_report`).
 
 Invariants:
 
