@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiokpl._core.records import KinesisRecord
+from aiokpl._pipeline.shard_limiter import Flow
 from aiokpl._record import UserRecord
 
 
@@ -26,6 +27,12 @@ class Recorder:
         due = [item for when, item in self.calls if when <= now]
         self.calls = [(when, item) for when, item in self.calls if when > now]
         return due
+
+
+def collect(flow: Flow, admitted: list[KinesisRecord], expired: list[KinesisRecord]) -> None:
+    """What a shard's ``put`` or ``drain`` returned, appended to ``admitted`` and ``expired``."""
+    admitted.extend(flow[0])
+    expired.extend(flow[1])
 
 
 def user_record(

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from aiokpl._core.records import KinesisRecord
-from aiokpl._pipeline.limiter import Flow, Limiter, ShardLimiter
-from stages import Recorder, kinesis_record
+from aiokpl._pipeline.limiter import Flow, Limiter, Limits, ShardLimiter
+from stages import Recorder, collect, kinesis_record
 
 
 def flow(result: Flow) -> tuple[list[KinesisRecord], list[KinesisRecord]]:
@@ -15,17 +15,18 @@ def flow(result: Flow) -> tuple[list[KinesisRecord], list[KinesisRecord]]:
 
 def limiter(
     *, records_per_second: float = 2.0, send_margin: float = 0.0, admit_batch: float = 0.0
-) -> tuple[Limiter[ShardLimiter], Recorder]:
+) -> tuple[Limiter, Recorder]:
     deadlines = Recorder()
     stage = Limiter(
         deadlines,
         lambda: 0.0,
-        lanes=ShardLimiter,
-        records_per_second=records_per_second,
-        bytes_per_second=1_000_000.0,
-        drain_interval=0.25,
-        send_margin=send_margin,
-        admit_batch=admit_batch,
+        Limits(
+            records_per_second=records_per_second,
+            bytes_per_second=1_000_000.0,
+            drain_interval=0.25,
+            send_margin=send_margin,
+            admit_batch=admit_batch,
+        ),
     )
     return stage, deadlines
 
@@ -137,22 +138,22 @@ def test_a_shards_bucket_refills_from_its_first_answer_not_from_its_first_take()
     admitted: list[KinesisRecord] = []
     shard = ShardLimiter(100.0, 1_000_000.0)
     for record in records[:100]:  # the burst: the full bucket, at once
-        shard.put(record, 0.0, admitted.append, admitted.append)
+        collect(shard.put(record, 0.0), admitted, admitted)
     assert len(admitted) == 100
     for record in records[100:]:
-        shard.put(record, 0.05, admitted.append, admitted.append)
+        collect(shard.put(record, 0.05), admitted, admitted)
     assert len(admitted) == 100  # 5 tokens' worth of refill, held back until an answer
     shard.accepted(50, 5_000, 0.06)  # the first answer: the refill until now is given up
-    shard.drain(0.07, admitted.append, admitted.append)
+    collect(shard.drain(0.07), admitted, admitted)
     assert len(admitted) == 101  # 0.01 s of refill since the answer
-    shard.drain(0.1, admitted.append, admitted.append)
+    collect(shard.drain(0.1), admitted, admitted)
     assert len(admitted) == 104
     # No answer within a second (a slow first response): the refill flows again then.
     silent = ShardLimiter(100.0, 1_000_000.0)
     late: list[KinesisRecord] = []
     for record in records:
-        silent.put(record, 0.0, late.append, late.append)
-    silent.drain(0.99, late.append, late.append)
+        collect(silent.put(record, 0.0), late, late)
+    collect(silent.drain(0.99), late, late)
     assert len(late) == 100
-    silent.drain(1.0, late.append, late.append)
+    collect(silent.drain(1.0), late, late)
     assert len(late) == 110
