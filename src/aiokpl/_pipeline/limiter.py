@@ -149,6 +149,10 @@ def limits_of(config: Config, grace: float, phase: float) -> Limits:
     )
 
 
+def _expiry(record: KinesisRecord) -> float:
+    return record.expires_at
+
+
 def _joined(first: Flow, then: Flow) -> Flow:
     """``first``, then ``then``: one flow, in that order."""
     if not then[0] and not then[1]:
@@ -433,15 +437,18 @@ class Limiter:
             self.unmapped.set_ceiling(records, size, now)
 
     def take_queued(self, now: float) -> list[KinesisRecord]:
-        """Remove and return every record queued for a predicted shard, oldest first by
-        shard, those in flight left alone (a stream that now places records itself: the
-        router sends them again unpredicted, or with ``ordering="shard"`` fails them)."""
+        """Remove and return every record queued for a predicted shard, those in flight left
+        alone (a stream that now places records itself: the router sends them again
+        unpredicted, or with ``ordering="shard"`` fails them): oldest first (by expiry, across
+        shards; records of equal expiry by shard), or with a gate lane by lane, in put order."""
         taken: list[KinesisRecord] = []
         for shard, limiter in self.shards.items():
             if limiter.queue:
                 taken += limiter.take()
                 self._waiting.discard(shard)
-        if self.gate is not None:
+        if self.gate is None:
+            taken.sort(key=_expiry)
+        else:
             for shard, limiter in list(self.shards.items()):
                 if limiter.in_flight is None:
                     # A retired lane is done with; no lane has records left to admit.
