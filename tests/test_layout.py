@@ -66,9 +66,6 @@ KNOWN_LONG_MODULES: dict[str, str] = {
     "aiokpl._kinesis": "the SDK boundary, the only module that imports botocore: its clients, "
     "their TLS and regions, and the reading of the SDK's errors and answers share that rule; "
     "split it as a package of its own (issue 34's redesign), not by moving lines",
-    "aiokpl._pipeline.sender": "the sender's lanes, connection shares and merges of queued "
-    "requests over the one set of connections; its data (requests.py) and lane states "
-    "(lane_states.py) are modules of their own; to be split with issue 34's redesign",
     "aiokpl.testing._throttling": "the throttling server's WSGI application: per-shard "
     "buckets over moto's model and the faults it injects, under one lock; its limits and "
     "faults (_shard_limits.py) and moto's extras are modules of their own; the faults' "
