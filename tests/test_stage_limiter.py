@@ -157,3 +157,41 @@ def test_a_shards_bucket_refills_from_its_first_answer_not_from_its_first_take()
     assert len(late) == 100
     collect(silent.drain(1.0), late, late)
     assert len(late) == 110
+
+
+def test_the_settings_are_one_frozen_object_read_from_the_config() -> None:
+    from dataclasses import FrozenInstanceError
+
+    from aiokpl import Config
+    from aiokpl._pipeline.limiter import limits_of
+
+    config = Config(record_max_buffered_time_ms=200, drain_interval_ms=25)
+    limits = limits_of(config, grace=0.02, phase=0.5)
+    assert limits == Limits(
+        records_per_second=config.rate_limit_records_per_sec_per_shard,
+        bytes_per_second=config.rate_limit_bytes_per_sec_per_shard,
+        drain_interval=0.025,
+        send_margin=0.02 + 0.025,
+        admit_batch=0.2,
+        batch_phase=0.1,
+    )
+    try:
+        limits.send_margin = 0.0  # type: ignore[misc]
+    except FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("the settings changed")
+
+
+def test_records_taken_back_from_the_shards_come_oldest_first_across_shards() -> None:
+    stage, _ = limiter(records_per_second=1.0)
+    stage.put(kinesis_record("a"), 0.0)  # each shard's one token
+    stage.put(kinesis_record("b"), 0.0)
+    late_a = kinesis_record("a", expires_at=20.0)
+    early_b = kinesis_record("b", expires_at=10.0)
+    same_a, same_b = kinesis_record("a", expires_at=15.0), kinesis_record("b", expires_at=15.0)
+    for record in (late_a, same_a, early_b, same_b):
+        assert flow(stage.put(record, 0.0)) == ([], [])
+    # By expiry (retried records first), records of equal expiry by shard.
+    assert stage.take_queued(0.0) == [early_b, same_a, same_b, late_a]
+    assert stage.queued == 0
