@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from aiokpl._core.records import KinesisRecord
 from aiokpl._pipeline.ledger import ResultLedger
+from aiokpl._pipeline.shard_limiter import Flow
 from aiokpl._record import UserRecord
 
 R = TypeVar("R", bound=UserRecord)
@@ -31,6 +32,12 @@ class Recorder:
         due = [item for when, item in self.calls if when <= now]
         self.calls = [(when, item) for when, item in self.calls if when > now]
         return due
+
+
+def collect(flow: Flow, admitted: list[KinesisRecord], expired: list[KinesisRecord]) -> None:
+    """What a shard's ``put`` or ``drain`` returned, appended to ``admitted`` and ``expired``."""
+    admitted.extend(flow[0])
+    expired.extend(flow[1])
 
 
 def user_record(

@@ -21,12 +21,13 @@ from aiokpl._core.coordination import (
     encode_summary,
 )
 from aiokpl._core.records import KinesisRecord
-from aiokpl._pipeline.limiter import Limiter, ShardLimiter
+from aiokpl._pipeline.limiter import Limiter, Limits, ShardLimiter
 from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl._producer.producer import Producer
 from aiokpl.coordination import Coordination, DynamoDBStore, run_summarizer
 from aiokpl.testing import FakeKinesis
 from running import running
+from stages import collect
 
 SHARD = "shardId-000000000000"
 
@@ -97,9 +98,9 @@ def test_a_ceiling_lowers_the_rates_and_throttle_feedback_recovers_to_it_not_abo
     assert limiter.rates == pytest.approx((135.0, 45_000.0))
     admitted: list[KinesisRecord] = []
     # Back at the rate of the cut within 4 × cbrt(150 / 200) s, then beyond, to the ceiling.
-    limiter.put(kinesis_record(10), 1.0 + 4.0 * 0.75 ** (1 / 3), admitted.append, admitted.append)
+    collect(limiter.put(kinesis_record(10), 1.0 + 4.0 * 0.75 ** (1 / 3)), admitted, admitted)
     assert limiter.rates[0] == pytest.approx(150.0)
-    limiter.put(kinesis_record(10), 60.0, admitted.append, admitted.append)
+    collect(limiter.put(kinesis_record(10), 60.0), admitted, admitted)
     assert limiter.rates == (200.0, 100_000.0)
     # A higher ceiling later: the rate follows at once when not recovering.
     limiter.set_ceiling(500.0, 200_000.0, now=61.0)
@@ -110,10 +111,11 @@ def test_limiter_applies_a_ceiling_now_or_when_the_shard_first_appears() -> None
     limiter = Limiter(
         RoutedDeadlines(Scheduler(), lambda item, now: None),
         lambda: 0.0,
-        lanes=ShardLimiter,
-        records_per_second=1000.0,
-        bytes_per_second=1_000_000.0,
-        drain_interval=0.025,
+        Limits(
+            records_per_second=1000.0,
+            bytes_per_second=1_000_000.0,
+            drain_interval=0.025,
+        ),
     )
     limiter.set_ceiling("shardId-000000000007", 300.0, 3000.0)
     limiter.put(kinesis_record(10, "shardId-000000000007"), 0.0)

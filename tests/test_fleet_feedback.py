@@ -15,10 +15,11 @@ from collections.abc import Callable
 import pytest
 
 from aiokpl._core.records import KinesisRecord
-from aiokpl._pipeline.limiter import Limiter, ShardLimiter
+from aiokpl._pipeline.limiter import Limiter, Limits, ShardLimiter
 from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl.coordination import Coordination
 from fleet import Fleet, Member, Series, run
+from stages import collect
 from test_coordination import MemoryStore
 
 SHARD = "shardId-000000000000"
@@ -48,13 +49,13 @@ def test_a_starved_shard_admits_a_batch_per_batch_interval_not_a_trickle_per_dra
     limiter.accepted(0, 0, -1.0)  # heard from for a second: the cut below is not an early one
     admitted: list[KinesisRecord] = []
     for _ in range(300):  # 3 s of backlog: 100 go at once (the bucket's burst), 200 wait
-        limiter.put(record(), 0.0, admitted.append, admitted.append)
+        collect(limiter.put(record(), 0.0), admitted, admitted)
     assert len(admitted) == 100
     assert limiter.starved
     waves = []
     for tick in range(1, 41):  # a drain every 25 ms for a second
         before = len(admitted)
-        limiter.drain(tick * 0.025, admitted.append, admitted.append)
+        collect(limiter.drain(tick * 0.025), admitted, admitted)
         if len(admitted) > before:
             waves.append((tick * 0.025, len(admitted) - before))
     # The first starvation had one record waiting: held only until a token came (10 ms).
@@ -65,23 +66,22 @@ def test_a_starved_shard_admits_a_batch_per_batch_interval_not_a_trickle_per_dra
     assert [at for at, _ in waves[2:]] == pytest.approx([0.1 * n for n in range(2, 11)])
     assert all(count == 10 for _, count in waves[2:]), waves
     # A forced drain (flush) ignores the hold.
-    limiter.drain(1.01, admitted.append, admitted.append, force=True)
+    collect(limiter.drain(1.01, force=True), admitted, admitted)
     assert not limiter.queue
 
 
-def stream_limiter(
-    now: list[float], *, records_per_second: float, admit_batch: float
-) -> Limiter[ShardLimiter]:
+def stream_limiter(now: list[float], *, records_per_second: float, admit_batch: float) -> Limiter:
     """A stream's limiter on the clock ``now[0]``, draining every 25 ms; no scheduler runs
     (the tests call ``_next_drain`` and ``drain`` themselves)."""
     return Limiter(
         RoutedDeadlines(Scheduler(), lambda item, now: None),
         lambda: now[0],
-        lanes=ShardLimiter,
-        records_per_second=records_per_second,
-        bytes_per_second=1_000_000.0,
-        drain_interval=0.025,
-        admit_batch=admit_batch,
+        Limits(
+            records_per_second=records_per_second,
+            bytes_per_second=1_000_000.0,
+            drain_interval=0.025,
+            admit_batch=admit_batch,
+        ),
     )
 
 
@@ -146,8 +146,8 @@ def test_a_cut_keeps_a_starved_shard_s_batch_and_no_more() -> None:
     limiter.accepted(0, 0, -1.0)  # heard from for a second: the cut below is not an early one
     admitted: list[KinesisRecord] = []
     for _ in range(300):
-        limiter.put(record(), 0.0, admitted.append, admitted.append)
-    limiter.drain(0.1, admitted.append, admitted.append)  # a batch: the bucket is spent
+        collect(limiter.put(record(), 0.0), admitted, admitted)
+    collect(limiter.drain(0.1), admitted, admitted)  # a batch: the bucket is spent
     assert limiter.starved
     assert limiter.held_until == pytest.approx(0.2)
     limiter.accepted(100, 100 * 100, 0.15)
@@ -155,7 +155,7 @@ def test_a_cut_keeps_a_starved_shard_s_batch_and_no_more() -> None:
     rate = limiter.current_rates(0.15)[0]
     # 50 ms of tokens at 100/s gathered since the batch: 5, under a batch of the new rate.
     assert limiter.bucket.tokens(0.15)[0] == pytest.approx(5.0)
-    limiter.drain(0.2, admitted.append, admitted.append)
+    collect(limiter.drain(0.2), admitted, admitted)
     # The 5 kept and 50 ms at the cut rate (about 78/s): 8 (emptied: 3).
     assert len(admitted) - 110 == int(5.0 + rate * 0.05) == 8
 
@@ -167,16 +167,16 @@ def test_a_cut_gives_up_the_tokens_saved_under_the_allowance() -> None:
     admitted: list[KinesisRecord] = []
     limiter.accepted(0, 0, 0.0)  # heard from since the start: the cut below is not early
     for tick in range(125):  # a second at 125 records/s: the bucket stays full
-        limiter.put(record(), tick / 125, admitted.append, admitted.append)
+        collect(limiter.put(record(), tick / 125), admitted, admitted)
     assert len(admitted) == 125
     limiter.accepted(100, 100 * 100, 1.0)
     limiter.throttled(1.0, sent_at=0.9)
     rate = limiter.current_rates(1.0)[0]
     assert rate < 125.0
     for _ in range(200):  # the throttled records and the backlog, at once
-        limiter.put(record(), 1.0, admitted.append, admitted.append)
+        collect(limiter.put(record(), 1.0), admitted, admitted)
     assert len(admitted) == 125  # nothing saved to spend
-    limiter.drain(1.5, admitted.append, admitted.append)
+    collect(limiter.drain(1.5), admitted, admitted)
     # Half a second at the cut rate (a little more as it climbs back), not 250 at once.
     assert len(admitted) - 125 == pytest.approx(rate * 0.5, abs=2)
 

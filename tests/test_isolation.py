@@ -416,9 +416,9 @@ async def test_an_overdue_request_beyond_its_share_is_given_up_for_a_waiting_str
 
 
 def test_the_overdue_deadline_follows_the_round_trips() -> None:
-    from aiokpl._pipeline.sender import _Lane
+    from aiokpl._pipeline.lane_states import Lane
 
-    lane = _Lane(object())  # type: ignore[arg-type]
+    lane = Lane(object())  # type: ignore[arg-type]
     assert lane.overdue_after(1.0, 6.0) == 1.0  # before the first answer: the floor
     assert lane.overdue_after(1.0, 0.5) == 0.5  # never past the request timeout
     lane.sample(2.0)  # srtt 2, rttvar 1

@@ -26,7 +26,7 @@ from aiokpl._core.records import KinesisRecord, UserRecordLike
 from aiokpl._core.results import Attempt
 from aiokpl._core.shards import ShardRange
 from aiokpl._core.wire import Tag
-from aiokpl._pipeline.limiter import Flow, OrderedLimiter
+from aiokpl._pipeline.limiter import Flow, Limiter, Limits, OrderGate
 from aiokpl._pipeline.scheduler import RoutedDeadlines, Scheduler
 from aiokpl._pipeline.shard_limiter import OrderedShardLimiter
 from aiokpl._record import TaggedRecord, UserRecord
@@ -38,6 +38,12 @@ HALF = 2**127
 SHARD_0 = "shardId-000000000000"
 LOW = HALF // 2  # an explicit hash key in the lower half of the key space
 HIGH = HALF + HALF // 2  # and one in the upper half
+
+
+def in_flight(limiter: Any) -> int:
+    """Lanes of ``limiter`` with a Kinesis record in flight (none without a gate)."""
+    lanes = [*limiter.shards.values(), *([limiter.unmapped] if limiter.unmapped else [])]
+    return sum(1 for lane in lanes if lane.in_flight is not None)
 
 
 def user_record(data: bytes, ehk: int | None = None, *, expires_at: float = 30.0) -> UserRecord:
@@ -139,23 +145,15 @@ def test_regroup_keeps_each_records_tags() -> None:
 
 
 class _Recorded:
-    """An ``OrderedLimiter`` whose calls take the clock of ``lanes`` and record what they
+    """A limiter with a gate whose calls take the clock of ``lanes`` and record what they
     return (admitted, expired) in its lists."""
 
-    def __init__(self, lanes: Lanes, limiter: OrderedLimiter) -> None:
+    def __init__(self, lanes: Lanes, limiter: Limiter) -> None:
         self._lanes = lanes
         self._limiter = limiter
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._limiter, name)
-
-    @property
-    def send_margin(self) -> float:
-        return self._limiter.send_margin
-
-    @send_margin.setter
-    def send_margin(self, margin: float) -> None:
-        self._limiter.send_margin = margin
 
     def _record(self, flow: Flow) -> None:
         admitted, expired = flow
@@ -185,26 +183,33 @@ class _Recorded:
 
 
 class Lanes:
-    """An ``OrderedLimiter`` on a hand-moved clock, recording what it admits and expires."""
+    """A limiter with a gate (``ordering="shard"``) on a hand-moved clock, recording what it
+    admits and expires."""
 
-    def __init__(self, ranges: dict[str, ShardRange] | None = None) -> None:
+    def __init__(self, ranges: dict[str, ShardRange] | None = None, *, margin: float = 0.0) -> None:
         self.now = 0.0
         self.admitted: list[KinesisRecord] = []
         self.expired: list[KinesisRecord] = []
         self.ranges = ranges or {}
-        limiter = OrderedLimiter(
+        self.gate = OrderGate(self.ranges.get)
+        limiter = Limiter(
             RoutedDeadlines(Scheduler(), lambda item, now: None),
             lambda: self.now,
-            records_per_second=1000.0,
-            bytes_per_second=1_000_000.0,
-            drain_interval=0.025,
-            hash_range=self.ranges.get,
+            Limits(
+                records_per_second=1000.0,
+                bytes_per_second=1_000_000.0,
+                drain_interval=0.025,
+                send_margin=margin,
+            ),
+            self.gate,
         )
         self.ordered = limiter
         self.limiter = _Recorded(self, limiter)
 
     def lane(self, shard: str) -> OrderedShardLimiter:
-        return self.ordered.shards[shard]
+        lane = self.ordered.shards[shard]
+        assert isinstance(lane, OrderedShardLimiter)
+        return lane
 
 
 def test_a_lane_sends_one_record_at_a_time_in_put_order() -> None:
@@ -214,7 +219,7 @@ def test_a_lane_sends_one_record_at_a_time_in_put_order() -> None:
     for record in (first, second, third, other):
         lanes.limiter.put(record)
     assert lanes.admitted == [first, other]  # lanes do not wait for each other
-    assert lanes.limiter.lanes_in_flight == 2
+    assert in_flight(lanes.limiter) == 2
     lanes.limiter.settle(first, None)
     assert lanes.admitted == [first, other, second]
     assert lanes.lane("a").in_flight is second
@@ -247,8 +252,8 @@ def test_a_record_not_in_flight_is_resent_at_the_tail_when_settled() -> None:
 
 
 def test_expired_records_leave_a_gap_and_the_next_record_goes() -> None:
-    lanes = Lanes()
-    margin = lanes.limiter.send_margin = 0.045
+    margin = 0.045
+    lanes = Lanes(margin=margin)
     busy = kinesis_record("a", name=b"busy")
     doomed = kinesis_record("a", expires_at=1.0, name=b"doomed")
     close = kinesis_record("a", expires_at=2.0 + margin / 2, name=b"close")
@@ -298,7 +303,7 @@ def test_a_retired_lane_holds_the_lanes_it_overlaps_until_it_is_empty() -> None:
     lanes.limiter.put(kinesis_record("gone"))  # an empty lane of another dropped shard
     lanes.limiter.settle(lanes.admitted[-1], None)
     lanes.limiter.prune({"c1", "c2", "q"})  # p split into c1 and c2; "gone" is forgotten
-    assert set(lanes.limiter.retired) == {"p"}
+    assert set(lanes.gate.retired) == {"p"}
     assert "gone" not in lanes.limiter.shards
     child, unrelated = kinesis_record("c1", name=b"c1"), kinesis_record("q", name=b"q")
     lanes.limiter.put(child)
@@ -312,7 +317,7 @@ def test_a_retired_lane_holds_the_lanes_it_overlaps_until_it_is_empty() -> None:
     lanes.limiter.settle(queued, None)
     # Empty: the retired lane is forgotten, and its children's lanes are freed at once.
     assert "p" not in lanes.limiter.shards
-    assert not lanes.limiter.retired
+    assert not lanes.gate.retired
     assert lanes.admitted[-1] is child
     assert not lanes.lane("c2" if "c2" in lanes.limiter.shards else "c1").held
 
@@ -335,7 +340,7 @@ def test_a_lane_retired_later_waits_for_the_older_one_and_holds_its_own_children
     lanes.limiter.prune({"d1", "d2", "c2"})
     d1 = kinesis_record("d1", name=b"d1")
     lanes.limiter.put(d1)
-    assert list(lanes.limiter.retired) == ["p", "c1"]
+    assert list(lanes.gate.retired) == ["p", "c1"]
     assert lanes.lane("c1").held
     assert lanes.lane("d1").held
     assert lanes.admitted == [p]
@@ -344,12 +349,13 @@ def test_a_lane_retired_later_waits_for_the_older_one_and_holds_its_own_children
     assert lanes.lane("d1").held
     lanes.limiter.settle(c1, None)
     assert lanes.admitted == [p, c1, d1]
-    assert not lanes.limiter.retired
+    assert not lanes.gate.retired
 
 
 def test_a_retired_lane_whose_records_all_expire_frees_the_lanes_it_held() -> None:
-    lanes = Lanes({"p": ShardRange("p", 0, HALF - 1), "c": ShardRange("c", 0, HALF - 1)})
-    lanes.limiter.send_margin = 0.045
+    lanes = Lanes(
+        {"p": ShardRange("p", 0, HALF - 1), "c": ShardRange("c", 0, HALF - 1)}, margin=0.045
+    )
     in_flight = kinesis_record("p", name=b"p1")
     last = kinesis_record("p", expires_at=1.0, name=b"p2")
     lanes.limiter.put(in_flight)
@@ -363,7 +369,7 @@ def test_a_retired_lane_whose_records_all_expire_frees_the_lanes_it_held() -> No
     lanes.now = 1.0
     lanes.limiter.on_due(lanes.now)  # the scheduled drain: "p2" expires, "p" is empty
     assert lanes.expired == [last]
-    assert not lanes.limiter.retired
+    assert not lanes.gate.retired
     assert lanes.admitted == [in_flight, child]
 
 
@@ -390,7 +396,7 @@ def test_the_lane_of_unpredicted_records_holds_every_shard_lane() -> None:
     lanes.limiter.put(predicted)
     assert lanes.lane("a").held
     assert lanes.admitted == [first]
-    assert lanes.limiter.lanes_in_flight == 1
+    assert in_flight(lanes.limiter) == 1
     lanes.limiter.settle(first, None)
     assert lanes.admitted == [first, predicted]
     # Empty already when the map loads: nothing is held.

@@ -18,6 +18,7 @@ from aiokpl._core.records import KinesisRecord
 from aiokpl._pipeline.limiter import ShardLimiter
 from aiokpl.aggregation import decode, is_aggregated
 from aiokpl.testing import FakeKinesis
+from stages import collect
 
 pytestmark = pytest.mark.anyio
 
@@ -159,17 +160,18 @@ def test_a_record_too_close_to_its_ttl_takes_no_tokens_and_expires_at_its_ttl() 
     doomed = kinesis_record(10, expires_at=1.04)
     fresh = kinesis_record(10, expires_at=5.0)
     # 40 ms to live, margin 45 ms: not admitted, though the bucket is full.
-    assert limiter.put(doomed, 1.0, admitted.append, expired.append, margin=0.045)
+    collect(limiter.put(doomed, 1.0, margin=0.045), admitted, expired)
+    assert limiter.queue
     assert not admitted
     assert limiter.bucket.tokens(1.0)[0] == 10.0
     # It holds back nobody: a record with time to live goes past it.
-    limiter.put(fresh, 1.0, admitted.append, expired.append, margin=0.045)
+    collect(limiter.put(fresh, 1.0, margin=0.045), admitted, expired)
     assert admitted == [fresh]
     assert limiter.admitted == 1
     # It fails at its TTL, not before.
-    limiter.drain(1.039, admitted.append, expired.append, margin=0.045)
+    collect(limiter.drain(1.039, margin=0.045), admitted, expired)
     assert not expired
-    limiter.drain(1.04, admitted.append, expired.append, margin=0.045)
+    collect(limiter.drain(1.04, margin=0.045), admitted, expired)
     assert expired == [doomed]
     assert not limiter.queue
 
@@ -180,11 +182,11 @@ def test_the_oldest_record_is_admitted_first_a_retry_before_later_puts() -> None
     limiter.bucket.try_take((1, 0), 0.0)  # empty: everything queues
     later = kinesis_record(10, expires_at=30.5)
     retry = kinesis_record(10, expires_at=30.2)  # put earlier, back from a failed attempt
-    limiter.put(later, 0.5, admitted.append, admitted.append)
-    limiter.put(retry, 0.6, admitted.append, admitted.append)
-    limiter.drain(1.0, admitted.append, admitted.append)
+    collect(limiter.put(later, 0.5), admitted, admitted)
+    collect(limiter.put(retry, 0.6), admitted, admitted)
+    collect(limiter.drain(1.0), admitted, admitted)
     assert admitted == [retry]
-    limiter.drain(2.0, admitted.append, admitted.append)
+    collect(limiter.drain(2.0), admitted, admitted)
     assert admitted == [retry, later]
 
 
@@ -192,7 +194,7 @@ def test_a_refund_gives_the_tokens_back_up_to_the_capacity() -> None:
     limiter = ShardLimiter(10.0, 1000.0)
     admitted: list[KinesisRecord] = []
     record = kinesis_record(600, expires_at=10.0)
-    limiter.put(record, 0.0, admitted.append, admitted.append)
+    collect(limiter.put(record, 0.0), admitted, admitted)
     assert limiter.bucket.tokens(0.0) == (9.0, 399.0)  # 1 key byte + 600 data bytes
     limiter.refund(record, 0.0)
     assert limiter.bucket.tokens(0.0) == (10.0, 1000.0)
@@ -207,7 +209,7 @@ def test_a_shard_is_starved_only_while_sendable_records_wait_for_tokens() -> Non
     expired: list[KinesisRecord] = []
 
     def put(record: KinesisRecord, now: float) -> None:
-        limiter.put(record, now, admitted.append, expired.append, margin=0.045)
+        collect(limiter.put(record, now, margin=0.045), admitted, expired)
 
     # A record back from a retry, too close to its TTL to be sent: it waits, nobody starves.
     doomed = kinesis_record(10, expires_at=0.01)
@@ -218,7 +220,7 @@ def test_a_shard_is_starved_only_while_sendable_records_wait_for_tokens() -> Non
     assert len(admitted) == 1  # the bucket's one token, not for the doomed record
     put(kinesis_record(10, expires_at=9.5), 0.0)
     assert bool(limiter.starved)  # a sendable record waits for a token
-    limiter.drain(1.0, admitted.append, expired.append, margin=0.045)
+    collect(limiter.drain(1.0, margin=0.045), admitted, expired)
     assert len(admitted) == 2
     assert not limiter.starved
     assert expired == [doomed]

@@ -15,8 +15,9 @@ import pytest
 from aiokpl._core.answers import Answered, Malformed, RequestFailed
 from aiokpl._core.records import KinesisRecord
 from aiokpl._kinesis import client_error
+from aiokpl._pipeline.lane_states import Lane
 from aiokpl._pipeline.scheduler import Scheduler
-from aiokpl._pipeline.sender import Sender, _Lane
+from aiokpl._pipeline.sender import Sender
 
 EPS = 1e-9
 OK = {"Records": [{"SequenceNumber": "1", "ShardId": "shardId-000000000000"}]}
@@ -89,7 +90,7 @@ ANSWERED = Answered([("shardId-000000000000", "1")])
 
 
 def test_the_lane_backs_off_after_request_failures_and_resets_when_answered() -> None:
-    lane = _Lane(_Destination())
+    lane = Lane(_Destination())
     draw = lambda: 0.0  # noqa: E731 (no jitter: the nominal delays)
     assert lane.resume_at == -math.inf
     lane.back_off(failed(), 10.0, draw)

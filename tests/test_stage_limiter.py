@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from aiokpl._core.records import KinesisRecord
-from aiokpl._pipeline.limiter import Flow, Limiter, ShardLimiter
-from stages import Recorder, kinesis_record
+from aiokpl._pipeline.limiter import Flow, Limiter, Limits, ShardLimiter
+from stages import Recorder, collect, kinesis_record
 
 
 def flow(result: Flow) -> tuple[list[KinesisRecord], list[KinesisRecord]]:
@@ -15,17 +15,18 @@ def flow(result: Flow) -> tuple[list[KinesisRecord], list[KinesisRecord]]:
 
 def limiter(
     *, records_per_second: float = 2.0, send_margin: float = 0.0, admit_batch: float = 0.0
-) -> tuple[Limiter[ShardLimiter], Recorder]:
+) -> tuple[Limiter, Recorder]:
     deadlines = Recorder()
     stage = Limiter(
         deadlines,
         lambda: 0.0,
-        lanes=ShardLimiter,
-        records_per_second=records_per_second,
-        bytes_per_second=1_000_000.0,
-        drain_interval=0.25,
-        send_margin=send_margin,
-        admit_batch=admit_batch,
+        Limits(
+            records_per_second=records_per_second,
+            bytes_per_second=1_000_000.0,
+            drain_interval=0.25,
+            send_margin=send_margin,
+            admit_batch=admit_batch,
+        ),
     )
     return stage, deadlines
 
@@ -137,22 +138,60 @@ def test_a_shards_bucket_refills_from_its_first_answer_not_from_its_first_take()
     admitted: list[KinesisRecord] = []
     shard = ShardLimiter(100.0, 1_000_000.0)
     for record in records[:100]:  # the burst: the full bucket, at once
-        shard.put(record, 0.0, admitted.append, admitted.append)
+        collect(shard.put(record, 0.0), admitted, admitted)
     assert len(admitted) == 100
     for record in records[100:]:
-        shard.put(record, 0.05, admitted.append, admitted.append)
+        collect(shard.put(record, 0.05), admitted, admitted)
     assert len(admitted) == 100  # 5 tokens' worth of refill, held back until an answer
     shard.accepted(50, 5_000, 0.06)  # the first answer: the refill until now is given up
-    shard.drain(0.07, admitted.append, admitted.append)
+    collect(shard.drain(0.07), admitted, admitted)
     assert len(admitted) == 101  # 0.01 s of refill since the answer
-    shard.drain(0.1, admitted.append, admitted.append)
+    collect(shard.drain(0.1), admitted, admitted)
     assert len(admitted) == 104
     # No answer within a second (a slow first response): the refill flows again then.
     silent = ShardLimiter(100.0, 1_000_000.0)
     late: list[KinesisRecord] = []
     for record in records:
-        silent.put(record, 0.0, late.append, late.append)
-    silent.drain(0.99, late.append, late.append)
+        collect(silent.put(record, 0.0), late, late)
+    collect(silent.drain(0.99), late, late)
     assert len(late) == 100
-    silent.drain(1.0, late.append, late.append)
+    collect(silent.drain(1.0), late, late)
     assert len(late) == 110
+
+
+def test_the_settings_are_one_frozen_object_read_from_the_config() -> None:
+    from dataclasses import FrozenInstanceError
+
+    from aiokpl import Config
+    from aiokpl._pipeline.limiter import limits_of
+
+    config = Config(record_max_buffered_time_ms=200, drain_interval_ms=25)
+    limits = limits_of(config, grace=0.02, phase=0.5)
+    assert limits == Limits(
+        records_per_second=config.rate_limit_records_per_sec_per_shard,
+        bytes_per_second=config.rate_limit_bytes_per_sec_per_shard,
+        drain_interval=0.025,
+        send_margin=0.02 + 0.025,
+        admit_batch=0.2,
+        batch_phase=0.1,
+    )
+    try:
+        limits.send_margin = 0.0  # type: ignore[misc]
+    except FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("the settings changed")
+
+
+def test_records_taken_back_from_the_shards_come_oldest_first_across_shards() -> None:
+    stage, _ = limiter(records_per_second=1.0)
+    stage.put(kinesis_record("a"), 0.0)  # each shard's one token
+    stage.put(kinesis_record("b"), 0.0)
+    late_a = kinesis_record("a", expires_at=20.0)
+    early_b = kinesis_record("b", expires_at=10.0)
+    same_a, same_b = kinesis_record("a", expires_at=15.0), kinesis_record("b", expires_at=15.0)
+    for record in (late_a, same_a, early_b, same_b):
+        assert flow(stage.put(record, 0.0)) == ([], [])
+    # By expiry (retried records first), records of equal expiry by shard.
+    assert stage.take_queued(0.0) == [early_b, same_a, same_b, late_a]
+    assert stage.queued == 0

@@ -5,12 +5,12 @@ from __future__ import annotations
 from aiokpl._core.records import KinesisRecord
 from aiokpl._core.retry_policy import Decisions
 from aiokpl._core.shards import ShardRange
-from aiokpl._pipeline.limiter import Limiter, OrderedLimiter
+from aiokpl._pipeline.limiter import Limiter, Limits, OrderGate
 from aiokpl._pipeline.ordering import AggregateOrder, ShardOrder, ordering_of
 from stages import Recorder, kinesis_record, user_record
 
 NO_RANGES: dict[str, ShardRange] = {}
-LIMITS = {"records_per_second": 1000.0, "bytes_per_second": 1e6, "drain_interval": 0.025}
+LIMITS = Limits(records_per_second=1000.0, bytes_per_second=1e6, drain_interval=0.025)
 
 
 def aggregate(*data: bytes) -> KinesisRecord:
@@ -24,7 +24,9 @@ def test_the_mode_picks_the_policy_and_the_policy_its_limiter() -> None:
     plain = AggregateOrder().limiter(Recorder(), lambda: 0.0, NO_RANGES.get, LIMITS)
     lanes = ShardOrder().limiter(Recorder(), lambda: 0.0, NO_RANGES.get, LIMITS)
     assert type(plain) is Limiter
-    assert type(lanes) is OrderedLimiter
+    assert plain.gate is None
+    assert type(lanes) is Limiter
+    assert type(lanes.gate) is OrderGate
     assert not AggregateOrder.closes_batches_on_new_map
     assert ShardOrder.closes_batches_on_new_map
 

@@ -72,75 +72,46 @@ feedback keeps working under it, and shards first seen later start at the ceilin
 if any.
 
 **Strict order per shard** (``Config(ordering="shard")``; the rules and why are in
-``_core/ordering.py``): :class:`OrderedLimiter` and its lanes
-(``shard_limiter.OrderedShardLimiter``) take the place of :class:`Limiter` and its
-``ShardLimiter``; the default mode runs those, untouched, so it pays nothing. Invariants of the
-ordered limiter: a retired lane (its shard left the map) is kept until it is empty, then
-forgotten, and lanes it held are drained at once; the lane of records without a prediction
-holds every shard's lane while it has records.
+``_core/ordering.py``): the same :class:`Limiter`, given a gate
+(``shard_limiter.OrderGate``), keeps a lane per shard (``shard_limiter.OrderedShardLimiter``:
+a FIFO queue, one record in flight) in place of a ``ShardLimiter``; the default mode has no
+gate and its shards no lanes, so it pays nothing. The gate decides which lanes an older lane
+holds; the limiter drains those it frees. Invariants with a gate: a retired lane (its shard
+left the map) is kept until it is empty, then forgotten, and lanes it held are drained at
+once; the lane of records without a prediction holds every shard's lane while it has
+records; every change of a lane (a put, a drain, a settlement, a lane freed) goes through
+``_drain_lane``, which keeps the set of waiting lanes, the drain schedule and the holds up
+to date.
 
-A shard's own state (bucket, rates, queue, lane) is ``shard_limiter.py``.
+A shard's own state (bucket, rates, queue, lane) and the gate are ``shard_limiter.py``.
 
-The limiter knows no other stage: each call returns what it admitted (for the collector) and
-what expired (to fail), a :data:`Flow`, and the stream's router routes them.
+The limiter knows no other stage: each call builds and returns what it admitted (for the
+collector) and what expired (to fail), a :data:`Flow`, from what its shards' drains return;
+the stream's router routes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
-from .._core.ordering import overlaps
 from .._core.records import KinesisRecord
 from .._core.statistics import LimiterStatistics
-from .shard_limiter import OrderedShardLimiter, ShardLimiter
+from .shard_limiter import NO_FLOW, Flow, OrderedShardLimiter, OrderGate, ShardLimiter
 
 if TYPE_CHECKING:
     from .._core.config import Config
-    from .._core.shards import ShardRange
     from .scheduler import Deadlines
 
-__all__ = ("Flow", "Limiter", "OrderedLimiter", "ShardLimiter", "limits_of")
-
-Flow: TypeAlias = tuple[Sequence[KinesisRecord], Sequence[KinesisRecord]]
-"""What a limiter call returns: the Kinesis records it admitted (oldest first), and those
-whose TTL passed while they were queued."""
-
-# What a call returns when nothing was admitted nor expired: no allocation.
-_NO_FLOW: Flow = ((), ())
+__all__ = ("Flow", "Limiter", "Limits", "OrderGate", "ShardLimiter", "limits_of")
 
 
-L = TypeVar("L", bound=ShardLimiter)
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A stream's limiter settings (:func:`limits_of` reads them from a ``Config``).
 
-
-def limits_of(config: Config, grace: float, phase: float) -> dict[str, Any]:
-    """A stream's limiter settings from ``config``: ``grace`` is the collector's, ``phase``
-    in [0, 1) places the batches' grid."""
-    batch = config.record_max_buffered_time_ms / 1000
-    return {
-        "records_per_second": config.rate_limit_records_per_sec_per_shard,
-        "bytes_per_second": config.rate_limit_bytes_per_sec_per_shard,
-        "drain_interval": config.drain_interval_ms / 1000,
-        # What a record needs to live on at admission to reach the wire in time: the
-        # collector's grace, plus one drain interval of slack for the event loop.
-        "send_margin": grace + config.drain_interval_ms / 1000,
-        # A shard with a backlog admits a batch per buffered time, not a trickle per drain:
-        # its records are past their deadline, so each trickle would be a request.
-        "admit_batch": batch,
-        # Every starved shard of the stream admits on one grid of those times (one request
-        # for all of them), at a phase of the stream's own (see ``next_on_grid``).
-        "batch_phase": phase * batch,
-    }
-
-
-class Limiter(Generic[L]):
-    """The limiter of one stream: an ``L`` per predicted shard (a :class:`ShardLimiter`, or
-    with ``ordering="shard"`` a lane), and one for records without a prediction (no map).
-
-    Args:
-        deadlines: serves the drains (each comes back as the router's call of ``due``).
-        clock: the producer's clock, for :meth:`set_ceiling` only.
-        lanes: the class of the per-shard state, ``L``.
+    Attributes:
         records_per_second: ``Config.rate_limit_records_per_sec_per_shard``.
         bytes_per_second: ``Config.rate_limit_bytes_per_sec_per_shard``.
         drain_interval: ``Config.drain_interval_ms``, in seconds.
@@ -150,73 +121,121 @@ class Limiter(Generic[L]):
             admit_batch)``: ``batch_phase`` plus multiples of ``admit_batch``.
     """
 
+    records_per_second: float
+    bytes_per_second: float
+    drain_interval: float
+    send_margin: float = 0.0
+    admit_batch: float = 0.0
+    batch_phase: float = 0.0
+
+
+def limits_of(config: Config, grace: float, phase: float) -> Limits:
+    """A stream's limiter settings from ``config``: ``grace`` is the collector's, ``phase``
+    in [0, 1) places the batches' grid."""
+    batch = config.record_max_buffered_time_ms / 1000
+    return Limits(
+        records_per_second=config.rate_limit_records_per_sec_per_shard,
+        bytes_per_second=config.rate_limit_bytes_per_sec_per_shard,
+        drain_interval=config.drain_interval_ms / 1000,
+        # What a record needs to live on at admission to reach the wire in time: the
+        # collector's grace, plus one drain interval of slack for the event loop.
+        send_margin=grace + config.drain_interval_ms / 1000,
+        # A shard with a backlog admits a batch per buffered time, not a trickle per drain:
+        # its records are past their deadline, so each trickle would be a request.
+        admit_batch=batch,
+        # Every starved shard of the stream admits on one grid of those times (one request
+        # for all of them), at a phase of the stream's own (see ``next_on_grid``).
+        batch_phase=phase * batch,
+    )
+
+
+def _expiry(record: KinesisRecord) -> float:
+    return record.expires_at
+
+
+def _joined(first: Flow, then: Flow) -> Flow:
+    """``first``, then ``then``: one flow, in that order."""
+    if not then[0] and not then[1]:
+        return first
+    if not first[0] and not first[1]:
+        return then
+    return [*first[0], *then[0]], [*first[1], *then[1]]
+
+
+class Limiter:
+    """The limiter of one stream: a :class:`ShardLimiter` per predicted shard (with a
+    ``gate``, a lane: ``ordering="shard"``), and one for records without a prediction.
+
+    Args:
+        deadlines: serves the drains (each comes back as the router's call of ``due``).
+        clock: the producer's clock, for :meth:`set_ceiling` only.
+        limits: the stream's settings.
+        gate: strict order per shard: the shards' states are lanes, and the gate holds a
+            lane while an older one overlapping it has records (``None``: the default).
+    """
+
     def __init__(
         self,
         deadlines: Deadlines,
         clock: Callable[[], float],
-        *,
-        lanes: type[L],
-        records_per_second: float,
-        bytes_per_second: float,
-        drain_interval: float,
-        send_margin: float = 0.0,
-        admit_batch: float = 0.0,
-        batch_phase: float = 0.0,
+        limits: Limits,
+        gate: OrderGate | None = None,
     ) -> None:
         self._deadlines = deadlines
         # Only for set_ceiling, which coordination calls: every other method is given ``now``.
         self._clock = clock
-        # What the current call admitted and expired: returned by it (see _flow).
-        self._admitted: list[KinesisRecord] = []
-        self._expired: list[KinesisRecord] = []
         # User records expired from a starved shard's queue (overload), until taken.
         self._overloaded = 0
-        self._records_per_second = records_per_second
-        self._bytes_per_second = bytes_per_second
-        self._drain_interval = drain_interval
-        self.send_margin = send_margin
-        self.admit_batch = admit_batch
-        self.batch_phase = batch_phase
-        self._lanes = lanes
-        self.shards: dict[str, L] = {}
+        self.limits = limits
+        self.gate = gate
+        self._lanes: type[ShardLimiter] = ShardLimiter if gate is None else OrderedShardLimiter
+        self.shards: dict[str, ShardLimiter] = {}
         # Records with no predicted shard: limited per stream, at one shard's rates (without a
         # map), or at the stream's (a stream that places records itself: set_stream_ceiling).
-        self.unmapped: L | None = None
+        self.unmapped: ShardLimiter | None = None
         self._stream_ceiling: tuple[float, float] | None = None
         self._ceilings: dict[str, tuple[float, float]] = {}
         self._waiting: set[str | None] = set()
         self._drain_scheduled = False
 
-    def shard_limiter(self, shard: str | None) -> L:
+    def _rates(self) -> tuple[float, float]:
+        limits = self.limits
+        return limits.records_per_second, limits.bytes_per_second
+
+    def _new_shard(self, records_per_second: float, bytes_per_second: float) -> ShardLimiter:
+        shard = self._lanes(records_per_second, bytes_per_second)
+        shard.batch, shard.phase = self.limits.admit_batch, self.limits.batch_phase
+        return shard
+
+    def shard_limiter(self, shard: str | None) -> ShardLimiter:
         """The state of ``shard`` (``None``: of records without a prediction), created at
-        its ceiling if it is new."""
+        its ceiling if it is new (a new lane held if an older one overlaps it)."""
         if shard is None:
             limiter = self.unmapped
             if limiter is None:
-                records, size = self._stream_ceiling or (
-                    self._records_per_second,
-                    self._bytes_per_second,
-                )
-                limiter = self.unmapped = self._lanes(records, size)
-                limiter.batch, limiter.phase = self.admit_batch, self.batch_phase
+                records, size = self._stream_ceiling or self._rates()
+                limiter = self.unmapped = self._new_shard(records, size)
             return limiter
         limiter = self.shards.get(shard)
         if limiter is None:
-            records, size = self._ceilings.get(
-                shard, (self._records_per_second, self._bytes_per_second)
-            )
-            limiter = self.shards[shard] = self._lanes(records, size)
-            limiter.batch, limiter.phase = self.admit_batch, self.batch_phase
+            records, size = self._ceilings.get(shard, self._rates())
+            limiter = self.shards[shard] = self._new_shard(records, size)
+            if self.gate is not None:
+                lanes, unmapped = self._lanes_seen()
+                self.gate.open(shard, lanes[shard], unmapped)
         return limiter
 
-    def _expire(self, record: KinesisRecord) -> None:
-        """The expiry callback of the shard limiters (they expire before they admit, so a
-        shard starved by its previous drain is starved still)."""
-        self._expired.append(record)
-        shard = record.predicted_shard
-        limiter = self.shards.get(shard) if shard is not None else self.unmapped
-        if limiter is not None and limiter.starved:
-            self._overloaded += len(record.records)
+    def _lanes_seen(self) -> tuple[dict[str, OrderedShardLimiter], OrderedShardLimiter | None]:
+        """The shards' states as the gate sees them: with a gate, each is a lane."""
+        return (
+            cast("dict[str, OrderedShardLimiter]", self.shards),
+            cast("OrderedShardLimiter | None", self.unmapped),
+        )
+
+    def _count_overload(self, expired: Sequence[KinesisRecord]) -> None:
+        """``expired`` came out of a starved shard's queue (checked before its drain: a shard
+        starved by its previous drain is starved still): overload, not bad luck."""
+        self._overloaded += sum(len(record.records) for record in expired)
 
     def take_overloaded(self) -> int:
         """User records expired from starved shards (offered more than they take) since the
@@ -224,43 +243,89 @@ class Limiter(Generic[L]):
         overloaded, self._overloaded = self._overloaded, 0
         return overloaded
 
-    def _flow(self) -> Flow:
-        """What the call admitted and expired; the outboxes start empty again."""
-        admitted, expired = self._admitted, self._expired
-        if not admitted and not expired:
-            return _NO_FLOW
-        self._admitted = []
-        self._expired = []
-        return admitted, expired
-
     def put(self, record: KinesisRecord, now: float) -> Flow:
-        """Admit ``record`` at once if its shard's bucket allows, else queue it; returns what
-        was admitted (to collect) and what expired (to fail)."""
+        """Admit ``record`` at once if its shard's bucket allows (and, for a lane, nothing
+        holds it), else queue it; returns what was admitted (to collect) and what expired (to
+        fail)."""
         shard = record.predicted_shard
         limiter = self.shards.get(shard) if shard is not None else None  # most puts
         if limiter is None:
             limiter = self.shard_limiter(shard)
-        admitted = self._admitted
-        if limiter.put(record, now, admitted.append, self._expire, margin=self.send_margin):
+        starved = limiter.starved
+        flow = limiter.put(record, now, self.limits.send_margin)
+        if starved and flow[1]:
+            self._count_overload(flow[1])
+        if limiter.queue:
             self._waiting.add(shard)
-            if not self._drain_scheduled:
-                self._drain_scheduled = True
-                self._deadlines.call_at(self._next_drain(now), None)
-        return self._flow()
+            self._schedule(now)
+        elif self.gate is not None:
+            self._waiting.discard(shard)
+            if limiter.in_flight is None:
+                return _joined(flow, self._emptied(shard, now))
+        return flow
+
+    def _drain_lane(
+        self, shard: str | None, limiter: ShardLimiter, now: float, force: bool = False
+    ) -> Flow:
+        """Drain one shard, and keep the set of those waiting up to date (with a gate, as
+        every change of a lane: the drain schedule and the holds too)."""
+        starved = limiter.starved
+        flow = limiter.drain(now, self.limits.send_margin, force)
+        if starved and flow[1]:
+            self._count_overload(flow[1])
+        if limiter.queue:
+            if self.gate is not None:  # (a lane freed, or settled, may not be waiting yet)
+                self._waiting.add(shard)
+                self._schedule(now)
+            return flow
+        self._waiting.discard(shard)
+        if self.gate is not None and limiter.in_flight is None:
+            return _joined(flow, self._emptied(shard, now))
+        return flow
+
+    def _emptied(self, shard: str | None, now: float) -> Flow:
+        """A lane has nothing left: if it held others (retired, or unpredicted), free them;
+        a retired lane is forgotten."""
+        assert self.gate is not None
+        lanes, _ = self._lanes_seen()
+        if not self.gate.emptied(shard, lanes):
+            return NO_FLOW
+        if shard is not None:
+            del self.shards[shard]
+            self._ceilings.pop(shard, None)
+        return self._update_holds(now)
+
+    def _update_holds(self, now: float) -> Flow:
+        """Recompute every lane's hold (the set of older lanes changed); drain those freed."""
+        assert self.gate is not None
+        freed = self.gate.update(*self._lanes_seen())
+        if len(freed) == 1:
+            return self._drain_lane(freed[0], self.shards[freed[0]], now)
+        admitted: list[KinesisRecord] = []
+        expired: list[KinesisRecord] = []
+        for shard in freed:
+            more, gone = self._drain_lane(shard, self.shards[shard], now)
+            admitted += more
+            expired += gone
+        return (admitted, expired) if admitted or expired else NO_FLOW
+
+    def _schedule(self, now: float) -> None:
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._deadlines.call_at(self._next_drain(now), None)
 
     def due(self, item: object, now: float) -> Flow:
         """The drain interval came (``item`` is the limiter's one entry): drain."""
         self._drain_scheduled = False
         flow = self.drain(now)
         if self._waiting:
-            self._drain_scheduled = True
-            self._deadlines.call_at(self._next_drain(now), None)
+            self._schedule(now)
         return flow
 
     def _next_drain(self, now: float) -> float:
         """One drain interval on, or sooner if a queued record's TTL ends first, so that a
         record that can no longer be sent fails at its TTL exactly."""
-        when = now + self._drain_interval
+        when = now + self.limits.drain_interval
         for shard in self._waiting:
             limiter = self.shard_limiter(shard)
             queue = limiter.queue
@@ -272,13 +337,13 @@ class Limiter(Generic[L]):
 
     def drain(self, now: float, *, force: bool = False) -> Flow:
         """Drain every shard with records waiting (``force``: whatever their tokens)."""
-        admit, expire = self._admitted.append, self._expire
+        admitted: list[KinesisRecord] = []
+        expired: list[KinesisRecord] = []
         for shard in list(self._waiting):
-            limiter = self.shard_limiter(shard)
-            limiter.drain(now, admit, expire, margin=self.send_margin, force=force)
-            if not limiter.queue:
-                self._waiting.discard(shard)
-        return self._flow()
+            more, gone = self._drain_lane(shard, self.shard_limiter(shard), now, force)
+            admitted += more
+            expired += gone
+        return (admitted, expired) if admitted or expired else NO_FLOW
 
     def refund(self, record: KinesisRecord, now: float) -> None:
         """``record`` was admitted, then expired before it was sent: return its tokens."""
@@ -286,47 +351,68 @@ class Limiter(Generic[L]):
         if limiter is not None:
             limiter.refund(record, now)
 
-    def limiter_of(self, record: KinesisRecord) -> L | None:
+    def limiter_of(self, record: KinesisRecord) -> ShardLimiter | None:
         """The :class:`ShardLimiter` that limits ``record``, if there is one yet."""
         shard = record.predicted_shard
         return self.shards.get(shard) if shard is not None else self.unmapped
 
     def settle(self, record: KinesisRecord, again: Sequence[KinesisRecord], now: float) -> Flow:
-        """Outside strict order nothing is in flight to settle (:class:`OrderedLimiter`
-        keeps lanes): what is retried is queued again, by its expiry."""
+        """``record``, in flight in its lane, was answered and judged (or expired unsent): the
+        lane is free. ``again`` (what of it is retried, in order) goes back to the lane's head,
+        before any later record; then the lane's next record is admitted if it can be.
+
+        Without a gate nothing is in flight to settle: what is retried is queued again, by
+        its expiry."""
+        if self.gate is not None:
+            shard = record.predicted_shard
+            lane = self.limiter_of(record)
+            if lane is not None and lane.in_flight is record:
+                cast("OrderedShardLimiter", lane).settle(again)
+                return self._drain_lane(shard, lane, now)
+            # Not in flight here (cannot happen): resend it, last rather than never.
         if len(again) == 1:
             return self.put(again[0], now)  # the common case: no lists to join
         admitted: list[KinesisRecord] = []
         expired: list[KinesisRecord] = []
         for kinesis_record in again:
-            flow = self.put(kinesis_record, now)
-            admitted += flow[0]
-            expired += flow[1]
-        return (admitted, expired) if admitted or expired else _NO_FLOW
+            more, gone = self.put(kinesis_record, now)
+            admitted += more
+            expired += gone
+        return (admitted, expired) if admitted or expired else NO_FLOW
 
     def take_unmapped(self, now: float) -> tuple[list[KinesisRecord], Flow]:
-        """Remove and return the records queued without a predicted shard (oldest first).
+        """Remove and return the records queued without a predicted shard (oldest first), and
+        what the lanes they held admit once free.
 
         Once a shard map has loaded they can be predicted, aggregated and limited per shard
         instead of trickling out at the stream-level limit.
         """
         unmapped = self.unmapped
         if unmapped is None or not unmapped.queue:
-            return [], _NO_FLOW
-        records = list(unmapped.queue)
-        unmapped.queue.clear()
-        unmapped.starved = False
+            return [], NO_FLOW
+        records = unmapped.take()
         self._waiting.discard(None)
-        return records, self._flow()
+        if self.gate is not None and unmapped.empty:
+            return records, self._emptied(None, now)
+        return records, NO_FLOW
 
     def prune(self, open_shards: Container[str], now: float) -> Flow:
         """Forget the state of shards gone from the map (closed by resharding) whose queue is
-        empty, so a stream resharded many times keeps no state for its dead shards."""
-        for shard in [s for s, limiter in self.shards.items() if s not in open_shards]:
-            if not self.shards[shard].queue:
+        empty, so a stream resharded many times keeps no state for its dead shards. With a
+        gate, a lane gone from the map with records retires instead (kept until empty,
+        holding the lanes it overlaps): returns what the lanes it frees admit."""
+        gate = self.gate
+        retired = False
+        for shard, limiter in list(self.shards.items()):
+            if shard in open_shards or (gate is not None and shard in gate.retired):
+                continue
+            if limiter.empty:
                 del self.shards[shard]
                 self._ceilings.pop(shard, None)
-        return _NO_FLOW
+            elif gate is not None:
+                gate.retire(shard, self._lanes_seen()[0][shard])
+                retired = True
+        return self._update_holds(now) if retired else NO_FLOW
 
     def set_ceiling(self, shard: str, records_per_second: float, bytes_per_second: float) -> None:
         """Set the ceiling of ``shard``, now if it is limited already, else when it first is."""
@@ -340,26 +426,33 @@ class Limiter(Generic[L]):
         places records itself: the service spreads them over its shards), or at one shard's
         (``None``: records go unpredicted only for want of a map)."""
         ceiling = None
+        records, size = self._rates()
         if shards is not None:
-            ceiling = (self._records_per_second * shards, self._bytes_per_second * shards)
+            ceiling = (records * shards, size * shards)
         if ceiling == self._stream_ceiling:
             return
         self._stream_ceiling = ceiling
         if self.unmapped is not None:
-            records, size = ceiling or (self._records_per_second, self._bytes_per_second)
+            records, size = ceiling or (records, size)
             self.unmapped.set_ceiling(records, size, now)
 
     def take_queued(self, now: float) -> list[KinesisRecord]:
-        """Remove and return every record queued for a predicted shard, oldest first by
-        shard, those in flight left alone (a stream that now places records itself: the
-        router sends them again unpredicted, or with ``ordering="shard"`` fails them)."""
+        """Remove and return every record queued for a predicted shard, those in flight left
+        alone (a stream that now places records itself: the router sends them again
+        unpredicted, or with ``ordering="shard"`` fails them): oldest first (by expiry, across
+        shards; records of equal expiry by shard), or with a gate lane by lane, in put order."""
         taken: list[KinesisRecord] = []
         for shard, limiter in self.shards.items():
             if limiter.queue:
-                taken += limiter.queue
-                limiter.queue.clear()
-                limiter.starved = False
+                taken += limiter.take()
                 self._waiting.discard(shard)
+        if self.gate is None:
+            taken.sort(key=_expiry)
+        else:
+            for shard, limiter in list(self.shards.items()):
+                if limiter.in_flight is None:
+                    # A retired lane is done with; no lane has records left to admit.
+                    self._emptied(shard, now)
         return taken
 
     def room(self, shard: str, now: float) -> float:
@@ -367,7 +460,7 @@ class Limiter(Generic[L]):
         queue (a full second of its ceiling for a shard not limited yet)."""
         limiter = self.shards.get(shard)
         if limiter is None:
-            return self._ceilings.get(shard, (self._records_per_second, self._bytes_per_second))[1]
+            return self._ceilings.get(shard, self._rates())[1]
         queued: int = sum(record.size for record in limiter.queue)
         return limiter.bucket.tokens(now)[1] - queued
 
@@ -399,179 +492,3 @@ class Limiter(Generic[L]):
             ceilings_by_shard={s: sl.ceiling for s, sl in shards.items()},
             unmapped_rate=unmapped.rates if unmapped is not None else None,
         )
-
-
-class OrderedLimiter(Limiter[OrderedShardLimiter]):
-    """The limiter of one stream with ``ordering="shard"``: one lane per predicted shard.
-
-    Args:
-        hash_range: the hash-key range of a shard id (open, or closed recently), from the
-            shard map; it decides which lanes a retired lane holds.
-        See :class:`Limiter` for the others.
-    """
-
-    def __init__(
-        self,
-        deadlines: Deadlines,
-        clock: Callable[[], float],
-        *,
-        records_per_second: float,
-        bytes_per_second: float,
-        drain_interval: float,
-        send_margin: float = 0.0,
-        admit_batch: float = 0.0,
-        batch_phase: float = 0.0,
-        hash_range: Callable[[str], ShardRange | None],
-    ) -> None:
-        super().__init__(
-            deadlines,
-            clock,
-            lanes=OrderedShardLimiter,
-            records_per_second=records_per_second,
-            bytes_per_second=bytes_per_second,
-            drain_interval=drain_interval,
-            send_margin=send_margin,
-            admit_batch=admit_batch,
-            batch_phase=batch_phase,
-        )
-        self._hash_range = hash_range
-        # Lanes of shards gone from the map that still hold records, oldest retired first.
-        self.retired: dict[str, OrderedShardLimiter] = {}
-
-    def shard_limiter(self, shard: str | None) -> OrderedShardLimiter:
-        new = shard is not None and shard not in self.shards
-        lane = super().shard_limiter(shard)
-        if new:
-            assert shard is not None
-            lane.held = self._holds(self._hash_range(shard), None)
-        return lane
-
-    def _holds(self, span: ShardRange | None, lane: OrderedShardLimiter | None) -> bool:
-        """Whether a lane of range ``span`` must wait: the lane of unpredicted records has
-        records, or a lane retired before ``lane`` (all of them, for an open lane) overlaps."""
-        unmapped = self.unmapped
-        if unmapped is not None and unmapped is not lane and not unmapped.empty:
-            return True
-        for retired in self.retired.values():
-            if retired is lane:
-                return False  # the lanes retired after it are younger
-            if overlaps(retired.span, span):
-                return True
-        return False
-
-    def _update_holds(self, now: float) -> None:
-        """Recompute every lane's hold (the set of older lanes changed); drain those freed."""
-        freed = []
-        for shard, lane in self.shards.items():
-            span = lane.span if shard in self.retired else self._hash_range(shard)
-            held = self._holds(span, lane)
-            if lane.held and not held and lane.queue:
-                freed.append(shard)
-            lane.held = held
-        for shard in freed:
-            self._drain_lane(shard, self.shards[shard], now)
-
-    def _drain_lane(
-        self, shard: str | None, lane: OrderedShardLimiter, now: float, *, force: bool = False
-    ) -> None:
-        lane.drain(now, self._admitted.append, self._expire, margin=self.send_margin, force=force)
-        if lane.queue:
-            self._waiting.add(shard)
-            self._schedule(now)
-        else:
-            self._waiting.discard(shard)
-            if lane.in_flight is None:
-                self._lane_emptied(shard, lane, now)
-
-    def _schedule(self, now: float) -> None:
-        if not self._drain_scheduled:
-            self._drain_scheduled = True
-            self._deadlines.call_at(self._next_drain(now), None)
-
-    def due(self, item: object, now: float) -> Flow:
-        self._drain_scheduled = False
-        flow = self.drain(now)
-        if self._waiting:
-            self._schedule(now)
-        return flow
-
-    def take_queued(self, now: float) -> list[KinesisRecord]:
-        taken = super().take_queued(now)
-        for shard, lane in list(self.shards.items()):
-            if lane.in_flight is None:
-                self._lane_emptied(shard, lane, now)  # a retired lane is done with
-        return taken
-
-    def _lane_emptied(self, shard: str | None, lane: OrderedShardLimiter, now: float) -> None:
-        """``lane`` has nothing left: if it held others (retired, or unpredicted), free them."""
-        if shard is None:
-            if any(other.held for other in self.shards.values()):
-                self._update_holds(now)
-        elif shard in self.retired:
-            del self.retired[shard]
-            del self.shards[shard]
-            self._ceilings.pop(shard, None)
-            self._update_holds(now)
-
-    def put(self, record: KinesisRecord, now: float) -> Flow:
-        shard = record.predicted_shard
-        lane = self.shards.get(shard) if shard is not None else None
-        if lane is None:
-            lane = self.shard_limiter(shard)
-        lane.queue.append(record)
-        # Through _drain_lane, as every change of a lane: it keeps the set of waiting lanes,
-        # the drain schedule and the holds up to date.
-        self._drain_lane(shard, lane, now)
-        return self._flow()
-
-    def drain(self, now: float, *, force: bool = False) -> Flow:
-        for shard in list(self._waiting):
-            self._drain_lane(shard, self.shard_limiter(shard), now, force=force)
-        return self._flow()
-
-    def settle(self, record: KinesisRecord, again: Sequence[KinesisRecord], now: float) -> Flow:
-        """``record``, in flight, was answered and judged (or expired unsent): its lane is
-        free. ``again`` (what of it is retried, in order) goes back to the lane's head, before
-        any later record; then the lane's next record is admitted if it can be."""
-        shard = record.predicted_shard
-        lane = self.shards.get(shard) if shard is not None else self.unmapped
-        if lane is None or lane.in_flight is not record:
-            # Not in flight here (cannot happen): resend it, last rather than never.
-            return super().settle(record, again, now)
-        lane.in_flight = None
-        lane.queue.extendleft(reversed(again))
-        self._drain_lane(shard, lane, now)
-        return self._flow()
-
-    def take_unmapped(self, now: float) -> tuple[list[KinesisRecord], Flow]:
-        records, _ = super().take_unmapped(now)
-        unmapped = self.unmapped
-        if records and unmapped is not None and unmapped.empty:
-            self._lane_emptied(None, unmapped, now)
-        return records, self._flow()
-
-    def prune(self, open_shards: Container[str], now: float) -> Flow:
-        """A new map: lanes of shards gone from it retire (kept until empty, holding the
-        lanes they overlap), or are forgotten if empty already."""
-        changed = False
-        for shard, lane in list(self.shards.items()):
-            if shard in open_shards or shard in self.retired:
-                continue
-            if lane.empty:
-                del self.shards[shard]
-                self._ceilings.pop(shard, None)
-                continue
-            lane.span = self._hash_range(shard)
-            self.retired[shard] = lane
-            changed = True
-        if changed:
-            self._update_holds(now)
-        return self._flow()
-
-    @property
-    def lanes_in_flight(self) -> int:
-        """Lanes with a Kinesis record in flight."""
-        lanes = list(self.shards.values())
-        if self.unmapped is not None:
-            lanes.append(self.unmapped)
-        return sum(1 for lane in lanes if lane.in_flight is not None)

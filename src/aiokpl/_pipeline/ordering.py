@@ -1,14 +1,15 @@
 """The ordering policy the stream's router consults: where a retried record goes, and more.
 
 ``Config.ordering`` picks one of two policies (the rules, and why, are in
-``_core/ordering.py``). The router asks the policy and does what it says; no stage branches on
-the mode, and the only stage that differs is the limiter (``limiter.OrderedLimiter`` with
-``ordering="shard"``, which the policy builds).
+``_core/ordering.py``), each a small class of the :class:`Ordering` protocol the router types
+against. The router asks the policy and does what it says; no stage branches on the mode, and
+the only stage that differs is the limiter, which the policy builds (with
+``ordering="shard"``, with a gate: ``shard_limiter.OrderGate``).
 
 ================================  ==========================  ===============================
 the router asks                   ``"aggregate"`` (default)   ``"shard"``
 ================================  ==========================  ===============================
-``limiter(...)``                  ``limiter.Limiter``          ``limiter.OrderedLimiter``
+``limiter(...)``                  ``limiter.Limiter``          ``limiter.Limiter`` with a gate
 ``grace(record, now, grace)``     the collector's grace       none for a record already late
 ``closes_batches_on_new_map``     no                          yes: old predictions go first
 ``keeps_shard_order``             no                          yes: a stream that places
@@ -27,10 +28,10 @@ back at its head.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from .._core.ordering import regroup
-from .limiter import Limiter, OrderedLimiter, ShardLimiter
+from .limiter import Limiter, Limits, OrderGate
 
 if TYPE_CHECKING:
     from .._core.records import KinesisRecord
@@ -48,6 +49,41 @@ Route = tuple[Sequence["UserRecord"], Sequence[Settlement]]
 _NOWHERE: Route = ((), ())
 
 
+class Ordering(Protocol):
+    """What the router asks of ``Config.ordering`` (see the module's table)."""
+
+    closes_batches_on_new_map: bool
+    """A new map closes the open batches (their predictions go first)."""
+    keeps_shard_order: bool
+    """Records keep put order per shard (a stream that places records itself fails them)."""
+
+    def limiter(
+        self,
+        deadlines: Deadlines,
+        clock: Callable[[], float],
+        hash_range: Callable[[str], ShardRange | None],
+        limits: Limits,
+    ) -> Limiter:
+        """The stream's limiter (``hash_range``: a shard id's, from the map)."""
+        ...
+
+    def grace(self, record: KinesisRecord, now: float, grace: float) -> float:
+        """The grace ``record`` gets in the collector (``grace``: the stream's)."""
+        ...
+
+    def after_answer(self, sent: Sequence[KinesisRecord], decisions: Decisions) -> Route:
+        """Where the records retried after an answer to ``sent`` go."""
+        ...
+
+    def after_placed(self, sent: KinesisRecord, decisions: Decisions) -> Route:
+        """Where the records retried after a delayed verdict on ``sent`` go."""
+        ...
+
+    def after_unsent(self, record: KinesisRecord) -> Sequence[Settlement]:
+        """What ``record``, expired before it was sent, settles."""
+        ...
+
+
 class AggregateOrder:
     """``ordering="aggregate"``: put order within an aggregate, as the KPL keeps it."""
 
@@ -59,9 +95,9 @@ class AggregateOrder:
         deadlines: Deadlines,
         clock: Callable[[], float],
         hash_range: Callable[[str], ShardRange | None],
-        limits: dict[str, Any],
-    ) -> Limiter[Any]:
-        return Limiter(deadlines, clock, lanes=ShardLimiter, **limits)
+        limits: Limits,
+    ) -> Limiter:
+        return Limiter(deadlines, clock, limits)
 
     def grace(self, record: KinesisRecord, now: float, grace: float) -> float:
         """The grace ``record`` gets in the collector: the stream's."""
@@ -83,7 +119,7 @@ class AggregateOrder:
         return ()
 
 
-class ShardOrder(AggregateOrder):
+class ShardOrder:
     """``ordering="shard"``: put order per shard (lanes; see ``_core/ordering.py``)."""
 
     closes_batches_on_new_map = True
@@ -94,9 +130,9 @@ class ShardOrder(AggregateOrder):
         deadlines: Deadlines,
         clock: Callable[[], float],
         hash_range: Callable[[str], ShardRange | None],
-        limits: dict[str, Any],
-    ) -> Limiter[Any]:
-        return OrderedLimiter(deadlines, clock, hash_range=hash_range, **limits)
+        limits: Limits,
+    ) -> Limiter:
+        return Limiter(deadlines, clock, limits, OrderGate(hash_range))
 
     def grace(self, record: KinesisRecord, now: float, grace: float) -> float:
         """None for a record already past its deadline: it waited for its shard's previous
@@ -132,10 +168,6 @@ class ShardOrder(AggregateOrder):
     def after_unsent(self, record: KinesisRecord) -> Sequence[Settlement]:
         """``record`` expired before it was sent: its lane is free."""
         return [(record, ())]
-
-
-Ordering = AggregateOrder
-"""The policy's type (``ShardOrder`` is one)."""
 
 
 def ordering_of(mode: str) -> Ordering:

@@ -1,6 +1,6 @@
-"""A request waiting in the sender, and how requests that queue are merged.
+"""A request waiting in the sender, the stream it goes to, and how requests that queue merge.
 
-Requests queue in a stream's lane (``sender._Lane``) when every connection is busy, which is
+Requests queue in a stream's lane (``lane_states.Lane``) when every connection is busy, which is
 when calls take long: a slow or serialising server. A producer with a backlog sends small
 requests often (a starved shard admits a batch every buffered time), and a fleet of them sent
 the server more calls than it could serve: 8 producers at 5× offered, ~20 calls a second each,
@@ -18,11 +18,14 @@ Pure data: no clock, no stage.
 from __future__ import annotations
 
 from collections import deque
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .._core.records import KinesisRecord
 
-__all__ = ("Request", "RequestLimits", "merged")
+if TYPE_CHECKING:
+    from .._core.answers import Answer
+
+__all__ = ("Destination", "Request", "RequestLimits", "merged")
 
 
 class RequestLimits(Protocol):
@@ -33,6 +36,30 @@ class RequestLimits(Protocol):
 
     @property
     def max_size(self) -> int: ...
+
+
+class Destination(Protocol):
+    """What the sender needs from a stream's pipeline (its retrier, its collector's limits).
+
+    The sender tells it what it found (records whose TTL passed before they were sent, an
+    answer) once its own state is consistent again, inside the step of the event that found
+    them: never in the middle of its own update.
+    """
+
+    stream: str
+
+    @property
+    def collector(self) -> RequestLimits: ...
+
+    def found_expired(self, records: list[KinesisRecord], now: float) -> None: ...
+
+    def handle_result(
+        self,
+        records: list[KinesisRecord],
+        answer: Answer,
+        started: float,
+        ended: float,
+    ) -> None: ...
 
 
 class Request:

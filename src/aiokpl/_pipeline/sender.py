@@ -88,29 +88,16 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from itertools import islice
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import anyio
 
 from .._core.answers import INTERNAL, Answer, Answered, RequestFailed
-from .._core.backoff import Backoff
 from .._core.records import KinesisRecord
-from .._core.retry_policy import FAIL_FAST
 from .._core.statistics import SenderStatistics
 from .._kinesis import answer_of, failure_of, stream_argument
-from .lane_states import (
-    BACKED_OFF,
-    OFF_RING,
-    PARK,
-    PROBE_ANSWERED,
-    PROBE_EMPTY,
-    PROBING,
-    READY,
-    RESUME,
-    SEND,
-    step,
-)
-from .requests import Request, RequestLimits, merged
+from .lane_states import OFF_RING, PROBING, Flight, Lane, Wake, split_expired
+from .requests import Destination, Request
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -123,125 +110,6 @@ __all__ = ("Sender",)
 # A request is overdue, at the earliest, this long after it was sent (before its stream's
 # first answer, it is the whole estimate): RFC 6298's minimum retransmission timeout.
 _OVERDUE_FLOOR = 1.0
-
-
-class Destination(Protocol):
-    """What the sender needs from a stream's pipeline (its retrier, its collector's limits).
-
-    The sender tells it what it found (records whose TTL passed before they were sent, an
-    answer) once its own state is consistent again, inside the step of the event that found
-    them: never in the middle of its own update.
-    """
-
-    stream: str
-
-    @property
-    def collector(self) -> RequestLimits: ...
-
-    def found_expired(self, records: list[KinesisRecord], now: float) -> None: ...
-
-    def handle_result(
-        self,
-        records: list[KinesisRecord],
-        answer: Answer,
-        started: float,
-        ended: float,
-    ) -> None: ...
-
-
-class _Flight:
-    """One request in flight: when it started, and how to give it up."""
-
-    __slots__ = ("preempted", "scope", "started")
-
-    def __init__(self, started: float, scope: anyio.CancelScope) -> None:
-        self.started = started
-        self.scope = scope
-        self.preempted = False  # cancelled to free its connection for another stream
-
-
-class _Lane:
-    """One stream's requests waiting to be sent, in FIFO order, and those in flight."""
-
-    __slots__ = (
-        "active_until",
-        "backoff",
-        "destination",
-        "flights",
-        "held",
-        "in_ring",
-        "probing",
-        "requests",
-        "resume_at",
-        "rttvar",
-        "srtt",
-        "state",
-        "wake",
-    )
-
-    def __init__(self, destination: Destination) -> None:
-        self.destination = destination
-        self.requests: deque[Request] = deque()
-        self.state = READY  # changed only by step(): see lane_states
-        self.in_ring = False
-        self.probing: list[KinesisRecord] | None = None  # the probe in flight
-        self.wake: _Wake | None = None  # the scheduler entry that counts; older ones are stale
-        # The budget's state: connections held (requests taken off the queue, not answered),
-        # those under way, oldest first (by id), and until when the stream counts as having
-        # work once it has nothing queued or in flight.
-        self.held = 0
-        self.flights: dict[int, _Flight] = {}
-        self.active_until = -math.inf
-        # Smoothed round trip and its mean deviation (RFC 6298), NaN before the first answer.
-        self.srtt = math.nan
-        self.rttvar = math.nan
-        # The stream's backoff after requests that failed as a whole: until when it holds.
-        self.backoff = Backoff(0.1, 2.0, 5.0, jitter=0.5)
-        self.resume_at = -math.inf
-
-    def back_off(self, answer: Answer, now: float, draw: Callable[[], float]) -> None:
-        """Reset the stream's backoff after an answered request; grow it after one that failed
-        as a whole or was answered malformed (not with a code no retry can fix)."""
-        if isinstance(answer, Answered):
-            self.backoff.reset()
-        elif answer.code not in FAIL_FAST:
-            self.resume_at = now + self.backoff.next_delay(draw())
-
-    def overdue_after(self, floor: float, ceiling: float) -> float:
-        """Seconds after which a request of this stream is past what its round trips predict:
-        ``srtt + 4 * rttvar`` (RFC 6298's retransmission timeout), within ``floor`` …
-        ``ceiling``; ``floor`` before the first answer."""
-        srtt = self.srtt
-        if srtt != srtt:  # NaN: nothing answered yet
-            return min(floor, ceiling)
-        return min(max(srtt + 4.0 * self.rttvar, floor), ceiling)
-
-    def sample(self, rtt: float) -> None:
-        """Fold one answered request's round trip into the estimate (RFC 6298, §2)."""
-        srtt = self.srtt
-        if srtt != srtt:
-            self.srtt = rtt
-            self.rttvar = rtt / 2
-        else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(srtt - rtt)
-            self.srtt = 0.875 * srtt + 0.125 * rtt
-
-
-class _Wake:
-    """A scheduler entry for a parked (or probing) lane; stale once the lane has a newer one."""
-
-    __slots__ = ("call", "lane", "when")
-
-    def __init__(self, call: Callable[[_Lane, float], None], lane: _Lane, when: float) -> None:
-        self.call = call
-        self.lane = lane
-        self.when = when
-
-    def on_due(self, now: float) -> None:
-        lane = self.lane
-        if lane.wake is self:
-            lane.wake = None
-            self.call(lane, now)
 
 
 def _earliest_expiry(requests: deque[Request]) -> float:
@@ -281,9 +149,9 @@ class Sender:
         self._recheck_at = math.inf  # when on_due is due next, if it is scheduled
         self.requests_preempted = 0
         # One lane per stream, kept while its stream pipeline is (see forget).
-        self._lanes: dict[Destination, _Lane] = {}
-        self._holding: dict[_Lane, None] = {}  # those holding connections, oldest holder first
-        self._ring: deque[_Lane] = deque()
+        self._lanes: dict[Destination, Lane] = {}
+        self._holding: dict[Lane, None] = {}  # those holding connections, oldest holder first
+        self._ring: deque[Lane] = deque()
         # Requests sent and not answered yet, by id: what is left here when the sending
         # tasks are cancelled was in flight, its outcome unknown.
         self._unanswered: dict[int, list[KinesisRecord]] = {}
@@ -318,7 +186,7 @@ class Sender:
         lane = self._lanes.get(destination)
         if lane is not None and not lane.requests and lane.probing is None and not lane.held:
             del self._lanes[destination]
-            lane.wake = None  # a pending wake-up finds itself stale
+            lane.forget()  # a pending wake-up finds itself stale
 
     def unanswered(self) -> list[KinesisRecord]:
         """Kinesis records of requests sent and not answered: after the sending tasks were
@@ -333,9 +201,9 @@ class Sender:
         whole, resent apart to find the bad record)."""
         lane = self._lanes.get(destination)
         if lane is None:
-            lane = self._lanes[destination] = _Lane(destination)
+            lane = self._lanes[destination] = Lane(destination)
         request = Request(records, alone)
-        lane.requests.append(request)
+        lane.add(request)
         if lane.state in OFF_RING:
             # Parked or probing: its wake-up must come by the new records' TTL.
             wake = lane.wake
@@ -381,7 +249,7 @@ class Sender:
         working = (1 for lane in lanes if lane.requests or lane.held or lane.active_until > now)
         return -(-most // max(sum(islice(working, most)), 1))
 
-    def _within_share(self, lane: _Lane, now: float) -> bool:
+    def _within_share(self, lane: Lane, now: float) -> bool:
         """Whether ``lane`` may take one more connection."""
         held = lane.held
         # Counting the streams with work only when it can matter: S is at most the lanes.
@@ -405,7 +273,7 @@ class Sender:
             for lane in self._ring
         ):
             return
-        victim: _Flight | None = None
+        victim: Flight | None = None
         most = share
         recheck = math.inf
         for lane in self._holding:  # only they can give one up
@@ -433,93 +301,74 @@ class Sender:
         self._recheck_at = math.inf
         self._preempt(now)
 
-    def _next(self, now: float) -> tuple[_Lane, list[KinesisRecord]] | None:
+    def _next(self, now: float) -> tuple[Lane, list[KinesisRecord]] | None:
         """The next request in round-robin order, or ``None``; parks lanes backing off."""
         ring = self._ring
         while ring:
             lane = ring.popleft()
-            lane.in_ring = False
+            lane.leave_ring()
             if lane.resume_at > now:
                 self._park(lane)
                 continue
             if lane.held and not self._within_share(lane, now):
                 continue  # off the ring until one of its requests is answered
-            request = lane.requests.popleft()
-            state = lane.state = step(lane.state, SEND)
-            probing = state is PROBING
-            if probing:
-                records = request.records
-            else:  # requests waiting behind it go with it, as far as they fit
-                waiting = len(lane.requests)
-                records = merged(request, lane.requests, lane.destination.collector)
-                self.requests_merged += waiting - len(lane.requests)
+            # Requests waiting behind it go with it, as far as they fit (not behind a probe).
+            records, joined, probing = lane.take()
+            self.requests_merged += joined
             if not probing and lane.requests:
-                lane.in_ring = True
-                ring.append(lane)
+                self._enter_ring(lane)
             records = self._unexpired(lane, records, now)
             if records:
-                if probing:
-                    lane.probing = records
-                    if lane.requests:  # held behind the probe, they still expire on time
-                        self._wake_at(lane, _earliest_expiry(lane.requests))
+                lane.sent(records, probing)
+                if probing and lane.requests:  # held behind the probe, they expire on time
+                    self._wake_at(lane, _earliest_expiry(lane.requests))
                 self._holding[lane] = None  # where it was, if it holds one already
-                lane.held += 1
                 return lane, records
             if probing:  # nothing left to probe with: the next one is
-                lane.state = step(lane.state, PROBE_EMPTY)
+                lane.probe_empty()
                 if lane.requests:
                     self._enter_ring(lane)
         return None
 
     def _unexpired(
-        self, lane: _Lane, records: list[KinesisRecord], now: float
+        self, lane: Lane, records: list[KinesisRecord], now: float
     ) -> list[KinesisRecord]:
         """``records`` whose TTL has not passed; the others are found expired (their stream is
         told once the update is over: ``_route_expired``)."""
         if all(record.expires_at > now for record in records):
             return records
-        live: list[KinesisRecord] = []
-        expired: list[KinesisRecord] = []
-        for record in records:
-            (live if record.expires_at > now else expired).append(record)
+        live, expired = split_expired(records, now)
         self._found.append((lane.destination, expired))
         return live
 
-    def _enter_ring(self, lane: _Lane) -> None:
+    def _enter_ring(self, lane: Lane) -> None:
         """Give ``lane`` a turn, if it has none yet."""
-        if not lane.in_ring:
-            lane.in_ring = True
+        if lane.join_ring():
             self._ring.append(lane)
 
-    def _park(self, lane: _Lane) -> None:
+    def _park(self, lane: Lane) -> None:
         """Hold ``lane`` off the ring until its stream's backoff ends (or a record's TTL)."""
-        lane.state = step(lane.state, PARK)
+        lane.park()
         resume_at = lane.resume_at
         if lane.requests:
             resume_at = min(resume_at, _earliest_expiry(lane.requests))
         self._wake_at(lane, resume_at)
 
-    def _wake_at(self, lane: _Lane, when: float) -> None:
-        wake = lane.wake = _Wake(self._on_wake, lane, when)
+    def _wake_at(self, lane: Lane, when: float) -> None:
+        wake = Wake(self._on_wake, lane, when)
+        lane.wait(wake)
         self._scheduler.call_at(when, wake)
 
-    def _on_wake(self, lane: _Lane, now: float) -> None:
+    def _on_wake(self, lane: Lane, now: float) -> None:
         """The scheduler's call for a parked or probing lane: expire, then release or re-park."""
         if lane.state not in OFF_RING:
             return
-        live: deque[Request] = deque()
-        for request in lane.requests:
-            if request.expiry() <= now:
-                records = self._unexpired(lane, request.records, now)
-                if not records:
-                    continue
-                request.narrow(records)
-            live.append(request)
-        lane.requests = live
+        destination = lane.destination
+        self._found += [(destination, expired) for expired in lane.expire(now)]
         self._wake_lane(lane, now)
         self._route_expired(now)
 
-    def _wake_lane(self, lane: _Lane, now: float) -> None:
+    def _wake_lane(self, lane: Lane, now: float) -> None:
         """A parked or probing lane, its expired requests gone: release it or park it again."""
         if lane.state is PROBING:
             if lane.requests:
@@ -531,42 +380,36 @@ class Sender:
                 when = min(when, _earliest_expiry(lane.requests))
             self._wake_at(lane, when)
             return
-        lane.state = step(lane.state, RESUME)
-        lane.wake = None
+        lane.resume()
         if lane.requests and not lane.in_ring:
             self._enter_ring(lane)
             # Not a fresh clock reading: ``now`` is at least ``resume_at``, so the lane is not
             # parked again for a rounding error (which would spin the scheduler).
             self._dispatch(now)
 
-    def _answered(self, lane: _Lane, records: list[KinesisRecord], now: float) -> None:
+    def _answered(self, lane: Lane, records: list[KinesisRecord], now: float) -> None:
         """After ``records`` of ``lane`` were answered: end its probe, park it if it backs off."""
-        lane.held -= 1
+        lane.answered(records, now, self._active_window)
         if not lane.held:
             del self._holding[lane]
-        lane.active_until = now + self._active_window
-        if lane.probing is records:
-            lane.probing = None
-            lane.state = step(lane.state, PROBE_ANSWERED)
-            lane.wake = None
         if lane.state in OFF_RING:
             return  # parked, or probing with another request: the wake-up or probe decides
         if lane.resume_at > now:
             if lane.requests:
                 if lane.in_ring:
                     self._ring.remove(lane)
-                    lane.in_ring = False
+                    lane.leave_ring()
                 self._park(lane)
             else:  # whatever the stream sends next after its backoff is a probe
-                lane.state = step(lane.state, BACKED_OFF)
+                lane.backed_off()
         elif lane.requests:
             self._enter_ring(lane)
 
     # --- sending (async) -----------------------------------------------------------------
-    async def _run(self, lane: _Lane, records: list[KinesisRecord]) -> None:
+    async def _run(self, lane: Lane, records: list[KinesisRecord]) -> None:
         released = False  # the connection, once this task has nothing more to send
         try:
-            item: tuple[_Lane, list[KinesisRecord]] | None = (lane, records)
+            item: tuple[Lane, list[KinesisRecord]] | None = (lane, records)
             while item is not None:
                 lane, records = item
                 answer, started, ended, preempted = await self._send(lane, records)
@@ -581,13 +424,13 @@ class Sender:
 
     def _answer(
         self,
-        lane: _Lane,
+        lane: Lane,
         records: list[KinesisRecord],
         answer: Answer,
         started: float,
         ended: float,
         preempted: bool,
-    ) -> tuple[_Lane, list[KinesisRecord]] | None:
+    ) -> tuple[Lane, list[KinesisRecord]] | None:
         """One answer, in a sending task's step: the lane backs off (or not), its stream
         judges the answer, the connection goes to the next request; what this task sends
         next, if anything. The records the step resolves resolve after it, with the sender
@@ -614,7 +457,7 @@ class Sender:
         return item
 
     async def _send(
-        self, lane: _Lane, records: list[KinesisRecord]
+        self, lane: Lane, records: list[KinesisRecord]
     ) -> tuple[Answer, float, float, bool]:
         """Send one request: its answer, when it started and ended, and whether it was given
         up (to free its connection for another stream)."""
@@ -628,7 +471,8 @@ class Sender:
         key = id(records)
         unanswered[key] = records  # stays there if this task is cancelled in the call
         scope = anyio.CancelScope(deadline=anyio.current_time() + self._request_timeout)
-        flight = lane.flights[key] = _Flight(started, scope)
+        flight = Flight(started, scope)
+        lane.fly(key, flight)
         with scope:
             # Only the call is caught: what it raises is the service's or the network's
             # doing; what reading its answer raises would be ours, and propagates.
@@ -639,7 +483,7 @@ class Sender:
             else:
                 answer = answer_of(response, len(records))
         del unanswered[key]
-        del lane.flights[key]
+        lane.land(key)
         if not scope.cancelled_caught:
             lane.sample(self._clock() - started)
         elif flight.preempted:

@@ -4,11 +4,13 @@
 a two-stream token bucket (records, bytes), the adaptive rates throttle feedback moves, and a
 queue of Kinesis records, oldest first. With ``ordering="shard"`` its
 :class:`OrderedShardLimiter` subclass is a *lane*: a FIFO queue with at most one Kinesis record
-in flight. The rules, and why, are in ``limiter.py``'s docstring (drains, send margin, batches
-of a starved shard) and ``_core/ordering.py`` (lanes).
+in flight, and :class:`OrderGate` decides which lanes an older lane holds. The rules, and why,
+are in ``limiter.py``'s docstring (drains, send margin, batches of a starved shard) and
+``_core/ordering.py`` (lanes).
 
 Not a stage: no clock, no scheduler, no other stage; the :class:`~aiokpl._pipeline.limiter.
-Limiter` calls it with ``now`` and the callbacks that collect what it admits and expires.
+Limiter` calls it with ``now``, and each ``put`` or ``drain`` returns what it admitted and
+what expired (a :data:`Flow`).
 Until a shard's first answer (at most ``FIRST_ANSWER_WAIT`` after its bucket was first taken
 from), its bucket gives only what it held then, no refill; at the answer, the refill of that
 time is given up (``_first_answer``): the server's bucket refills from when it served the
@@ -17,7 +19,8 @@ first request, so this one never runs ahead of it.
 Invariants of a lane:
 
 * its queue is a FIFO in put order (records come from the aggregator's one open batch per
-  shard, so in put order; retries are pushed back at the head by ``OrderedLimiter.settle``);
+  shard, so in put order; retries are pushed back at the head by
+  :meth:`OrderedShardLimiter.settle`);
 * at most one of its Kinesis records is *in flight* (admitted, not yet settled); the head is
   admitted only when none is, and not while the lane is *held* by an older overlapping lane
   (a retired shard's, or the lane of records without a prediction);
@@ -30,19 +33,27 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 from sortedcontainers import SortedKeyList
 
 from .._core.backoff import AdaptiveRate
+from .._core.ordering import overlaps
 from .._core.records import KinesisRecord
 from .._core.token_bucket import TokenBucket
 
 if TYPE_CHECKING:
     from .._core.shards import ShardRange
 
-__all__ = ("OrderedShardLimiter", "ShardLimiter")
+__all__ = ("NO_FLOW", "Flow", "OrderGate", "OrderedShardLimiter", "ShardLimiter")
+
+Flow: TypeAlias = tuple[Sequence[KinesisRecord], Sequence[KinesisRecord]]
+"""What a drain returns: the Kinesis records it admitted (oldest first), and those whose TTL
+passed while they were queued."""
+
+NO_FLOW: Flow = ((), ())
+"""Nothing admitted, nothing expired: no allocation."""
 
 
 # How long a shard's bucket gives only what it held, waiting for the shard's first answer.
@@ -84,6 +95,9 @@ class ShardLimiter:
         "starved",
     )
 
+    # Outside strict order nothing is in flight here (a lane's own field shadows this).
+    in_flight: KinesisRecord | None = None
+
     def __init__(self, records_per_second: float, bytes_per_second: float) -> None:
         self.bucket = TokenBucket(
             [(records_per_second, records_per_second), (bytes_per_second, bytes_per_second)]
@@ -104,6 +118,18 @@ class ShardLimiter:
         # Until the shard's first answer: when the bucket was first taken from (see _take).
         self._first_take: float | None = None
         self._heard = False
+
+    @property
+    def empty(self) -> bool:
+        """Nothing queued (nor, for a lane, in flight)."""
+        return not self.queue
+
+    def take(self) -> list[KinesisRecord]:
+        """Remove and return what is queued, oldest first (the shard is not starved then)."""
+        records = list(self.queue)
+        self.queue.clear()
+        self.starved = False
+        return records
 
     def _first_answer(self, now: float) -> None:
         """The shard's first answer: the refill held back since the first take is given up.
@@ -232,29 +258,27 @@ class ShardLimiter:
         wanted = (min(float(waiting), capacities[0]), min(size, capacities[1]))
         return now + min(batch, bucket.time_until(wanted, now))
 
-    def drain(
-        self,
-        now: float,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
-        *,
-        margin: float = 0.0,
-        force: bool = False,
-    ) -> None:
-        """Expire what is past its TTL, then admit oldest first what the bucket grants.
+    def drain(self, now: float, margin: float = 0.0, force: bool = False) -> Flow:
+        """Expire what is past its TTL, then admit oldest first what the bucket grants; returns
+        what it admitted and what expired.
 
         Records with ``margin`` seconds or less to live are not admitted (they stay queued
         until their TTL passes); ``force`` admits the others whatever the bucket holds.
         """
         queue = self.queue
         if not queue:
-            return
+            return NO_FLOW
         if self._records_rate.recovering:
             self._apply_rates(now)
-        while queue and queue[0].expires_at <= now:
-            expire(queue.pop(0))
+        expired: Sequence[KinesisRecord] = ()
+        if queue[0].expires_at <= now:
+            gone = [queue.pop(0)]
+            while queue and queue[0].expires_at <= now:
+                gone.append(queue.pop(0))
+            expired = gone
         if now < self.held_until and not force:
-            return  # starved: the tokens gather into the next batch
+            return (), expired  # starved: the tokens gather into the next batch
+        admitted: list[KinesisRecord] = []
         # The records too close to their TTL to be sent in time are the queue's head.
         first = queue.bisect_key_right(now + margin)
         while first < len(queue):
@@ -265,32 +289,24 @@ class ShardLimiter:
                 self.starved = True
                 if self.batch:
                     self.held_until = self._batch_due(len(queue) - first, record, now)
-                return
+                return admitted, expired
             del queue[first]
             self.admitted += 1
-            admit(record)
+            admitted.append(record)
         self.starved = False
+        return admitted, expired
 
-    def put(
-        self,
-        record: KinesisRecord,
-        now: float,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
-        *,
-        margin: float = 0.0,
-    ) -> bool:
-        """Admit at once if possible, else queue. Returns whether anything stays queued."""
+    def put(self, record: KinesisRecord, now: float, margin: float = 0.0) -> Flow:
+        """Admit at once if possible, else queue (and drain); returns what it admitted and
+        what expired."""
         if not self.queue and record.expires_at > now + margin:
             if self._records_rate.recovering:
                 self._apply_rates(now)
             if self._take(record, now):
                 self.admitted += 1
-                admit(record)
-                return False
+                return (record,), ()
         self.queue.add(record)
-        self.drain(now, admit, expire, margin=margin)
-        return bool(self.queue)
+        return self.drain(now, margin)
 
 
 class OrderedShardLimiter(ShardLimiter):
@@ -298,7 +314,8 @@ class OrderedShardLimiter(ShardLimiter):
 
     Attributes:
         in_flight: the Kinesis record admitted and not yet settled, if any.
-        held: an older overlapping lane has records: admit nothing (set by the limiter).
+        held: an older overlapping lane has records: admit nothing (set by the
+            :class:`OrderGate`).
         span: the hash-key range of a retired lane's shard (``None``: unknown, or the lane
             of records without a prediction: it overlaps everything).
     """
@@ -317,28 +334,25 @@ class OrderedShardLimiter(ShardLimiter):
         """Nothing queued, nothing in flight."""
         return self.in_flight is None and not self.queue
 
-    def drain(
-        self,
-        now: float,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
-        *,
-        margin: float = 0.0,
-        force: bool = False,
-    ) -> None:
-        """Expire what is past its TTL; then, if the lane is free, admit its next record."""
+    def drain(self, now: float, margin: float = 0.0, force: bool = False) -> Flow:
+        """Expire what is past its TTL; then, if the lane is free, admit its next record.
+        Returns what it admitted (one record at most) and what expired."""
         queue = self.queue
         if not queue:
-            return
+            return NO_FLOW
         if self._records_rate.recovering:
             self._apply_rates(now)
-        while queue and queue[0].expires_at <= now:
-            expire(queue.popleft())
+        expired: Sequence[KinesisRecord] = ()
+        if queue[0].expires_at <= now:
+            gone = [queue.popleft()]
+            while queue and queue[0].expires_at <= now:
+                gone.append(queue.popleft())
+            expired = gone
         if not queue:
-            return
+            return (), expired
         if self.in_flight is not None or self.held:
             self.starved = True  # waiting for its turn is this mode's form of overload
-            return
+            return (), expired
         # Records too close to their TTL to be sent in time stay queued until it passes: they
         # will fail, so the first record after them may go (a gap, not an overtake).
         limit = now + margin
@@ -346,29 +360,103 @@ class OrderedShardLimiter(ShardLimiter):
         while index < len(queue) and queue[index].expires_at <= limit:
             index += 1
         if index == len(queue):
-            return
+            return (), expired
         record = queue[index]
         if force:
             self.bucket.force_take((1, record.size), now)
         elif not self._take(record, now):
             self.starved = True
-            return
+            return (), expired
         del queue[index]
         self.admitted += 1
         self.in_flight = record
         self.starved = False
-        admit(record)
+        return (record,), expired
 
-    def put(
-        self,
-        record: KinesisRecord,
-        now: float,
-        admit: Callable[[KinesisRecord], None],
-        expire: Callable[[KinesisRecord], None],
-        *,
-        margin: float = 0.0,
-    ) -> bool:
-        """Queue at the tail, then drain. Returns whether anything stays queued."""
+    def put(self, record: KinesisRecord, now: float, margin: float = 0.0) -> Flow:
+        """Queue at the tail, then drain."""
         self.queue.append(record)
-        self.drain(now, admit, expire, margin=margin)
-        return bool(self.queue)
+        return self.drain(now, margin)
+
+    def settle(self, again: Sequence[KinesisRecord]) -> None:
+        """Its record in flight was settled: the lane is free, and ``again`` (what of that
+        record is retried, in order) goes back to its head, before any later record."""
+        self.in_flight = None
+        self.queue.extendleft(reversed(again))
+
+
+class OrderGate:
+    """Whether a lane may admit now, with ``ordering="shard"``: the lanes an older lane holds.
+
+    A lane is *held* (admits nothing, see :meth:`OrderedShardLimiter.drain`) while the lane of
+    records without a prediction has records, or while a lane retired before it (every
+    retired lane, for an open lane) overlaps its hash-key range: a shard's records wait for
+    those of its parents, and of the shards it merged from, still queued or in flight.
+
+    The gate decides and the limiter acts: each method says what changed (lanes freed), and
+    the limiter drains them. It keeps the retired lanes, oldest retired first, until they
+    are empty.
+
+    Args:
+        hash_range: the hash-key range of a shard id (open, or closed recently), from the
+            shard map.
+    """
+
+    __slots__ = ("_hash_range", "retired")
+
+    def __init__(self, hash_range: Callable[[str], ShardRange | None]) -> None:
+        self._hash_range = hash_range
+        # Lanes of shards gone from the map that still hold records, oldest retired first.
+        self.retired: dict[str, OrderedShardLimiter] = {}
+
+    def holds(
+        self,
+        span: ShardRange | None,
+        lane: OrderedShardLimiter | None,
+        unmapped: OrderedShardLimiter | None,
+    ) -> bool:
+        """Whether a lane of range ``span`` must wait: the lane of unpredicted records
+        (``unmapped``) has records, or a lane retired before ``lane`` (all of them, for an
+        open lane) overlaps."""
+        if unmapped is not None and unmapped is not lane and not unmapped.empty:
+            return True
+        for retired in self.retired.values():
+            if retired is lane:
+                return False  # the lanes retired after it are younger
+            if overlaps(retired.span, span):
+                return True
+        return False
+
+    def open(
+        self, shard: str, lane: OrderedShardLimiter, unmapped: OrderedShardLimiter | None
+    ) -> None:
+        """``lane`` is new, for ``shard``: held if an older lane overlaps it."""
+        lane.held = self.holds(self._hash_range(shard), None, unmapped)
+
+    def retire(self, shard: str, lane: OrderedShardLimiter) -> None:
+        """``shard`` left the map with records in ``lane``: it holds the lanes it overlaps
+        until it is empty (then :meth:`emptied`)."""
+        lane.span = self._hash_range(shard)
+        self.retired[shard] = lane
+
+    def emptied(self, shard: str | None, lanes: Mapping[str, OrderedShardLimiter]) -> bool:
+        """The lane of ``shard`` (``None``: of unpredicted records) has nothing left: whether
+        the holds may change (it may have held others). A retired lane is forgotten here."""
+        if shard is None:
+            return any(lane.held for lane in lanes.values())
+        return self.retired.pop(shard, None) is not None
+
+    def update(
+        self, lanes: Mapping[str, OrderedShardLimiter], unmapped: OrderedShardLimiter | None
+    ) -> list[str]:
+        """Recompute the hold of every lane in ``lanes`` (the older lanes changed); returns
+        the shards freed with records queued, in ``lanes``' order (to drain)."""
+        freed = []
+        retired = self.retired
+        for shard, lane in lanes.items():
+            span = lane.span if shard in retired else self._hash_range(shard)
+            held = self.holds(span, lane, unmapped)
+            if lane.held and not held and lane.queue:
+                freed.append(shard)
+            lane.held = held
+        return freed

@@ -61,7 +61,7 @@ from .aggregator import Aggregator
 from .collector import Collector
 from .distribution import Distribution
 from .limiter import Flow, limits_of
-from .ordering import Route, ordering_of
+from .ordering import Ordering, Route, ordering_of
 from .placement import AGGREGATE, ALONE, ORDERING_ON_AUTO, Placement, refusal
 from .preflight import Preflight
 from .retrier import Retrier
@@ -181,7 +181,7 @@ class StreamPipeline:
         buffered = config.record_max_buffered_time_ms / 1000
         # The collector's grace: a record entering it waits at least this for company.
         self._grace = min(0.05, buffered * 0.2) if config.aggregation_enabled else 0.0
-        self.ordering = ordering_of(config.ordering)
+        self.ordering: Ordering = ordering_of(config.ordering)
         self.placement = Placement(
             ordered=self.ordering.keeps_shard_order,
             anywhere=config.aggregation_on_auto_streams,
