@@ -134,6 +134,12 @@ class Rig:
             coordinator=None,
             random_value=lambda: 0.5,
         )
+        # The map's first load has just started: told when it ends, as the router is.
+        self.map_attempted = False
+        self.pipeline.shard_map.after_refresh(self._map_attempted)
+
+    def _map_attempted(self) -> None:
+        self.map_attempted = True
 
     def put(self, data: bytes = b"x", *, ehk: int | None = LOW, key: str = "k") -> UserRecord:
         """A record put now (a step of its own if it closes anything, as the put path's)."""
@@ -174,10 +180,7 @@ class Rig:
 
     def started(self) -> bool:
         """The first map load and the first summary have ended."""
-        return not (
-            self.pipeline.shard_map.first_attempt_pending
-            or self.pipeline.distribution.first_pending
-        )
+        return self.map_attempted and not self.pipeline.distribution.first_pending
 
 
 @asynccontextmanager

@@ -13,8 +13,8 @@ Invariants:
   wrong-shard results after a split therefore causes one refresh, not a storm;
 * the ranges of shards that closed stay known for about 60 s after the refresh that dropped
   them, so a record predicted for a parent that lands on a child can be checked;
-* ``first_attempt_pending`` is true from creation until the first load attempt ends (loaded or
-  failed): the aggregator holds records meanwhile instead of sending them unpredicted.
+* whoever asks (:meth:`ShardMap.after_refresh`) is told when the first load attempt ends, loaded
+  or failed: the router holds records meanwhile instead of sending them unpredicted.
 
 One attempt asks ``ListShards`` (``AT_LATEST``, pages of 1000). If that fails with anything but
 ``ResourceNotFoundException`` (the stream is missing: nothing else would know better), the same
@@ -143,7 +143,6 @@ class ShardMap:
         last_error: ``(operation, code, message)`` of the failure that explains the state: why
             the last attempt failed, or, when the table came from ``DescribeStream``, why
             ``ListShards`` could not be used; ``None`` after a load with ``ListShards``.
-        first_attempt_pending: the first load attempt has not ended yet.
         malformed_answers: answers of the three APIs that came back malformed.
     """
 
@@ -173,7 +172,6 @@ class ShardMap:
         self.refreshes = 0
         self.source: str | None = None
         self.last_error: tuple[str, str, str] | None = None
-        self.first_attempt_pending = True
         # A missing stream's map is not refreshed in the background: the next record that
         # needs a prediction tries again, no sooner than the backoff allows.
         self.dormant = False
@@ -296,7 +294,6 @@ class ShardMap:
             self.state = ShardMapState.UPDATING
             table, explained = await self._attempt()
             if table is None:
-                self.first_attempt_pending = False
                 # Whoever waits for this refresh decides with what is known: a verdict
                 # never waits longer than one attempt (and the records' TTL still runs).
                 self._run_after_refresh()
@@ -455,7 +452,6 @@ class ShardMap:
         self.table = table
         self.updated_at = now
         self.refreshes += 1
-        self.first_attempt_pending = False
         self._backoff.reset()
         self.state = ShardMapState.READY
         logger.info(
