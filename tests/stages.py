@@ -53,8 +53,11 @@ def user_record(
 
 
 def stamped(record: R, arrival: float = 0.0, deadline: float = 0.1, expires_at: float = 30.0) -> R:
-    """``record`` as if it had entered a producer at ``arrival`` (its flush generation 0)."""
-    record.stamp(arrival, deadline, expires_at)
+    """``record`` as if it had entered a producer at ``arrival`` (its flush generation 0), to
+    be sent by ``deadline`` (never past ``expires_at``, as the intake stamps it)."""
+    record.last_end = arrival
+    record.deadline = min(deadline, expires_at)
+    record.expires_at = expires_at
     record.epoch = 0
     return record
 

@@ -159,23 +159,37 @@ def test_a_group_that_is_not_a_collection_of_records_is_named(records: Any) -> N
 
 
 # --- the bounds ------------------------------------------------------------------------------
+def holding(ledger: _Ledger, records: int, size: int) -> None:
+    """``ledger`` holds ``records`` records of ``size`` bytes in all."""
+    ledger.outstanding = {UserRecord("s", "k", b"", None, 1): None for _ in range(records)}
+    ledger.outstanding_bytes = size
+
+
 def test_the_bounds_count_records_and_bytes() -> None:
-    admission = Admission(CONFIG)
-    assert admission.fits(2, 90, 10)
-    assert not admission.fits(3, 0, 1)  # max_outstanding_records
-    assert not admission.fits(0, 91, 10)  # max_outstanding_bytes
-    assert admission.fits(0, 0, 100, count=3)
-    assert not admission.fits(1, 0, 10, count=3)
+    intake, ledger, _ = _intake([0.0])  # max_outstanding_records=3, max_outstanding_bytes=100
+    holding(ledger, 2, 90)
+    assert intake.has_room(10)
+    holding(ledger, 3, 0)
+    assert not intake.has_room(1)  # max_outstanding_records
+    holding(ledger, 0, 91)
+    assert not intake.has_room(10)  # max_outstanding_bytes
+    holding(ledger, 0, 0)
+    assert intake.has_room(100, count=3)
+    holding(ledger, 1, 0)
+    assert not intake.has_room(10, count=3)
+    admission = intake.admission
     admission.blocked = "the spool's disk is full"
-    assert not admission.fits(0, 0, 1)  # nothing fits while blocked
+    holding(ledger, 0, 0)
+    assert not intake.has_room(1)  # nothing fits while blocked
     assert admission.holds(0, 0).startswith("the spool's disk is full; the producer holds 0")
     admission.blocked = None
-    reserving = Admission(CONFIG.replace(record_identities=True))
-    assert reserving.reserve > 0
-    assert reserving.fits(0, 0, 100 - reserving.reserve)
-    assert not reserving.fits(0, 0, 101 - reserving.reserve)  # room kept for the identity
-    assert reserving.fits(0, 0, 100 - 2 * reserving.reserve, count=2)  # kept for each
-    assert not reserving.fits(0, 0, 101 - 2 * reserving.reserve, count=2)
+    reserving, ledger, _ = _intake([0.0], CONFIG.replace(record_identities=True))
+    reserve = reserving.admission.reserve
+    assert reserve > 0
+    assert reserving.has_room(100 - reserve)
+    assert not reserving.has_room(101 - reserve)  # room kept for the identity
+    assert reserving.has_room(100 - 2 * reserve, count=2)  # kept for each
+    assert not reserving.has_room(101 - 2 * reserve, count=2)
     admission.check_group(3, 100)
     with pytest.raises(InvalidRecordError, match=r"^records: 4 records of 4 bytes can never"):
         admission.check_group(4, 4)
@@ -244,7 +258,9 @@ class _Pipeline:
         self.records.append((record, hash_key))
 
 
-def _intake(now: list[float]) -> tuple[Intake, _Ledger, dict[str, _Pipeline]]:
+def _intake(
+    now: list[float], config: Config = CONFIG
+) -> tuple[Intake, _Ledger, dict[str, _Pipeline]]:
     ledger = _Ledger()
     pipelines: dict[str, _Pipeline] = {}
 
@@ -252,8 +268,8 @@ def _intake(now: list[float]) -> tuple[Intake, _Ledger, dict[str, _Pipeline]]:
         return pipelines.setdefault(stream, _Pipeline())
 
     intake = Intake(
-        CONFIG.replace(record_max_buffered_time_ms=100, record_ttl_ms=30_000),
-        Admission(CONFIG, "us-east-1"),
+        config.replace(record_max_buffered_time_ms=100, record_ttl_ms=30_000),
+        Admission(config, "us-east-1"),
         ledger,
         pipelines,
         pipeline_of,

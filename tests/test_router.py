@@ -40,7 +40,7 @@ from aiokpl._pipeline.sender import Sender
 from aiokpl._pipeline.stream import StreamPipeline
 from aiokpl._record import UserRecord
 from aiokpl.testing import FakeKinesis
-from stages import admit
+from stages import admit, stamped
 
 pytestmark = pytest.mark.anyio
 
@@ -146,8 +146,11 @@ class Rig:
         now = self.clock.now
         config = self.config
         record = UserRecord("s", key, data, None if ehk is None else str(ehk), len(key) + len(data))
-        record.stamp(
-            now, now + config.record_max_buffered_time_ms / 1000, now + config.record_ttl_ms / 1000
+        stamped(
+            record,
+            now,
+            now + config.record_max_buffered_time_ms / 1000,
+            now + config.record_ttl_ms / 1000,
         )
         admit(self.ledger, record)
         self.pipeline.put(record, record.hash_key)

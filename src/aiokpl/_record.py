@@ -23,7 +23,6 @@ Mirrors ``UserRecord`` in the KPL (``aws/kinesis/core/user_record.h``), which ha
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 from ._core.hashing import KEYLESS, PLACED_PARTITION_KEY, hash_key_of
@@ -33,12 +32,10 @@ from ._outcome import Outcome, settle
 
 __all__ = (
     "DurableSpool",
-    "RecordBuilder",
     "SpooledRecord",
     "TaggedRecord",
     "UserRecord",
-    "build_record",
-    "builder_for",
+    "record_classes",
 )
 
 _RELEASED = b""
@@ -49,7 +46,9 @@ class UserRecord(Outcome[RecordResult]):
 
     # Overridden by TaggedRecord's slot: a record without tags carries nothing for them.
     encoded_tags: bytes = b""
-    # Set as the record enters the producer (unset until then): see stamp, and the ledger's add.
+    # Set as the record enters the producer (unset until then): its times by the intake (when
+    # it arrived, the last attempt's end until its first; when it is to be sent, never past its
+    # expiry), its flush generation by the ledger's add.
     last_end: float
     deadline: float
     expires_at: float
@@ -97,14 +96,6 @@ class UserRecord(Outcome[RecordResult]):
         self.attempts: tuple[Attempt, ...] = ()
         # The successful attempt, shared by every record of the same Kinesis record.
         self.delivered: Delivered | None = None
-
-    def stamp(self, arrival: float, deadline: float, expires_at: float) -> None:
-        """The record enters the producer at ``arrival``: it is to be sent by ``deadline``
-        (never later than its expiry) and expires at ``expires_at``. *Mutates* the record."""
-        # When the record's last attempt ended; until its first, when it arrived.
-        self.last_end = arrival
-        self.deadline = deadline if deadline < expires_at else expires_at
-        self.expires_at = expires_at
 
     @property
     def hash_key(self) -> int:
@@ -221,35 +212,17 @@ class SpooledRecord(TaggedRecord):
         await self.spool.wait_durable(self.spool_id, self.spool_seq)
 
 
-# Builds a checked record, not yet entered: (stream, partition key, data, explicit hash key or
-# None, size, encoded tags or b"") -> the record.
-RecordBuilder = Callable[[str, str, bytes, "str | None", int, bytes], UserRecord]
-
-
-def build_record(
-    stream: str,
-    partition_key: str,
-    data: bytes,
-    explicit_hash_key: str | None,
-    size: int,
-    encoded_tags: bytes = b"",
-) -> UserRecord:
-    """A checked record as a producer that neither spools nor writes identities builds it:
-    a :class:`TaggedRecord` if it has tags, else a :class:`UserRecord` (no slot for them)."""
-    if encoded_tags:
-        return TaggedRecord(stream, partition_key, data, explicit_hash_key, size, encoded_tags)
-    return UserRecord(stream, partition_key, data, explicit_hash_key, size)
-
-
-def builder_for(*, spool: bool, identities: bool) -> RecordBuilder:
-    """How a producer builds its records (chosen once, when it is made): records that will be
-    framed into a spool are :class:`SpooledRecord`s, records that will get an identity tag
-    :class:`TaggedRecord`s, whatever their own tags; the rest :func:`build_record`'s."""
+def record_classes(*, spool: bool, identities: bool) -> tuple[type[UserRecord], type[TaggedRecord]]:
+    """The classes a producer builds its records with, chosen once, when it is made: for a
+    record without tags, and for one with. Records that will be framed into a spool are
+    :class:`SpooledRecord`s and records that will get an identity tag :class:`TaggedRecord`s,
+    whatever their own tags; the rest are a :class:`UserRecord` (no slot for tags) or a
+    :class:`TaggedRecord`."""
     if spool:
-        return SpooledRecord
+        return SpooledRecord, SpooledRecord
     if identities:
-        return TaggedRecord
-    return build_record
+        return TaggedRecord, TaggedRecord
+    return UserRecord, TaggedRecord
 
 
 # What a caller holds is an Outcome: errors and reprs name that public type ("'Outcome' object

@@ -10,7 +10,7 @@ waits for room its own way (an event, a condition); what fits, and what is said 
 does, is decided here.
 
 What a check returns is the record itself, built by the producer's one builder
-(``_record.builder_for``) and not yet entered, with its hash key (which the record does not
+(``_record.record_classes``) and not yet entered, with its hash key (which the record does not
 keep): :meth:`Admission.check` for one record, :meth:`Admission.check_many` for a
 ``put_records`` group. A ``SyncProducer`` checks a record in its caller's thread and hands the
 record over; the producer's loop then enters it as it is, never checking it again.
@@ -33,7 +33,7 @@ from .._core.hashing import check_stream_name, check_user_record, parse_stream_a
 from .._core.identity import IDENTITY_SIZE_BOUND, RESERVED_PREFIX, is_reserved_key
 from .._core.wire import Tags
 from .._kinesis import check_region
-from .._record import RecordBuilder, UserRecord, builder_for
+from .._record import UserRecord, record_classes
 
 __all__ = ("Admission", "check_records_argument", "fields_of")
 
@@ -86,23 +86,25 @@ class Admission:
         reserve: bytes each record may grow by after its room was counted (the identity tag
             of ``Config.record_identities``; 0 without).
         blocked: why no put may go in now (the spool's disk is full), or ``None``.
-        build: how the producer builds a checked record (``_record.builder_for``, chosen by
-            ``config``: the one way both producers build records).
+        untagged: the class of a checked record without tags, ``tagged``: with tags
+            (``_record.record_classes``, chosen by ``config``: :meth:`check` is where both
+            producers build every record put).
     """
 
     __slots__ = (
         "aggregation",
         "blocked",
-        "build",
         "max_bytes",
         "max_record_size",
         "max_records",
         "region",
         "reserve",
+        "tagged",
+        "untagged",
     )
 
     def __init__(self, config: Config, region: str | None = None) -> None:
-        self.build: RecordBuilder = builder_for(
+        self.untagged, self.tagged = record_classes(
             spool=config.spool_directory is not None, identities=config.record_identities
         )
         self.aggregation = config.aggregation_enabled
@@ -142,9 +144,11 @@ class Admission:
             partition_key, data, explicit_hash_key, self.max_record_size
         )
         if tags is None:
-            return self.build(stream, key, payload, ehk, size, b""), hash_key
+            return self.untagged(stream, key, payload, ehk, size), hash_key
         encoded, size = self.check_tags(tags, key, size, ehk)
-        return self.build(stream, key, payload, ehk, size, encoded), hash_key
+        if not encoded:
+            return self.untagged(stream, key, payload, ehk, size), hash_key
+        return self.tagged(stream, key, payload, ehk, size, encoded), hash_key
 
     def check_tags(self, tags: Tags, key: str, size: int, ehk: str | None) -> tuple[bytes, int]:
         """Check a put's ``tags`` (not ``None``): their encoding, and the record's new size.
@@ -191,19 +195,16 @@ class Admission:
             self._check_count(len(records))
         else:
             records = islice(records, most + 1)
-        check = check_user_record
-        build = self.build
-        limit = self.max_record_size
+        check = self.check
         built: list[UserRecord] = []
         hash_keys: list[int] = []
         size = 0
         try:
             for record in records:
                 if type(record) is tuple and len(record) == 2:
-                    key, length, payload, hash_key, ehk = check(record[0], record[1], None, limit)
-                    item = build(stream, key, payload, ehk, length, b"")
+                    item, hash_key = check(stream, record[0], record[1], None, None)
                 else:
-                    item, hash_key = self.check(stream, *fields_of(record))
+                    item, hash_key = check(stream, *fields_of(record))
                 size += item.size
                 built.append(item)
                 hash_keys.append(hash_key)
@@ -220,17 +221,6 @@ class Admission:
             self._refuse_group(f"{count}{' or more' if more else ''} records")
 
     # --- room -------------------------------------------------------------------------------
-    def fits(self, records: int, outstanding_bytes: int, size: int, count: int = 1) -> bool:
-        """Whether ``count`` more records of ``size`` bytes in all fit beside ``records``
-        records of ``outstanding_bytes`` bytes outstanding, keeping :attr:`reserve` bytes
-        free for each of them (their identity tags, added as they enter); none fits while
-        :attr:`blocked`."""
-        return (
-            self.blocked is None
-            and records + count <= self.max_records
-            and outstanding_bytes + size + count * self.reserve <= self.max_bytes
-        )
-
     def check_group(self, count: int, size: int) -> None:
         """Refuse a group that could never be outstanding at once, even in an empty producer.
 

@@ -150,7 +150,13 @@ class Intake:
         """Whether ``count`` more records of ``size`` bytes in all fit the outstanding bounds
         (none while the spool's disk is full: ``Admission.blocked``)."""
         ledger = self._ledger
-        return self.admission.fits(len(ledger.outstanding), ledger.outstanding_bytes, size, count)
+        admission = self.admission
+        return (
+            admission.blocked is None
+            and len(ledger.outstanding) + count <= admission.max_records
+            # Each record let in may grow by its identity tag (Admission.reserve): kept free.
+            and ledger.outstanding_bytes + size + count * admission.reserve <= admission.max_bytes
+        )
 
     async def wait_for_room(self, size: int, count: int = 1) -> None:
         """Wait until ``count`` records of ``size`` bytes in all fit the outstanding bounds."""
@@ -159,6 +165,12 @@ class Intake:
             self.check_still_open()
 
     # --- in --------------------------------------------------------------------------------
+    def _stamps_at(self, now: float) -> tuple[float, float, float]:
+        """A record's arrival, deadline and expiry, put at ``now`` (the deadline never past the
+        expiry: see ``UserRecord.stamp``)."""
+        expires_at = now + self._ttl
+        return now, min(now + self._buffered, expires_at), expires_at
+
     def enter(self, record: UserRecord, hash_key: int) -> UserRecord:
         """Enter a checked ``record`` (there is room: the caller looked): stamp it, mark it,
         count it in the ledger and put it to its stream. Returns it (the caller's outcome).
@@ -175,9 +187,10 @@ class Intake:
         now = self.clock()
         stamps = self._stamps
         if now - stamps[0] >= _STAMP_RESOLUTION:
-            stamps = self._stamps = (now, now + self._buffered, now + self._ttl)
-        arrival, deadline, expires_at = stamps
-        record.stamp(arrival, deadline, expires_at)
+            stamps = self._stamps = self._stamps_at(now)
+        # Hot path: UserRecord.stamp written out (the deadline is clamped to the expiry in
+        # the shared stamps already).
+        record.last_end, record.deadline, record.expires_at = stamps
         if self.marks is not None:
             self.marks.mark(record)
         self._ledger.add(record)
@@ -196,10 +209,9 @@ class Intake:
                 ``max_record_size`` (nothing counted).
         """
         put = self._pipeline_of(stream).put
-        now = self.clock()
-        arrival, deadline, expires_at = now, now + self._buffered, now + self._ttl
+        arrival, deadline, expires_at = self._stamps_at(self.clock())
         for record in records:
-            record.stamp(arrival, deadline, expires_at)
+            record.last_end, record.deadline, record.expires_at = arrival, deadline, expires_at
         marks = self.marks
         if marks is not None:
             marks.check_group(records)
@@ -221,8 +233,7 @@ class Intake:
             await self._ledger.wait_for_room()
         else:
             return False
-        now = self.clock()
-        record.stamp(now, now + self._buffered, now + self._ttl)
+        record.last_end, record.deadline, record.expires_at = self._stamps_at(self.clock())
         self._ledger.add(record)
         self._pipeline_of(record.stream).put(record, record.hash_key)
         return True
