@@ -160,3 +160,39 @@ async def test_exit_unwinds_in_order_a_last_upload_then_the_sinks_then_the_clien
     assert sink.calls[-2:] == ["publish", "aclose"]
     assert (opener.opened, opener.closed) == (1, 1)
     assert running_tasks() == before
+
+
+async def test_a_producer_that_never_ran_says_so_at_every_entry_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its running parts exist only once it has started: before (not started) and after a
+    # start that failed (closed), every entry point says which, and nothing is counted.
+    def failing_coordinator(*args: Any) -> Any:
+        raise StartUpError("the coordinator could not start")
+
+    monkeypatch.setattr("aiokpl._producer.producer.ProducerCoordinator", failing_coordinator)
+    fake = FakeKinesis()
+    for started, error, state in (
+        (False, RuntimeError, "not started"),
+        (True, ProducerClosedError, "closed"),
+    ):
+        producer = Producer(CONFIG, client=fake, coordination=Coordination(store=MemoryStore()))
+        if started:
+            with pytest.raises(StartUpError):
+                await producer.__aenter__()
+        with pytest.raises(error, match=state):
+            await producer.put_record(stream="events", partition_key="k", data=b"x")
+        with pytest.raises(error, match=state):
+            producer.put_record_nowait(stream="events", partition_key="k", data=b"x")
+        with pytest.raises(error, match=state):
+            await producer.put_records(stream="events", records=[("k", b"x")])
+        await producer.flush()  # nothing was put: nothing to wait for
+        assert producer.metrics() == []
+        assert repr(producer) == (
+            f"<Producer {state} streams=0 outstanding_records=0 outstanding_bytes=0>"
+        )
+        statistics = producer.statistics()
+        assert (statistics.records_put, statistics.requests_sent, statistics.streams) == (0, 0, ())
+        assert (producer.outstanding_records, producer.outstanding_bytes) == (0, 0)
+        assert state in producer.health().reasons[0].message
+    assert fake.calls("PutRecords") == 0
