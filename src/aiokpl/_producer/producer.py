@@ -164,6 +164,15 @@ class Producer:
             return ProducerClosedError(CLOSED)
         return RuntimeError("the producer is not started: use it with `async with`")
 
+    def _accepting(self, stream: str) -> Runtime:
+        """The running parts, once a put to ``stream`` may go ahead (``Intake.accept_stream``);
+        the put paths that are not ``put_record``'s hot path start here."""
+        runtime = self._runtime
+        if runtime is None:
+            raise self._not_running()
+        runtime.intake.accept_stream(stream)
+        return runtime
+
     # --- lifecycle ------------------------------------------------------------------------
     async def __aenter__(self) -> Producer:
         if self._started:
@@ -305,11 +314,8 @@ class Producer:
             RuntimeError: called from another thread than the event loop's that entered
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
-        runtime = self._runtime
-        if runtime is None:
-            raise self._not_running()
+        runtime = self._accepting(stream)
         intake = runtime.intake
-        intake.accept_stream(stream)
         record, hash_key = intake.admission.check(
             stream, partition_key, data, explicit_hash_key, tags
         )
@@ -355,11 +361,8 @@ class Producer:
             RuntimeError: called from another thread than the event loop's that entered
                 the producer (use :class:`aiokpl.SyncProducer` from threads).
         """
-        runtime = self._runtime
-        if runtime is None:
-            raise self._not_running()
+        runtime = self._accepting(stream)
         intake = runtime.intake
-        intake.accept_stream(stream)
         check_records_argument(records)
         if stream not in runtime.streams.pipelines:
             # A new stream: start loading its shard map now, before a large group takes its
