@@ -18,6 +18,7 @@ from aiokpl._core.trace_context import (
     TRACE_TAG_SIZE,
     TraceContext,
     check_traceparent,
+    span_tags,
     trace_context_of,
     trace_tags,
 )
@@ -126,3 +127,21 @@ def test_the_first_context_tag_counts_and_an_empty_tracestate_is_none() -> None:
     other = decode_tags(trace_tags("00-11111111111111111111111111111111-2222222222222222-00"))
     tags = [first, *other, Tag(STATE_KEY, "")]
     assert trace_context_of(tags) == TraceContext(EXAMPLE, None)
+
+
+@given(
+    trace_id=st.integers(1, 2**128 - 1),
+    span_id=st.integers(1, 2**64 - 1),
+    flags=st.integers(0, 255),
+    tracestate=st.none() | st.text(min_size=1, max_size=64),
+)
+def test_a_span_s_integers_encode_as_its_traceparent_does(
+    trace_id: int, span_id: int, flags: int, tracestate: str | None
+) -> None:
+    # The producer's fast path (OpenTelemetry's SpanContext holds integers) writes exactly
+    # what the header's encoding writes, and reads back as that header.
+    header = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+    assert span_tags(trace_id, span_id, flags, tracestate) == trace_tags(header, tracestate)
+    assert trace_context_of(decode_tags(span_tags(trace_id, span_id, flags, tracestate))) == (
+        TraceContext(header, tracestate)
+    )

@@ -16,7 +16,11 @@ Invariants:
   payload alive. Its result is built from plain values on first use;
 * a record with tags is a :class:`TaggedRecord`, whose one extra slot holds them encoded
   (the aggregate's ``Record.tags`` fields, validated and encoded once at put): a record without
-  tags is as small as before tags existed and reads ``encoded_tags`` (``b""``) from its class.
+  tags is as small as before tags existed and reads ``encoded_tags`` (``b""``) from its class;
+* so with a record's trace context (``Config.tracing``): a traced record is a
+  :class:`TaggedRecord`, whose ``trace_tags`` (the ``aiokpl.trace`` tags, apart from its own:
+  they go only where the record travels in an aggregate) and ``trace`` (its creation context,
+  which "send" spans link to) are set at put; any other record reads ``b""`` and ``None``.
 
 Mirrors ``UserRecord`` in the KPL (``aws/kinesis/core/user_record.h``), which has no tags.
 """
@@ -44,8 +48,11 @@ _RELEASED = b""
 class UserRecord(Outcome[RecordResult]):
     """One record in the pipeline, and the caller's handle on its result."""
 
-    # Overridden by TaggedRecord's slot: a record without tags carries nothing for them.
+    # Overridden by TaggedRecord's slots: a record without tags (or trace context) carries
+    # nothing for them.
     encoded_tags: bytes = b""
+    trace_tags: bytes = b""
+    trace: object | None = None
     # Set as the record enters the producer (unset until then): its times by the intake (when
     # it arrived, the last attempt's end until its first; when it is to be sent, never past its
     # expiry), its flush generation by the ledger's add.
@@ -157,9 +164,13 @@ class UserRecord(Outcome[RecordResult]):
 class TaggedRecord(UserRecord):
     """A :class:`UserRecord` with tags: ``encoded_tags`` holds them as the aggregate's
     ``Record.tags`` fields (never empty once the record entered the producer: a producer that
-    writes identities builds every record as one, and adds its identity tag as it enters)."""
+    writes identities builds every record as one, and adds its identity tag as it enters).
 
-    __slots__ = ("encoded_tags",)
+    With ``Config.tracing``, every record is one: ``trace_tags`` holds its trace context as
+    encoded tags, written into its aggregate beside ``encoded_tags`` (``b""``: none), and
+    ``trace`` its creation context (an OpenTelemetry ``SpanContext``; ``None``: none)."""
+
+    __slots__ = ("encoded_tags", "trace", "trace_tags")
 
     def __init__(
         self,
@@ -172,6 +183,8 @@ class TaggedRecord(UserRecord):
     ) -> None:
         UserRecord.__init__(self, stream, partition_key, data, explicit_hash_key, size)
         self.encoded_tags = encoded_tags
+        self.trace_tags = b""
+        self.trace: object | None = None
 
 
 class DurableSpool(Protocol):
@@ -212,15 +225,17 @@ class SpooledRecord(TaggedRecord):
         await self.spool.wait_durable(self.spool_id, self.spool_seq)
 
 
-def record_classes(*, spool: bool, identities: bool) -> tuple[type[UserRecord], type[TaggedRecord]]:
+def record_classes(
+    *, spool: bool, identities: bool, tracing: bool = False
+) -> tuple[type[UserRecord], type[TaggedRecord]]:
     """The classes a producer builds its records with, chosen once, when it is made: for a
     record without tags, and for one with. Records that will be framed into a spool are
-    :class:`SpooledRecord`s and records that will get an identity tag :class:`TaggedRecord`s,
-    whatever their own tags; the rest are a :class:`UserRecord` (no slot for tags) or a
-    :class:`TaggedRecord`."""
+    :class:`SpooledRecord`s and records that will get an identity tag or a trace context
+    :class:`TaggedRecord`s, whatever their own tags; the rest are a :class:`UserRecord` (no
+    slot for tags) or a :class:`TaggedRecord`."""
     if spool:
         return SpooledRecord, SpooledRecord
-    if identities:
+    if identities or tracing:
         return TaggedRecord, TaggedRecord
     return UserRecord, TaggedRecord
 

@@ -74,8 +74,15 @@ class Loop:
             by Ctrl-C marks the thread as stopped while it still runs).
     """
 
-    def __init__(self, config: Config, handover: Handover, exit_reports: ExitReports) -> None:
+    def __init__(
+        self,
+        config: Config,
+        handover: Handover,
+        exit_reports: ExitReports,
+        tracer_provider: Any = None,
+    ) -> None:
         self.config = config
+        self._tracer_provider = tracer_provider
         self.handover = handover
         self.producer: Producer | None = None
         self.portal: BlockingPortal | None = None
@@ -126,7 +133,9 @@ class Loop:
                 asyncio.get_running_loop().set_default_executor(ExitSafeExecutor())
             with anyio.CancelScope() as scope:
                 self._scope = scope
-                async with Producer(self.config, client=client) as producer:
+                async with Producer(
+                    self.config, client=client, tracer_provider=self._tracer_provider
+                ) as producer:
                     report_exit_to(producer, self._exit_reports.give)
                     self.producer = producer
                     async with BlockingPortal() as portal:  # for the callers' questions

@@ -43,6 +43,7 @@ from .._core.wire import Tags
 from .._kinesis import fixed_region
 from .._producer.admission import Admission
 from .._producer.producer import Producer
+from .._producer.runtime import check_tracing, tracing_for
 from .exit import ExitReports, forget, in_slices, remember, uninterrupted
 from .futures import RecordFuture
 from .handover import CLOSED_MESSAGE, Handover
@@ -79,6 +80,9 @@ class SyncProducer:
             client from ``config``. A given client is used from the background thread only.
         backend: the event loop of the background thread: ``"asyncio"`` or ``"trio"``.
         backend_options: passed to ``anyio.run`` (e.g. ``{"use_uvloop": True}`` on asyncio).
+        tracer_provider: with ``config.tracing``, the OpenTelemetry ``TracerProvider`` its
+            spans go to; ``None`` (the default): OpenTelemetry's global one. A record's trace
+            context is the one current in the thread that puts it.
 
     Raises:
         TypeError: ``config`` is not a :class:`~aiokpl.Config`.
@@ -93,21 +97,25 @@ class SyncProducer:
         client: KinesisClient | None = None,
         backend: Literal["asyncio", "trio"] = "asyncio",
         backend_options: dict[str, Any] | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be 'asyncio' or 'trio'; got {backend!r}")
+        check_tracing(config, tracer_provider)
         self.config = config
         self.backend = backend
         self._known_streams: set[str] = set()
         # The producer's rules, checked in the caller's thread. Its region (None: any ARN's) as
         # the producer decides it: Config.region, else a given client's region.
         region = config.region if client is None else fixed_region(config, client)
-        self._admission = Admission(config, region)
+        # Its tracing gives each record the context of the thread that puts it; the
+        # producer's own (the loop's) starts the spans.
+        self._admission = Admission(config, region, tracing_for(config, tracer_provider, None))
         self._handover = Handover(self._admission)
         self._exit_reports = ExitReports(self.statistics)  # what a cancelled exit cost
-        self._loop = Loop(config, self._handover, self._exit_reports)
+        self._loop = Loop(config, self._handover, self._exit_reports, tracer_provider)
         started: Future[None] = Future()
         self._thread = threading.Thread(
             target=self._run_loop,

@@ -34,6 +34,7 @@ _CHOICES = {
     "metrics_granularity": ("global", "stream", "shard"),
     "ordering": ("aggregate", "shard"),
     "spool_fsync": ("batch", "interval", "none"),
+    "tracing": ("off", "context", "create"),
 }
 
 
@@ -278,6 +279,21 @@ class Config:
     :class:`aiokpl.aggregation.Deduper`. Needs ``aggregation_enabled``. With a spool, a record
     replayed after a restart keeps its identity. See the dedupe page."""
 
+    tracing: str = "off"
+    """OpenTelemetry tracing (needs the ``otel`` extra). ``"off"``: none, and the put path is
+    as without it. ``"context"``: each record carries the W3C trace context current where it
+    is put (the caller's span) in a reserved tag (``aiokpl.trace``) of its aggregate, and
+    every ``PutRecords`` attempt is a "send" span linked to the contexts of the records it
+    carries. ``"create"``: as ``"context"``, and each record gets a "create" span of its own
+    (a child of the caller's context, ending with the record's result), whose context the
+    record carries. A record sent alone, outside an aggregate, has nowhere to carry its
+    context. See the tracing page."""
+
+    trace_max_links: int = 128
+    """With ``tracing``, most links from one "send" span to the records it carries,
+    0 … 1,000,000; the records past it are counted in the span's ``aiokpl.unlinked_records``
+    attribute (OpenTelemetry's SDK keeps 128 links a span unless its limits say more)."""
+
     def __post_init__(self) -> None:
         for name, kind, low, high in _RULES:
             _check(name, getattr(self, name), kind, low, high)
@@ -402,6 +418,7 @@ _RULES: tuple[tuple[str, str, float, float], ...] = (
     ("dry_run_check", "bool", 0, 0),
     ("fail_if_throttled", "bool", 0, 0),
     ("record_identities", "bool", 0, 0),
+    ("trace_max_links", "int", 0, 1_000_000),
     ("spool_check_permissions", "bool", 0, 0),
     ("return_record_on_failure", "bool", 0, 0),
     ("aggregation_max_count", "int", 1, 4_294_967_295),

@@ -1,6 +1,7 @@
 """Trace context in a user record's tags: the W3C ``traceparent`` (and ``tracestate``) of the
-request that put the record, carried through aggregation (groundwork for issue 32: the codec
-only; nothing writes these tags yet).
+request that put the record, carried through aggregation. The producer writes them
+(``aiokpl._tracing``, with ``Config.tracing``) with :func:`span_tags`; consumers read them back
+with :func:`trace_context_of` (``aiokpl.tracing``).
 
 A ``PutRecords`` call carries no headers, and an aggregate packs records of many requests, so
 the context travels with each user record, in tags the KCL ignores (its records stay readable
@@ -45,6 +46,7 @@ __all__ = (
     "TRACE_TAG_SIZE",
     "TraceContext",
     "check_traceparent",
+    "span_tags",
     "trace_context_of",
     "trace_tags",
 )
@@ -124,6 +126,25 @@ def trace_tags(traceparent: str, tracestate: str | None = None) -> bytes:
     if tracestate:
         tags.append((STATE_KEY, tracestate))
     return encode_tags(tags)
+
+
+# The aiokpl.trace tag's fields before its value: Record.tags' field (3, length 50), the
+# Tag's key (field 1) and the value's field (2, length 34). See trace_tags.
+_TRACE_PREFIX = b'"2\n\x0caiokpl.trace\x12"'
+
+
+def span_tags(trace_id: int, span_id: int, flags: int, tracestate: str | None = None) -> bytes:
+    """A span's context as encoded ``Record.tags`` fields, as :func:`trace_tags` writes them
+    for its ``traceparent``, from the span's integers (what OpenTelemetry's ``SpanContext``
+    holds), without the header text: the producer's per-record path with tracing on.
+
+    The ids must be valid (not zero, in range): the caller asks ``SpanContext.is_valid``.
+    """
+    raw = trace_id.to_bytes(16, "big") + span_id.to_bytes(8, "big") + bytes((flags & 0xFF,))
+    tags = _TRACE_PREFIX + base64.urlsafe_b64encode(raw)[:_COMPACT_SIZE]
+    if tracestate:
+        tags += encode_tags([(STATE_KEY, tracestate)])
+    return tags
 
 
 def trace_context_of(tags: Iterable[Tag | tuple[str, str | None]]) -> TraceContext | None:

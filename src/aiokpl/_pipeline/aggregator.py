@@ -14,7 +14,10 @@ A record with aggregation disabled becomes a Kinesis record of its own at once, 
 record with no predicted shard once the stream's first map load attempt has ended without a map
 (failed; the next attempts run in the background). A lone record larger than
 ``aggregation_max_size`` is sent alone, raw (with tags, as an aggregate of one: see
-``KinesisRecord.single``). The KPL's equivalent is ``aggregator.h`` with ``reducer.h``.
+``KinesisRecord.single``). A record's trace context (``Config.tracing``: ``trace_tags``) goes
+into its aggregate beside its tags, and a batch closed with one traced record is an aggregate
+of one, so that the context travels; a record sent alone (the cases above) goes without it.
+The KPL's equivalent is ``aggregator.h`` with ``reducer.h``.
 
 **Start-up hold** (better than the KPL, which sends everything put before its first map
 unpredicted: unaggregated and not rate limited, a throttling storm when a producer starts with
@@ -245,6 +248,8 @@ class Aggregator:
         key = record.partition_key
         data = record.data
         tags = record.encoded_tags
+        if record.trace_tags:  # its trace context (Config.tracing): only an aggregate has room
+            tags += record.trace_tags
         max_size = self._max_size
         count = batch.builder.try_add(key, data, ehk, max_size, tags)
         closed = None
@@ -301,7 +306,11 @@ class Aggregator:
         # The scheduler may still hold this batch until its old deadline: keep nothing in it.
         batch.records = []
         self.kinesis_records_out += 1
-        if len(records) == 1:
+        if len(records) == 1 and (
+            # A lone record goes as it is, unless it carries a trace context (which only an
+            # aggregate has room for) and fits one: then it is an aggregate of one.
+            not records[0].trace_tags or batch.builder.size > self._max_size
+        ):
             return KinesisRecord.single(records[0], batch.first_hash_key)
         first = records[0]
         ehk = first.explicit_hash_key

@@ -85,10 +85,10 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -105,7 +105,16 @@ if TYPE_CHECKING:
     from .._kinesis import KinesisClient
     from .scheduler import Scheduler
 
-__all__ = ("Sender",)
+__all__ = ("SendTracing", "Sender")
+
+
+class SendTracing(Protocol):
+    """What the sender asks of the producer's tracing (``aiokpl._tracing.Tracing``)."""
+
+    def send(self, stream: str, records: Sequence[KinesisRecord]) -> Any: ...
+
+    def sent(self, span: Any, answer: Answer) -> None: ...
+
 
 # A request is overdue, at the earliest, this long after it was sent (before its stream's
 # first answer, it is the whole estimate): RFC 6298's minimum retransmission timeout.
@@ -132,8 +141,10 @@ class Sender:
         random_value: Callable[[], float] = random.random,
         on_answer: Callable[[str, Answer, float], None] | None = None,
         step: Callable[[], AbstractContextManager[None]] = nullcontext,
+        tracing: SendTracing | None = None,
     ) -> None:
         self._client = client
+        self._tracing = tracing  # a "send" span per request (Config.tracing), or None
         # A pipeline step (the producer's ledger's) around what a sending task does with an
         # answer: what it resolves resolves once the sender is consistent again.
         self._step = step
@@ -473,15 +484,22 @@ class Sender:
         scope = anyio.CancelScope(deadline=anyio.current_time() + self._request_timeout)
         flight = Flight(started, scope)
         lane.fly(key, flight)
-        with scope:
-            # Only the call is caught: what it raises is the service's or the network's
-            # doing; what reading its answer raises would be ours, and propagates.
-            try:
-                response = await self._client.put_records(**arguments)
-            except Exception as exc:
-                answer = failure_of(exc)
-            else:
-                answer = answer_of(response, len(records))
+        tracing = self._tracing
+        span = tracing.send(destination.stream, records) if tracing is not None else None
+        try:
+            with scope:
+                # Only the call is caught: what it raises is the service's or the network's
+                # doing; what reading its answer raises would be ours, and propagates.
+                try:
+                    response = await self._client.put_records(**arguments)
+                except Exception as exc:
+                    answer = failure_of(exc)
+                else:
+                    answer = answer_of(response, len(records))
+        except BaseException:
+            if tracing is not None:  # cancelled from outside (an exit): the span ends too
+                tracing.sent(span, RequestFailed.of("Cancelled", "the request was cancelled"))
+            raise
         del unanswered[key]
         lane.land(key)
         if not scope.cancelled_caught:
@@ -495,6 +513,8 @@ class Sender:
         self.requests_sent += 1
         if type(answer) is not Answered:
             self.requests_failed += 1
+        if tracing is not None:
+            tracing.sent(span, answer)
         return answer, started, self._clock(), flight.preempted
 
     def statistics(self) -> SenderStatistics:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.config import Config
 from .._core.decoder import decode_tags
@@ -33,7 +33,10 @@ from .._core.hashing import check_stream_name, check_user_record, parse_stream_a
 from .._core.identity import IDENTITY_SIZE_BOUND, RESERVED_PREFIX, is_reserved_key
 from .._core.wire import Tags
 from .._kinesis import check_region
-from .._record import UserRecord, record_classes
+from .._record import TaggedRecord, UserRecord, record_classes
+
+if TYPE_CHECKING:
+    from .._tracing import Tracing
 
 __all__ = ("Admission", "check_records_argument", "fields_of")
 
@@ -89,6 +92,8 @@ class Admission:
         untagged: the class of a checked record without tags, ``tagged``: with tags
             (``_record.record_classes``, chosen by ``config``: :meth:`check` is where both
             producers build every record put).
+        tracing: the producer's tracing (``Config.tracing``), which gives each record built
+            the trace context current where it is put; ``None`` without.
     """
 
     __slots__ = (
@@ -100,13 +105,19 @@ class Admission:
         "region",
         "reserve",
         "tagged",
+        "tracing",
         "untagged",
     )
 
-    def __init__(self, config: Config, region: str | None = None) -> None:
+    def __init__(
+        self, config: Config, region: str | None = None, tracing: Tracing | None = None
+    ) -> None:
         self.untagged, self.tagged = record_classes(
-            spool=config.spool_directory is not None, identities=config.record_identities
+            spool=config.spool_directory is not None,
+            identities=config.record_identities,
+            tracing=tracing is not None,
         )
+        self.tracing = tracing
         self.aggregation = config.aggregation_enabled
         self.max_record_size = config.max_record_size
         self.max_records = config.max_outstanding_records
@@ -144,11 +155,17 @@ class Admission:
             partition_key, data, explicit_hash_key, self.max_record_size
         )
         if tags is None:
-            return self.untagged(stream, key, payload, ehk, size), hash_key
-        encoded, size = self.check_tags(tags, key, size, ehk)
-        if not encoded:
-            return self.untagged(stream, key, payload, ehk, size), hash_key
-        return self.tagged(stream, key, payload, ehk, size, encoded), hash_key
+            record = self.untagged(stream, key, payload, ehk, size)
+        else:
+            encoded, size = self.check_tags(tags, key, size, ehk)
+            if encoded:
+                record = self.tagged(stream, key, payload, ehk, size, encoded)
+            else:
+                record = self.untagged(stream, key, payload, ehk, size)
+        if self.tracing is not None:  # here: in the caller's thread, its context current
+            assert isinstance(record, TaggedRecord)  # record_classes(tracing=True)
+            self.tracing.capture(record)
+        return record, hash_key
 
     def check_tags(self, tags: Tags, key: str, size: int, ehk: str | None) -> tuple[bytes, int]:
         """Check a put's ``tags`` (not ``None``): their encoding, and the record's new size.

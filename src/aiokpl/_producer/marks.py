@@ -1,11 +1,12 @@
 """What a record gets as it enters besides its fields: its place in the durable spool, its
-identity.
+identity, its "create" span.
 
-:class:`Marks` marks a record entering a producer that spools or writes identities (the
-intake calls :meth:`Marks.mark` once the record is stamped, before it is counted): its place
-in the spool (``_spooling.Spool.append``), its ``aiokpl.id`` tag (``_core/identity.py``). The
-record was built with room for them (``_record.builder_for``). Without either the producer
-has no marks.
+:class:`Marks` marks a record entering a producer that spools, writes identities or gives
+each record a "create" span (``Config.tracing="create"``; the intake calls
+:meth:`Marks.mark` once the record is stamped, before it is counted): its place in the spool
+(``_spooling.Spool.append``), its ``aiokpl.id`` tag (``_core/identity.py``), its span
+(``_tracing.Tracing.create``). The record was built with room for them
+(``_record.record_classes``). Without any the producer has no marks.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .._record import SpooledRecord, TaggedRecord, UserRecord
 if TYPE_CHECKING:
     from .._spool import SpoolRecord
     from .._spooling import Spool
+    from .._tracing import Tracing
 
 __all__ = ("Marks", "encoder_of")
 
@@ -36,10 +38,20 @@ class Marks:
         spool: the producer's spool, open (its producer id is the identities'), or ``None``.
     """
 
-    __slots__ = ("_encoder", "_encoders", "_max_record_size", "_next", "identities", "spool")
+    __slots__ = (
+        "_encoder",
+        "_encoders",
+        "_max_record_size",
+        "_next",
+        "_tracing",
+        "identities",
+        "spool",
+    )
 
-    def __init__(self, config: Config, spool: Spool | None) -> None:
+    def __init__(self, config: Config, spool: Spool | None, tracing: Tracing | None = None) -> None:
         self.spool = spool
+        # Only with Config.tracing "create": each record's create span starts as it enters.
+        self._tracing = tracing if tracing is not None and tracing.creates else None
         self._max_record_size = config.max_record_size
         self._encoder: IdentityEncoder | None = None
         if config.record_identities:
@@ -56,7 +68,7 @@ class Marks:
     def mark(self, record: UserRecord) -> None:
         """Mark a record entering the producer (stamped, not yet counted): give it its
         identity tag and frame it into the spool, as configured. The record was built by the
-        producer's builder (``_record.builder_for``): a ``SpooledRecord`` when it spools,
+        producer's builder (``_record.record_classes``): a ``SpooledRecord`` when it spools,
         else a ``TaggedRecord``. *Mutates* the record.
 
         Raises:
@@ -77,6 +89,9 @@ class Marks:
             assert isinstance(record, TaggedRecord)
             record.encoded_tags = tags
             record.size = size
+        if self._tracing is not None:  # every check passed: a span started here ends
+            assert isinstance(record, TaggedRecord)
+            self._tracing.create(record)
         if spool is None:
             self._next = seq + 1
             return

@@ -112,9 +112,14 @@ class Producer:
             ``None`` (the default) gives each producer a new unseeded ``random.Random``; a test
             that passes ``random.Random(seed)``, with a seeded fake under a virtual clock,
             replays the same retry schedule on every run.
+        tracer_provider: with ``config.tracing``, the OpenTelemetry ``TracerProvider`` its
+            spans go to; ``None`` (the default): OpenTelemetry's global one.
 
     Raises:
-        ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``.
+        ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``,
+            or a ``tracer_provider`` while ``config.tracing`` is ``"off"``.
+        ImportError: ``config.tracing`` is on and OpenTelemetry's API is not installed (the
+            ``otel`` extra).
         TypeError: ``config`` is not a ``Config``, a sink is not a ``MetricsSink``,
             ``coordination`` is not a ``Coordination``, or ``jitter_source`` is not a
             ``random.Random``.
@@ -128,11 +133,12 @@ class Producer:
         coordination: Coordination | None = None,
         metrics_sinks: Iterable[MetricsSink] = (),
         jitter_source: random.Random | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config must be an aiokpl.Config, not {type(config).__name__}")
         self._arguments = check_arguments(
-            config, client, coordination, metrics_sinks, jitter_source
+            config, client, coordination, metrics_sinks, jitter_source, tracer_provider
         )
         self.config = config
         self._stack: AsyncExitStack | None = None  # what __aenter__ started, unwound at exit

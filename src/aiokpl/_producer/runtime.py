@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 
     from .._coordination.coordinator import ProducerCoordinator
     from .._spooling import Spool
+    from .._tracing import Tracing
 
-__all__ = ("Arguments", "Runtime", "check_arguments", "start")
+__all__ = ("Arguments", "Runtime", "check_arguments", "check_tracing", "start", "tracing_for")
 
 
 def check_arguments(
@@ -58,6 +59,7 @@ def check_arguments(
     coordination: Coordination | None,
     metrics_sinks: Iterable[MetricsSink],
     jitter_source: random.Random | None,
+    tracer_provider: Any = None,
 ) -> Arguments:
     """Check a producer's arguments but ``config`` (checked first, by the caller).
 
@@ -67,8 +69,11 @@ def check_arguments(
     Raises:
         TypeError: a sink is not a ``MetricsSink``, ``coordination`` is not a
             ``Coordination``, or ``jitter_source`` is not a ``random.Random``.
-        ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``.
+        ConfigError: ``metrics_sinks`` are given but ``config.metrics_level`` is ``"none"``,
+            or a ``tracer_provider`` but ``config.tracing`` is ``"off"``.
+        ImportError: ``config.tracing`` is on and OpenTelemetry's API is not installed.
     """
+    check_tracing(config, tracer_provider)
     if jitter_source is not None and not isinstance(jitter_source, random.Random):
         raise TypeError(
             f"jitter_source must be a random.Random, not {type(jitter_source).__name__}"
@@ -92,7 +97,39 @@ def check_arguments(
         raise ConfigError(
             "metrics_sinks need Config.metrics_level 'summary' or 'detailed'; it is 'none'"
         )
-    return Arguments(config, client, coordination, sinks, metrics, jitter)
+    return Arguments(config, client, coordination, sinks, metrics, jitter, tracer_provider)
+
+
+def check_tracing(config: Config, tracer_provider: Any) -> None:
+    """Check that a producer can trace as ``config.tracing`` says, with ``tracer_provider``.
+
+    Raises:
+        ConfigError: a ``tracer_provider`` is given but ``config.tracing`` is ``"off"``.
+        ImportError: tracing is on and OpenTelemetry's API is not installed.
+    """
+    if config.tracing == "off":
+        if tracer_provider is not None:
+            raise ConfigError(
+                "tracer_provider needs Config.tracing 'context' or 'create'; it is 'off'"
+            )
+        return
+    try:
+        import opentelemetry.trace  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"Config.tracing={config.tracing!r} needs OpenTelemetry's API: "
+            "pip install 'aiokpl[otel]'"
+        ) from exc
+
+
+def tracing_for(config: Config, tracer_provider: Any, endpoint: str | None) -> Tracing | None:
+    """The producer's tracing (checked by :func:`check_tracing`), for requests to
+    ``endpoint``; ``None`` with ``config.tracing`` ``"off"`` (nothing imported)."""
+    if config.tracing == "off":
+        return None
+    from .._tracing import Tracing
+
+    return Tracing(config.tracing, config.trace_max_links, tracer_provider, endpoint)
 
 
 async def _shielded(close: Callable[..., Awaitable[Any]], *args: Any) -> None:
@@ -118,6 +155,8 @@ class Arguments:
         sinks: the metrics sinks.
         metrics: the metrics recorder, or ``None``.
         jitter: the generator of every timing draw.
+        tracer_provider: where ``Config.tracing``'s spans go (``None``: OpenTelemetry's
+            global provider).
     """
 
     config: Config
@@ -126,6 +165,7 @@ class Arguments:
     sinks: tuple[MetricsSink, ...]
     metrics: MetricsRecorder | None
     jitter: random.Random
+    tracer_provider: Any = None
 
 
 class Runtime:
@@ -253,7 +293,9 @@ async def start(
             on_resolved=spool.resolved if spool is not None else None,
         )
         scheduler = Scheduler(ledger.step)
-        connectivity = Connectivity(endpoint_of(client), config.record_ttl_ms)
+        endpoint = endpoint_of(client)
+        connectivity = Connectivity(endpoint, config.record_ttl_ms)
+        tracing = tracing_for(config, arguments.tracer_provider, endpoint)
         sender = Sender(
             client,
             task_group,
@@ -266,6 +308,7 @@ async def start(
             random_value=jitter.random,
             on_answer=connectivity.observe,
             step=ledger.step,
+            tracing=tracing,
         )
         coordinator = None
         if arguments.coordination is not None:
@@ -282,8 +325,8 @@ async def start(
             ledger=ledger,
             coordinator=coordinator,
         )
-        admission = Admission(config, fixed_region(config, client))
-        marked = spool is not None or config.record_identities
+        admission = Admission(config, fixed_region(config, client), tracing)
+        marked = spool is not None or config.record_identities or config.tracing == "create"
         intake = Intake(
             config,
             admission,
@@ -291,7 +334,7 @@ async def start(
             streams.pipelines,
             streams.pipeline_of,
             clock,
-            Marks(config, spool) if marked else None,
+            Marks(config, spool, tracing) if marked else None,
         )
         runtime = Runtime(
             config,
