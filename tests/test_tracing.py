@@ -343,3 +343,48 @@ def test_the_settings_are_checked() -> None:
         Config(tracing="on")
     with pytest.raises(ConfigError, match="trace_max_links"):
         Config(trace_max_links=-1)
+
+
+async def test_a_send_cancelled_with_its_producer_ends_its_span(spans: Spans) -> None:
+    # A request under way when the surrounding scope is cancelled: its span ends, failed.
+    import anyio
+
+    fake = stream(1)
+    fake.latency = 1_000.0
+    config = Config(region="us-east-1", tracing="context")
+    with anyio.move_on_after(5):
+        async with Producer(config, client=fake, tracer_provider=spans.provider) as producer:
+            outcome = await producer.put_record(stream="s", partition_key="k", data=b"r")
+            await producer.flush()
+    assert (await outcome).error_code == "Cancelled"
+    (send,) = spans.named("send s")
+    assert send.end_time is not None
+    assert send.attributes is not None
+    assert send.attributes["error.type"] == "Cancelled"
+    assert send.status.status_code is StatusCode.ERROR
+
+
+def test_the_send_spans_name_the_server_they_went_to(spans: Spans) -> None:
+    from aiokpl._core.answers import Answered
+    from aiokpl._core.records import KinesisRecord
+    from aiokpl._tracing import Tracing
+
+    tracing = Tracing("context", 128, spans.provider, "https://kinesis.eu-west-1.amazonaws.com")
+    record = UserRecord("s", "k", b"r", None, 2)
+    record.deadline = record.expires_at = 1.0
+    span = tracing.send("s", [KinesisRecord.single(record, 0)])
+    tracing.sent(span, Answered([("shardId-000000000000", "1")]))
+    (send,) = spans.named("send s")
+    assert send.attributes is not None
+    assert send.attributes["server.address"] == "kinesis.eu-west-1.amazonaws.com"
+    assert "server.port" not in send.attributes
+    assert send.status.status_code is StatusCode.UNSET
+    local = Tracing("context", 128, spans.provider, "http://127.0.0.1:4567")
+    local.sent(local.send("s", []), Answered([]))
+    assert spans.named("send s")[1].attributes == {
+        **{k: v for k, v in (send.attributes or {}).items() if not k.startswith("server.")},
+        "server.address": "127.0.0.1",
+        "server.port": 4567,
+        "messaging.batch.message_count": 0,
+        "aiokpl.kinesis_records": 0,
+    }
