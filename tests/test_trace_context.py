@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokpl._core.decoder import decode_tags
+from aiokpl._core.encoder import encode_tags
 from aiokpl._core.identity import is_reserved_key
 from aiokpl._core.trace_context import (
     STATE_KEY,
@@ -19,6 +20,7 @@ from aiokpl._core.trace_context import (
     TraceContext,
     check_traceparent,
     span_tags,
+    split_trace_tags,
     trace_context_of,
     trace_tags,
 )
@@ -145,3 +147,12 @@ def test_a_span_s_integers_encode_as_its_traceparent_does(
     assert trace_context_of(decode_tags(span_tags(trace_id, span_id, flags, tracestate))) == (
         TraceContext(header, tracestate)
     )
+
+
+def test_a_record_s_trace_tags_split_from_its_others_in_their_order() -> None:
+    mine = encode_tags([("a", "1"), ("b", None)])
+    traced = span_tags(1, 2, 1, "k=v")
+    assert split_trace_tags(mine + traced) == (mine, traced)
+    assert split_trace_tags(traced + mine) == (mine, traced)
+    assert split_trace_tags(mine) == (mine, b"")
+    assert split_trace_tags(b"") == (b"", b"")

@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind, StatusCode, format_span_id, format_tra
 from opentelemetry.trace.span import TraceState
 
 from aiokpl import Config, ConfigError, Outcome, Producer, RecordResult, SyncProducer
-from aiokpl._core.decoder import is_aggregated
+from aiokpl._core.decoder import decode_tags, is_aggregated
 from aiokpl._core.trace_context import TraceContext, trace_context_of
 from aiokpl._record import TaggedRecord, UserRecord
 from aiokpl.aggregation import deaggregate
@@ -388,3 +388,47 @@ def test_the_send_spans_name_the_server_they_went_to(spans: Spans) -> None:
         "messaging.batch.message_count": 0,
         "aiokpl.kinesis_records": 0,
     }
+
+
+async def test_a_record_replayed_from_the_spool_keeps_its_context_and_its_tags(
+    spans: Spans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first run spools records whose stream fails, and is cancelled; the next one
+    # replays them, each with its own tags and its context apart (in its aggregate, as
+    # sent by the first run), under a tracing producer or not.
+    import anyio
+
+    from aiokpl import _spooling
+    from aiokpl.testing._spool_files import MemoryFiles
+
+    files = MemoryFiles()
+
+    async def inline(function: Any, *args: Any) -> Any:
+        await anyio.lowlevel.checkpoint()
+        return function(*args)
+
+    monkeypatch.setattr(_spooling, "spool_files", lambda config: files)
+    monkeypatch.setattr(_spooling, "run_sync", inline)
+    config = Config(region="us-east-1", spool_directory="/spool", tracing="create")
+    failing = stream(1)
+    failing.fail_requests(10**9, stream="s")
+    contexts = {}
+    with anyio.move_on_after(2):
+        async with Producer(config, client=failing, tracer_provider=spans.provider) as producer:
+            for i, tags in enumerate([None, [("mine", "1")]]):
+                with spans.tracer.start_as_current_span("request"):
+                    outcome = await producer.put_record(
+                        stream="s", partition_key="k", data=f"{i}".encode(), tags=tags
+                    )
+                assert isinstance(outcome, TaggedRecord)
+                contexts[f"{i}"] = trace_context_of(decode_tags(outcome.trace_tags))
+            await producer.wait_durable()
+            await anyio.sleep_forever()
+    fake = stream(1)
+    async with Producer(config.replace(tracing="off"), client=fake) as producer:
+        await producer.flush()
+    assert await carried(fake) == contexts
+    assert None not in contexts.values()
+    users = {user.data: user for _, r in await read_stream(fake, "s") for user in deaggregate(r)}
+    assert [tag.key for tag in users[b"1"].tags] == ["mine", "aiokpl.trace"]
+    assert [tag.key for tag in users[b"0"].tags] == ["aiokpl.trace"]

@@ -37,6 +37,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from .decoder import decode_tags
 from .encoder import encode_tags
 from .wire import Tag
 
@@ -47,6 +48,7 @@ __all__ = (
     "TraceContext",
     "check_traceparent",
     "span_tags",
+    "split_trace_tags",
     "trace_context_of",
     "trace_tags",
 )
@@ -145,6 +147,24 @@ def span_tags(trace_id: int, span_id: int, flags: int, tracestate: str | None = 
     if tracestate:
         tags += encode_tags([(STATE_KEY, tracestate)])
     return tags
+
+
+def split_trace_tags(encoded: bytes) -> tuple[bytes, bytes]:
+    """A record's encoded tags split in two: the others, and its trace context's (the
+    ``aiokpl.trace`` and ``aiokpl.tracestate`` tags, as :func:`span_tags` wrote them), each
+    in its order. What the spool keeps of a record is its tags with its context after them;
+    a record replayed from it gets them back apart (``Marks.replayed``).
+
+    Raises:
+        AggregationFormatError: ``encoded`` is not a sequence of encoded tags.
+    """
+    if TRACE_KEY.encode() not in encoded:
+        return encoded, b""
+    others: list[Tag] = []
+    trace: list[Tag] = []
+    for tag in decode_tags(encoded):
+        (trace if tag.key in (TRACE_KEY, STATE_KEY) else others).append(tag)
+    return encode_tags(others), encode_tags(trace)
 
 
 def trace_context_of(tags: Iterable[Tag | tuple[str, str | None]]) -> TraceContext | None:

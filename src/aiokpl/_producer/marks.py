@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .._core.config import Config
 from .._core.errors import InvalidRecordError
 from .._core.identity import IdentityEncoder, alone_size, identity_tag_size, new_producer_id
+from .._core.trace_context import split_trace_tags
 from .._record import SpooledRecord, TaggedRecord, UserRecord
 
 if TYPE_CHECKING:
@@ -101,14 +102,17 @@ class Marks:
             record.partition_key,
             record.data,
             record.explicit_hash_key,
-            user_tags,
+            # Its trace context after its tags: a record replayed keeps its context too.
+            user_tags + record.trace_tags,
             record.last_end,  # its arrival: stamped, and not attempted yet
         )
         record.in_spool(spool, spool.producer_id, seq)
 
     def replayed(self, spooled: SpoolRecord) -> SpooledRecord:
-        """A recovered record, rebuilt with its original identity (not yet stamped)."""
-        tags = spooled.encoded_tags
+        """A recovered record, rebuilt with its original identity and trace context (not
+        yet stamped; its trace context goes in its aggregate, as it would have, but no "send"
+        span links to it: its spans ended with the producer that put it)."""
+        tags, trace_tags = split_trace_tags(spooled.encoded_tags)
         if self.identities:
             encoder = self._encoders.get(spooled.producer_id)
             if encoder is None:
@@ -125,6 +129,7 @@ class Marks:
             len(key.encode()) + len(spooled.data) + len(tags),
             tags,
         )
+        record.trace_tags = trace_tags
         record.in_spool(spool, spooled.producer_id, spooled.sequence_number)
         return record
 
