@@ -66,7 +66,7 @@ __all__ = (
     "trace_context",
 )
 
-MESSAGING_SYSTEM = "aws.kinesis"
+_MESSAGING_SYSTEM = "aws.kinesis"
 """``messaging.system`` of the spans: OpenTelemetry registers no value for Kinesis."""
 
 
@@ -201,7 +201,7 @@ def process_span(
         if ambient.is_valid:
             links.append(trace.Link(ambient))
     span_attributes: dict[str, AttributeValue] = {
-        "messaging.system": MESSAGING_SYSTEM,
+        "messaging.system": _MESSAGING_SYSTEM,
         "messaging.operation.type": "process",
         "messaging.operation.name": "process",
     }

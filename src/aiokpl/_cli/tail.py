@@ -88,8 +88,8 @@ def format_record(stream: str, shard_id: str, record: DeaggregatedRecord, data_m
     ``approximate_arrival_timestamp`` (ISO 8601, UTC, milliseconds), ``data`` and
     ``data_encoding`` (``"text"`` or ``"base64"``); and ``trace``, only when the user record
     carries a trace context (its tags, see ``aiokpl.tracing``): ``{"traceparent": ...,
-    "tracestate": ...}`` (``tracestate`` ``null`` when it has none). Characters a terminal would obey rather
-    than print (controls, bidirectional overrides) are ``\\uXXXX`` escapes
+    "tracestate": ...}`` (``tracestate`` ``null`` when it has none). Characters a terminal
+    would obey rather than print (controls, bidirectional overrides) are ``\\uXXXX`` escapes
     (:func:`aiokpl._cli.terminal.json_line`): the same JSON once read.
 
     Args:
