@@ -88,6 +88,8 @@ def trace_context(
         TypeError: ``record`` is none of these: a Kinesis record as boto3 or Lambda gives it (a
             ``dict``) must go through ``deaggregate`` first.
     """
+    if isinstance(record, DeaggregatedRecord):
+        return trace_context_of(record.tags)  # Tag objects, as deaggregate makes them
     if isinstance(record, TraceContext):
         return record
     tags = getattr(record, "tags", record)
