@@ -248,7 +248,13 @@ def installed_problems(dist: Path) -> list[str]:
     problems: list[str] = []
     prefix = Path(sys.prefix).resolve()
     wheel_version = sorted(dist.glob("*.whl"))[0].name.split("-")[1]
-    for name in ("aiokpl", "aiokpl.aggregation", "aiokpl.testing", "aiokpl.coordination"):
+    for name in (
+        "aiokpl",
+        "aiokpl.aggregation",
+        "aiokpl.testing",
+        "aiokpl.coordination",
+        "aiokpl.tracing",
+    ):
         try:
             module = importlib.import_module(name)
         except Exception as exc:

@@ -52,6 +52,7 @@ from aiokpl._cli.tail import format_record, parse_timestamp
 from aiokpl._core.errors import ConfigError
 from aiokpl.aggregation import DeaggregatedRecord
 from aiokpl.testing._servers import ServerFaults, ShardLimits
+from aiokpl.tracing import context_tags
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
@@ -647,6 +648,16 @@ def test_record_lines_never_carry_what_a_terminal_obeys() -> None:
     # Text in any script is left as it is.
     readable = format_record("s", "x", _record("日本語, é, ✓".encode(), None), "auto")
     assert '"data": "日本語, é, ✓"' in readable
+
+
+def test_a_record_lines_trace_context_never_carries_what_a_terminal_obeys() -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    hostile = "\x1b[2J\x9b31m\u202e"  # a tracestate is whatever the record carries
+    tags = context_tags(traceparent, hostile)
+    record = DeaggregatedRecord("pk", b"x", None, "4959", 0, True, None, tags)
+    line = format_record("s", "x", record, "auto")
+    assert line.isprintable(), ascii(line)
+    assert json.loads(line)["trace"] == {"traceparent": traceparent, "tracestate": hostile}
 
 
 def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:

@@ -126,7 +126,7 @@ def local_environment(endpoint: str) -> dict[str, str]:
 
 
 # Modules whose docstrings the API reference pages render: their examples run too.
-PUBLIC_MODULES = ("aiokpl", "aiokpl.aggregation", "aiokpl.testing")
+PUBLIC_MODULES = ("aiokpl", "aiokpl.aggregation", "aiokpl.testing", "aiokpl.tracing")
 
 
 def pages() -> list[Path]:

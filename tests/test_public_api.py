@@ -11,6 +11,7 @@ import aiokpl
 import aiokpl.aggregation
 import aiokpl.coordination
 import aiokpl.testing
+import aiokpl.tracing
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "src" / "aiokpl" / "_core"
@@ -66,7 +67,7 @@ def test_all_is_pinned() -> None:
     }
     for name in aiokpl.__all__:
         assert hasattr(aiokpl, name), name
-    for module in (aiokpl.aggregation, aiokpl.testing, aiokpl.coordination):
+    for module in (aiokpl.aggregation, aiokpl.testing, aiokpl.coordination, aiokpl.tracing):
         for name in module.__all__:
             assert hasattr(module, name), name
     assert set(aiokpl.coordination.__all__) == {
@@ -75,6 +76,14 @@ def test_all_is_pinned() -> None:
         "DynamoDBStore",
         "S3Store",
         "run_summarizer",
+    }
+    assert set(aiokpl.tracing.__all__) == {
+        "STATE_KEY",
+        "TRACE_KEY",
+        "TraceContext",
+        "context_tags",
+        "process_span",
+        "trace_context",
     }
 
 
@@ -90,6 +99,8 @@ def test_every_public_name_is_documented() -> None:
         assert name in text, f"aiokpl.testing.{name} is not in docs/"
     for name in aiokpl.coordination.__all__:
         assert f"aiokpl.coordination.{name}" in text, f"aiokpl.coordination.{name} not in docs/"
+    for name in aiokpl.tracing.__all__:
+        assert f"aiokpl.tracing.{name}" in text, f"aiokpl.tracing.{name} is not in docs/"
 
 
 def test_pure_core_imports_no_event_loop_sdk_or_clock() -> None:

@@ -18,6 +18,7 @@ import aiokpl
 import aiokpl.aggregation
 import aiokpl.coordination
 import aiokpl.testing
+import aiokpl.tracing
 from aiokpl import Config, Outcome, RecordResult, SyncProducer
 from aiokpl._producer.producer import Producer
 from aiokpl.testing import FakeKinesis
@@ -84,7 +85,9 @@ def test_a_sync_future_names_itself_future(backend: Literal["asyncio", "trio"]) 
 
 
 @pytest.mark.parametrize(
-    "module", [aiokpl, aiokpl.aggregation, aiokpl.coordination, aiokpl.testing], ids=str
+    "module",
+    [aiokpl, aiokpl.aggregation, aiokpl.coordination, aiokpl.testing, aiokpl.tracing],
+    ids=str,
 )
 def test_public_classes_name_their_public_module(module: object) -> None:
     name = getattr(module, "__name__", "")

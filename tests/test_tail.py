@@ -20,8 +20,9 @@ from aiokpl import Config, Producer
 from aiokpl._cli.reader import MIN_READ_INTERVAL, StartPosition, TailError, tail_stream
 from aiokpl._cli.tail import format_record
 from aiokpl._kinesis import client_error
-from aiokpl.aggregation import MAGIC, DeaggregatedRecord
+from aiokpl.aggregation import MAGIC, DeaggregatedRecord, Record, Tag, encode
 from aiokpl.testing import FakeKinesis
+from aiokpl.tracing import context_tags
 
 pytestmark = pytest.mark.anyio
 
@@ -394,6 +395,34 @@ async def test_records_stored_without_a_partition_key_are_read_with_none() -> No
     assert keyless["sequence_number"] == next(
         s.sequence_number for s in fake.stored_records("auto") if s.data == b"keyless"
     )
+
+
+async def test_a_line_gives_the_trace_context_a_user_record_carries() -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    state = "rojo=00f067aa0ba902b7"
+    fake = FakeKinesis()
+    fake.add_stream("s", shard_count=1)
+    aggregate = encode(
+        [
+            Record("k", b"traced", None, context_tags(traceparent, state)),
+            Record("k", b"untraced", None, (Tag("team", "payments"),)),
+            Record("k", b"no state", None, context_tags(traceparent)),
+            Record("k", b"damaged", None, (Tag("aiokpl.trace", "not a context"),)),
+        ]
+    )
+    await fake.put_record(StreamName="s", PartitionKey="k", Data=aggregate)
+    await put(fake, "s", "k", b"plain")
+    collected = Collected()
+    await tail_stream(fake, "s", start=TRIM_HORIZON, on_records=collected, follow=False)
+    lines = {
+        r.data: json.loads(format_record("s", shard_id, r, "auto"))
+        for shard_id, r in collected.records
+    }
+    assert lines[b"traced"]["trace"] == {"traceparent": traceparent, "tracestate": state}
+    assert lines[b"no state"]["trace"] == {"traceparent": traceparent, "tracestate": None}
+    for untraced in (b"untraced", b"damaged", b"plain"):  # no field at all
+        assert "trace" not in lines[untraced]
+        assert list(lines[untraced]) == [key for key in lines[b"traced"] if key != "trace"]
 
 
 async def test_an_undecodable_aggregate_without_a_partition_key_is_passed_on() -> None:

@@ -1,7 +1,8 @@
 """aiokpl: an async-native Kinesis producer for asyncio and trio.
 
-The public names live here (and in ``aiokpl.aggregation`` and ``aiokpl.testing``); everything in
-a module whose name starts with ``_`` is private.
+The public names live here (and in ``aiokpl.aggregation``, ``aiokpl.tracing``,
+``aiokpl.coordination`` and ``aiokpl.testing``); everything in a module whose name starts with
+``_`` is private.
 """
 
 from ._blocking.producer import SyncProducer as SyncProducer

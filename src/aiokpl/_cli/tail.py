@@ -20,6 +20,7 @@ import anyio
 
 from .._core.config import Config
 from .._core.errors import ConfigError
+from .._core.trace_context import trace_context_of
 from .._core.wire import DeaggregatedRecord
 from .._kinesis import create_client
 from .options import (
@@ -85,8 +86,10 @@ def format_record(stream: str, shard_id: str, record: DeaggregatedRecord, data_m
     return it otherwise),
     ``sequence_number``, ``sub_sequence_number``, ``aggregated``,
     ``approximate_arrival_timestamp`` (ISO 8601, UTC, milliseconds), ``data`` and
-    ``data_encoding`` (``"text"`` or ``"base64"``). Characters a terminal would obey rather
-    than print (controls, bidirectional overrides) are ``\\uXXXX`` escapes
+    ``data_encoding`` (``"text"`` or ``"base64"``); and ``trace``, only when the user record
+    carries a trace context (its tags, see ``aiokpl.tracing``): ``{"traceparent": ...,
+    "tracestate": ...}`` (``tracestate`` ``null`` when it has none). Characters a terminal
+    would obey rather than print (controls, bidirectional overrides) are ``\\uXXXX`` escapes
     (:func:`aiokpl._cli.terminal.json_line`): the same JSON once read.
 
     Args:
@@ -106,20 +109,22 @@ def format_record(stream: str, shard_id: str, record: DeaggregatedRecord, data_m
             text, encoding = data.decode("utf-8"), "text"
         except UnicodeDecodeError:
             text, encoding = base64.b64encode(data).decode("ascii"), "base64"
-    return json_line(
-        {
-            "stream": stream,
-            "shard_id": shard_id,
-            "partition_key": record.partition_key,
-            "explicit_hash_key": record.explicit_hash_key,
-            "sequence_number": record.sequence_number,
-            "sub_sequence_number": record.sub_sequence_number,
-            "aggregated": record.aggregated,
-            "approximate_arrival_timestamp": _timestamp_text(record.approximate_arrival_timestamp),
-            "data": text,
-            "data_encoding": encoding,
-        }
-    )
+    line: dict[str, Any] = {
+        "stream": stream,
+        "shard_id": shard_id,
+        "partition_key": record.partition_key,
+        "explicit_hash_key": record.explicit_hash_key,
+        "sequence_number": record.sequence_number,
+        "sub_sequence_number": record.sub_sequence_number,
+        "aggregated": record.aggregated,
+        "approximate_arrival_timestamp": _timestamp_text(record.approximate_arrival_timestamp),
+        "data": text,
+        "data_encoding": encoding,
+    }
+    context = trace_context_of(record.tags)
+    if context is not None:
+        line["trace"] = {"traceparent": context.traceparent, "tracestate": context.tracestate}
+    return json_line(line)
 
 
 class _Printer:
