@@ -38,7 +38,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ._core.answers import Answer, Answered, Refused
-from ._core.trace_context import span_tags
+from ._core.trace_context import MESSAGING_SYSTEM, SCHEMA_URL, span_tags
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -46,13 +46,7 @@ if TYPE_CHECKING:
     from ._outcome import Outcome
     from ._record import TaggedRecord
 
-__all__ = ("SCHEMA_URL", "SYSTEM", "Tracing")
-
-SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
-"""The semantic conventions the spans follow."""
-
-SYSTEM = "aws.kinesis"
-"""The spans' ``messaging.system`` (the conventions register none for Kinesis)."""
+__all__ = ("Tracing",)
 
 _EMPTY = otel_context.Context()  # a send span's parent: none (it is linked, not parented)
 
@@ -118,7 +112,7 @@ class Tracing:
             context=parent if isinstance(parent, otel_context.Context) else None,
             kind=SpanKind.PRODUCER,
             attributes={
-                "messaging.system": SYSTEM,
+                "messaging.system": MESSAGING_SYSTEM,
                 "messaging.operation.type": "create",
                 "messaging.operation.name": "create",
                 "messaging.destination.name": record.stream,
@@ -149,7 +143,7 @@ class Tracing:
                 if len(links) < most:
                     links.append(Link(carried.get_span_context() if create else carried))
         attributes: dict[str, Any] = {
-            "messaging.system": SYSTEM,
+            "messaging.system": MESSAGING_SYSTEM,
             "messaging.operation.type": "send",
             "messaging.operation.name": "send",
             "messaging.destination.name": stream,

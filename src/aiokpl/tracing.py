@@ -46,10 +46,10 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from ._core.decoder import decode_tags
+from ._core.trace_context import MESSAGING_SYSTEM, SCHEMA_URL, trace_context_of, trace_tags
 from ._core.trace_context import STATE_KEY as STATE_KEY
 from ._core.trace_context import TRACE_KEY as TRACE_KEY
 from ._core.trace_context import TraceContext as TraceContext
-from ._core.trace_context import trace_context_of, trace_tags
 from ._core.wire import DeaggregatedRecord, Record, Tag
 from ._public import present_as_public as _present_as_public
 
@@ -65,9 +65,6 @@ __all__ = (
     "process_span",
     "trace_context",
 )
-
-_MESSAGING_SYSTEM = "aws.kinesis"
-"""``messaging.system`` of the spans: OpenTelemetry registers no value for Kinesis."""
 
 
 def trace_context(
@@ -203,7 +200,7 @@ def process_span(
         if ambient.is_valid:
             links.append(trace.Link(ambient))
     span_attributes: dict[str, AttributeValue] = {
-        "messaging.system": _MESSAGING_SYSTEM,
+        "messaging.system": MESSAGING_SYSTEM,
         "messaging.operation.type": "process",
         "messaging.operation.name": "process",
     }
@@ -211,7 +208,9 @@ def process_span(
         span_attributes["messaging.destination.name"] = stream
         span_attributes["aws.kinesis.stream_name"] = stream
     span_attributes.update(attributes or {})
-    tracer = trace.get_tracer("aiokpl", __version__, tracer_provider=tracer_provider)
+    tracer = trace.get_tracer(
+        "aiokpl", __version__, tracer_provider=tracer_provider, schema_url=SCHEMA_URL
+    )
     return tracer.start_as_current_span(
         name or (f"process {stream}" if stream is not None else "process"),
         context=creation if parent else None,

@@ -42,6 +42,8 @@ from .encoder import encode_tags
 from .wire import Tag
 
 __all__ = (
+    "MESSAGING_SYSTEM",
+    "SCHEMA_URL",
     "STATE_KEY",
     "TRACE_KEY",
     "TRACE_TAG_SIZE",
@@ -52,6 +54,12 @@ __all__ = (
     "trace_context_of",
     "trace_tags",
 )
+
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
+"""The OpenTelemetry semantic conventions aiokpl's spans follow (producer and consumer)."""
+
+MESSAGING_SYSTEM = "aws.kinesis"
+"""The spans' ``messaging.system``: the conventions register no value for Kinesis."""
 
 TRACE_KEY = "aiokpl.trace"
 """The tag key of a record's compact ``traceparent``."""
