@@ -432,3 +432,21 @@ async def test_a_record_replayed_from_the_spool_keeps_its_context_and_its_tags(
     users = {user.data: user for _, r in await read_stream(fake, "s") for user in deaggregate(r)}
     assert [tag.key for tag in users[b"1"].tags] == ["mine", "aiokpl.trace"]
     assert [tag.key for tag in users[b"0"].tags] == ["aiokpl.trace"]
+
+
+async def test_with_opentelemetry_s_api_alone_records_carry_only_a_caller_s_context() -> None:
+    # No SDK: the API's tracer makes no spans. A record put inside a caller's (remote) span
+    # carries that context; one put outside any carries nothing, never a zero context.
+    from opentelemetry import trace
+    from opentelemetry.trace import NoOpTracerProvider
+
+    fake = stream(1)
+    config = Config(region="us-east-1", tracing="create")
+    caller = trace.SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=trace.TraceFlags(1))
+    async with Producer(config, client=fake, tracer_provider=NoOpTracerProvider()) as producer:
+        with trace.use_span(trace.NonRecordingSpan(caller)):
+            await producer.put_record(stream="s", partition_key="k", data=b"inside")
+        await producer.put_record(stream="s", partition_key="k", data=b"outside")
+    assert await carried(fake) == {"inside": TraceContext(header(caller)), "outside": None}
+    users = {user.data: user for _, r in await read_stream(fake, "s") for user in deaggregate(r)}
+    assert users[b"outside"].tags == ()

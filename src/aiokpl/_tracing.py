@@ -120,7 +120,9 @@ class Tracing:
             },
         )
         record.trace = span
-        record.trace_tags = _tags_of(span.get_span_context())
+        context = span.get_span_context()
+        if context.is_valid:  # not so without an SDK (OpenTelemetry's API alone) nor parent
+            record.trace_tags = _tags_of(context)
         record.add_done_callback(_end_create)
 
     # --- a request -----------------------------------------------------------------------
@@ -139,9 +141,13 @@ class Tracing:
                 carried = record.trace  # type: ignore[attr-defined]
                 if carried is None:
                     continue  # no context where it was put (or replayed from the spool)
+                if create:
+                    carried = carried.get_span_context()
+                    if not carried.is_valid:  # a span of no SDK, without a parent
+                        continue
                 traced += 1
                 if len(links) < most:
-                    links.append(Link(carried.get_span_context() if create else carried))
+                    links.append(Link(carried))
         attributes: dict[str, Any] = {
             "messaging.system": MESSAGING_SYSTEM,
             "messaging.operation.type": "send",
