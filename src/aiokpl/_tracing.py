@@ -179,8 +179,9 @@ class Tracing:
             entries = answer.entries
             refused = [entry for entry in entries if isinstance(entry, Refused)]
             if refused:
-                span.set_attribute("aiokpl.failed_kinesis_records", len(refused))
-                span.set_attribute("error.type", refused[0].code)
+                span.set_attributes(
+                    {"aiokpl.failed_kinesis_records": len(refused), "error.type": refused[0].code}
+                )
                 if len(refused) == len(entries):
                     span.set_status(Status(StatusCode.ERROR, refused[0].message))
         else:
@@ -205,13 +206,20 @@ def _end_create(outcome: Outcome[Any]) -> None:
     record: Any = outcome
     span = record.trace
     result = outcome.result()
-    if result.success:
-        span.set_attribute("aiokpl.outcome", "delivered")
-        span.set_attribute("messaging.destination.partition.id", result.shard_id)
-        span.set_attribute("messaging.message.id", result.sequence_number)
+    if result.success:  # one call: the SDK takes a lock for each
+        span.set_attributes(
+            {
+                "aiokpl.outcome": "delivered",
+                "messaging.destination.partition.id": result.shard_id,
+                "messaging.message.id": result.sequence_number,
+            }
+        )
     else:
-        unknown = result.outcome_unknown
-        span.set_attribute("aiokpl.outcome", "unknown" if unknown else "failed")
-        span.set_attribute("error.type", result.error_code or "Unknown")
+        span.set_attributes(
+            {
+                "aiokpl.outcome": "unknown" if result.outcome_unknown else "failed",
+                "error.type": result.error_code or "Unknown",
+            }
+        )
         span.set_status(Status(StatusCode.ERROR, result.error_message))
     span.end()
