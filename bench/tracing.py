@@ -19,8 +19,9 @@ Spans go to an SDK ``TracerProvider`` whose processor is a ``BatchSpanProcessor`
 defaults (what a deployment runs: its worker thread's CPU time is in the figures) over an
 exporter that counts the spans by kind and drops them.
 
-Bytes on the wire, from one more, untimed, pass per variant (the first round's, on the first
-backend: bytes do not depend on it): the same records with ``record_max_buffered_time_ms`` at
+Bytes on the wire, from one more, untimed, pass of ``off``, ``context`` and ``create`` (in the
+first round, on the first backend: bytes do not depend on it), over 200,000 records as in
+:mod:`bench.pipeline` (quick: as many as the timed runs), with ``record_max_buffered_time_ms`` at
 60 s, so that aggregates are cut by size (51,200 bytes) and by the final flush only, as on a
 busy stream, not by time (the timed runs' rates differ by variant, and so would their cuts).
 The Kinesis records the fake stored (data + partition key) are summed and divided by the user
@@ -51,8 +52,9 @@ from . import pipeline as pipeline_scenario
 from .pipeline import DATA_SIZE, KEYS, SHARDS, pipeline
 from .report import Row, ScenarioResult
 
-RECORDS = 200_000
+RECORDS = 50_000  # a quarter of bench/pipeline.py's: "create" runs at a few thousand a second
 QUICK_RECORDS = 10_000
+WIRE_RECORDS = 200_000  # bench/pipeline.py's: as many aggregates as there
 ROUNDS = 3
 QUICK_ROUNDS = 1
 VARIANTS = ("off", "span", "context", "create")
@@ -102,7 +104,7 @@ async def _wire_pass(
 ) -> dict[str, dict[str, int]]:
     """Each variant's records with aggregates cut by size only: what they cost on the wire."""
     wire = {}
-    for variant in VARIANTS:
+    for variant in ("off", "context", "create"):  # "span" traces nothing: its bytes are off's
         mode = _TRACING[variant]
         stream = f"wire-{variant}"
         fake.add_stream(stream, shard_count=SHARDS)
@@ -128,7 +130,7 @@ async def _wire_pass(
     return wire
 
 
-async def _round(n: int, first: int, bytes_too: bool) -> dict[str, Any]:
+async def _round(n: int, first: int, wire_records: int) -> dict[str, Any]:
     keys = [f"key-{i}" for i in range(KEYS)]
     data = bytes(range(DATA_SIZE))
     exporter = CountingExporter()
@@ -173,8 +175,8 @@ async def _round(n: int, first: int, bytes_too: bool) -> dict[str, Any]:
             spans[variant] = dict(exporter.counts)
             pipeline_scenario._check_stored(fake, variant, n + 1)  # and the warm-up record
             fake.remove_stream(variant)  # frees the stored records before the next variant
-        if bytes_too:
-            wire = await _wire_pass(fake, keys, data, n, provider, app_span)
+        if wire_records:
+            wire = await _wire_pass(fake, keys, data, wire_records, provider, app_span)
     finally:
         provider.shutdown()
     return {"seconds": times, "cpu_seconds": cpu, "wire": wire, "spans": spans}
@@ -183,6 +185,7 @@ async def _round(n: int, first: int, bytes_too: bool) -> dict[str, Any]:
 def run(quick: bool = False, http: bool = False) -> ScenarioResult:
     """Run the scenario; ``http`` is ignored (measured in process)."""
     n = QUICK_RECORDS if quick else RECORDS
+    wire_records = QUICK_RECORDS if quick else WIRE_RECORDS
     rounds = QUICK_ROUNDS if quick else ROUNDS
     samples: dict[str, dict[str, list[float]]] = {}
     cpu_samples: dict[str, dict[str, list[float]]] = {}
@@ -191,7 +194,12 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
     for i in range(rounds):
         for name, backend, options in pipeline_scenario._backends():
             measured = anyio.run(
-                _round, n, i % len(VARIANTS), not wire, backend=backend, backend_options=options
+                _round,
+                n,
+                i % len(VARIANTS),
+                0 if wire else wire_records,
+                backend=backend,
+                backend_options=options,
             )
             for variant in VARIANTS:
                 samples.setdefault(name, {}).setdefault(variant, []).append(
@@ -207,6 +215,7 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
     result = ScenarioResult("tracing")
     result.details = {
         "records": n,
+        "wire_records": wire_records,
         "rounds": rounds,
         "data_size": DATA_SIZE,
         "best_seconds": best,
@@ -219,8 +228,7 @@ def run(quick: bool = False, http: bool = False) -> ScenarioResult:
     }
     for name, times in best.items():
         result.rows.extend(_throughput_rows(name, n, times, best_cpu[name]))
-    stored = n + 1  # and the warm-up record
-    result.rows.extend(_wire_rows(wire, stored))
+    result.rows.extend(_wire_rows(wire, wire_records + 1))  # and the warm-up record
     result.rows.append(_spans_row(spans, n))
     return result
 
