@@ -33,6 +33,7 @@ from . import (
     spool,
     startup,
     sync,
+    tracing,
 )
 from .report import DEFAULT_JSON, Row, ScenarioResult, format_table, machine, write_json
 
@@ -40,6 +41,8 @@ SCENARIOS: dict[str, Callable[[bool, bool], ScenarioResult]] = {
     # The pipeline first, on a clean heap; the real-time scenarios last.
     "pipeline": pipeline.run,
     "metrics": metrics.run,
+    # What Config.tracing costs a record: throughput, bytes on the wire, billing.
+    "tracing": tracing.run,
     "codec": codec.run,
     # The spool beside the in-memory pipeline, recovery of 1M records, the Deduper's cost.
     "spool": spool.run,

@@ -25,6 +25,8 @@ import gc
 import importlib.util
 import statistics
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import anyio
@@ -119,22 +121,38 @@ async def pipeline(
     n: int,
     config: Config | None = None,
     cpu_seconds: list[float] | None = None,
+    *,
+    tracer_provider: Any = None,
+    around: Callable[[], AbstractContextManager[Any]] | None = None,
 ) -> float:
     """``n`` records through a ``Producer``: put → every outcome resolved; returns seconds.
 
     ``cpu_seconds``, if given, receives the process's CPU time over the same span.
+    ``tracer_provider`` goes to the producer (with ``config.tracing``); ``around``, if given,
+    is entered around each put, e.g. an application's span (``bench/tracing.py``).
     """
     config = config or Config(region="us-east-1")
-    async with Producer(config, client=fake) as producer:
+    options = {} if tracer_provider is None else {"tracer_provider": tracer_provider}
+    async with Producer(config, client=fake, **options) as producer:
         # Load the shard map first: the clock measures the steady state, not start-up.
-        await (await producer.put_record(stream=stream, partition_key="warm-up", data=b"w"))
+        warm_up = await producer.put_record(stream=stream, partition_key="warm-up", data=b"w")
+        await producer.flush()  # sent now, whatever config.record_max_buffered_time_ms says
+        await warm_up
         put = producer.put_record
         nkeys = len(keys)
         start = time.perf_counter()
         cpu_start = time.process_time()
-        outcomes = [
-            await put(stream=stream, partition_key=keys[i % nkeys], data=data) for i in range(n)
-        ]
+        if around is None:
+            outcomes = [
+                await put(stream=stream, partition_key=keys[i % nkeys], data=data) for i in range(n)
+            ]
+        else:
+            outcomes = []
+            for i in range(n):
+                with around():
+                    outcomes.append(
+                        await put(stream=stream, partition_key=keys[i % nkeys], data=data)
+                    )
         await producer.flush()
         elapsed = time.perf_counter() - start
         if cpu_seconds is not None:

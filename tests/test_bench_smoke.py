@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SMOKED = (
     "pipeline",
     "metrics",
+    "tracing",
     "codec",
     "saturation",
     "latency",
