@@ -450,3 +450,57 @@ async def test_with_opentelemetry_s_api_alone_records_carry_only_a_caller_s_cont
     assert await carried(fake) == {"inside": TraceContext(header(caller)), "outside": None}
     users = {user.data: user for _, r in await read_stream(fake, "s") for user in deaggregate(r)}
     assert users[b"outside"].tags == ()
+
+
+def test_the_current_span_is_read_as_opentelemetry_reads_it(spans: Spans) -> None:
+    # The put path's reader (OpenTelemetry's context variable, read directly) answers as
+    # trace.get_current_span() does: outside any span, inside nested ones, after each ends,
+    # inside a remote context, and in another thread.
+    import threading
+
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    from aiokpl._tracing import current_span_reader
+
+    read = current_span_reader()
+    assert read is not trace.get_current_span  # the fast path, with the default runtime
+
+    def same() -> bool:
+        public = trace.get_current_span()
+        found = read()
+        return (found or trace.INVALID_SPAN).get_span_context() == public.get_span_context()
+
+    assert read() is None
+    assert same()
+    with spans.tracer.start_as_current_span("outer") as outer:
+        assert read() is outer
+        with spans.tracer.start_as_current_span("inner") as inner:
+            assert read() is inner
+            assert same()
+        assert read() is outer
+    assert read() is None
+    remote = trace.SpanContext(1, 2, is_remote=True)
+    token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(remote)))
+    try:
+        assert same()
+        assert read().get_span_context() is remote
+        seen: list[Any] = []
+        thread = threading.Thread(target=lambda: seen.append(read()))
+        thread.start()
+        thread.join()
+        assert seen == [None]  # a thread starts with no context
+    finally:
+        otel_context.detach(token)
+
+
+def test_another_runtime_context_is_read_through_the_public_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    from aiokpl._tracing import current_span_reader
+
+    monkeypatch.setattr(otel_context, "_RUNTIME_CONTEXT", object())
+    assert current_span_reader() is trace.get_current_span

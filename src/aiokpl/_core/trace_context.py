@@ -150,7 +150,7 @@ def span_tags(trace_id: int, span_id: int, flags: int, tracestate: str | None = 
 
     The ids must be valid (not zero, in range): the caller asks ``SpanContext.is_valid``.
     """
-    raw = trace_id.to_bytes(16, "big") + span_id.to_bytes(8, "big") + bytes((flags & 0xFF,))
+    raw = ((trace_id << 72) | (span_id << 8) | (flags & 0xFF)).to_bytes(25, "big")
     tags = _TRACE_PREFIX + base64.urlsafe_b64encode(raw)[:_COMPACT_SIZE]
     if tracestate:
         tags += encode_tags([(STATE_KEY, tracestate)])
