@@ -102,10 +102,10 @@ class Tracing:
         if self._create:
             record.trace = otel_context.get_current()
             return
-        try:
-            context = self._current_span().get_span_context()
-        except AttributeError:  # no span current (None), or something else under its key
+        span = self._current_span()
+        if span is None:  # no span current (most puts outside one: no exception raised)
             return
+        context = span.get_span_context()
         last = self._last  # one tuple: callers' threads (a SyncProducer's) may race here
         if context is last[0]:  # the same caller's span as the last put: its tags made once
             record.trace = context
