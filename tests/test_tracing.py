@@ -177,6 +177,8 @@ async def test_each_record_s_create_span_is_the_context_it_carries_and_ends_with
         assert attributes["messaging.destination.partition.id"] == result.shard_id
         assert attributes["messaging.message.id"] == result.sequence_number
         assert attributes["messaging.operation.type"] == "create"
+    # A resolved record keeps no span (an outcome held by its caller keeps no ended span).
+    assert all(outcome.trace is None for outcome in outcomes)  # type: ignore[attr-defined]
     # The send spans link to the create spans, not to the callers'.
     linked = {link.context.span_id for send in spans.named("send s") for link in send.links}
     assert linked == {c.context.span_id for c in creates}
