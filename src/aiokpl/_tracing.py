@@ -29,16 +29,13 @@ Needs ``opentelemetry-api`` (the ``otel`` extra), imported when a producer with 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextvars import ContextVar
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
-from opentelemetry.trace import propagation as trace_propagation
 
 from ._core.answers import Answer, Answered, Refused
 from ._core.trace_context import MESSAGING_SYSTEM, SCHEMA_URL, span_tags
@@ -65,7 +62,7 @@ class Tracing:
             ``server.port``).
     """
 
-    __slots__ = ("_create", "_current_span", "_last", "_max_links", "_server", "_tracer")
+    __slots__ = ("_create", "_last", "_max_links", "_server", "_tracer")
 
     def __init__(
         self,
@@ -80,7 +77,6 @@ class Tracing:
         self._create = mode == "create"
         # The span context of the last put with one, and its tags (see capture).
         self._last: tuple[object, bytes] = (None, b"")
-        self._current_span = current_span_reader()
         self._max_links = max_links
         self._server: dict[str, Any] = {}
         if endpoint is not None:
@@ -102,10 +98,7 @@ class Tracing:
         if self._create:
             record.trace = otel_context.get_current()
             return
-        span = self._current_span()
-        if span is None:  # no span current (most puts outside one: no exception raised)
-            return
-        context = span.get_span_context()
+        context = trace.get_current_span().get_span_context()
         last = self._last  # one tuple: callers' threads (a SyncProducer's) may race here
         if context is last[0]:  # the same caller's span as the last put: its tags made once
             record.trace = context
@@ -203,35 +196,6 @@ class Tracing:
             span.set_attribute("error.type", answer.code)
             span.set_status(Status(StatusCode.ERROR, answer.message))
         span.end()
-
-
-def current_span_reader() -> Callable[[], Any]:
-    """A function that returns the span current in the caller (``None`` or
-    ``INVALID_SPAN`` when there is none), as ``trace.get_current_span()`` does.
-
-    The public call goes through five Python functions; a put with ``"context"`` makes it
-    once, and it was most of what tracing cost a record (measured in ``bench/tracing.py``).
-    With OpenTelemetry's default runtime context (a ``ContextVar``), this reads that variable
-    and the span's key in one step; with any other (``OTEL_PYTHON_CONTEXT``), or a version of
-    the API whose internals differ, the public call.
-    ``tests/test_tracing.py::test_the_current_span_is_read_as_opentelemetry_reads_it``
-    holds the two to the same answers.
-    """
-    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
-    variable = getattr(runtime, "_current_context", None)
-    key = getattr(trace_propagation, "_SPAN_KEY", None)
-    if (
-        isinstance(runtime, ContextVarsRuntimeContext)
-        and isinstance(variable, ContextVar)
-        and isinstance(key, str)
-    ):
-        get = variable.get
-
-        def current_span() -> Any:
-            return get().get(key)
-
-        return current_span
-    return trace.get_current_span
 
 
 def _tags_of(context: Any) -> bytes:
