@@ -73,6 +73,15 @@ def running_tasks() -> int:
     return len(anyio.get_running_tasks())
 
 
+def fail_the_coordinator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make a producer's start fail when it builds its coordinator (``StartUpError``)."""
+
+    def failing_coordinator(*args: Any) -> Any:
+        raise StartUpError("the coordinator could not start")
+
+    monkeypatch.setattr("aiokpl._producer.producer.ProducerCoordinator", failing_coordinator)
+
+
 async def test_a_client_that_fails_to_open_starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     opener = Opener(fail=True)
     monkeypatch.setattr("aiokpl._producer.producer.create_client", opener)
@@ -108,10 +117,7 @@ async def test_a_coordinator_that_fails_to_start_unwinds_the_task_group_and_clie
     opener = Opener()
     monkeypatch.setattr("aiokpl._producer.producer.create_client", opener)
 
-    def failing_coordinator(*args: Any) -> Any:
-        raise StartUpError("the coordinator could not start")
-
-    monkeypatch.setattr("aiokpl._producer.producer.ProducerCoordinator", failing_coordinator)
+    fail_the_coordinator(monkeypatch)
     sink = Sink()
     before = running_tasks()
     producer = Producer(
@@ -131,10 +137,7 @@ async def test_a_coordinator_that_fails_to_start_unwinds_the_task_group_and_clie
 async def test_a_given_client_is_left_open_when_start_up_fails(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def failing_coordinator(*args: Any) -> Any:
-        raise StartUpError("the coordinator could not start")
-
-    monkeypatch.setattr("aiokpl._producer.producer.ProducerCoordinator", failing_coordinator)
+    fail_the_coordinator(monkeypatch)
     fake = FakeKinesis()
     before = running_tasks()
     producer = Producer(CONFIG, client=fake, coordination=Coordination(store=MemoryStore()))
@@ -167,10 +170,7 @@ async def test_a_producer_that_never_ran_says_so_at_every_entry_point(
 ) -> None:
     # Its running parts exist only once it has started: before (not started) and after a
     # start that failed (closed), every entry point says which, and nothing is counted.
-    def failing_coordinator(*args: Any) -> Any:
-        raise StartUpError("the coordinator could not start")
-
-    monkeypatch.setattr("aiokpl._producer.producer.ProducerCoordinator", failing_coordinator)
+    fail_the_coordinator(monkeypatch)
     fake = FakeKinesis()
     for started, error, state in (
         (False, RuntimeError, "not started"),
